@@ -1,0 +1,4 @@
+//! One module per `teesfs` subcommand: argument structs (clap) and a `run` function.
+//! Commands parse, call into the library crates, and print; they hold no protocol logic.
+
+pub mod plan;
