@@ -1,1 +1,35 @@
-//! placeholder
+//! The layer's signed, content-addressed index.
+//!
+//! A published layer is two things: a set of **chunks** (fixed-size slices of file contents,
+//! each addressed by the blake3 of its plain bytes and stored zstd-compressed or raw), and one
+//! **index** that lists every entry of the tree (directories, files, symlinks, hard links) with
+//! its metadata and chunk list. The index is encoded compactly, compressed, addressed by the
+//! blake3 of its compressed body, and signed with the publisher's ed25519 key.
+//!
+//! This crate owns the formats and their strict decoders, plus a builder that walks a
+//! directory and produces chunks and an index. It does no I/O except the builder's reads of
+//! the layer; where chunks go is the caller's business (see [`build::ChunkSink`]).
+
+pub mod build;
+pub mod chunk;
+mod codec;
+mod error;
+pub mod ids;
+pub mod index;
+pub mod sign;
+mod wire;
+
+pub use build::{BuildOptions, BuildReport, ChunkSink, Skipped, build};
+pub use chunk::{decode_chunk, encode_chunk};
+pub use error::Error;
+pub use ids::{ChunkId, IndexId};
+pub use index::{
+    ChunkInfo, Entry, EntryFlags, EntryIdx, EntryKind, FileData, Index, Limits, Meta, Slot,
+};
+pub use sign::{PublicKey, SecretKey, SignedIndex};
+
+/// Result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests;

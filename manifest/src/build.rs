@@ -1,0 +1,435 @@
+//! Building an index from a directory tree: walk it, cut regular files into fixed-size
+//! chunks, hash and compress them in parallel, and hand new chunks to a [`ChunkSink`].
+//!
+//! Reading the layer is the only I/O done here; where chunks are kept is the sink's job.
+//! Holes of sparse files (found with `SEEK_DATA`, or chunks that are all zeros) are
+//! recorded as [`Slot::HOLE`] and never stored.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use crate::Error;
+use crate::chunk::encode_chunk;
+use crate::ids::ChunkId;
+use crate::index::{
+    ChunkInfo, Entry, EntryFlags, EntryIdx, EntryKind, FileData, Index, Meta, Slot,
+};
+
+/// Where new chunks go (the publisher's store). Must be safe to call from many threads and
+/// idempotent: the same chunk may be offered twice at once.
+pub trait ChunkSink: Sync {
+    /// Stored length of a chunk that is already present, or `None`.
+    fn stored_len(&self, id: &ChunkId) -> Option<u32>;
+    /// Stores a chunk in its encoded form.
+    fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()>;
+}
+
+/// Progress callbacks while building (bytes of file content hashed).
+pub trait BuildProgress: Sync {
+    /// Called once the walk is done, with the total bytes to hash.
+    fn total(&self, _bytes: u64) {}
+    /// Called as content is processed.
+    fn advance(&self, _bytes: u64) {}
+}
+
+/// Progress that goes nowhere.
+pub struct NoProgress;
+impl BuildProgress for NoProgress {}
+
+/// Knobs for building.
+#[derive(Clone, Copy, Debug)]
+pub struct BuildOptions {
+    /// Chunk size in bytes (default 1 MiB).
+    pub chunk_size: u32,
+    /// Files at most this long are stored inside the index (default 2 KiB).
+    pub inline_max: u32,
+    /// zstd level for chunks (default 1: compress once, fast).
+    pub zstd_level: i32,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            chunk_size: 1 << 20,
+            inline_max: 2048,
+            zstd_level: 1,
+        }
+    }
+}
+
+/// Something in the layer that an index cannot hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// Path relative to the layer root.
+    pub path: PathBuf,
+    /// What it is ("fifo", "socket", "character device", "block device").
+    pub kind: &'static str,
+}
+
+/// What a build did.
+#[derive(Clone, Debug, Default)]
+pub struct BuildReport {
+    /// Directories, root included.
+    pub dirs: u64,
+    /// Regular files (hard links excluded).
+    pub files: u64,
+    /// Symbolic links.
+    pub symlinks: u64,
+    /// Extra names of already-seen files.
+    pub hardlinks: u64,
+    /// Entries the index cannot hold, reported rather than silently dropped.
+    pub skipped: Vec<Skipped>,
+    /// Bytes of regular-file content (logical sizes).
+    pub file_bytes: u64,
+    /// Bytes inside sparse holes (not stored).
+    pub hole_bytes: u64,
+    /// Bytes stored inline in the index.
+    pub inline_bytes: u64,
+    /// Chunk references in file chunk lists (holes excluded).
+    pub chunk_refs: u64,
+    /// Plain bytes over all chunk references.
+    pub chunk_ref_bytes: u64,
+    /// Unique chunks.
+    pub unique_chunks: u64,
+    /// Plain bytes over unique chunks.
+    pub unique_plain_bytes: u64,
+    /// Stored bytes over unique chunks.
+    pub unique_stored_bytes: u64,
+    /// Chunks the sink did not have before.
+    pub new_chunks: u64,
+    /// Stored bytes of those.
+    pub new_stored_bytes: u64,
+}
+
+impl BuildReport {
+    /// Bytes not stored thanks to identical chunks.
+    pub fn dedup_saved(&self) -> u64 {
+        self.chunk_ref_bytes - self.unique_plain_bytes
+    }
+
+    /// Bytes not stored thanks to compression (negative savings count as zero).
+    pub fn compression_saved(&self) -> u64 {
+        self.unique_plain_bytes
+            .saturating_sub(self.unique_stored_bytes)
+    }
+}
+
+enum Work {
+    Inline { entry: u32, size: u64 },
+    Chunk { entry: u32, pos: u64, len: u32 },
+}
+
+enum Outcome {
+    Inline(Box<[u8]>),
+    Hole,
+    Chunk {
+        id: ChunkId,
+        plain_len: u32,
+        stored_len: u32,
+        new: bool,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn meta_of(md: &std::fs::Metadata) -> Meta {
+    Meta {
+        mode: md.mode() & 0o7777,
+        uid: md.uid(),
+        gid: md.gid(),
+        mtime: md.mtime(),
+        mtime_nsec: md.mtime_nsec().clamp(0, 999_999_999) as u32,
+    }
+}
+
+/// Walks `root` and builds its index, sending chunks to `sink`.
+pub fn build(
+    root: &Path,
+    opts: &BuildOptions,
+    sink: &dyn ChunkSink,
+    progress: &dyn BuildProgress,
+) -> Result<(Index, BuildReport), Error> {
+    let mut report = BuildReport::default();
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut paths: HashMap<u32, PathBuf> = HashMap::new();
+    let mut work: Vec<Work> = Vec::new();
+    let mut seen_inodes: HashMap<(u64, u64), u32> = HashMap::new();
+    let mut dir_stack: Vec<u32> = Vec::new();
+    let cs = u64::from(opts.chunk_size);
+
+    let walker = walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .sort_by(|a, b| a.file_name().cmp(b.file_name()));
+    for item in walker {
+        let item = item.map_err(|e| {
+            let path = e.path().unwrap_or(root).to_path_buf();
+            Error::Io {
+                path,
+                source: e.into_io_error().unwrap_or_else(|| {
+                    std::io::Error::other("filesystem loop while walking the layer")
+                }),
+            }
+        })?;
+        let depth = item.depth();
+        let path = item.path();
+        let md = item.metadata().map_err(|e| Error::Io {
+            path: path.to_path_buf(),
+            source: e
+                .into_io_error()
+                .unwrap_or_else(|| std::io::Error::other("metadata")),
+        })?;
+        let idx = entries.len() as u32;
+        let (parent, name): (u32, Box<[u8]>) = if depth == 0 {
+            (0, Box::default())
+        } else {
+            dir_stack.truncate(depth);
+            (dir_stack[depth - 1], item.file_name().as_bytes().into())
+        };
+        let ft = md.file_type();
+        let kind = if ft.is_dir() {
+            report.dirs += 1;
+            dir_stack.push(idx);
+            EntryKind::Dir
+        } else if ft.is_symlink() {
+            report.symlinks += 1;
+            let target = std::fs::read_link(path).map_err(io_err(path))?;
+            EntryKind::Symlink {
+                target: target.as_os_str().as_bytes().into(),
+            }
+        } else if ft.is_file() {
+            if md.nlink() > 1 {
+                if let Some(&target) = seen_inodes.get(&(md.dev(), md.ino())) {
+                    report.hardlinks += 1;
+                    entries.push(Entry {
+                        parent: EntryIdx(parent),
+                        name,
+                        meta: entries[target as usize].meta,
+                        flags: EntryFlags::default(),
+                        kind: EntryKind::Hardlink {
+                            target: EntryIdx(target),
+                        },
+                    });
+                    continue;
+                }
+                seen_inodes.insert((md.dev(), md.ino()), idx);
+            }
+            report.files += 1;
+            let size = md.len();
+            report.file_bytes += size;
+            paths.insert(idx, path.to_path_buf());
+            if size <= u64::from(opts.inline_max) {
+                work.push(Work::Inline { entry: idx, size });
+            } else {
+                let n = size.div_ceil(cs);
+                for pos in 0..n {
+                    let len = (size - pos * cs).min(cs) as u32;
+                    work.push(Work::Chunk {
+                        entry: idx,
+                        pos,
+                        len,
+                    });
+                }
+            }
+            EntryKind::File {
+                size,
+                data: FileData::Chunks(Box::default()),
+            }
+        } else {
+            use std::os::unix::fs::FileTypeExt;
+            let what = if ft.is_fifo() {
+                "fifo"
+            } else if ft.is_socket() {
+                "socket"
+            } else if ft.is_char_device() {
+                "character device"
+            } else {
+                "block device"
+            };
+            let rel = path.strip_prefix(root).unwrap_or(path).to_path_buf();
+            tracing::warn!(path = %rel.display(), kind = what, "skipping: an index cannot hold it");
+            report.skipped.push(Skipped {
+                path: rel,
+                kind: what,
+            });
+            continue;
+        };
+        entries.push(Entry {
+            parent: EntryIdx(parent),
+            name,
+            meta: meta_of(&md),
+            flags: EntryFlags::default(),
+            kind,
+        });
+    }
+
+    let total: u64 = work
+        .iter()
+        .map(|w| match w {
+            Work::Inline { size, .. } => *size,
+            Work::Chunk { len, .. } => u64::from(*len),
+        })
+        .sum();
+    progress.total(total);
+
+    let outcomes: Vec<Outcome> = work
+        .par_iter()
+        .map(|w| process(w, &paths, opts, sink, progress))
+        .collect::<Result<_, _>>()?;
+
+    // Assemble in work order, which follows entry order, so the chunk table and hence the
+    // index id are deterministic for an unchanged tree.
+    let mut chunks: Vec<ChunkInfo> = Vec::new();
+    let mut table: HashMap<ChunkId, u32> = HashMap::new();
+    let mut slots: HashMap<u32, Vec<Slot>> = HashMap::new();
+    let mut new_ids: std::collections::HashSet<ChunkId> = Default::default();
+    for (w, o) in work.iter().zip(outcomes) {
+        match (w, o) {
+            (Work::Inline { entry, .. }, Outcome::Inline(bytes)) => {
+                report.inline_bytes += bytes.len() as u64;
+                if let EntryKind::File { data, .. } = &mut entries[*entry as usize].kind {
+                    *data = FileData::Inline(bytes);
+                }
+            }
+            (Work::Chunk { entry, len, .. }, Outcome::Hole) => {
+                report.hole_bytes += u64::from(*len);
+                slots.entry(*entry).or_default().push(Slot::HOLE);
+            }
+            (
+                Work::Chunk { entry, .. },
+                Outcome::Chunk {
+                    id,
+                    plain_len,
+                    stored_len,
+                    new,
+                },
+            ) => {
+                report.chunk_refs += 1;
+                report.chunk_ref_bytes += u64::from(plain_len);
+                let pos = *table.entry(id).or_insert_with(|| {
+                    chunks.push(ChunkInfo {
+                        id,
+                        plain_len,
+                        stored_len,
+                    });
+                    (chunks.len() - 1) as u32
+                });
+                if new && new_ids.insert(id) {
+                    report.new_chunks += 1;
+                    report.new_stored_bytes += u64::from(stored_len);
+                }
+                slots.entry(*entry).or_default().push(Slot::chunk(pos));
+            }
+            _ => unreachable!("process() answers each work item with its own kind"),
+        }
+    }
+    for (entry, s) in slots {
+        if let EntryKind::File { data, .. } = &mut entries[entry as usize].kind {
+            *data = FileData::Chunks(s.into());
+        }
+    }
+    report.unique_chunks = chunks.len() as u64;
+    report.unique_plain_bytes = chunks.iter().map(|c| u64::from(c.plain_len)).sum();
+    report.unique_stored_bytes = chunks.iter().map(|c| u64::from(c.stored_len)).sum();
+    Ok((
+        Index {
+            chunk_size: opts.chunk_size,
+            chunks,
+            entries,
+        },
+        report,
+    ))
+}
+
+fn process(
+    w: &Work,
+    paths: &HashMap<u32, PathBuf>,
+    opts: &BuildOptions,
+    sink: &dyn ChunkSink,
+    progress: &dyn BuildProgress,
+) -> Result<Outcome, Error> {
+    match *w {
+        Work::Inline { entry, size } => {
+            let path = &paths[&entry];
+            let mut buf = Vec::with_capacity(size as usize);
+            File::open(path)
+                .and_then(|f| f.take(size + 1).read_to_end(&mut buf))
+                .map_err(io_err(path))?;
+            if buf.len() as u64 != size {
+                return Err(changed(path));
+            }
+            progress.advance(size);
+            Ok(Outcome::Inline(buf.into()))
+        }
+        Work::Chunk { entry, pos, len } => {
+            let path = &paths[&entry];
+            let file = File::open(path).map_err(io_err(path))?;
+            let off = pos * u64::from(opts.chunk_size);
+            let outcome = if is_hole(&file, off, len) {
+                Outcome::Hole
+            } else {
+                let mut buf = vec![0u8; len as usize];
+                file.read_exact_at(&mut buf, off).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        changed(path)
+                    } else {
+                        io_err(path)(e)
+                    }
+                })?;
+                if buf.iter().all(|&b| b == 0) {
+                    Outcome::Hole
+                } else {
+                    let id = ChunkId::of(&buf);
+                    match sink.stored_len(&id) {
+                        Some(stored_len) => Outcome::Chunk {
+                            id,
+                            plain_len: len,
+                            stored_len,
+                            new: false,
+                        },
+                        None => {
+                            let stored = encode_chunk(&buf, opts.zstd_level);
+                            sink.put(&id, &stored)
+                                .map_err(|source| Error::Sink { id, source })?;
+                            Outcome::Chunk {
+                                id,
+                                plain_len: len,
+                                stored_len: stored.len() as u32,
+                                new: true,
+                            }
+                        }
+                    }
+                }
+            };
+            progress.advance(u64::from(len));
+            Ok(outcome)
+        }
+    }
+}
+
+fn changed(path: &Path) -> Error {
+    Error::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other("the file changed size while it was being published"),
+    }
+}
+
+/// Whether `[off, off+len)` lies entirely in a hole, by `SEEK_DATA`.
+fn is_hole(file: &File, off: u64, len: u32) -> bool {
+    use nix::unistd::{Whence, lseek};
+    match lseek(file, off as i64, Whence::SeekData) {
+        Ok(data) => data as u64 >= off + u64::from(len),
+        Err(nix::errno::Errno::ENXIO) => true,
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,329 @@
+//! The index body codec: a compact binary encoding (varints, length-prefixed names, chunk
+//! references as table positions) and its strict decoder.
+//!
+//! Layout: magic `TEESIDX` + version byte; chunk size; chunk table (id, plain length,
+//! stored length); entry table (parent, name, kind, flags, metadata, kind payload).
+//! The decoder checks every field against [`Limits`] and the tree invariants before it
+//! returns, so consumers can index without further checks.
+
+use std::collections::HashSet;
+
+use crate::Error;
+use crate::ids::ChunkId;
+use crate::index::{
+    ChunkInfo, Entry, EntryFlags, EntryIdx, EntryKind, FileData, Index, Limits, Meta, Slot,
+};
+use crate::wire::{Reader, Writer};
+
+const MAGIC: &[u8; 7] = b"TEESIDX";
+const VERSION: u8 = 1;
+
+const KIND_DIR: u8 = 0;
+const KIND_FILE: u8 = 1;
+const KIND_SYMLINK: u8 = 2;
+const KIND_HARDLINK: u8 = 3;
+
+const DATA_INLINE: u8 = 0;
+const DATA_CHUNKS: u8 = 1;
+
+/// Encodes an index body (uncompressed).
+pub(crate) fn encode(index: &Index) -> Vec<u8> {
+    let mut w = Writer::with_capacity(64 + index.chunks.len() * 40 + index.entries.len() * 48);
+    w.raw(MAGIC);
+    w.u8(VERSION);
+    w.varint(u64::from(index.chunk_size));
+    w.varint(index.chunks.len() as u64);
+    for c in &index.chunks {
+        w.raw(&c.id.0);
+        w.varint(u64::from(c.plain_len));
+        w.varint(u64::from(c.stored_len));
+    }
+    w.varint(index.entries.len() as u64);
+    for e in &index.entries {
+        w.varint(u64::from(e.parent.0));
+        w.bytes(&e.name);
+        let kind = match e.kind {
+            EntryKind::Dir => KIND_DIR,
+            EntryKind::File { .. } => KIND_FILE,
+            EntryKind::Symlink { .. } => KIND_SYMLINK,
+            EntryKind::Hardlink { .. } => KIND_HARDLINK,
+        };
+        w.u8(kind);
+        w.u8(e.flags.0);
+        if let EntryKind::Hardlink { target } = e.kind {
+            w.varint(u64::from(target.0));
+            continue;
+        }
+        w.varint(u64::from(e.meta.mode));
+        w.varint(u64::from(e.meta.uid));
+        w.varint(u64::from(e.meta.gid));
+        w.zigzag(e.meta.mtime);
+        w.varint(u64::from(e.meta.mtime_nsec));
+        match &e.kind {
+            EntryKind::Dir | EntryKind::Hardlink { .. } => {}
+            EntryKind::File { size, data } => {
+                w.varint(*size);
+                match data {
+                    FileData::Inline(bytes) => {
+                        w.u8(DATA_INLINE);
+                        w.bytes(bytes);
+                    }
+                    FileData::Chunks(slots) => {
+                        w.u8(DATA_CHUNKS);
+                        for s in slots.iter() {
+                            w.varint(u64::from(s.0));
+                        }
+                    }
+                }
+            }
+            EntryKind::Symlink { target } => w.bytes(target),
+        }
+    }
+    w.buf
+}
+
+fn check_name(entry: u64, name: &[u8], limits: &Limits) -> Result<(), Error> {
+    let bad = |reason| Error::BadName {
+        entry,
+        name: String::from_utf8_lossy(name).into_owned(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(bad("empty"));
+    }
+    if name == b"." || name == b".." {
+        return Err(bad("`.` and `..` are not entry names"));
+    }
+    if name.contains(&b'/') {
+        return Err(bad("contains `/`"));
+    }
+    if name.contains(&0) {
+        return Err(bad("contains a NUL byte"));
+    }
+    if name.len() as u64 > limits.max_name_len {
+        return Err(bad("too long"));
+    }
+    Ok(())
+}
+
+/// Decodes and validates an index body.
+pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
+    let mut r = Reader::new(body);
+    if r.raw(MAGIC.len(), "magic")? != MAGIC {
+        return Err(Error::BadMagic { what: "index" });
+    }
+    let version = r.u8("version")?;
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion {
+            what: "index",
+            version,
+        });
+    }
+    let chunk_size = r.bounded("chunk size", limits.max_chunk_size)?;
+    if chunk_size < limits.min_chunk_size {
+        return Err(Error::LimitExceeded {
+            what: "chunk size (below minimum)",
+            value: chunk_size,
+            limit: limits.min_chunk_size,
+        });
+    }
+    let chunk_size = chunk_size as u32;
+
+    // Each chunk record takes at least 34 bytes, so a count larger than that allows is
+    // refused before anything is allocated.
+    let n_chunks = r.bounded("chunk count", limits.max_chunks)?;
+    if n_chunks > (r.remaining() / 34) as u64 {
+        return Err(Error::Truncated("chunk table"));
+    }
+    let mut chunks = Vec::with_capacity(n_chunks as usize);
+    for i in 0..n_chunks {
+        let id = ChunkId(r.array32("chunk id")?);
+        let plain_len = r.bounded("chunk plain length", u64::from(chunk_size))? as u32;
+        let stored_len = r.bounded("chunk stored length", u64::from(chunk_size) + 1)? as u32;
+        if plain_len == 0 || stored_len == 0 {
+            return Err(Error::BadChunkTable {
+                chunk: i,
+                reason: "zero length".into(),
+            });
+        }
+        chunks.push(ChunkInfo {
+            id,
+            plain_len,
+            stored_len,
+        });
+    }
+
+    let n_entries = r.bounded("entry count", limits.max_entries)?;
+    // The smallest entry (a hard link) takes 5 bytes.
+    if n_entries > (r.remaining() / 5) as u64 + 1 {
+        return Err(Error::Truncated("entry table"));
+    }
+    if n_entries == 0 {
+        return Err(Error::BadEntry {
+            entry: 0,
+            reason: "the index has no root directory".into(),
+        });
+    }
+    let mut entries: Vec<Entry> = Vec::with_capacity(n_entries as usize);
+    let mut names: HashSet<(u32, &[u8])> = HashSet::with_capacity(n_entries as usize);
+    for i in 0..n_entries {
+        let parent = r.varint("parent")?;
+        // Read up to 4 KiB so an overlong name is reported with its entry, not as a bare limit.
+        let name = r.bytes("name", limits.max_name_len.max(4096))?;
+        if i == 0 {
+            if parent != 0 || !name.is_empty() {
+                return Err(Error::BadEntry {
+                    entry: 0,
+                    reason: "the root must have an empty name and be its own parent".into(),
+                });
+            }
+        } else {
+            check_name(i, name, limits)?;
+            if parent >= n_entries {
+                return Err(Error::DanglingParent { entry: i, parent });
+            }
+            if parent >= i {
+                return Err(Error::Cycle { entry: i, parent });
+            }
+            if !matches!(entries[parent as usize].kind, EntryKind::Dir) {
+                return Err(Error::ParentNotDirectory { entry: i, parent });
+            }
+            if !names.insert((parent as u32, name)) {
+                return Err(Error::DuplicateName {
+                    entry: i,
+                    parent,
+                    name: String::from_utf8_lossy(name).into_owned(),
+                });
+            }
+        }
+        let kind_tag = r.u8("entry kind")?;
+        let flags = r.u8("entry flags")?;
+        if flags & !EntryFlags::KNOWN != 0 {
+            return Err(Error::BadEntry {
+                entry: i,
+                reason: format!("unknown flag bits {flags:#04x}"),
+            });
+        }
+        if i == 0 && kind_tag != KIND_DIR {
+            return Err(Error::BadEntry {
+                entry: 0,
+                reason: "the root is not a directory".into(),
+            });
+        }
+        if kind_tag == KIND_HARDLINK {
+            let target = r.varint("hard link target")?;
+            let ok = target < i && matches!(entries[target as usize].kind, EntryKind::File { .. });
+            if !ok {
+                return Err(Error::BadHardlink { entry: i, target });
+            }
+            entries.push(Entry {
+                parent: EntryIdx(parent as u32),
+                name: name.into(),
+                meta: entries[target as usize].meta,
+                flags: EntryFlags(flags),
+                kind: EntryKind::Hardlink {
+                    target: EntryIdx(target as u32),
+                },
+            });
+            continue;
+        }
+        let mode = r.bounded("mode", 0o7777)? as u32;
+        let uid = r.u32_bounded("uid")?;
+        let gid = r.u32_bounded("gid")?;
+        let mtime = r.zigzag("mtime")?;
+        let mtime_nsec = r.bounded("mtime nanoseconds", 999_999_999)? as u32;
+        let meta = Meta {
+            mode,
+            uid,
+            gid,
+            mtime,
+            mtime_nsec,
+        };
+        let kind = match kind_tag {
+            KIND_DIR => EntryKind::Dir,
+            KIND_SYMLINK => {
+                let target = r.bytes("symlink target", limits.max_symlink_len)?;
+                if target.is_empty() || target.contains(&0) {
+                    return Err(Error::BadEntry {
+                        entry: i,
+                        reason: "symlink target is empty or contains NUL".into(),
+                    });
+                }
+                EntryKind::Symlink {
+                    target: target.into(),
+                }
+            }
+            KIND_FILE => {
+                let size = r.bounded("file size", limits.max_file_size)?;
+                let data = match r.u8("file data tag")? {
+                    DATA_INLINE => {
+                        let bytes = r.bytes("inline data", limits.max_inline_len)?;
+                        if bytes.len() as u64 != size {
+                            return Err(Error::BadEntry {
+                                entry: i,
+                                reason: format!(
+                                    "inline data is {} bytes but the size says {size}",
+                                    bytes.len()
+                                ),
+                            });
+                        }
+                        FileData::Inline(bytes.into())
+                    }
+                    DATA_CHUNKS => {
+                        let n = size.div_ceil(u64::from(chunk_size));
+                        if n > r.remaining() as u64 {
+                            return Err(Error::Truncated("chunk list"));
+                        }
+                        let mut slots = Vec::with_capacity(n as usize);
+                        for pos in 0..n {
+                            let s = r.bounded("chunk reference", n_chunks)?;
+                            if s > 0 {
+                                let want =
+                                    (size - pos * u64::from(chunk_size)).min(u64::from(chunk_size));
+                                let have = chunks[(s - 1) as usize].plain_len;
+                                if u64::from(have) != want {
+                                    return Err(Error::BadEntry {
+                                        entry: i,
+                                        reason: format!(
+                                            "chunk {pos} is {have} bytes where the file needs {want}"
+                                        ),
+                                    });
+                                }
+                            }
+                            slots.push(Slot(s as u32));
+                        }
+                        FileData::Chunks(slots.into())
+                    }
+                    t => {
+                        return Err(Error::BadEntry {
+                            entry: i,
+                            reason: format!("unknown file data tag {t}"),
+                        });
+                    }
+                };
+                EntryKind::File { size, data }
+            }
+            t => {
+                return Err(Error::BadEntry {
+                    entry: i,
+                    reason: format!("unknown entry kind {t}"),
+                });
+            }
+        };
+        entries.push(Entry {
+            parent: EntryIdx(parent as u32),
+            name: name.into(),
+            meta,
+            flags: EntryFlags(flags),
+            kind,
+        });
+    }
+    if r.remaining() != 0 {
+        return Err(Error::TrailingBytes(r.remaining()));
+    }
+    Ok(Index {
+        chunk_size,
+        chunks,
+        entries,
+    })
+}

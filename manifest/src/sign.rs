@@ -1,0 +1,250 @@
+//! Publisher keys and the signed index envelope.
+//!
+//! Envelope layout: magic `TEESSIG` + version, the publisher's ed25519 public key (32 bytes),
+//! the signature (64 bytes), then the zstd-compressed index body. The index id is the blake3
+//! of that compressed body; the signature covers a domain tag and the id, so a verified
+//! envelope pins every byte of the index.
+
+use std::io::Read;
+
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+
+use crate::Error;
+use crate::codec;
+use crate::ids::IndexId;
+use crate::index::{Index, Limits};
+
+const MAGIC: &[u8; 7] = b"TEESSIG";
+const VERSION: u8 = 1;
+const HEADER_LEN: usize = 8 + 32 + 64;
+const DOMAIN: &[u8] = b"teesfs-index-v1\0";
+const SECRET_TAG: &str = "teesfs-publisher-secret-v1";
+const PUBLIC_TAG: &str = "teesfs-publisher-v1";
+
+/// A publisher's public key, used to verify indexes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PublicKey(VerifyingKey);
+
+impl std::fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PublicKey({})", self.to_hex())
+    }
+}
+
+impl std::fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl PublicKey {
+    /// From the 32 raw bytes.
+    pub fn from_bytes(bytes: &[u8; 32]) -> Result<Self, Error> {
+        VerifyingKey::from_bytes(bytes)
+            .map(Self)
+            .map_err(|e| Error::BadKey(format!("not an ed25519 public key: {e}")))
+    }
+
+    /// Lower-case hex of the raw key.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0.as_bytes())
+    }
+
+    /// The key file text: `teesfs-publisher-v1 <hex>`.
+    pub fn to_file_text(&self) -> String {
+        format!("{PUBLIC_TAG} {}\n", self.to_hex())
+    }
+
+    /// Parses key file text (or bare hex).
+    pub fn from_file_text(text: &str) -> Result<Self, Error> {
+        let hexpart = parse_tagged(text, PUBLIC_TAG)?;
+        let mut raw = [0u8; 32];
+        hex::decode_to_slice(hexpart, &mut raw)
+            .map_err(|e| Error::BadKey(format!("public key is not 64 hex characters: {e}")))?;
+        Self::from_bytes(&raw)
+    }
+}
+
+/// A publisher's secret signing key.
+pub struct SecretKey(SigningKey);
+
+impl SecretKey {
+    /// A fresh key from the operating system's random generator.
+    pub fn generate() -> Result<Self, Error> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| Error::Random(e.to_string()))?;
+        Ok(Self(SigningKey::from_bytes(&seed)))
+    }
+
+    /// The matching public key.
+    pub fn public(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key())
+    }
+
+    /// The key file text: `teesfs-publisher-secret-v1 <hex seed>`.
+    pub fn to_file_text(&self) -> String {
+        format!("{SECRET_TAG} {}\n", hex::encode(self.0.to_bytes()))
+    }
+
+    /// Parses key file text.
+    pub fn from_file_text(text: &str) -> Result<Self, Error> {
+        let hexpart = parse_tagged(text, SECRET_TAG)?;
+        let mut seed = [0u8; 32];
+        hex::decode_to_slice(hexpart, &mut seed)
+            .map_err(|e| Error::BadKey(format!("secret key is not 64 hex characters: {e}")))?;
+        Ok(Self(SigningKey::from_bytes(&seed)))
+    }
+}
+
+fn parse_tagged<'a>(text: &'a str, tag: &str) -> Result<&'a str, Error> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .ok_or_else(|| Error::BadKey("the key file is empty".into()))?;
+    match line.split_once(' ') {
+        Some((t, rest)) if t == tag => Ok(rest.trim()),
+        Some((t, _)) => Err(Error::BadKey(format!(
+            "expected a `{tag}` key, found `{t}` (wrong kind of key file?)"
+        ))),
+        None if line.len() == 64 => Ok(line),
+        None => Err(Error::BadKey(format!("expected `{tag} <hex>`"))),
+    }
+}
+
+/// A signed, compressed index exactly as stored and sent.
+#[derive(Clone)]
+pub struct SignedIndex {
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for SignedIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedIndex")
+            .field("id", &self.id())
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl SignedIndex {
+    /// Encodes, compresses and signs `index`.
+    pub fn sign(index: &Index, key: &SecretKey, zstd_level: i32) -> Self {
+        let body = codec::encode(index);
+        let compressed = zstd::bulk::compress(&body, zstd_level)
+            .expect("compressing an in-memory buffer cannot fail");
+        let id = IndexId::of(&compressed);
+        let sig = key.0.sign(&signed_message(&id));
+        let mut bytes = Vec::with_capacity(HEADER_LEN + compressed.len());
+        bytes.extend_from_slice(MAGIC);
+        bytes.push(VERSION);
+        bytes.extend_from_slice(key.public().0.as_bytes());
+        bytes.extend_from_slice(&sig.to_bytes());
+        bytes.extend_from_slice(&compressed);
+        Self { bytes }
+    }
+
+    /// Wraps bytes read from a store or the network, checking only the envelope's shape.
+    pub fn from_bytes(bytes: Vec<u8>, limits: &Limits) -> Result<Self, Error> {
+        if bytes.len() as u64 > limits.max_signed_bytes {
+            return Err(Error::LimitExceeded {
+                what: "signed index size",
+                value: bytes.len() as u64,
+                limit: limits.max_signed_bytes,
+            });
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(Error::Truncated("signed index header"));
+        }
+        if &bytes[..7] != MAGIC {
+            return Err(Error::BadMagic {
+                what: "signed index",
+            });
+        }
+        if bytes[7] != VERSION {
+            return Err(Error::UnsupportedVersion {
+                what: "signed index",
+                version: bytes[7],
+            });
+        }
+        Ok(Self { bytes })
+    }
+
+    /// The raw envelope.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The index id (blake3 of the compressed body).
+    pub fn id(&self) -> IndexId {
+        IndexId::of(&self.bytes[HEADER_LEN..])
+    }
+
+    /// The publisher key named in the envelope (not yet trusted).
+    pub fn publisher(&self) -> Result<PublicKey, Error> {
+        let mut raw = [0u8; 32];
+        raw.copy_from_slice(&self.bytes[8..40]);
+        PublicKey::from_bytes(&raw)
+    }
+
+    /// Checks that the signing key is trusted and the signature covers these bytes.
+    pub fn verify(&self, trusted: &[PublicKey]) -> Result<(), Error> {
+        let key = self.publisher()?;
+        let mut sig = [0u8; 64];
+        sig.copy_from_slice(&self.bytes[40..104]);
+        let sig = ed25519_dalek::Signature::from_bytes(&sig);
+        key.0
+            .verify_strict(&signed_message(&self.id()), &sig)
+            .map_err(|_| Error::BadSignature { key: key.to_hex() })?;
+        if !trusted.contains(&key) {
+            return Err(Error::UntrustedKey { key: key.to_hex() });
+        }
+        Ok(())
+    }
+
+    /// Decompresses (bounded by `limits`) and decodes the body. Does not verify.
+    pub fn decode(&self, limits: &Limits) -> Result<Index, Error> {
+        let mut body = Vec::new();
+        let decoder = zstd::stream::read::Decoder::new(&self.bytes[HEADER_LEN..])
+            .map_err(Error::Decompress)?;
+        decoder
+            .take(limits.max_body_bytes + 1)
+            .read_to_end(&mut body)
+            .map_err(Error::Decompress)?;
+        if body.len() as u64 > limits.max_body_bytes {
+            return Err(Error::LimitExceeded {
+                what: "decompressed index size",
+                value: body.len() as u64,
+                limit: limits.max_body_bytes,
+            });
+        }
+        codec::decode(&body, limits)
+    }
+
+    /// Everything a consumer needs in one call: envelope shape, expected id, trusted
+    /// signature, strict decode.
+    pub fn open(
+        bytes: Vec<u8>,
+        expected: Option<IndexId>,
+        trusted: &[PublicKey],
+        limits: &Limits,
+    ) -> Result<(Self, Index), Error> {
+        let signed = Self::from_bytes(bytes, limits)?;
+        if let Some(expected) = expected {
+            let actual = signed.id();
+            if actual != expected {
+                return Err(Error::IdMismatch { expected, actual });
+            }
+        }
+        signed.verify(trusted)?;
+        let index = signed.decode(limits)?;
+        Ok((signed, index))
+    }
+}
+
+fn signed_message(id: &IndexId) -> Vec<u8> {
+    let mut m = Vec::with_capacity(DOMAIN.len() + 32);
+    m.extend_from_slice(DOMAIN);
+    m.extend_from_slice(&id.0);
+    m
+}

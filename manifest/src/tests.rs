@@ -1,0 +1,301 @@
+//! Codec and signature tests: round trips and every way a crafted index must be refused.
+
+use crate::*;
+
+fn meta() -> Meta {
+    Meta {
+        mode: 0o755,
+        uid: 1000,
+        gid: 100,
+        mtime: -5,
+        mtime_nsec: 42,
+    }
+}
+
+fn entry(parent: u32, name: &[u8], kind: EntryKind) -> Entry {
+    Entry {
+        parent: EntryIdx(parent),
+        name: name.into(),
+        meta: meta(),
+        flags: EntryFlags::default(),
+        kind,
+    }
+}
+
+fn sample() -> Index {
+    let big = 5u64 << 30;
+    let cs = 1u32 << 20;
+    let n = big.div_ceil(u64::from(cs));
+    let mut slots = vec![Slot::HOLE; n as usize];
+    slots[3] = Slot::chunk(0);
+    Index {
+        chunk_size: cs,
+        chunks: vec![ChunkInfo {
+            id: ChunkId::of(b"x"),
+            plain_len: cs,
+            stored_len: 100,
+        }],
+        entries: vec![
+            entry(0, b"", EntryKind::Dir),
+            entry(0, b"dir", EntryKind::Dir),
+            entry(
+                1,
+                "ünï code\nname".as_bytes(),
+                EntryKind::File {
+                    size: 3,
+                    data: FileData::Inline((*b"abc").into()),
+                },
+            ),
+            entry(
+                0,
+                b"sparse",
+                EntryKind::File {
+                    size: big,
+                    data: FileData::Chunks(slots.into()),
+                },
+            ),
+            entry(
+                0,
+                b"link",
+                EntryKind::Symlink {
+                    target: (*b"../nowhere").into(),
+                },
+            ),
+            entry(
+                1,
+                b"-hard",
+                EntryKind::Hardlink {
+                    target: EntryIdx(2),
+                },
+            ),
+            entry(
+                0,
+                b"empty",
+                EntryKind::File {
+                    size: 0,
+                    data: FileData::Chunks(Box::default()),
+                },
+            ),
+        ],
+    }
+}
+
+fn sign_and_open(index: &Index) -> Result<Index, Error> {
+    let key = SecretKey::generate().expect("randomness");
+    let signed = SignedIndex::sign(index, &key, 3);
+    SignedIndex::open(
+        signed.as_bytes().to_vec(),
+        Some(signed.id()),
+        &[key.public()],
+        &Limits::default(),
+    )
+    .map(|(_, i)| i)
+}
+
+#[test]
+fn round_trip_keeps_every_entry_kind() {
+    let index = sample();
+    let back = sign_and_open(&index).expect("valid index");
+    assert_eq!(back, index);
+    assert_eq!(back.path_of(EntryIdx(5)), b"dir/-hard");
+}
+
+#[test]
+fn tampered_index_is_refused() {
+    let key = SecretKey::generate().expect("randomness");
+    let signed = SignedIndex::sign(&sample(), &key, 3);
+    let mut bytes = signed.as_bytes().to_vec();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    let err = SignedIndex::open(bytes.clone(), None, &[key.public()], &Limits::default())
+        .expect_err("tampered");
+    assert!(matches!(err, Error::BadSignature { .. }), "{err}");
+    let err = SignedIndex::open(
+        bytes,
+        Some(signed.id()),
+        &[key.public()],
+        &Limits::default(),
+    )
+    .expect_err("tampered");
+    assert!(matches!(err, Error::IdMismatch { .. }), "{err}");
+}
+
+#[test]
+fn wrong_key_is_refused() {
+    let key = SecretKey::generate().expect("randomness");
+    let other = SecretKey::generate().expect("randomness");
+    let signed = SignedIndex::sign(&sample(), &key, 3);
+    let err = SignedIndex::open(
+        signed.as_bytes().to_vec(),
+        None,
+        &[other.public()],
+        &Limits::default(),
+    )
+    .expect_err("untrusted");
+    assert!(matches!(err, Error::UntrustedKey { .. }), "{err}");
+}
+
+#[test]
+fn key_files_round_trip_and_kinds_are_not_confused() {
+    let key = SecretKey::generate().expect("randomness");
+    let text = key.to_file_text();
+    let back = SecretKey::from_file_text(&text).expect("parses");
+    assert_eq!(back.public(), key.public());
+    let pubtext = key.public().to_file_text();
+    assert_eq!(
+        PublicKey::from_file_text(&pubtext).expect("parses"),
+        key.public()
+    );
+    assert!(PublicKey::from_file_text(&text).is_err());
+    assert!(SecretKey::from_file_text(&pubtext).is_err());
+}
+
+fn refused(index: Index) -> Error {
+    sign_and_open(&index).expect_err("crafted index must be refused")
+}
+
+#[test]
+fn bad_names_are_refused() {
+    for name in [
+        &b""[..],
+        b".",
+        b"..",
+        b"a/b",
+        b"nul\0byte",
+        &[b'x'; 256][..],
+    ] {
+        let mut index = sample();
+        index.entries[1].name = name.into();
+        let err = refused(index);
+        assert!(
+            matches!(err, Error::BadName { entry: 1, .. }),
+            "{name:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    let mut index = sample();
+    index.entries[4].name = (*b"sparse").into();
+    assert!(matches!(
+        refused(index),
+        Error::DuplicateName { entry: 4, .. }
+    ));
+}
+
+#[test]
+fn dangling_parent_is_refused() {
+    let mut index = sample();
+    index.entries[2].parent = EntryIdx(99);
+    assert!(matches!(
+        refused(index),
+        Error::DanglingParent {
+            entry: 2,
+            parent: 99
+        }
+    ));
+}
+
+#[test]
+fn cycles_and_forward_parents_are_refused() {
+    let mut index = sample();
+    index.entries[1].parent = EntryIdx(1);
+    assert!(matches!(
+        refused(index),
+        Error::Cycle {
+            entry: 1,
+            parent: 1
+        }
+    ));
+    let mut index = sample();
+    index.entries[1].parent = EntryIdx(5);
+    assert!(matches!(refused(index), Error::Cycle { .. }));
+}
+
+#[test]
+fn parent_must_be_a_directory() {
+    let mut index = sample();
+    index.entries[4].parent = EntryIdx(3);
+    assert!(matches!(
+        refused(index),
+        Error::ParentNotDirectory {
+            entry: 4,
+            parent: 3
+        }
+    ));
+}
+
+#[test]
+fn hardlink_must_name_an_earlier_file() {
+    let mut index = sample();
+    index.entries[5].kind = EntryKind::Hardlink {
+        target: EntryIdx(1),
+    };
+    assert!(matches!(
+        refused(index),
+        Error::BadHardlink { entry: 5, .. }
+    ));
+}
+
+#[test]
+fn size_and_chunk_list_must_agree() {
+    let mut index = sample();
+    if let EntryKind::File { size, .. } = &mut index.entries[2].kind {
+        *size = 4;
+    }
+    assert!(matches!(refused(index), Error::BadEntry { entry: 2, .. }));
+}
+
+#[test]
+fn limits_are_enforced() {
+    let key = SecretKey::generate().expect("randomness");
+    let signed = SignedIndex::sign(&sample(), &key, 3);
+    let tight = Limits {
+        max_entries: 3,
+        ..Limits::default()
+    };
+    let err = signed.decode(&tight).expect_err("too many entries");
+    assert!(
+        matches!(
+            err,
+            Error::LimitExceeded {
+                what: "entry count",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let tiny = Limits {
+        max_body_bytes: 10,
+        ..Limits::default()
+    };
+    assert!(matches!(
+        signed.decode(&tiny),
+        Err(Error::LimitExceeded { .. })
+    ));
+}
+
+#[test]
+fn garbage_never_panics() {
+    let key = SecretKey::generate().expect("randomness");
+    let good = SignedIndex::sign(&sample(), &key, 3).as_bytes().to_vec();
+    // Every truncation and a sweep of single-byte flips: each must be an error or the
+    // original index, never a panic.
+    for n in 0..good.len() {
+        let _ = SignedIndex::open(
+            good[..n].to_vec(),
+            None,
+            &[key.public()],
+            &Limits::default(),
+        );
+    }
+    let body = crate::codec::encode(&sample());
+    for i in 0..body.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut b = body.clone();
+            b[i] ^= bit;
+            let _ = crate::codec::decode(&b, &Limits::default());
+        }
+    }
+}
