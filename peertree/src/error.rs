@@ -1,0 +1,56 @@
+//! The crate's one error type.
+//!
+//! Every variant carries enough context for a command line to tell the operator what to fix:
+//! hostlist errors carry the byte position in the expression, topology errors the line of
+//! `topology.toml`. Nothing here formats for a terminal; callers add carets and hints.
+
+/// Everything that can go wrong in `peertree`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A Slurm hostlist expression is malformed; `pos` is the byte offset of the problem.
+    #[error("bad hostlist `{input}` at position {pos}: {reason}")]
+    Hostlist {
+        /// The whole expression as given.
+        input: String,
+        /// Byte offset into `input` where the problem was found.
+        pos: usize,
+        /// What is wrong there.
+        reason: String,
+    },
+    /// `topology.toml` is not valid TOML or does not match the schema.
+    #[error("topology.toml line {line}: {message}")]
+    TopologySyntax {
+        /// 1-based line of the offending text.
+        line: usize,
+        /// What the parser objected to.
+        message: String,
+    },
+    /// `topology.toml` parses but describes an impossible topology (a node in two groups, ...).
+    #[error("topology.toml line {line}: {message}")]
+    Topology {
+        /// 1-based line of the offending entry.
+        line: usize,
+        /// What is inconsistent.
+        message: String,
+    },
+    /// A topology was built from arguments (not a file) and is inconsistent.
+    #[error("topology: {0}")]
+    TopologyArgs(String),
+    /// A job node does not appear in the topology, so the planner cannot place it.
+    #[error("node `{host}` is not in the topology")]
+    UnknownNode {
+        /// The host name that could not be found.
+        host: String,
+    },
+    /// A planning parameter is out of range (zero width, login node inside the job, ...).
+    #[error("invalid plan request: {0}")]
+    Request(String),
+    /// A strategy name was not recognised.
+    #[error(
+        "unknown strategy `{0}` (expected one of: topo, topo-paper, random, hostlist, flat, storage, auto)"
+    )]
+    UnknownStrategy(String),
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,8 @@
+//! peertree's integration tests, one binary: hostlists, topology files, every strategy's
+//! invariants, and the topology-aware tree's regressions and guarantees.
+
+mod common;
+mod hostlist;
+mod strategies;
+mod topo;
+mod topology;

@@ -1,0 +1,194 @@
+//! The topology-aware tree: the paper's rules, its Fig. 3 situations, and that it never
+//! costs more uplink traffic or hop-bytes than the random and hostlist trees.
+
+use peertree::metrics::measure;
+use peertree::topology::Topology;
+use peertree::{Availability, Plan, PlanOptions, Role, Strategy, plan};
+use proptest::prelude::*;
+
+use crate::common::{cluster, hosts};
+use crate::strategies::case;
+
+const MIB16: u64 = 16 << 20;
+
+fn paper(topology: &Topology, nodes: &[String]) -> Plan {
+    plan(
+        topology,
+        nodes,
+        Strategy::TopoPaper,
+        &PlanOptions::default(),
+    )
+    .expect("plannable")
+}
+
+/// Asserts the paper's rules: a slave hangs under its own proxy when that proxy is in the
+/// tree; orphans only at the last level.
+fn assert_paper_rules(p: &Plan, topology: &Topology) {
+    let depths = p.depths();
+    let orphan: Vec<bool> = (0..p.len())
+        .map(|i| p.orphans.iter().any(|o| o.index() == i))
+        .collect();
+    let deepest_non_orphan = (0..p.len())
+        .filter(|i| !orphan[*i])
+        .map(|i| depths[i])
+        .max()
+        .unwrap_or(0);
+    for id in p.ids() {
+        let Some(t) = p.topo[id.index()] else {
+            continue;
+        };
+        if orphan[id.index()] {
+            assert!(
+                depths[id.index()] >= deepest_non_orphan,
+                "orphan {} above the last level",
+                p.host(id)
+            );
+            continue;
+        }
+        if topology.is_proxy(t) {
+            continue;
+        }
+        let proxy = topology.group(topology.group_of(t)).proxy;
+        let parent = p.parent[id.index()].expect("non-root");
+        assert_eq!(
+            p.topo[parent.index()],
+            Some(proxy),
+            "{} not under its proxy",
+            p.host(id)
+        );
+    }
+}
+
+/// Fig. 3 (a): the ideal job, whole groups. Every slave under its proxy, proxies breadth
+/// first, each group's uplink entered exactly once.
+#[test]
+fn fig3_ideal_whole_groups() {
+    let topology = cluster(17 * 8, 8);
+    let nodes = hosts("cn[0001-0136]");
+    let p = paper(&topology, &nodes);
+    assert_paper_rules(&p, &topology);
+    assert!(p.borrowed.is_empty() && p.orphans.is_empty());
+    // 17 proxies: 15 under the login node, 2 under the first proxy (8 free slots).
+    assert_eq!(p.children[0].len(), 15);
+    let first = p.children[0][0];
+    assert_eq!(p.host(first), "cn0001");
+    assert_eq!(p.children[first.index()].len(), 7 + 2);
+    assert_eq!(p.depth(), 3);
+    let m = measure(&p, &topology, MIB16);
+    assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+    assert_eq!(m.min_uplink_bytes, 17 * MIB16);
+    for g in &m.group_uplink {
+        assert_eq!(
+            g.in_bytes, MIB16,
+            "group {:?} entered more than once",
+            g.group
+        );
+    }
+}
+
+/// Fig. 3 (b): the first and last groups are partial. The first group lacks its proxy and
+/// holds at most half the group, so its nodes are orphans at the last level; the last
+/// group holds its proxy and a few slaves, which hang under it.
+#[test]
+fn fig3_first_and_last_groups_partial() {
+    let topology = cluster(6 * 8, 8);
+    let nodes = hosts("cn[0005-0036]"); // group 1: cn5-8 (no proxy), ..., group 5: cn33-36
+    let p = paper(&topology, &nodes);
+    assert_paper_rules(&p, &topology);
+    assert!(p.borrowed.is_empty());
+    let orphans: Vec<&str> = p.orphans.iter().map(|o| p.host(*o)).collect();
+    assert_eq!(orphans, ["cn0005", "cn0006", "cn0007", "cn0008"]);
+    let last = p.find("cn0033").expect("in job");
+    let under: Vec<&str> = p.children[last.index()]
+        .iter()
+        .map(|c| p.host(*c))
+        .collect();
+    assert_eq!(under, ["cn0034", "cn0035", "cn0036"]);
+    // Each orphan enters group 1 separately in the paper's tree ...
+    let m = measure(&p, &topology, MIB16);
+    assert_eq!(m.uplink_bytes, m.min_uplink_bytes + 3 * MIB16);
+    // ... and once in the improved tree, through a deputy.
+    let better = plan(&topology, &nodes, Strategy::Topo, &PlanOptions::default()).expect("ok");
+    let mb = measure(&better, &topology, MIB16);
+    assert_eq!(mb.uplink_bytes, mb.min_uplink_bytes);
+    assert!(mb.hop_bytes < m.hop_bytes);
+}
+
+/// Fig. 3 (b) with more than half of the first group: its idle proxy is borrowed.
+#[test]
+fn fig3_partial_first_group_borrows_its_idle_proxy() {
+    let topology = cluster(6 * 8, 8);
+    let nodes = hosts("cn[0004-0036]"); // 5 of group 1's 8 nodes
+    let p = paper(&topology, &nodes);
+    assert_paper_rules(&p, &topology);
+    let borrowed: Vec<&str> = p.borrowed.iter().map(|b| p.host(*b)).collect();
+    assert_eq!(borrowed, ["cn0001"]);
+    assert_eq!(p.roles[p.borrowed[0].index()], Role::Borrowed);
+    assert!(p.orphans.is_empty());
+    let m = measure(&p, &topology, MIB16);
+    assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+
+    // Busy proxy: no borrowing, orphans instead.
+    let busy = PlanOptions {
+        availability: Availability::Busy(["cn0001".to_owned()].into()),
+        ..PlanOptions::default()
+    };
+    let p = plan(&topology, &nodes, Strategy::TopoPaper, &busy).expect("ok");
+    assert!(p.borrowed.is_empty());
+    assert_eq!(p.orphans.len(), 5);
+    assert_paper_rules(&p, &topology);
+}
+
+#[test]
+fn a_group_wider_than_the_tree_stays_inside_its_group() {
+    let topology = cluster(64, 32);
+    let nodes = hosts("cn[0001-0064]");
+    for strategy in [Strategy::Topo, Strategy::TopoPaper] {
+        let p = plan(
+            &topology,
+            &nodes,
+            strategy,
+            &PlanOptions {
+                width: 4,
+                ..PlanOptions::default()
+            },
+        )
+        .expect("ok");
+        let m = measure(&p, &topology, 1);
+        assert_eq!(m.uplink_bytes, m.min_uplink_bytes, "{strategy}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// With the group size within the width, the paper's rules hold on any job.
+    #[test]
+    fn paper_rules_hold(case in case()) {
+        prop_assume!(case.width >= case.group_size);
+        let topology = case.topology();
+        let p = plan(&topology, &case.nodes(), Strategy::TopoPaper, &case.options()).expect("ok");
+        assert_paper_rules(&p, &topology);
+        if p.orphans.is_empty() {
+            let m = measure(&p, &topology, 1);
+            prop_assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+        }
+    }
+
+    /// The improved tree enters every group exactly once and never costs more uplink bytes
+    /// or hop-bytes than the random tree (any seed) or Slurm's hostlist tree.
+    #[test]
+    fn topo_never_costs_more_than_random_or_hostlist(case in case()) {
+        let topology = case.topology();
+        let nodes = case.nodes();
+        let opts = case.options();
+        let m = |s| measure(&plan(&topology, &nodes, s, &opts).expect("ok"), &topology, MIB16);
+        let topo = m(Strategy::Topo);
+        prop_assert_eq!(topo.uplink_bytes, topo.min_uplink_bytes);
+        for other in [Strategy::Random, Strategy::Hostlist] {
+            let o = m(other);
+            prop_assert!(topo.uplink_bytes <= o.uplink_bytes, "{} uplink {} < {}", other, o.uplink_bytes, topo.uplink_bytes);
+            prop_assert!(topo.hop_bytes <= o.hop_bytes, "{} hop-bytes {} < {}", other, o.hop_bytes, topo.hop_bytes);
+        }
+    }
+}
