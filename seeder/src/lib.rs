@@ -1,1 +1,16 @@
-//! placeholder
+//! Login-node side of teesfs.
+//!
+//! - [`store`]: the content-addressed store a layer is published into (chunks and signed
+//!   indexes as files in a directory; on a cluster this is where the tree's root reads from,
+//!   and in shared-storage mode what nodes read directly).
+//! - [`publish`](mod@publish): turning a directory into chunks plus a signed index.
+//!
+//! Dependency analysis and push orchestration come later; nothing here talks to the network.
+
+mod error;
+pub mod publish;
+pub mod store;
+
+pub use error::Error;
+pub use publish::{Published, publish};
+pub use store::DirStore;

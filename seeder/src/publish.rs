@@ -1,0 +1,133 @@
+//! Publishing: build the index of a layer directory, store its new chunks, sign the index
+//! and store it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use manifest::build::BuildProgress;
+use manifest::{BuildOptions, BuildReport, Index, IndexId, SecretKey, SignedIndex};
+
+use crate::{DirStore, Error};
+
+/// The result of a publish.
+#[derive(Debug)]
+pub struct Published {
+    /// Id of the signed index.
+    pub id: IndexId,
+    /// The index itself.
+    pub index: Index,
+    /// Size of the signed index file.
+    pub index_bytes: u64,
+    /// What the build did.
+    pub report: BuildReport,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// Publishes `layer` into `store`, signed with `key`.
+pub fn publish(
+    layer: &Path,
+    store: &DirStore,
+    key: &SecretKey,
+    opts: &BuildOptions,
+    progress: &dyn BuildProgress,
+) -> Result<Published, Error> {
+    let start = Instant::now();
+    if !layer.is_dir() {
+        return Err(Error::NotADirectory(layer.to_path_buf()));
+    }
+    let (index, report) = manifest::build(layer, opts, store, progress)?;
+    let signed = SignedIndex::sign(&index, key, 3);
+    let id = store.put_index(&signed)?;
+    tracing::info!(%id, files = report.files, "published");
+    Ok(Published {
+        id,
+        index,
+        index_bytes: signed.as_bytes().len() as u64,
+        report,
+        elapsed: start.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use manifest::build::NoProgress;
+
+    fn write(p: &Path, bytes: &[u8]) {
+        std::fs::create_dir_all(p.parent().expect("has parent")).expect("mkdir");
+        std::fs::write(p, bytes).expect("write");
+    }
+
+    fn count_chunks(store: &Path) -> usize {
+        walk_files(&store.join("chunks"))
+    }
+
+    fn walk_files(p: &Path) -> usize {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.map(|e| {
+                    let e = e.expect("entry");
+                    if e.file_type().expect("type").is_dir() {
+                        walk_files(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn republishing_adds_nothing_and_a_change_adds_only_its_chunks() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let layer = tmp.path().join("layer");
+        let store_dir = tmp.path().join("store");
+        let opts = BuildOptions {
+            chunk_size: 64 << 10,
+            ..BuildOptions::default()
+        };
+        let mut big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+        write(&layer.join("a/big.bin"), &big);
+        write(&layer.join("a/copy.bin"), &big);
+        write(&layer.join("small.txt"), b"hello");
+        let key = SecretKey::generate().expect("key");
+        let store = DirStore::create(&store_dir).expect("store");
+
+        let first = publish(&layer, &store, &key, &opts, &NoProgress).expect("publish");
+        assert_eq!(first.report.new_chunks, first.report.unique_chunks);
+        assert!(first.report.dedup_saved() >= 1 << 20, "copy.bin dedups");
+        let after_first = count_chunks(&store_dir);
+        assert_eq!(after_first as u64, first.report.unique_chunks);
+
+        let again = publish(&layer, &store, &key, &opts, &NoProgress).expect("publish");
+        assert_eq!(again.report.new_chunks, 0);
+        assert_eq!(again.id, first.id, "unchanged layer, same index id");
+        assert_eq!(count_chunks(&store_dir), after_first);
+
+        // Change 1 byte in one chunk of big.bin (copy.bin keeps the old content).
+        big[200_000] ^= 0xff;
+        std::fs::write(layer.join("a/big.bin"), &big).expect("rewrite");
+        let changed = publish(&layer, &store, &key, &opts, &NoProgress).expect("publish");
+        assert_eq!(changed.report.new_chunks, 1);
+        assert_eq!(count_chunks(&store_dir), after_first + 1);
+        assert_ne!(changed.id, first.id);
+    }
+
+    #[test]
+    fn missing_layer_is_a_clear_error() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = DirStore::create(&tmp.path().join("s")).expect("store");
+        let key = SecretKey::generate().expect("key");
+        let err = publish(
+            &tmp.path().join("nope"),
+            &store,
+            &key,
+            &BuildOptions::default(),
+            &NoProgress,
+        )
+        .expect_err("no layer");
+        assert!(err.to_string().contains("not a directory"), "{err}");
+    }
+}
