@@ -20,7 +20,7 @@
 //! Hop-bytes is the sum over tree edges of payload x hops. Pure arithmetic, no I/O.
 
 use crate::plan::{NodeId, Plan};
-use crate::topology::{GroupId, Topology};
+use crate::topology::{GroupId, TopoId, Topology};
 
 /// Bytes over one group's uplink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +66,18 @@ pub struct Metrics {
 
 /// Hops between two hosts of a plan under the model in the module docs.
 pub fn hops(plan: &Plan, topology: &Topology, a: NodeId, b: NodeId) -> u32 {
+    if a == b {
+        return 0;
+    }
+    hops_between(topology, plan.topo[a.index()], plan.topo[b.index()])
+}
+
+/// Hops between two distinct hosts given their topology places (`None`: login or storage,
+/// on the core).
+pub fn hops_between(topology: &Topology, a: Option<TopoId>, b: Option<TopoId>) -> u32 {
     let k = topology.levels().len() as u32;
     let exit = |t| u32::from(!topology.is_proxy(t));
-    match (plan.topo[a.index()], plan.topo[b.index()]) {
-        _ if a == b => 0,
+    match (a, b) {
         (None, None) => 2,
         (None, Some(t)) | (Some(t), None) => exit(t) + 2 + k,
         (Some(x), Some(y)) => {

@@ -15,6 +15,7 @@
 //!   A leader keeps at least one slot for other leaders when `width > 1`.
 
 use super::{Builder, Cursor};
+use crate::metrics::hops_between;
 use crate::plan::NodeId;
 use crate::topology::GroupId;
 
@@ -184,34 +185,67 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         }
     }
 
-    // Deputies: receive-only leaders of orphan groups, under the nearest leader (in
-    // topology order) that still has room, else breadth first anywhere.
+    // Deputies: receive-only leaders of orphan groups, under the closest (fewest hops)
+    // of the root and the nearest leaders with room on either side in topology order.
     let order: Vec<NodeId> = leads.iter().map(|l| l.leader).collect();
     let group_of = |b: &Builder<'_>, id: NodeId| b.topo[id.index()].map(|t| b.topology.group_of(t));
     let usable = |b: &Builder<'_>, id: NodeId| b.depth[id.index()] != u32::MAX && b.spare(id) > 0;
     let mut fallback: Option<Cursor> = None;
-    let mut next = 0;
-    let deputies = orphan_groups
+    // Stranded leaders (only when width 1 leaves leaders no slot) are proxies: first.
+    let deputies = stranded
         .iter()
-        .map(|g| (g[0], &g[1..]))
-        .chain(stranded.iter().copied());
+        .copied()
+        .chain(orphan_groups.iter().map(|g| (g[0], &g[1..])));
+    let mut prev: Option<NodeId> = None;
     for (deputy, rest) in deputies {
         let g = group_of(b, deputy);
-        while next < order.len()
-            && (!usable(b, order[next]) || (group_of(b, order[next]) < g && next + 1 < order.len()))
-        {
-            next += 1;
-        }
-        if next < order.len() && usable(b, order[next]) {
-            b.attach(order[next], deputy);
-        } else {
-            fallback
+        let pos = order.partition_point(|l| group_of(b, *l) < g);
+        let right = order[pos..]
+            .iter()
+            .take(NEAR)
+            .find(|l| usable(b, **l))
+            .copied();
+        let left = order[..pos]
+            .iter()
+            .rev()
+            .take(NEAR)
+            .find(|l| usable(b, **l))
+            .copied();
+        // A nearby slave can be fewer hops away than the root when there are upper levels.
+        let near_slave = |b: &Builder<'_>, l: Option<&NodeId>| {
+            l.and_then(|l| {
+                b.children[l.index()]
+                    .iter()
+                    .copied()
+                    .find(|c| usable(b, *c))
+            })
+        };
+        let candidates = [
+            right,
+            left,
+            Some(b.root()).filter(|r| usable(b, *r)),
+            prev.filter(|p| usable(b, *p)),
+            near_slave(b, order.get(pos)),
+            near_slave(b, pos.checked_sub(1).and_then(|i| order.get(i))),
+        ];
+        let dt = b.topo[deputy.index()];
+        let best = candidates
+            .into_iter()
+            .flatten()
+            .min_by_key(|p| hops_between(b.topology, b.topo[p.index()], dt));
+        match best {
+            Some(p) => b.attach(p, deputy),
+            None => fallback
                 .get_or_insert_with(|| Cursor::new(b.bfs()))
-                .place(b, deputy);
+                .place(b, deputy),
         }
         hang_slaves(b, deputy, slave_slots(rest.len()), rest);
+        prev = Some(deputy);
     }
 }
+
+/// How far either side of its group a deputy looks for a leader with room.
+const NEAR: usize = 16;
 
 /// Places `leads` below `parent` (which has `slots` free): split into `slots` contiguous
 /// spans, each span's first leader a child of `parent` and the parent of the rest of it.
@@ -231,15 +265,55 @@ fn spans<'l>(
         return;
     }
     let k = slots.min(leads.len());
-    let (q, r) = (leads.len() / k, leads.len() % k);
+    let cuts = cut_points(b, leads, k);
     let mut start = 0;
-    for i in 0..k {
-        let len = q + usize::from(i < r);
-        let span = &leads[start..start + len];
-        start += len;
+    for end in cuts {
+        let span = &leads[start..end];
+        start = end;
         let head = &span[0];
         b.attach(parent, head.leader);
         let own = b.width() - slave_slots(head.slaves.len());
         spans(b, head.leader, own, &span[1..], slave_slots, stranded);
     }
+}
+
+/// Ends of `k` contiguous, non-empty spans covering `leads`: as even as possible, each cut
+/// moved to a nearby unit boundary (super node, cabinet) so fewer edges cross units.
+fn cut_points(b: &Builder<'_>, leads: &[Lead], k: usize) -> Vec<usize> {
+    let n = leads.len();
+    let (q, r) = (n / k, n % k);
+    let mut cuts = Vec::with_capacity(k);
+    let mut even = 0;
+    let levels = b.topology.levels().len();
+    let group = |i: usize| {
+        let t = b.topo[leads[i].leader.index()].expect("leaders are in the topology");
+        b.topology.group_of(t)
+    };
+    // True when a cut before `i` separates two units of some level.
+    let boundary = |i: usize| {
+        (0..levels).any(|l| b.topology.unit(l, group(i - 1)) != b.topology.unit(l, group(i)))
+    };
+    for i in 0..k {
+        even += q + usize::from(i < r);
+        let prev = cuts.last().copied().unwrap_or(0);
+        let remaining = k - i - 1;
+        let mut cut = even;
+        if levels > 0 && remaining > 0 && !boundary(even) {
+            let slack = (q / 2).max(1);
+            let lo = (prev + 1).max(even.saturating_sub(slack));
+            let hi = (n - remaining).min(even + slack);
+            cut = (1..=slack)
+                .flat_map(|d| [even.checked_sub(d), Some(even + d)])
+                .flatten()
+                .find(|c| (lo..=hi).contains(c) && boundary(*c))
+                .unwrap_or(even);
+        }
+        let cut = if remaining == 0 {
+            n
+        } else {
+            cut.clamp(prev + 1, n - remaining)
+        };
+        cuts.push(cut);
+    }
+    cuts
 }
