@@ -5,9 +5,13 @@ mod cmd;
 
 use clap::{Parser, Subcommand};
 
-/// teesfs: get a software layer from the login node onto thousands of compute nodes fast.
+/// teesfs gets a software layer from the login node onto thousands of compute nodes fast:
+/// publish it as content-addressed chunks with a signed index, plan a topology-aware tree,
+/// and mount it read-only on every node, fetching what is missing on demand.
+///
+/// Logging goes to stderr; set TEESFS_LOG (e.g. `debug`, `teesfs=trace`) for more.
 #[derive(Debug, Parser)]
-#[command(name = "teesfs", version, about, long_about = None)]
+#[command(name = "teesfs", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -15,13 +19,41 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Create the publisher's signing key pair.
+    Keygen(cmd::keygen::KeygenArgs),
+    /// Publish a layer directory into a store: chunks plus a signed index.
+    Publish(cmd::publish::PublishArgs),
+    /// Check an index's signature and every chunk it references.
+    Verify(cmd::verify::VerifyArgs),
+    /// List a store's indexes, or the entries of one index.
+    Inspect(cmd::inspect::InspectArgs),
+    /// Mount a published layer read-only (FUSE) until Ctrl-C or SIGTERM.
+    Mount(cmd::mount::MountArgs),
     /// Plan the distribution tree for a job and print its metrics.
     Plan(cmd::plan::PlanArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TEESFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
-    match cli.command {
-        Command::Plan(args) => cmd::plan::run(args),
+    let result = match cli.command {
+        Command::Keygen(a) => cmd::keygen::run(a),
+        Command::Publish(a) => cmd::publish::run(a),
+        Command::Verify(a) => cmd::verify::run(a),
+        Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Mount(a) => cmd::mount::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("teesfs: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -1,0 +1,54 @@
+//! `teesfs keygen`: create the publisher's ed25519 key pair.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use manifest::SecretKey;
+
+use super::util;
+
+/// Arguments of `teesfs keygen`.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// Where to write the secret key (the public key goes beside it as `.pub`).
+    /// Default: ~/.config/teesfs/publisher.key
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Replace an existing key (indexes signed with the old key will no longer be trusted
+    /// by nodes that only trust the new one).
+    #[arg(long)]
+    force: bool,
+}
+
+/// Runs `teesfs keygen`.
+pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
+    let secret_path = args.out.unwrap_or_else(util::default_key_path);
+    let public_path = secret_path.with_extension("pub");
+    if secret_path.exists() && !args.force {
+        bail!(
+            "{} already exists; pass --force to replace it",
+            secret_path.display()
+        );
+    }
+    if let Some(dir) = secret_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let key = SecretKey::generate()?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&secret_path)
+        .with_context(|| format!("writing {}", secret_path.display()))?;
+    f.write_all(key.to_file_text().as_bytes())?;
+    std::fs::write(&public_path, key.public().to_file_text())
+        .with_context(|| format!("writing {}", public_path.display()))?;
+    println!("secret key: {} (keep it private)", secret_path.display());
+    println!("public key: {}", public_path.display());
+    println!("fingerprint: {}", key.public());
+    println!("Nodes must trust the public key: copy it to /etc/teesfs/trusted/ on them.");
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! `teesfs mount`: mount a published layer read-only with FUSE and stay in the foreground
+//! until Ctrl-C, SIGTERM or an external unmount.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use manifest::{Limits, SignedIndex};
+use seeder::DirStore;
+use teesfs::fs::fuse::PassthroughConfig;
+use teesfs::fs::mount::{MountConfig, mount};
+use teesfs::source::StoreSource;
+
+use super::util;
+
+/// When to hand complete files to the kernel (FUSE passthrough).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Passthrough {
+    /// When running as root (passthrough needs CAP_SYS_ADMIN).
+    Auto,
+    /// Never: every read is served by this process.
+    Never,
+}
+
+/// Arguments of `teesfs mount`.
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    /// Where to mount (an existing directory).
+    mountpoint: PathBuf,
+    /// The store holding the index and chunks.
+    #[arg(long, value_name = "DIR")]
+    store: PathBuf,
+    /// Index id or unique prefix (see `teesfs inspect --store DIR`).
+    #[arg(long, value_name = "ID")]
+    index: String,
+    /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
+    #[arg(long, value_name = "FILE.pub")]
+    trust: Vec<PathBuf>,
+    /// Memory for decompressed chunks.
+    #[arg(long, default_value = "256MiB", value_parser = util::parse_size)]
+    cache: u64,
+    /// Serve complete files through kernel passthrough (near native speed).
+    #[arg(long, value_enum, default_value_t = Passthrough::Auto)]
+    passthrough: Passthrough,
+    /// Where files are materialised for passthrough (memory-backed by default).
+    #[arg(long, value_name = "DIR", default_value = "/run/teesfs/files")]
+    materialize_dir: PathBuf,
+    /// Files below this size are always served by the daemon.
+    #[arg(long, default_value = "64KiB", value_parser = util::parse_size)]
+    passthrough_min: u64,
+}
+
+/// Runs `teesfs mount`.
+pub fn run(args: MountArgs) -> anyhow::Result<()> {
+    let trusted = util::load_trust(&args.trust)?;
+    let store = DirStore::open(&args.store)?;
+    let id = store.resolve_index(&args.index)?;
+    let (_, index) = SignedIndex::open(
+        store.get_index(&id)?,
+        Some(id),
+        &trusted,
+        &Limits::default(),
+    )
+    .with_context(|| format!("refusing to mount index {id}"))?;
+    let root = nix::unistd::geteuid().is_root();
+    let passthrough = (args.passthrough == Passthrough::Auto && root).then(|| PassthroughConfig {
+        dir: args.materialize_dir.clone(),
+        min_size: args.passthrough_min,
+    });
+    let cfg = MountConfig {
+        cache_bytes: args.cache,
+        passthrough,
+        ..MountConfig::default()
+    };
+    let entries = index.entries.len();
+    let mounted = mount(
+        index,
+        id,
+        Arc::new(StoreSource::new(store)),
+        &args.mountpoint,
+        &cfg,
+    )
+    .with_context(|| {
+        if root {
+            "is /dev/fuse present (modprobe fuse) and the mountpoint an existing directory?"
+        } else {
+            "mounting as a normal user needs fusermount3 (apt-get install fuse3)"
+        }
+    })?;
+    println!(
+        "mounted {id} at {} ({entries} entries, passthrough {}); Ctrl-C to unmount",
+        args.mountpoint.display(),
+        if mounted.passthrough_active() {
+            "on"
+        } else {
+            "off"
+        }
+    );
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _ = tx.send(sig);
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(sig) => {
+                tracing::info!(signal = sig, "unmounting");
+                break;
+            }
+            Err(_) if mounted.is_finished() => {
+                tracing::info!("unmounted externally");
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    handle.close();
+    let stats = mounted.data().stats();
+    mounted.unmount()?;
+    println!(
+        "unmounted {} ({} chunk fetches, {} corrupt chunks refused)",
+        args.mountpoint.display(),
+        stats.fetches,
+        stats.corrupt
+    );
+    Ok(())
+}

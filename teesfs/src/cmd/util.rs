@@ -1,0 +1,100 @@
+//! Small presentation helpers shared by commands: sizes, durations, key locations, logging.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytesize::ByteSize;
+use manifest::{PublicKey, SecretKey};
+
+/// `1.5 MiB`-style sizes.
+pub fn bytes(n: u64) -> String {
+    ByteSize(n).display().iec().to_string()
+}
+
+/// `1.23 s`, `45 ms`, `2m 05s`.
+pub fn duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1000.0)
+    } else if s < 60.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{}m {:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
+/// Parses `64KiB`, `1MiB`, `1048576`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    s.parse::<ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("{s:?} is not a size ({e}); write e.g. 1MiB, 512KiB or 1048576"))
+}
+
+/// The per-user configuration directory: `$TEESFS_CONFIG`, else `$XDG_CONFIG_HOME/teesfs`,
+/// else `~/.config/teesfs`.
+pub fn config_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("TEESFS_CONFIG") {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = std::env::var_os("XDG_CONFIG_HOME") {
+        return PathBuf::from(p).join("teesfs");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".config/teesfs")
+}
+
+/// Default location of the publisher's secret key.
+pub fn default_key_path() -> PathBuf {
+    config_dir().join("publisher.key")
+}
+
+/// Loads a secret key, with a hint when it does not exist yet.
+pub fn load_secret(path: &Path) -> anyhow::Result<SecretKey> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read publisher key {}; create one with `teesfs keygen`",
+            path.display()
+        )
+    })?;
+    SecretKey::from_file_text(&text).with_context(|| format!("in {}", path.display()))
+}
+
+/// Trusted publisher keys: the `--trust` files if given, else the user's own
+/// `publisher.pub`, `*.pub` in `<config>/trusted/` and in `/etc/teesfs/trusted/`.
+pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
+    let mut files: Vec<PathBuf> = explicit.to_vec();
+    if files.is_empty() {
+        let own = config_dir().join("publisher.pub");
+        if own.exists() {
+            files.push(own);
+        }
+        for dir in [
+            config_dir().join("trusted"),
+            PathBuf::from("/etc/teesfs/trusted"),
+        ] {
+            if let Ok(rd) = std::fs::read_dir(&dir) {
+                files.extend(
+                    rd.flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "pub")),
+                );
+            }
+        }
+    }
+    if files.is_empty() {
+        bail!(
+            "no trusted publisher keys: pass --trust FILE.pub, or run `teesfs keygen` \
+             (its publisher.pub is trusted by default), or put keys in {}/trusted/",
+            config_dir().display()
+        );
+    }
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read trusted key {}", f.display()))?;
+            PublicKey::from_file_text(&text).with_context(|| format!("in {}", f.display()))
+        })
+        .collect()
+}

@@ -1,0 +1,107 @@
+//! `teesfs verify`: check an index's signature and every chunk it references.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use manifest::{Limits, SignedIndex, decode_chunk};
+use rayon::prelude::*;
+use seeder::DirStore;
+
+use super::util;
+
+/// Arguments of `teesfs verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The store holding the index and chunks.
+    #[arg(long, value_name = "DIR")]
+    store: PathBuf,
+    /// Index id or unique prefix; default: every index in the store.
+    #[arg(long, value_name = "ID")]
+    index: Option<String>,
+    /// Trusted publisher public key (repeatable). Default: your own publisher.pub and
+    /// keys in ~/.config/teesfs/trusted/ and /etc/teesfs/trusted/.
+    #[arg(long, value_name = "FILE.pub")]
+    trust: Vec<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Runs `teesfs verify`; fails when anything does not verify.
+pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
+    let trusted = util::load_trust(&args.trust)?;
+    let store = DirStore::open(&args.store)?;
+    let ids = match &args.index {
+        Some(p) => vec![store.resolve_index(p)?],
+        None => store.list_indexes()?,
+    };
+    if ids.is_empty() {
+        bail!("store {} holds no index", args.store.display());
+    }
+    let mut bad = 0usize;
+    for id in ids {
+        let bytes = store.get_index(&id)?;
+        let (signed, index) = match SignedIndex::open(bytes, Some(id), &trusted, &Limits::default())
+        {
+            Ok(x) => x,
+            Err(e) => {
+                println!("index {id}: REFUSED: {e}");
+                bad += 1;
+                continue;
+            }
+        };
+        let bar = if args.quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(index.total_stored_bytes()).with_style(
+                ProgressStyle::with_template(
+                    "{spinner} verifying [{bar:30}] {binary_bytes}/{binary_total_bytes}",
+                )
+                .expect("static template is valid")
+                .progress_chars("=> "),
+            )
+        };
+        let problems: Vec<String> = index
+            .chunks
+            .par_iter()
+            .filter_map(|c| {
+                bar.inc(u64::from(c.stored_len));
+                match store.get_chunk(&c.id) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(stored) => decode_chunk(&stored, &c.id, c.plain_len)
+                        .err()
+                        .map(|e| e.to_string()),
+                }
+            })
+            .collect();
+        bar.finish_and_clear();
+        let publisher = signed.publisher().context("publisher key")?;
+        if problems.is_empty() {
+            println!(
+                "index {id}: OK (signed by {}, {} entries, {} chunks, {})",
+                publisher.to_hex().get(..16).unwrap_or_default(),
+                index.entries.len(),
+                index.chunks.len(),
+                util::bytes(index.total_stored_bytes())
+            );
+        } else {
+            bad += 1;
+            println!(
+                "index {id}: {} of {} chunks BAD",
+                problems.len(),
+                index.chunks.len()
+            );
+            for p in problems.iter().take(20) {
+                println!("  {p}");
+            }
+            if problems.len() > 20 {
+                println!("  ... and {} more", problems.len() - 20);
+            }
+        }
+    }
+    if bad > 0 {
+        bail!("{bad} index(es) failed verification");
+    }
+    Ok(())
+}

@@ -1,0 +1,313 @@
+//! File contents: fetching chunks through a [`ChunkSource`], verifying each against its id
+//! before a byte is used, caching plain chunks in a byte-bounded LRU, and keeping at most
+//! one fetch in flight per chunk however many readers wait for it.
+//!
+//! Also materialises whole files into a local cache directory so the FUSE layer can hand
+//! them to the kernel for passthrough reads.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use manifest::{EntryIdx, EntryKind, FileData, decode_chunk};
+use tokio::sync::OnceCell;
+
+use super::FsError;
+use super::tree::Tree;
+use crate::source::ChunkSource;
+
+type Shared = Arc<OnceCell<Result<Arc<[u8]>, FsError>>>;
+
+struct Lru {
+    map: lru::LruCache<u32, Arc<[u8]>>,
+    bytes: u64,
+    budget: u64,
+}
+
+/// Counters for tests and status output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataStats {
+    /// Fetches started through the source.
+    pub fetches: u64,
+    /// Chunks that failed verification.
+    pub corrupt: u64,
+}
+
+/// The content side of a mounted layer.
+pub struct Data {
+    tree: Arc<Tree>,
+    source: Arc<dyn ChunkSource>,
+    cache: Mutex<Lru>,
+    inflight: Mutex<HashMap<u32, Shared>>,
+    stats: Mutex<DataStats>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind, still usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The slots a read of `[off, off + len)` touches, clipped to the file.
+struct Span {
+    start: u64,
+    end: u64,
+}
+
+impl Data {
+    /// Contents over `tree`, from `source`, caching up to `cache_bytes` of plain chunks.
+    pub fn new(tree: Arc<Tree>, source: Arc<dyn ChunkSource>, cache_bytes: u64) -> Self {
+        Self {
+            tree,
+            source,
+            cache: Mutex::new(Lru {
+                map: lru::LruCache::unbounded(),
+                bytes: 0,
+                budget: cache_bytes,
+            }),
+            inflight: Mutex::new(HashMap::new()),
+            stats: Mutex::new(DataStats::default()),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> DataStats {
+        *lock(&self.stats)
+    }
+
+    fn file(&self, e: EntryIdx) -> Result<(u64, &FileData), FsError> {
+        let idx = self.tree.index();
+        match &idx.entry(idx.resolve(e)).kind {
+            EntryKind::File { size, data } => Ok((*size, data)),
+            EntryKind::Dir => Err(FsError::IsDir),
+            _ => Err(FsError::Invalid),
+        }
+    }
+
+    fn span(size: u64, off: u64, len: u32) -> Span {
+        let start = off.min(size);
+        Span {
+            start,
+            end: off.saturating_add(u64::from(len)).min(size),
+        }
+    }
+
+    fn cached(&self, ci: u32) -> Option<Arc<[u8]>> {
+        lock(&self.cache).map.get(&ci).cloned()
+    }
+
+    /// Answers a read from memory if every chunk it needs is cached; `None` means the caller
+    /// must go the slow way ([`Data::read`]) on a task.
+    pub fn read_now(&self, file: EntryIdx, off: u64, len: u32) -> Option<Result<Vec<u8>, FsError>> {
+        let (size, data) = match self.file(file) {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        let span = Self::span(size, off, len);
+        match data {
+            FileData::Inline(bytes) => {
+                Some(Ok(bytes[span.start as usize..span.end as usize].to_vec()))
+            }
+            FileData::Chunks(slots) => {
+                let cs = u64::from(self.tree.index().chunk_size);
+                let mut out = Vec::with_capacity((span.end - span.start) as usize);
+                let mut pos = span.start;
+                while pos < span.end {
+                    let slot = (pos / cs) as usize;
+                    let in_chunk = pos % cs;
+                    let take = (cs - in_chunk).min(span.end - pos) as usize;
+                    match slots[slot].chunk_index() {
+                        None => out.resize(out.len() + take, 0),
+                        Some(ci) => {
+                            let chunk = self.cached(ci as u32)?;
+                            out.extend_from_slice(
+                                &chunk[in_chunk as usize..in_chunk as usize + take],
+                            );
+                        }
+                    }
+                    pos += take as u64;
+                }
+                Some(Ok(out))
+            }
+        }
+    }
+
+    /// Reads `[off, off + len)` of a file, fetching missing chunks (concurrently) and waiting
+    /// for them. Holes read as zeros without a fetch.
+    pub async fn read(
+        self: Arc<Self>,
+        file: EntryIdx,
+        off: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, FsError> {
+        let (size, data) = self.file(file)?;
+        let span = Self::span(size, off, len);
+        let FileData::Chunks(slots) = data else {
+            return self
+                .read_now(file, off, len)
+                .unwrap_or(Err(FsError::Invalid));
+        };
+        let cs = u64::from(self.tree.index().chunk_size);
+        let first = span.start / cs;
+        let last = if span.end > span.start {
+            (span.end - 1) / cs
+        } else {
+            first
+        };
+        let wanted: Vec<u32> = (first..=last.min(slots.len().saturating_sub(1) as u64))
+            .filter_map(|s| slots.get(s as usize).and_then(|x| x.chunk_index()))
+            .map(|c| c as u32)
+            .collect();
+        let fetches = wanted.iter().map(|&ci| self.clone().chunk(ci));
+        for r in futures_join_all(fetches).await {
+            r?;
+        }
+        // Everything needed is now cached unless the budget is smaller than one read; fall
+        // back to a fresh fetch per chunk in that case.
+        if let Some(r) = self.read_now(file, off, len) {
+            return r;
+        }
+        let mut out = Vec::with_capacity((span.end - span.start) as usize);
+        let mut pos = span.start;
+        while pos < span.end {
+            let slot = (pos / cs) as usize;
+            let in_chunk = pos % cs;
+            let take = (cs - in_chunk).min(span.end - pos) as usize;
+            match slots[slot].chunk_index() {
+                None => out.resize(out.len() + take, 0),
+                Some(ci) => {
+                    let chunk = self.clone().chunk(ci as u32).await?;
+                    out.extend_from_slice(&chunk[in_chunk as usize..in_chunk as usize + take]);
+                }
+            }
+            pos += take as u64;
+        }
+        Ok(out)
+    }
+
+    /// One verified chunk, from the cache or a single shared fetch.
+    pub async fn chunk(self: Arc<Self>, ci: u32) -> Result<Arc<[u8]>, FsError> {
+        if let Some(c) = self.cached(ci) {
+            return Ok(c);
+        }
+        let cell = lock(&self.inflight).entry(ci).or_default().clone();
+        let result = cell
+            .get_or_init(|| {
+                let this = self.clone();
+                async move { this.fetch_verified(ci).await.map(Arc::from) }
+            })
+            .await
+            .clone();
+        {
+            let mut inflight = lock(&self.inflight);
+            if inflight.get(&ci).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                inflight.remove(&ci);
+            }
+        }
+        if let Ok(chunk) = &result {
+            self.insert(ci, chunk.clone());
+        }
+        result
+    }
+
+    fn insert(&self, ci: u32, chunk: Arc<[u8]>) {
+        let mut c = lock(&self.cache);
+        if c.map.contains(&ci) || c.budget == 0 {
+            return;
+        }
+        c.bytes += chunk.len() as u64;
+        c.map.put(ci, chunk);
+        while c.bytes > c.budget {
+            match c.map.pop_lru() {
+                Some((_, old)) => c.bytes -= old.len() as u64,
+                None => break,
+            }
+        }
+    }
+
+    /// Fetches and verifies a chunk without caching it.
+    async fn fetch_verified(&self, ci: u32) -> Result<Vec<u8>, FsError> {
+        let info = *self
+            .tree
+            .index()
+            .chunks
+            .get(ci as usize)
+            .ok_or(FsError::Invalid)?;
+        lock(&self.stats).fetches += 1;
+        let stored = self.source.fetch(info).await.map_err(|e| {
+            tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
+            FsError::Unavailable(e)
+        })?;
+        decode_chunk(&stored, &info.id, info.plain_len).map_err(|e| {
+            lock(&self.stats).corrupt += 1;
+            tracing::error!(chunk = %info.id, error = %e, "refusing a corrupt chunk: reads of it fail with EIO");
+            FsError::Corrupt(e.to_string())
+        })
+    }
+
+    /// Whether every chunk of a file is available locally (passthrough candidates).
+    pub fn all_local(&self, file: EntryIdx) -> bool {
+        let idx = self.tree.index();
+        match self.file(file) {
+            Ok((_, FileData::Chunks(slots))) => slots.iter().all(|s| {
+                s.chunk_index()
+                    .is_none_or(|ci| self.source.is_local(&idx.chunks[ci].id))
+            }),
+            _ => false,
+        }
+    }
+
+    /// Writes the whole verified file into `dir` (once; later calls reuse it) and returns
+    /// its path. The name is a digest of the file's chunk list, so equal files share it.
+    pub async fn materialize(
+        self: Arc<Self>,
+        file: EntryIdx,
+        dir: &Path,
+    ) -> Result<PathBuf, FsError> {
+        let (size, data) = self.file(file)?;
+        let FileData::Chunks(slots) = data else {
+            return Err(FsError::Invalid);
+        };
+        let idx = self.tree.index();
+        let mut h = blake3::Hasher::new();
+        h.update(&size.to_le_bytes());
+        for s in slots.iter() {
+            match s.chunk_index() {
+                Some(ci) => h.update(&idx.chunks[ci].id.0),
+                None => h.update(&[0u8; 32]),
+            };
+        }
+        let dest = dir.join(h.finalize().to_hex().as_str());
+        if dest.exists() {
+            return Ok(dest);
+        }
+        let unavailable = |e: std::io::Error| FsError::Unavailable(format!("materialising: {e}"));
+        let tmp = tempfile::NamedTempFile::new_in(dir).map_err(unavailable)?;
+        tmp.as_file().set_len(size).map_err(unavailable)?;
+        let cs = u64::from(idx.chunk_size);
+        for (pos, s) in slots.iter().enumerate() {
+            if let Some(ci) = s.chunk_index() {
+                let plain = self.fetch_verified(ci as u32).await?;
+                tmp.as_file()
+                    .write_all_at(&plain, pos as u64 * cs)
+                    .map_err(unavailable)?;
+            }
+        }
+        tmp.persist(&dest).map_err(|e| unavailable(e.error))?;
+        Ok(dest)
+    }
+}
+
+/// Awaits all futures concurrently, keeping order.
+async fn futures_join_all<F, T>(futs: impl Iterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("chunk fetch tasks do not panic"));
+    }
+    out
+}

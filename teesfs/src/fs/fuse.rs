@@ -1,0 +1,358 @@
+//! The fuser adapter: translates kernel requests into calls on [`Tree`] and [`Data`] and
+//! results into replies. No filesystem logic lives here.
+//!
+//! A read whose chunks are cached is answered on the FUSE thread; any other read moves its
+//! reply into a task on the runtime, so a slow fetch never blocks other requests.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fuser::{
+    AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+};
+use manifest::{EntryKind, FileData};
+
+use super::FsError;
+use super::data::Data;
+use super::tree::{Attr, Ino, NodeKind, Tree};
+
+/// File handles with this bit set were opened for passthrough.
+const PASSTHROUGH_FH: u64 = 1 << 63;
+
+/// How to serve complete files.
+#[derive(Clone, Debug)]
+pub struct PassthroughConfig {
+    /// Where materialised files are kept.
+    pub dir: PathBuf,
+    /// Files smaller than this are served by the daemon (materialising costs an open).
+    pub min_size: u64,
+}
+
+/// The mounted layer as fuser sees it.
+pub struct LayerFs {
+    tree: Arc<Tree>,
+    data: Arc<Data>,
+    rt: tokio::runtime::Handle,
+    passthrough: Option<PassthroughConfig>,
+    passthrough_on: Arc<AtomicBool>,
+    backing: Arc<Mutex<HashMap<u64, (Arc<BackingId>, u32)>>>,
+    next_fh: AtomicU64,
+    ttl: Duration,
+}
+
+fn err(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn file_type(k: NodeKind) -> FileType {
+    match k {
+        NodeKind::Dir => FileType::Directory,
+        NodeKind::File => FileType::RegularFile,
+        NodeKind::Symlink => FileType::Symlink,
+    }
+}
+
+fn to_fuse(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino.0),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: a.mtime,
+        mtime: a.mtime,
+        ctime: a.mtime,
+        crtime: a.mtime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 128 << 10,
+        flags: 0,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl LayerFs {
+    /// A filesystem over `tree` and `data`, running slow work on `rt`.
+    pub fn new(
+        tree: Arc<Tree>,
+        data: Arc<Data>,
+        rt: tokio::runtime::Handle,
+        passthrough: Option<PassthroughConfig>,
+        passthrough_on: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            tree,
+            data,
+            rt,
+            passthrough,
+            passthrough_on,
+            backing: Arc::default(),
+            next_fh: AtomicU64::new(1),
+            // The layer is immutable: the kernel may cache names and attributes for good.
+            ttl: Duration::from_secs(365 * 24 * 3600),
+        }
+    }
+
+    fn passthrough_candidate(&self, ino: Ino) -> Option<PassthroughConfig> {
+        let cfg = self.passthrough.as_ref()?;
+        if !self.passthrough_on.load(Ordering::Relaxed) {
+            return None;
+        }
+        let e = self.tree.entry(ino).ok()?;
+        let idx = self.tree.index();
+        match &idx.entry(idx.resolve(e)).kind {
+            EntryKind::File {
+                size,
+                data: FileData::Chunks(_),
+            } if *size >= cfg.min_size && self.data.all_local(e) => Some(cfg.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl Filesystem for LayerFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        if self.passthrough.is_some() {
+            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            if !ok {
+                tracing::warn!(
+                    "kernel refused FUSE passthrough: serving all reads from the daemon"
+                );
+            }
+            self.passthrough_on.store(ok, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.tree.lookup(Ino(parent.0), name.as_bytes()) {
+            Ok(a) => reply.entry(&self.ttl, &to_fuse(&a), Generation(0)),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.tree.getattr(Ino(ino.0)) {
+            Ok(a) => reply.attr(&self.ttl, &to_fuse(&a)),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.tree.readlink(Ino(ino.0)) {
+            Ok(t) => reply.data(t),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let ino = Ino(ino.0);
+        let attr = match self.tree.getattr(ino) {
+            Ok(a) => a,
+            Err(e) => return reply.error(err(&e)),
+        };
+        if attr.kind == NodeKind::Dir {
+            return reply.error(err(&FsError::IsDir));
+        }
+        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+            return reply.error(err(&FsError::ReadOnly));
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let Some(cfg) = self.passthrough_candidate(ino) else {
+            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+        };
+        if let Some((id, count)) = lock(&self.backing).get_mut(&ino.0) {
+            *count += 1;
+            return reply.opened_passthrough(
+                FileHandle(fh | PASSTHROUGH_FH),
+                FopenFlags::empty(),
+                id,
+            );
+        }
+        let data = self.data.clone();
+        let backing = self.backing.clone();
+        let entry = self
+            .tree
+            .entry(ino)
+            .expect("getattr succeeded, so the inode exists");
+        self.rt.spawn(async move {
+            let opened = async {
+                let path = data.materialize(entry, &cfg.dir).await?;
+                std::fs::File::open(&path).map_err(|e| FsError::Unavailable(e.to_string()))
+            }
+            .await;
+            let file = match opened {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::warn!(error = %e, "passthrough unavailable; serving from the daemon");
+                    return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                }
+            };
+            let mut map = lock(&backing);
+            if let Some((id, count)) = map.get_mut(&ino.0) {
+                *count += 1;
+                return reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), id);
+            }
+            match reply.open_backing(&file) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    map.insert(ino.0, (id.clone(), 1));
+                    reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), &id);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "kernel refused the backing file; serving from the daemon");
+                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                }
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let entry = match self.tree.entry(Ino(ino.0)) {
+            Ok(e) => e,
+            Err(e) => return reply.error(err(&e)),
+        };
+        if let Some(r) = self.data.read_now(entry, offset, size) {
+            return match r {
+                Ok(bytes) => reply.data(&bytes),
+                Err(e) => reply.error(err(&e)),
+            };
+        }
+        let data = self.data.clone();
+        self.rt.spawn(async move {
+            match data.read(entry, offset, size).await {
+                Ok(bytes) => reply.data(&bytes),
+                Err(e) => reply.error(err(&e)),
+            }
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if fh.0 & PASSTHROUGH_FH != 0 {
+            let mut map = lock(&self.backing);
+            if let Some((_, count)) = map.get_mut(&ino.0) {
+                *count -= 1;
+                if *count == 0 {
+                    map.remove(&ino.0);
+                }
+            }
+        }
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing is ever written, so there is nothing to flush.
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.tree.getattr(Ino(ino.0)) {
+            Ok(a) if a.kind == NodeKind::Dir => {
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            Ok(_) => reply.error(err(&FsError::NotDir)),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.tree.readdir(Ino(ino.0), offset) {
+            Ok(items) => {
+                for (next, e) in items {
+                    if reply.add(
+                        INodeNo(e.ino.0),
+                        next,
+                        file_type(e.kind),
+                        OsStr::from_bytes(e.name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let idx = self.tree.index();
+        let blocks = idx.total_file_bytes().div_ceil(4096);
+        reply.statfs(blocks, 0, 0, idx.entries.len() as u64, 0, 4096, 255, 4096);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::NO_XATTR);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.tree.getattr(Ino(ino.0)) {
+            Ok(_) if mask.contains(AccessFlags::W_OK) => reply.error(err(&FsError::ReadOnly)),
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The read-only layer filesystem.
+//!
+//! - [`tree`]: pure navigation over an index (lookup, attributes, listings).
+//! - [`data`]: file contents: chunk fetch through a [`crate::source::ChunkSource`], verify,
+//!   cache, one in-flight fetch per chunk, and materialised files for passthrough.
+//! - [`fuse`]: the thin fuser adapter; the only place that speaks errno.
+//! - [`mount`](mod@mount): mounting, options, and clean unmount on signals.
+
+pub mod data;
+pub mod fuse;
+pub mod mount;
+pub mod tree;
+
+/// Why a filesystem request failed. Mapped to errno in exactly one place ([`FsError::errno`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FsError {
+    /// No such entry or inode.
+    #[error("no such file or directory")]
+    NotFound,
+    /// A directory operation on something else.
+    #[error("not a directory")]
+    NotDir,
+    /// A file operation on a directory.
+    #[error("is a directory")]
+    IsDir,
+    /// The request makes no sense for this inode (readlink on a file).
+    #[error("invalid argument")]
+    Invalid,
+    /// The layer is read-only.
+    #[error("read-only layer")]
+    ReadOnly,
+    /// A chunk failed verification: the data is never returned.
+    #[error("chunk failed verification: {0}")]
+    Corrupt(String),
+    /// A chunk could not be fetched.
+    #[error("chunk unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl FsError {
+    /// The errno for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::Invalid => libc::EINVAL,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::Corrupt(_) | FsError::Unavailable(_) => libc::EIO,
+        }
+    }
+}

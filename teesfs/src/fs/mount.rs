@@ -1,0 +1,166 @@
+//! Mounting a layer: builds the tree and content layers, starts a fuser session with the
+//! right options (read-only, nosuid, nodev, kernel permission checks), and unmounts cleanly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use fuser::{Config, MountOption, SessionACL};
+use manifest::{Index, IndexId};
+
+use super::data::Data;
+use super::fuse::{LayerFs, PassthroughConfig};
+use super::tree::Tree;
+use crate::Error;
+use crate::source::ChunkSource;
+
+/// How a layer is mounted.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// Bytes of plain chunks kept in memory.
+    pub cache_bytes: u64,
+    /// Serve complete local files through kernel passthrough, materialised here.
+    pub passthrough: Option<PassthroughConfig>,
+    /// FUSE worker threads.
+    pub threads: usize,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 256 << 20,
+            passthrough: None,
+            threads: 4,
+        }
+    }
+}
+
+/// A mounted layer. Dropping it unmounts (lazily if files are still open).
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    mountpoint: PathBuf,
+    data: Arc<Data>,
+    passthrough_on: Arc<AtomicBool>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Mounted {
+    /// The content layer (for statistics).
+    pub fn data(&self) -> &Arc<Data> {
+        &self.data
+    }
+
+    /// Where it is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Whether the kernel accepted passthrough for this mount.
+    pub fn passthrough_active(&self) -> bool {
+        self.passthrough_on
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the session ended on its own (someone ran `umount`).
+    pub fn is_finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
+    /// Unmounts now and waits for the session to end.
+    pub fn unmount(mut self) -> Result<(), Error> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), Error> {
+        let result = match self.session.take() {
+            Some(s) => s.umount_and_join().or_else(|e| {
+                // Busy (a process still has a file open): detach so the mount disappears
+                // from the namespace now and goes away when the last user closes.
+                tracing::warn!(error = %e, mountpoint = %self.mountpoint.display(), "unmount busy; detaching");
+                nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::MNT_DETACH)
+                    .map_err(std::io::Error::from)
+            }),
+            None => Ok(()),
+        };
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+        result.map_err(|source| Error::Mount {
+            mountpoint: self.mountpoint.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::error!(error = %e, "unmount failed");
+        }
+    }
+}
+
+/// Mounts `index` at `mountpoint`, reading chunks from `source`.
+pub fn mount(
+    index: Index,
+    id: IndexId,
+    source: Arc<dyn ChunkSource>,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+) -> Result<Mounted, Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("teesfs-io")
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Mount {
+            mountpoint: mountpoint.to_path_buf(),
+            source,
+        })?;
+    let tree = Arc::new(Tree::new(index));
+    let data = Arc::new(Data::new(tree.clone(), source, cfg.cache_bytes));
+    if let Some(pt) = &cfg.passthrough {
+        std::fs::create_dir_all(&pt.dir).map_err(|source| Error::Mount {
+            mountpoint: pt.dir.clone(),
+            source,
+        })?;
+    }
+    let passthrough_on = Arc::new(AtomicBool::new(false));
+    let fs = LayerFs::new(
+        tree,
+        data.clone(),
+        rt.handle().clone(),
+        cfg.passthrough.clone(),
+        passthrough_on.clone(),
+    );
+    let root = nix::unistd::geteuid().is_root();
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(format!("teesfs:{}", id.short())),
+        MountOption::Subtype("teesfs".into()),
+        MountOption::RO,
+        MountOption::NoSuid,
+        MountOption::NoDev,
+        MountOption::DefaultPermissions,
+    ];
+    // Everyone on the node may read the layer (the kernel still checks modes); only root
+    // can grant that without fusermount's user_allow_other.
+    config.acl = if root {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(cfg.threads.max(1));
+    config.clone_fd = true;
+    let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| Error::Mount {
+        mountpoint: mountpoint.to_path_buf(),
+        source,
+    })?;
+    Ok(Mounted {
+        session: Some(session),
+        mountpoint: mountpoint.to_path_buf(),
+        data,
+        passthrough_on,
+        rt: Some(rt),
+    })
+}

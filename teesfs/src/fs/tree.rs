@@ -1,0 +1,343 @@
+//! The pure, read-only view of an index as a filesystem tree: inode numbers, directory
+//! listings sorted for binary-search lookup, link counts and attributes.
+//!
+//! No I/O and no FUSE types here, so it is tested directly. Inode `n` is entry `n - 1`
+//! (FUSE's root inode 1 is entry 0); a hard link resolves to its target's inode.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use manifest::{EntryIdx, EntryKind, Index};
+
+use super::FsError;
+
+/// A FUSE inode number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ino(pub u64);
+
+impl Ino {
+    /// The root directory's inode.
+    pub const ROOT: Ino = Ino(1);
+
+    /// The entry this inode stands for.
+    pub fn entry(self) -> Option<EntryIdx> {
+        self.0
+            .checked_sub(1)
+            .and_then(|i| u32::try_from(i).ok())
+            .map(EntryIdx)
+    }
+
+    /// The inode of an entry.
+    pub fn of(e: EntryIdx) -> Ino {
+        Ino(u64::from(e.0) + 1)
+    }
+}
+
+/// What kind of node an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// Directory.
+    Dir,
+    /// Regular file.
+    File,
+    /// Symbolic link.
+    Symlink,
+}
+
+/// Attributes of an inode, independent of the FUSE crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: Ino,
+    /// Kind.
+    pub kind: NodeKind,
+    /// Size in bytes (symlinks: target length).
+    pub size: u64,
+    /// Permission bits.
+    pub perm: u16,
+    /// Hard link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Modification time (also used for atime and ctime).
+    pub mtime: SystemTime,
+}
+
+/// A listing entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry<'a> {
+    /// Inode of the child (after hard-link resolution).
+    pub ino: Ino,
+    /// Kind of the child.
+    pub kind: NodeKind,
+    /// Name.
+    pub name: &'a [u8],
+}
+
+/// Navigation structures over an [`Index`].
+pub struct Tree {
+    index: Index,
+    /// Children of every directory, as a CSR: `children[start[d]..start[d + 1]]`, sorted by name.
+    start: Vec<u32>,
+    children: Vec<u32>,
+    nlink: Vec<u32>,
+}
+
+impl Tree {
+    /// Builds the lookup tables (O(n log n) in the entry count).
+    pub fn new(index: Index) -> Self {
+        let n = index.entries.len();
+        let mut counts = vec![0u32; n + 1];
+        let mut nlink = vec![1u32; n];
+        for (i, e) in index.entries.iter().enumerate().skip(1) {
+            counts[e.parent.get()] += 1;
+            match e.kind {
+                EntryKind::Dir => nlink[e.parent.get()] += 1,
+                EntryKind::Hardlink { target } => nlink[target.get()] += 1,
+                _ => {}
+            }
+            if matches!(e.kind, EntryKind::Dir) {
+                nlink[i] += 1;
+            }
+        }
+        nlink[0] += 1;
+        let mut start = vec![0u32; n + 1];
+        for i in 0..n {
+            start[i + 1] = start[i] + counts[i];
+        }
+        let mut fill = start.clone();
+        let mut children = vec![0u32; n.saturating_sub(1)];
+        for (i, e) in index.entries.iter().enumerate().skip(1) {
+            let p = e.parent.get();
+            children[fill[p] as usize] = i as u32;
+            fill[p] += 1;
+        }
+        for d in 0..n {
+            let (a, b) = (start[d] as usize, start[d + 1] as usize);
+            if b - a > 1 {
+                children[a..b].sort_unstable_by(|&x, &y| {
+                    index.entries[x as usize]
+                        .name
+                        .cmp(&index.entries[y as usize].name)
+                });
+            }
+        }
+        Self {
+            index,
+            start,
+            children,
+            nlink,
+        }
+    }
+
+    /// The underlying index.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Entry number for an inode, checked.
+    pub fn entry(&self, ino: Ino) -> Result<EntryIdx, FsError> {
+        ino.entry()
+            .filter(|e| e.get() < self.index.entries.len())
+            .ok_or(FsError::NotFound)
+    }
+
+    fn kind_of(&self, e: EntryIdx) -> NodeKind {
+        match self.index.entry(self.index.resolve(e)).kind {
+            EntryKind::Dir => NodeKind::Dir,
+            EntryKind::File { .. } | EntryKind::Hardlink { .. } => NodeKind::File,
+            EntryKind::Symlink { .. } => NodeKind::Symlink,
+        }
+    }
+
+    fn child_slice(&self, dir: EntryIdx) -> &[u32] {
+        let d = dir.get();
+        &self.children[self.start[d] as usize..self.start[d + 1] as usize]
+    }
+
+    /// Finds `name` in directory `parent`.
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr, FsError> {
+        let p = self.entry(parent)?;
+        if !matches!(self.index.entry(p).kind, EntryKind::Dir) {
+            return Err(FsError::NotDir);
+        }
+        let kids = self.child_slice(p);
+        let pos = kids
+            .binary_search_by(|&c| self.index.entries[c as usize].name[..].cmp(name))
+            .map_err(|_| FsError::NotFound)?;
+        Ok(self.attr_of(self.index.resolve(EntryIdx(kids[pos]))))
+    }
+
+    /// Attributes of an inode.
+    pub fn getattr(&self, ino: Ino) -> Result<Attr, FsError> {
+        let e = self.entry(ino)?;
+        Ok(self.attr_of(self.index.resolve(e)))
+    }
+
+    fn attr_of(&self, e: EntryIdx) -> Attr {
+        let entry = self.index.entry(e);
+        let size = match &entry.kind {
+            EntryKind::File { size, .. } => *size,
+            EntryKind::Symlink { target } => target.len() as u64,
+            EntryKind::Dir | EntryKind::Hardlink { .. } => 0,
+        };
+        let m = entry.meta;
+        let mtime = if m.mtime >= 0 {
+            UNIX_EPOCH + Duration::new(m.mtime as u64, m.mtime_nsec)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(m.mtime.unsigned_abs())
+                + Duration::from_nanos(u64::from(m.mtime_nsec))
+        };
+        Attr {
+            ino: Ino::of(e),
+            kind: self.kind_of(e),
+            size,
+            perm: (m.mode & 0o7777) as u16,
+            nlink: self.nlink[e.get()],
+            uid: m.uid,
+            gid: m.gid,
+            mtime,
+        }
+    }
+
+    /// The listing of a directory from position `offset` (0 = start). Positions 0 and 1
+    /// are `.` and `..`; each returned item carries the offset of the next one.
+    pub fn readdir(
+        &self,
+        dir: Ino,
+        offset: u64,
+    ) -> Result<impl Iterator<Item = (u64, DirEntry<'_>)> + '_, FsError> {
+        let d = self.entry(dir)?;
+        let entry = self.index.entry(d);
+        if !matches!(entry.kind, EntryKind::Dir) {
+            return Err(FsError::NotDir);
+        }
+        let dots = [
+            DirEntry {
+                ino: dir,
+                kind: NodeKind::Dir,
+                name: b".",
+            },
+            DirEntry {
+                ino: Ino::of(entry.parent),
+                kind: NodeKind::Dir,
+                name: b"..",
+            },
+        ];
+        let kids = self.child_slice(d).iter().map(move |&c| {
+            let c = EntryIdx(c);
+            DirEntry {
+                ino: Ino::of(self.index.resolve(c)),
+                kind: self.kind_of(c),
+                name: &self.index.entry(c).name,
+            }
+        });
+        Ok(dots
+            .into_iter()
+            .chain(kids)
+            .enumerate()
+            .skip(offset as usize)
+            .map(|(i, e)| (i as u64 + 1, e)))
+    }
+
+    /// A symlink's target.
+    pub fn readlink(&self, ino: Ino) -> Result<&[u8], FsError> {
+        match &self.index.entry(self.entry(ino)?).kind {
+            EntryKind::Symlink { target } => Ok(target),
+            _ => Err(FsError::Invalid),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use manifest::{Entry, EntryFlags, FileData, Meta};
+
+    fn e(parent: u32, name: &str, kind: EntryKind) -> Entry {
+        Entry {
+            parent: EntryIdx(parent),
+            name: name.as_bytes().into(),
+            meta: Meta {
+                mode: 0o644,
+                ..Meta::default()
+            },
+            flags: EntryFlags::default(),
+            kind,
+        }
+    }
+
+    fn tree() -> Tree {
+        let file = EntryKind::File {
+            size: 2,
+            data: FileData::Inline((*b"hi").into()),
+        };
+        Tree::new(Index {
+            chunk_size: 4096,
+            chunks: vec![],
+            entries: vec![
+                e(0, "", EntryKind::Dir),
+                e(0, "zeta", EntryKind::Dir),
+                e(0, "alpha", file.clone()),
+                e(1, "inner", EntryKind::Dir),
+                e(
+                    1,
+                    "hard",
+                    EntryKind::Hardlink {
+                        target: EntryIdx(2),
+                    },
+                ),
+                e(
+                    0,
+                    "ln",
+                    EntryKind::Symlink {
+                        target: (*b"alpha").into(),
+                    },
+                ),
+            ],
+        })
+    }
+
+    #[test]
+    fn lookup_finds_children_and_resolves_hardlinks() {
+        let t = tree();
+        let a = t.lookup(Ino::ROOT, b"alpha").expect("exists");
+        assert_eq!(a.ino, Ino(3));
+        assert_eq!(a.nlink, 2);
+        let zeta = t.lookup(Ino::ROOT, b"zeta").expect("exists");
+        let h = t.lookup(zeta.ino, b"hard").expect("exists");
+        assert_eq!(h.ino, a.ino);
+        assert_eq!(t.lookup(Ino::ROOT, b"nope"), Err(FsError::NotFound));
+        assert_eq!(t.lookup(a.ino, b"x"), Err(FsError::NotDir));
+    }
+
+    #[test]
+    fn directory_link_counts_follow_unix_rules() {
+        let t = tree();
+        assert_eq!(t.getattr(Ino::ROOT).expect("root").nlink, 3);
+        let zeta = t.lookup(Ino::ROOT, b"zeta").expect("exists");
+        assert_eq!(zeta.nlink, 3);
+    }
+
+    #[test]
+    fn readdir_is_sorted_and_resumable() {
+        let t = tree();
+        let all: Vec<_> = t.readdir(Ino::ROOT, 0).expect("dir").collect();
+        let names: Vec<&[u8]> = all.iter().map(|(_, e)| e.name).collect();
+        assert_eq!(names, [&b"."[..], b"..", b"alpha", b"ln", b"zeta"]);
+        let (next, _) = all[2];
+        let rest: Vec<_> = t.readdir(Ino::ROOT, next).expect("dir").collect();
+        assert_eq!(rest.len(), 2);
+        assert_eq!(rest[0].1.name, b"ln");
+    }
+
+    #[test]
+    fn bad_inodes_are_not_found() {
+        let t = tree();
+        assert_eq!(t.getattr(Ino(0)), Err(FsError::NotFound));
+        assert_eq!(t.getattr(Ino(99)), Err(FsError::NotFound));
+        assert_eq!(t.readlink(Ino(6)).expect("symlink"), b"alpha");
+        assert_eq!(t.readlink(Ino(3)), Err(FsError::Invalid));
+    }
+}
