@@ -17,7 +17,8 @@
 //! - login or storage to a compute host: `exit + 2 + k` (login to proxy 2 when `k = 0`);
 //! - login to storage: 2.
 //!
-//! Hop-bytes is the sum over tree edges of payload x hops. Pure arithmetic, no I/O.
+//! Hop-bytes is the sum over tree edges of payload x hops; [`Metrics::min_hop_bytes`] is a
+//! lower bound no plan can beat. Pure arithmetic, no I/O.
 
 use crate::plan::{NodeId, Plan};
 use crate::topology::{GroupId, TopoId, Topology};
@@ -60,6 +61,10 @@ pub struct Metrics {
     pub min_uplink_bytes: u64,
     /// Sum over edges of payload x hops.
     pub hop_bytes: u64,
+    /// A lower bound on hop-bytes for any plan of this job: every job node receives over at
+    /// least one hop, and each group's first entry takes at least two (payload x (nodes +
+    /// groups)).
+    pub min_hop_bytes: u64,
     /// `edges_by_hops[h]` edges span `h` hops.
     pub edges_by_hops: Vec<usize>,
 }
@@ -168,6 +173,7 @@ pub fn measure(plan: &Plan, topology: &Topology, payload: u64) -> Metrics {
         uplink_out_bytes: outb.iter().sum(),
         min_uplink_bytes: payload * groups as u64,
         hop_bytes,
+        min_hop_bytes: payload * (job_nodes + groups) as u64,
         edges_by_hops,
     }
 }

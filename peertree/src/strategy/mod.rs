@@ -167,6 +167,7 @@ pub fn plan(
 }
 
 /// A plan under construction, shared by all strategies.
+#[derive(Clone)]
 pub(crate) struct Builder<'a> {
     topology: &'a Topology,
     opts: &'a PlanOptions,

@@ -168,20 +168,64 @@ pub(super) fn paper(b: &mut Builder<'_>) {
     }
 }
 
-/// The improved variant: deputies for orphan groups, leaders laid out by spans.
+/// The improved variant: deputies for orphan groups, leaders laid out by spans, and the
+/// smallest depth budget the job fits in.
+///
+/// With a budget `D`, a leader at depth `d <= D - 2` hands its slaves to one slave that
+/// fans out inside the group (one hop, same uplink traffic) and keeps the other slots for
+/// leaders, so more proxies fit near the root. Budgets are tried from the W-ary lower bound
+/// up; the first tree that fits is taken.
 pub(super) fn improved(b: &mut Builder<'_>) {
+    let n = b.job.len();
+    let w = b.width() as u64;
+    let (mut budget, mut reach, mut level) = (0u32, 0u64, 1u64);
+    while reach < n as u64 {
+        budget += 1;
+        level = level.saturating_mul(w);
+        reach = reach.saturating_add(level);
+        if w == 1 && budget as usize >= n {
+            break;
+        }
+    }
+    if w == 1 {
+        improved_within(b, None);
+        return;
+    }
+    for d in budget.max(1)..budget.max(1) + 6 {
+        let mut trial = b.clone();
+        improved_within(&mut trial, Some(d));
+        if trial.depth.iter().all(|x| *x <= d) {
+            *b = trial;
+            return;
+        }
+    }
+    improved_within(b, None);
+}
+
+fn improved_within(b: &mut Builder<'_>, budget: Option<u32>) {
     let w = b.width();
     let mut buckets = buckets(b);
     buckets.sort_by_key(|bk| bk.group);
     let (leads, orphan_groups) = classify(b, buckets);
     let slave_slots = |n: usize| if w > 1 { n.min(w - 1) } else { n.min(w) };
+    // Direct slaves of a leader at `depth`: few when the budget leaves room below them.
+    let direct = |n: usize, depth: u32| match budget {
+        Some(d) if n > 0 && depth + 2 <= d => n.div_ceil(w + 1).min(w - 1).max(1),
+        _ => slave_slots(n),
+    };
 
     let mut stranded = Vec::new();
     let root = b.root();
-    spans(b, root, w, &leads, &slave_slots, &mut stranded);
+    spans(b, root, w, &leads, &direct, &mut stranded);
     for lead in &leads {
-        if b.depth[lead.leader.index()] != u32::MAX {
-            hang_slaves(b, lead.leader, slave_slots(lead.slaves.len()), &lead.slaves);
+        let depth = b.depth[lead.leader.index()];
+        if depth != u32::MAX {
+            hang_slaves(
+                b,
+                lead.leader,
+                direct(lead.slaves.len(), depth),
+                &lead.slaves,
+            );
         }
     }
 
@@ -254,7 +298,7 @@ fn spans<'l>(
     parent: NodeId,
     slots: usize,
     leads: &'l [Lead],
-    slave_slots: &dyn Fn(usize) -> usize,
+    slave_slots: &dyn Fn(usize, u32) -> usize,
     stranded: &mut Vec<(NodeId, &'l [NodeId])>,
 ) {
     if leads.is_empty() {
@@ -272,7 +316,7 @@ fn spans<'l>(
         start = end;
         let head = &span[0];
         b.attach(parent, head.leader);
-        let own = b.width() - slave_slots(head.slaves.len());
+        let own = b.width() - slave_slots(head.slaves.len(), b.depth[head.leader.index()]);
         spans(b, head.leader, own, &span[1..], slave_slots, stranded);
     }
 }
