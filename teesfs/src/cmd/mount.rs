@@ -73,6 +73,20 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
         passthrough,
         ..MountConfig::default()
     };
+    // Catch signals before the mount exists, so a signal at any moment after it is
+    // announced leads to a clean unmount rather than a dead daemon and a stale mount.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _ = tx.send(sig);
+        }
+    });
     let entries = index.entries.len();
     let mounted = mount(
         index,
@@ -98,18 +112,6 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
         }
     );
 
-    let (tx, rx) = std::sync::mpsc::channel();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ])?;
-    let handle = signals.handle();
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            let _ = tx.send(sig);
-        }
-    });
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(sig) => {

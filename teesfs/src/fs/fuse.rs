@@ -26,6 +26,10 @@ use super::tree::{Attr, Ino, NodeKind, Tree};
 /// File handles with this bit set were opened for passthrough.
 const PASSTHROUGH_FH: u64 = 1 << 63;
 
+/// Open passthrough backing files by inode, with their open counts: the kernel requires one
+/// backing id per inode for as long as any handle to it is open.
+type BackingMap = Arc<Mutex<HashMap<u64, (Arc<BackingId>, u32)>>>;
+
 /// How to serve complete files.
 #[derive(Clone, Debug)]
 pub struct PassthroughConfig {
@@ -42,7 +46,7 @@ pub struct LayerFs {
     rt: tokio::runtime::Handle,
     passthrough: Option<PassthroughConfig>,
     passthrough_on: Arc<AtomicBool>,
-    backing: Arc<Mutex<HashMap<u64, (Arc<BackingId>, u32)>>>,
+    backing: BackingMap,
     next_fh: AtomicU64,
     ttl: Duration,
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages teesfs's demo and tests need (idempotent; skips what is
+# already there). Run as root on Debian; elsewhere install the same packages yourself.
+set -euo pipefail
+need=()
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v diff >/dev/null 2>&1 || need+=(diffutils)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "teesfs: please install: ${need[*]} (apt-get install ${need[*]})" >&2
+        exit 1
+    fi
+    echo "installing ${need[*]} ..."
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ ! -e /dev/fuse ] && [ "$(id -u)" -eq 0 ]; then
+    modprobe fuse 2>/dev/null || true
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole teesfs test suite: formatting, lints, unit, property and integration tests
+# (real FUSE mounts; run as root so they do not skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked

@@ -1,0 +1,10 @@
+//! teesfs integration tests: one binary, real FUSE mounts, real processes.
+//!
+//! Tests that need root and /dev/fuse skip with a printed reason elsewhere; CI runs as root.
+//! Every mount is made in a fresh temporary directory and torn down by a Drop guard, also
+//! when the test panics.
+
+mod corruption;
+mod roundtrip;
+mod slow_source;
+mod util;

@@ -1,0 +1,116 @@
+//! Publish, mount, compare: a generated tree with every entry kind and a real tree.
+
+use std::path::Path;
+
+use crate::util::{Workspace, assert_same_tree, can_mount, is_mounted, make_tree};
+
+fn roundtrip(src: &Path, extra: &[&str]) {
+    let ws = Workspace::new();
+    let id = ws.publish(src);
+    let guard = ws.mount(&id, "mnt", extra);
+    assert_same_tree(src, &guard.mountpoint);
+    let mp = guard.mountpoint.clone();
+    drop(guard);
+    assert!(!is_mounted(&mp), "mount left behind");
+}
+
+#[test]
+fn generated_tree_round_trips_through_the_daemon_path() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("layer");
+    make_tree(&src, 10_000, 5);
+    roundtrip(&src, &["--passthrough", "never"]);
+}
+
+#[test]
+fn generated_tree_round_trips_with_passthrough() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("layer");
+    make_tree(&src, 200, 1);
+    let ws = Workspace::new();
+    let id = ws.publish(&src);
+    let guard = ws.mount(&id, "mnt", &["--passthrough-min", "1KiB"]);
+    assert!(guard.banner.contains("passthrough on"), "{}", guard.banner);
+    assert_same_tree(&src, &guard.mountpoint);
+    // Passthrough files were materialised from verified chunks.
+    let files = std::fs::read_dir(ws.path().join("mnt-files"))
+        .expect("materialise dir")
+        .count();
+    assert!(files >= 2, "expected materialised files, found {files}");
+}
+
+#[test]
+fn a_real_tree_round_trips() {
+    if !can_mount() {
+        return;
+    }
+    let debian = Path::new("/usr/lib/python3.11");
+    let src = if debian.is_dir() {
+        debian.to_path_buf()
+    } else {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"])
+            .output()
+            .expect("python3");
+        std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    };
+    roundtrip(&src, &[]);
+}
+
+#[test]
+fn sigint_and_sigterm_unmount_cleanly() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("layer");
+    make_tree(&src, 10, 0);
+    let ws = Workspace::new();
+    let id = ws.publish(&src);
+    for (name, sig) in [
+        ("a", nix::sys::signal::Signal::SIGINT),
+        ("b", nix::sys::signal::Signal::SIGTERM),
+    ] {
+        let mut guard = ws.mount(&id, name, &[]);
+        assert!(is_mounted(&guard.mountpoint));
+        assert!(guard.stop_with(sig), "teesfs mount exits 0 on {sig}");
+        assert!(!is_mounted(&guard.mountpoint), "still mounted after {sig}");
+    }
+}
+
+#[test]
+fn mounted_layer_is_read_only_and_nosuid() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("layer");
+    make_tree(&src, 0, 0);
+    let ws = Workspace::new();
+    let id = ws.publish(&src);
+    let guard = ws.mount(&id, "mnt", &[]);
+    let err = std::fs::write(guard.mountpoint.join("new"), b"x").expect_err("read-only");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let err = std::fs::OpenOptions::new()
+        .write(true)
+        .open(guard.mountpoint.join("a/small.txt"))
+        .expect_err("read-only");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let opts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let line = opts
+        .lines()
+        .find(|l| l.contains(guard.mountpoint.to_str().expect("utf8")))
+        .expect("mounted");
+    for flag in ["ro", "nosuid", "nodev"] {
+        assert!(
+            line.split(' ').nth(5).expect("options").split(',').any(|o| o == flag),
+            "{flag} missing: {line}"
+        );
+    }
+}
