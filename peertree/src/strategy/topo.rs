@@ -273,10 +273,12 @@ fn improved_within(b: &mut Builder<'_>, budget: Option<u32>) {
             near_slave(b, pos.checked_sub(1).and_then(|i| order.get(i))),
         ];
         let dt = b.topo[deputy.index()];
-        let best = candidates
-            .into_iter()
-            .flatten()
-            .min_by_key(|p| hops_between(b.topology, b.topo[p.index()], dt));
+        let best = candidates.into_iter().flatten().min_by_key(|p| {
+            (
+                hops_between(b.topology, b.topo[p.index()], dt),
+                b.depth[p.index()],
+            )
+        });
         match best {
             Some(p) => b.attach(p, deputy),
             None => fallback

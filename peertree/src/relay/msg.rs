@@ -1,0 +1,228 @@
+//! Wire messages of the relay protocol and their encoding (postcard over serde), with a
+//! hard size limit checked before decoding so a peer cannot make a node allocate at will.
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::NodeId;
+
+/// Identity of a distribution job (chosen by the root; unique per push).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct JobId(pub u64);
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// The two phases of a push: the urgent set, then everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Phase {
+    /// The application and what it needs to start.
+    Urgent,
+    /// The whole layer (urgent and hysteretic sets).
+    All,
+}
+
+impl Phase {
+    /// Both phases, in order.
+    pub const BOTH: [Phase; 2] = [Phase::Urgent, Phase::All];
+
+    /// Position for per-phase arrays.
+    pub fn index(self) -> usize {
+        match self {
+            Phase::Urgent => 0,
+            Phase::All => 1,
+        }
+    }
+}
+
+/// A node of the tree as the relay and the transport need it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Id in the job's plan.
+    pub id: NodeId,
+    /// Host name.
+    pub host: String,
+    /// Where its daemon listens (`host:port` or `ip:port`).
+    pub addr: String,
+    /// Parent in the plan (the root is its own parent).
+    pub parent: NodeId,
+}
+
+/// Timing of liveness checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Send something at least this often to parent and children (milliseconds).
+    pub heartbeat_ms: u32,
+    /// A peer silent this long is declared failed (milliseconds).
+    pub deadline_ms: u32,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            heartbeat_ms: 1000,
+            deadline_ms: 5000,
+        }
+    }
+}
+
+/// The first message a node receives: its part of the plan and the signed index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    /// The job.
+    pub job: JobId,
+    /// The signed index exactly as published (verified by the receiver before use).
+    pub index: Vec<u8>,
+    /// Which chunk-table positions form the urgent set, in push order, then the rest.
+    /// Carried so every node pushes in the root's order without recomputing it.
+    pub order: Vec<u32>,
+    /// How many of `order` are urgent.
+    pub urgent: u32,
+    /// The receiver's subtree, the receiver first, parents before children.
+    pub subtree: Vec<NodeInfo>,
+    /// The receiver's ancestors, nearest (its parent) first, the root last.
+    pub ancestors: Vec<NodeInfo>,
+    /// Liveness timing for this job.
+    pub timing: Timing,
+}
+
+/// Facts flowing up toward the root. Also serves as the child-to-parent heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// Nodes that completed a phase.
+    pub done: Vec<(NodeId, Phase)>,
+    /// Edges `(parent, child)` whose child stopped answering.
+    pub failed: Vec<(NodeId, NodeId)>,
+    /// Edges `(parent, child)` where the child caught the parent sending a bad chunk.
+    pub liars: Vec<(NodeId, NodeId)>,
+    /// Nodes that re-attached: `(new parent, node)`.
+    pub attached: Vec<(NodeId, NodeId)>,
+    /// Bytes pushed over an edge `(parent, child)`, sent once the child holds everything.
+    pub edge_bytes: Vec<(NodeId, NodeId, u64)>,
+}
+
+impl Report {
+    /// Whether there is nothing to say (a pure heartbeat).
+    pub fn is_empty(&self) -> bool {
+        self.done.is_empty()
+            && self.failed.is_empty()
+            && self.liars.is_empty()
+            && self.attached.is_empty()
+            && self.edge_bytes.is_empty()
+    }
+
+    /// Appends another report's facts.
+    pub fn merge(&mut self, other: Report) {
+        self.done.extend(other.done);
+        self.failed.extend(other.failed);
+        self.liars.extend(other.liars);
+        self.attached.extend(other.attached);
+        self.edge_bytes.extend(other.edge_bytes);
+    }
+}
+
+/// Everything peers say to each other about a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Msg {
+    /// Parent to child: join the job.
+    Start(Box<Start>),
+    /// Parent to child: a chunk's stored bytes (by push, or answering a demand).
+    Chunk {
+        /// Position in the index's chunk table.
+        chunk: u32,
+        /// Whether this answers a demand (travels on the priority stream).
+        demand: bool,
+        /// The stored (encoded) chunk.
+        data: Vec<u8>,
+    },
+    /// Child to parent: a blocked read needs this chunk now.
+    Want {
+        /// Position in the chunk table.
+        chunk: u32,
+    },
+    /// Child to parent: facts for the root, and a heartbeat.
+    Report(Report),
+    /// Parent to child: heartbeat when there is nothing else to send.
+    Ping,
+    /// Orphan to ancestor: adopt me; this is what I already hold (bitset words).
+    Attach {
+        /// Bitset of held chunk positions, 64 per word.
+        have: Vec<u64>,
+    },
+    /// Ancestor to orphan: you are my child now.
+    Adopted,
+    /// Root to everyone, down the tree: the push is over; stop liveness checks.
+    Finished,
+}
+
+/// Largest encoded message accepted (the index rides in `Start`).
+pub const MAX_MESSAGE: usize = 512 << 20;
+
+/// Wire decoding failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The frame is larger than [`MAX_MESSAGE`].
+    #[error("message of {0} bytes exceeds the {MAX_MESSAGE}-byte limit")]
+    TooLarge(usize),
+    /// The bytes are not a valid message.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+impl Msg {
+    /// Encodes for the wire.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("encoding owned data into a Vec cannot fail")
+    }
+
+    /// Decodes bytes from a peer, refusing oversized or malformed input.
+    pub fn decode(bytes: &[u8]) -> Result<Msg, WireError> {
+        if bytes.len() > MAX_MESSAGE {
+            return Err(WireError::TooLarge(bytes.len()));
+        }
+        postcard::from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let msgs = [
+            Msg::Chunk {
+                chunk: 7,
+                demand: true,
+                data: vec![1, 2, 3],
+            },
+            Msg::Want { chunk: 9 },
+            Msg::Report(Report {
+                done: vec![(NodeId(3), Phase::All)],
+                failed: vec![(NodeId(1), NodeId(2))],
+                ..Report::default()
+            }),
+            Msg::Attach {
+                have: vec![u64::MAX, 5],
+            },
+            Msg::Finished,
+        ];
+        for m in msgs {
+            assert_eq!(Msg::decode(&m.encode()).expect("valid"), m);
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for len in 0..64u8 {
+            let bytes: Vec<u8> = (0..len).map(|i| i.wrapping_mul(37).wrapping_add(len)).collect();
+            let _ = Msg::decode(&bytes);
+        }
+        // A huge claimed length must not allocate it.
+        let mut evil = vec![2u8]; // Msg::Chunk
+        evil.extend([0x01, 0x00, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(Msg::decode(&evil).is_err());
+    }
+}
