@@ -7,6 +7,7 @@
 //! - [`strategy`]: the paper's Algorithm 1 (`topo-paper`), the improved `topo`, and the
 //!   baselines (`random`, `hostlist`, `flat`, `storage`, `auto`).
 //! - [`metrics`]: depth, fan-out, group-uplink bytes and hop-bytes of a plan.
+//! - [`relay`]: the distribution protocol as a sans-IO state machine, and its wire messages.
 //!
 //! This crate does no I/O: no files, no environment, no clock, no sockets. Callers read
 //! `topology.toml` and `$SLURM_JOB_NODELIST` and hand the text in.
@@ -15,6 +16,7 @@ pub mod error;
 pub mod hostlist;
 pub mod metrics;
 pub mod plan;
+pub mod relay;
 pub mod strategy;
 pub mod topology;
 

@@ -9,7 +9,9 @@ use crate::strategy::Strategy;
 use crate::topology::TopoId;
 
 /// A node of a plan: index into [`Plan::hosts`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct NodeId(pub u32);
 
 impl NodeId {

@@ -182,7 +182,15 @@ impl Msg {
         if bytes.len() > MAX_MESSAGE {
             return Err(WireError::TooLarge(bytes.len()));
         }
-        postcard::from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))
+        let (msg, rest) =
+            postcard::take_from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(WireError::Malformed(format!(
+                "{} trailing bytes",
+                rest.len()
+            )));
+        }
+        Ok(msg)
     }
 }
 
@@ -217,12 +225,17 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         for len in 0..64u8 {
-            let bytes: Vec<u8> = (0..len).map(|i| i.wrapping_mul(37).wrapping_add(len)).collect();
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| i.wrapping_mul(37).wrapping_add(len))
+                .collect();
             let _ = Msg::decode(&bytes);
         }
         // A huge claimed length must not allocate it.
-        let mut evil = vec![2u8]; // Msg::Chunk
+        let mut evil = vec![1u8]; // Msg::Chunk
         evil.extend([0x01, 0x00, 0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert!(Msg::decode(&evil).is_err());
+        let mut trailing = Msg::Ping.encode();
+        trailing.push(0);
+        assert!(Msg::decode(&trailing).is_err());
     }
 }

@@ -1,0 +1,984 @@
+//! The relay protocol as a sans-IO state machine: one [`Relay`] per node per job.
+//!
+//! Inputs are `handle_*(now, …)` calls, outputs are `poll_*()` calls; there are no sockets
+//! and no clock here. The node daemon drives it under QUIC and the simulator under a
+//! modelled network, so both run the same protocol code.
+//!
+//! What a relay does:
+//! - forwards `Start` (its children's part of the plan plus the signed index) to each child;
+//! - pushes chunks to each child in the root's order (urgent set first) as soon as it holds
+//!   them (cut-through); the transport pulls them with [`Relay::poll_bulk`] when a link has
+//!   room, so a slow child never makes a node buffer the layer;
+//! - answers demand requests (`Want`) at once, or asks its own parent once however many
+//!   children want the same chunk;
+//! - reports completion facts, failed edges, liars and re-attachments up to the root;
+//! - declares a silent child failed after the deadline; a node whose parent is silent or
+//!   lied attaches to its nearest live ancestor, telling it what it already holds so
+//!   nothing is sent twice.
+//!
+//! Chunk contents never pass through here: the caller verifies and stores chunks, then calls
+//! [`Relay::handle_chunk`]; when the relay says "send chunk 12 to node 7" the caller reads the
+//! bytes from its store.
+
+mod msg;
+mod root;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fixedbitset::FixedBitSet;
+
+pub use msg::{JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Report, Start, Timing, WireError};
+use root::RootState;
+
+use crate::plan::NodeId;
+
+/// The push order of a job's chunks, shared by every relay of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// Chunk-table positions in push order: the urgent set first.
+    pub order: Vec<u32>,
+    /// How many of `order` are urgent.
+    pub urgent: usize,
+    /// Stored size of each chunk, by chunk-table position (for byte accounting).
+    pub sizes: Vec<u32>,
+    is_urgent: FixedBitSet,
+}
+
+/// A schedule that does not describe a permutation of the chunk table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid push order: {0}")]
+pub struct ScheduleError(String);
+
+impl Schedule {
+    /// Checks that `order` lists every chunk exactly once and `urgent <= order.len()`.
+    pub fn new(order: Vec<u32>, urgent: usize, sizes: Vec<u32>) -> Result<Self, ScheduleError> {
+        if order.len() != sizes.len() {
+            return Err(ScheduleError(format!(
+                "{} positions for {} chunks",
+                order.len(),
+                sizes.len()
+            )));
+        }
+        if urgent > order.len() {
+            return Err(ScheduleError(format!(
+                "{urgent} urgent chunks out of {}",
+                order.len()
+            )));
+        }
+        let mut seen = FixedBitSet::with_capacity(sizes.len());
+        let mut is_urgent = FixedBitSet::with_capacity(sizes.len());
+        for (i, &c) in order.iter().enumerate() {
+            let c = c as usize;
+            if c >= sizes.len() || seen.put(c) {
+                return Err(ScheduleError(format!("chunk {c} missing or repeated")));
+            }
+            if i < urgent {
+                is_urgent.insert(c);
+            }
+        }
+        Ok(Self {
+            order,
+            urgent,
+            sizes,
+            is_urgent,
+        })
+    }
+
+    /// Number of chunks.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether the layer has no chunks at all.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Whether a chunk is in the urgent set.
+    pub fn urgent_chunk(&self, chunk: u32) -> bool {
+        self.is_urgent.contains(chunk as usize)
+    }
+}
+
+/// Something the caller must send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transmit {
+    /// A control message (`Want` travels on the priority stream, the rest on control).
+    Control {
+        /// Destination.
+        to: NodeId,
+        /// The message.
+        msg: Msg,
+    },
+    /// A chunk answering a demand: read it from the store and send it with priority.
+    DemandChunk {
+        /// Destination.
+        to: NodeId,
+        /// Chunk-table position.
+        chunk: u32,
+    },
+}
+
+/// Things that happened, for logs, progress bars and reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// This node now holds every chunk of a phase.
+    LocalPhaseDone(Phase),
+    /// A child stopped answering and was dropped.
+    ChildFailed(NodeId),
+    /// The parent stopped answering or lied; re-attaching upward.
+    ParentLost(NodeId),
+    /// Adopted by a new parent.
+    Reattached(NodeId),
+    /// A peer sent a chunk that failed verification.
+    BadChunk {
+        /// Who sent it.
+        from: NodeId,
+        /// Which chunk.
+        chunk: u32,
+    },
+    /// Root only: a node completed a phase.
+    NodeDone(NodeId, Phase),
+    /// Root only: every node that can be reached has completed the phase.
+    JobPhaseDone(Phase),
+    /// Root only: an edge failed (`parent -> child`).
+    EdgeFailed(NodeId, NodeId),
+    /// Root only: a node never re-attached after its parent failed; `(planned parent, node)`.
+    Unreachable(NodeId, NodeId),
+    /// Root only: `(parent, child)` where the child caught the parent lying.
+    Liar(NodeId, NodeId),
+    /// Root only: a node re-attached under a new parent.
+    Attached(NodeId, NodeId),
+    /// Root only: bytes pushed over an edge.
+    EdgeBytes(NodeId, NodeId, u64),
+}
+
+/// Who waits for a demanded chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Waiter {
+    Local,
+    Child(NodeId),
+}
+
+#[derive(Debug)]
+struct Child {
+    info: NodeInfo,
+    /// Chunks the child holds or has been sent.
+    sent: FixedBitSet,
+    cursor: usize,
+    /// `Start` has been handed to the transport.
+    started: bool,
+    /// The child has answered since: bulk may flow.
+    ready: bool,
+    last_heard: Instant,
+    last_sent: Instant,
+    bytes: u64,
+}
+
+#[derive(Debug)]
+struct Attaching {
+    /// Index into `ancestors` being asked.
+    target: usize,
+    deadline: Instant,
+}
+
+/// Counters for tests and status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Chunks received that were already held.
+    pub duplicates: u64,
+    /// Chunks received that failed verification.
+    pub bad: u64,
+    /// `Want` messages sent to a parent.
+    pub wants_sent: u64,
+    /// Chunks pushed to children.
+    pub pushed: u64,
+    /// Chunks sent answering demands.
+    pub demand_served: u64,
+}
+
+/// One node's relay state for one job.
+#[derive(Debug)]
+pub struct Relay {
+    job: JobId,
+    me: NodeId,
+    timing: Timing,
+    schedule: Arc<Schedule>,
+    index: Arc<[u8]>,
+    have: FixedBitSet,
+    have_count: usize,
+    urgent_have: usize,
+    local_done: [bool; 2],
+    /// My planned subtree, me first (for handing children their part).
+    subtree: Vec<NodeInfo>,
+    /// Ancestors, nearest first; empty at the root.
+    ancestors: Vec<NodeInfo>,
+    parent: Option<NodeId>,
+    parent_heard: Instant,
+    last_sent_parent: Instant,
+    attaching: Option<Attaching>,
+    children: BTreeMap<NodeId, Child>,
+    control: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    report: Report,
+    /// Completion facts of my subtree, re-sent after re-attaching.
+    done_log: Vec<(NodeId, Phase)>,
+    wants: HashMap<u32, Vec<Waiter>>,
+    asked: HashSet<u32>,
+    finished: bool,
+    stats: RelayStats,
+    root: Option<RootState>,
+}
+
+fn ms(v: u32) -> Duration {
+    Duration::from_millis(u64::from(v))
+}
+
+/// A malformed `Start`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid start message: {0}")]
+pub struct StartError(pub String);
+
+impl Relay {
+    /// The root of a job: holds every chunk. `nodes` is the whole plan, root first, parents
+    /// before children.
+    pub fn new_root(
+        job: JobId,
+        nodes: Vec<NodeInfo>,
+        index: Arc<[u8]>,
+        schedule: Arc<Schedule>,
+        timing: Timing,
+        now: Instant,
+    ) -> Result<Self, StartError> {
+        let me = nodes
+            .first()
+            .ok_or_else(|| StartError("empty plan".into()))?
+            .id;
+        let mut have = FixedBitSet::with_capacity(schedule.len());
+        have.insert_range(..);
+        let root = RootState::new(&nodes, now);
+        let mut r = Self::blank(job, me, timing, schedule, index, nodes, Vec::new(), now);
+        r.have = have;
+        r.have_count = r.schedule.len();
+        r.urgent_have = r.schedule.urgent;
+        r.local_done = [true, true];
+        r.root = Some(root);
+        r.adopt_planned_children(now);
+        r.root_check(now);
+        Ok(r)
+    }
+
+    /// A node joining a job from a verified `Start` (the caller checked the index
+    /// signature and built `schedule` from it).
+    pub fn new_node(
+        start: Start,
+        schedule: Arc<Schedule>,
+        now: Instant,
+    ) -> Result<Self, StartError> {
+        let me = start
+            .subtree
+            .first()
+            .ok_or_else(|| StartError("no subtree".into()))?
+            .id;
+        let parent = start
+            .ancestors
+            .first()
+            .ok_or_else(|| StartError("no ancestors".into()))?
+            .id;
+        if start.timing.deadline_ms == 0 || start.timing.heartbeat_ms == 0 {
+            return Err(StartError("zero heartbeat or deadline".into()));
+        }
+        let index: Arc<[u8]> = start.index.into();
+        let mut r = Self::blank(
+            start.job,
+            me,
+            start.timing,
+            schedule,
+            index,
+            start.subtree,
+            start.ancestors,
+            now,
+        );
+        r.parent = Some(parent);
+        r.adopt_planned_children(now);
+        r.check_local_done();
+        // Tell the parent at once that we are in, so it starts pushing.
+        r.flush_report(now, true);
+        Ok(r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn blank(
+        job: JobId,
+        me: NodeId,
+        timing: Timing,
+        schedule: Arc<Schedule>,
+        index: Arc<[u8]>,
+        subtree: Vec<NodeInfo>,
+        ancestors: Vec<NodeInfo>,
+        now: Instant,
+    ) -> Self {
+        let n = schedule.len();
+        Self {
+            job,
+            me,
+            timing,
+            schedule,
+            index,
+            have: FixedBitSet::with_capacity(n),
+            have_count: 0,
+            urgent_have: 0,
+            local_done: [false, false],
+            subtree,
+            ancestors,
+            parent: None,
+            parent_heard: now,
+            last_sent_parent: now,
+            attaching: None,
+            children: BTreeMap::new(),
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            report: Report::default(),
+            done_log: Vec::new(),
+            wants: HashMap::new(),
+            asked: HashSet::new(),
+            finished: false,
+            stats: RelayStats::default(),
+            root: None,
+        }
+    }
+
+    /// Creates child state for my planned children and queues their `Start`s.
+    fn adopt_planned_children(&mut self, now: Instant) {
+        let kids: Vec<NodeInfo> = self
+            .subtree
+            .iter()
+            .skip(1)
+            .filter(|n| n.parent == self.me)
+            .cloned()
+            .collect();
+        for info in kids {
+            let id = info.id;
+            self.children.insert(
+                id,
+                Child {
+                    info,
+                    sent: FixedBitSet::with_capacity(self.schedule.len()),
+                    cursor: 0,
+                    started: false,
+                    ready: false,
+                    last_heard: now,
+                    last_sent: now,
+                    bytes: 0,
+                },
+            );
+            let start = self.start_for(id);
+            self.control.push_back(Transmit::Control {
+                to: id,
+                msg: Msg::Start(Box::new(start)),
+            });
+        }
+    }
+
+    /// The `Start` for one of my planned children: its subtree and my ancestry.
+    fn start_for(&self, child: NodeId) -> Start {
+        let mut inside: HashSet<NodeId> = HashSet::from([child]);
+        let mut subtree = Vec::new();
+        for n in &self.subtree {
+            if n.id == child || (inside.contains(&n.parent) && n.id != n.parent) {
+                inside.insert(n.id);
+                subtree.push(n.clone());
+            }
+        }
+        let mut ancestors = vec![self.subtree[0].clone()];
+        ancestors.extend(self.ancestors.iter().cloned());
+        Start {
+            job: self.job,
+            index: self.index.to_vec(),
+            order: self.schedule.order.clone(),
+            urgent: self.schedule.urgent as u32,
+            subtree,
+            ancestors,
+            timing: self.timing,
+        }
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// The job.
+    pub fn job(&self) -> JobId {
+        self.job
+    }
+
+    /// The signed index of the job.
+    pub fn index(&self) -> &Arc<[u8]> {
+        &self.index
+    }
+
+    /// The push order.
+    pub fn schedule(&self) -> &Arc<Schedule> {
+        &self.schedule
+    }
+
+    /// Current parent (`None` at the root or while re-attaching).
+    pub fn parent(&self) -> Option<NodeId> {
+        if self.attaching.is_some() {
+            None
+        } else {
+            self.parent
+        }
+    }
+
+    /// Current children.
+    pub fn children(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.children.keys().copied()
+    }
+
+    /// What is known about a peer (children, ancestors, subtree members).
+    pub fn peer(&self, id: NodeId) -> Option<&NodeInfo> {
+        self.children
+            .get(&id)
+            .map(|c| &c.info)
+            .or_else(|| self.ancestors.iter().find(|a| a.id == id))
+            .or_else(|| self.subtree.iter().find(|n| n.id == id))
+    }
+
+    /// Whether this node holds a chunk.
+    pub fn has(&self, chunk: u32) -> bool {
+        self.have.contains(chunk as usize)
+    }
+
+    /// Chunks held.
+    pub fn have_count(&self) -> usize {
+        self.have_count
+    }
+
+    /// Whether this node holds every chunk of `phase`.
+    pub fn local_done(&self, phase: Phase) -> bool {
+        self.local_done[phase.index()]
+    }
+
+    /// Whether the root declared the job finished.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RelayStats {
+        self.stats
+    }
+
+    /// Bytes pushed to each current child.
+    pub fn child_bytes(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.children.iter().map(|(&id, c)| (id, c.bytes))
+    }
+
+    /// Root only: the progress of the whole job.
+    pub fn job_progress(&self) -> Option<root::JobProgress> {
+        self.root.as_ref().map(RootState::progress)
+    }
+
+    fn touch(&mut self, from: NodeId, now: Instant) {
+        if Some(from) == self.parent {
+            self.parent_heard = now;
+        }
+        if let Some(c) = self.children.get_mut(&from) {
+            c.last_heard = now;
+            // The child has its Start (it speaks to us), so chunks sent now will not race
+            // ahead of it on another stream.
+            c.ready = true;
+        }
+    }
+
+    /// A message arrived from `from` (chunks go through [`Relay::handle_chunk`]).
+    pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Msg) {
+        self.touch(from, now);
+        match msg {
+            Msg::Start(_) | Msg::Chunk { .. } => {}
+            Msg::Ping => {}
+            Msg::Want { chunk } => self.on_want(now, Waiter::Child(from), chunk),
+            Msg::Report(r) => {
+                if self.children.contains_key(&from) {
+                    for &(node, phase) in &r.done {
+                        self.done_log.push((node, phase));
+                        if node == from
+                            && phase == Phase::All
+                            && let Some(c) = self.children.get(&from)
+                        {
+                            self.report.edge_bytes.push((self.me, from, c.bytes));
+                        }
+                    }
+                    self.absorb(now, r);
+                }
+            }
+            Msg::Attach { have } => self.on_attach(now, from, &have),
+            Msg::Adopted => {
+                if let Some(a) = &self.attaching
+                    && self.ancestors.get(a.target).map(|n| n.id) == Some(from)
+                {
+                    self.attaching = None;
+                    self.parent = Some(from);
+                    self.parent_heard = now;
+                    self.events.push_back(Event::Reattached(from));
+                    // The old parent may have died before passing these on.
+                    self.report.done.extend(self.done_log.iter().copied());
+                    let asked: Vec<u32> = self.asked.iter().copied().collect();
+                    for chunk in asked {
+                        self.send_want(chunk);
+                    }
+                }
+            }
+            Msg::Finished => {
+                if Some(from) == self.parent && !self.finished {
+                    self.finish();
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        self.finished = true;
+        let kids: Vec<NodeId> = self.children.keys().copied().collect();
+        for id in kids {
+            self.control.push_back(Transmit::Control {
+                to: id,
+                msg: Msg::Finished,
+            });
+        }
+    }
+
+    /// Facts from below: forward up, or process at the root.
+    fn absorb(&mut self, now: Instant, r: Report) {
+        if self.root.is_some() {
+            self.root_absorb(now, r);
+        } else {
+            self.report.merge(r);
+        }
+    }
+
+    fn on_attach(&mut self, now: Instant, from: NodeId, have: &[u64]) {
+        let n = self.schedule.len();
+        let mut sent = FixedBitSet::with_capacity(n);
+        for (w, &word) in have.iter().enumerate().take(n.div_ceil(64)) {
+            for b in 0..64 {
+                let i = w * 64 + b;
+                if i < n && word & (1 << b) != 0 {
+                    sent.insert(i);
+                }
+            }
+        }
+        let info = self
+            .subtree
+            .iter()
+            .find(|x| x.id == from)
+            .cloned()
+            .unwrap_or(NodeInfo {
+                id: from,
+                host: String::new(),
+                addr: String::new(),
+                parent: self.me,
+            });
+        if let Some(c) = self.children.get_mut(&from) {
+            // A repeated Attach: chunks already on their way stay counted as sent.
+            c.sent.union_with(&sent);
+            c.cursor = 0;
+        } else {
+            self.children.insert(
+                from,
+                Child {
+                    info,
+                    sent,
+                    cursor: 0,
+                    started: true,
+                    ready: true,
+                    last_heard: now,
+                    last_sent: now,
+                    bytes: 0,
+                },
+            );
+        }
+        self.control.push_back(Transmit::Control {
+            to: from,
+            msg: Msg::Adopted,
+        });
+        if self.finished {
+            self.control.push_back(Transmit::Control {
+                to: from,
+                msg: Msg::Finished,
+            });
+        }
+        let fact = Report {
+            attached: vec![(self.me, from)],
+            ..Report::default()
+        };
+        self.absorb(now, fact);
+    }
+
+    fn on_want(&mut self, now: Instant, who: Waiter, chunk: u32) {
+        if chunk as usize >= self.schedule.len() {
+            return;
+        }
+        if self.has(chunk) {
+            if let Waiter::Child(c) = who {
+                self.serve_demand(c, chunk, now);
+            }
+            return;
+        }
+        let waiters = self.wants.entry(chunk).or_default();
+        if !waiters.contains(&who) {
+            waiters.push(who);
+        }
+        if self.asked.insert(chunk) {
+            self.send_want(chunk);
+        }
+    }
+
+    fn send_want(&mut self, chunk: u32) {
+        if let Some(p) = self.parent()
+            && self.root.is_none()
+        {
+            self.stats.wants_sent += 1;
+            self.control.push_back(Transmit::Control {
+                to: p,
+                msg: Msg::Want { chunk },
+            });
+        }
+    }
+
+    fn serve_demand(&mut self, child: NodeId, chunk: u32, now: Instant) {
+        if let Some(c) = self.children.get_mut(&child) {
+            if c.sent.put(chunk as usize) {
+                // Already on its way by push; the child will have it shortly.
+                return;
+            }
+            c.bytes += u64::from(self.schedule.sizes[chunk as usize]);
+            c.last_sent = now;
+            self.stats.demand_served += 1;
+            self.control
+                .push_back(Transmit::DemandChunk { to: child, chunk });
+        }
+    }
+
+    /// A blocked local read needs `chunk`.
+    pub fn handle_local_want(&mut self, now: Instant, chunk: u32) {
+        self.on_want(now, Waiter::Local, chunk);
+    }
+
+    /// A chunk arrived from `from`; `valid` says whether it matched its id (the caller
+    /// verified it and, if valid, stored it).
+    pub fn handle_chunk(&mut self, now: Instant, from: NodeId, chunk: u32, valid: bool) {
+        self.touch(from, now);
+        if chunk as usize >= self.schedule.len() {
+            return;
+        }
+        if !valid {
+            self.stats.bad += 1;
+            self.events.push_back(Event::BadChunk { from, chunk });
+            let fact = Report {
+                liars: vec![(from, self.me)],
+                ..Report::default()
+            };
+            if self.attaching.is_some() && Some(from) == self.parent {
+                // Already abandoned this parent; its late chunks change nothing.
+                return;
+            }
+            if Some(from) == self.parent && self.root.is_none() {
+                // Never again from this parent: go to the next ancestor, and tell the
+                // root through it.
+                self.report.merge(fact);
+                self.lose_parent(now);
+            } else {
+                self.absorb(now, fact);
+            }
+            return;
+        }
+        if self.have.put(chunk as usize) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        self.have_count += 1;
+        if self.schedule.urgent_chunk(chunk) {
+            self.urgent_have += 1;
+        }
+        self.asked.remove(&chunk);
+        if let Some(waiters) = self.wants.remove(&chunk) {
+            for w in waiters {
+                if let Waiter::Child(c) = w {
+                    self.serve_demand(c, chunk, now);
+                }
+            }
+        }
+        self.check_local_done();
+    }
+
+    fn check_local_done(&mut self) {
+        let reached = [
+            self.urgent_have == self.schedule.urgent,
+            self.have_count == self.schedule.len(),
+        ];
+        for phase in Phase::BOTH {
+            let i = phase.index();
+            if reached[i] && !self.local_done[i] {
+                self.local_done[i] = true;
+                self.events.push_back(Event::LocalPhaseDone(phase));
+                self.done_log.push((self.me, phase));
+                self.report.done.push((self.me, phase));
+            }
+        }
+    }
+
+    /// The transport could not reach `peer` at all (connection refused or reset):
+    /// act on it now instead of waiting for the deadline.
+    pub fn handle_unreachable(&mut self, now: Instant, peer: NodeId) {
+        if self.children.contains_key(&peer) {
+            self.fail_child(now, peer);
+        } else if self.attaching.is_none() && Some(peer) == self.parent && self.root.is_none() {
+            self.lose_parent(now);
+        } else if let Some(a) = &self.attaching
+            && self.ancestors.get(a.target).map(|n| n.id) == Some(peer)
+        {
+            self.attach_next(now);
+        }
+    }
+
+    fn fail_child(&mut self, now: Instant, child: NodeId) {
+        if self.children.remove(&child).is_none() {
+            return;
+        }
+        self.events.push_back(Event::ChildFailed(child));
+        for waiters in self.wants.values_mut() {
+            waiters.retain(|w| *w != Waiter::Child(child));
+        }
+        let fact = Report {
+            failed: vec![(self.me, child)],
+            ..Report::default()
+        };
+        self.absorb(now, fact);
+    }
+
+    fn lose_parent(&mut self, now: Instant) {
+        if let Some(p) = self.parent {
+            self.events.push_back(Event::ParentLost(p));
+        }
+        let current = self
+            .ancestors
+            .iter()
+            .position(|a| Some(a.id) == self.parent)
+            .unwrap_or(0);
+        self.attaching = Some(Attaching {
+            target: current,
+            deadline: now,
+        });
+        self.attach_next(now);
+    }
+
+    /// Ask the next ancestor up (the root is asked again and again: it never gives up on us).
+    fn attach_next(&mut self, now: Instant) {
+        let Some(a) = &self.attaching else { return };
+        let target = (a.target + 1).min(self.ancestors.len() - 1);
+        let to = self.ancestors[target].id;
+        let words = self
+            .have
+            .as_slice()
+            .iter()
+            .map(|&w| w as u64)
+            .collect::<Vec<u64>>();
+        let have = pack_words(&words, usize::BITS);
+        self.control.push_back(Transmit::Control {
+            to,
+            msg: Msg::Attach { have },
+        });
+        self.attaching = Some(Attaching {
+            target,
+            deadline: now + ms(self.timing.deadline_ms),
+        });
+    }
+
+    /// Time passed: check deadlines and heartbeats.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(a) = &self.attaching
+            && now >= a.deadline
+        {
+            self.attach_next(now);
+        }
+        if self.finished {
+            return;
+        }
+        let deadline = ms(self.timing.deadline_ms);
+        let heartbeat = ms(self.timing.heartbeat_ms);
+        if self.root.is_none()
+            && self.attaching.is_none()
+            && now.saturating_duration_since(self.parent_heard) > deadline
+        {
+            self.lose_parent(now);
+        }
+        let silent: Vec<NodeId> = self
+            .children
+            .iter()
+            .filter(|(_, c)| now.saturating_duration_since(c.last_heard) > deadline)
+            .map(|(&id, _)| id)
+            .collect();
+        for c in silent {
+            self.fail_child(now, c);
+        }
+        for (&id, c) in self.children.iter_mut() {
+            if c.started && now.saturating_duration_since(c.last_sent) >= heartbeat {
+                c.last_sent = now;
+                self.control.push_back(Transmit::Control {
+                    to: id,
+                    msg: Msg::Ping,
+                });
+            }
+        }
+        if self.root.is_none()
+            && self.parent().is_some()
+            && now.saturating_duration_since(self.last_sent_parent) >= heartbeat
+        {
+            // The report (possibly empty) doubles as the heartbeat.
+            self.flush_report(now, true);
+        }
+        if self.root.is_some() {
+            self.root_check(now);
+        }
+    }
+
+    fn flush_report(&mut self, now: Instant, even_empty: bool) {
+        let Some(p) = self.parent() else { return };
+        if self.report.is_empty() && !even_empty {
+            return;
+        }
+        let r = std::mem::take(&mut self.report);
+        self.last_sent_parent = now;
+        self.control.push_back(Transmit::Control {
+            to: p,
+            msg: Msg::Report(r),
+        });
+    }
+
+    /// The next control or demand message to send.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if self.root.is_none() {
+            self.flush_report(now, false);
+        }
+        let t = self.control.pop_front()?;
+        if let Transmit::Control { to, msg } = &t {
+            if let Msg::Start(_) = msg
+                && let Some(c) = self.children.get_mut(to)
+            {
+                c.started = true;
+                c.last_sent = now;
+            }
+            if Some(*to) == self.parent() {
+                self.last_sent_parent = now;
+            } else if let Some(c) = self.children.get_mut(to) {
+                c.last_sent = now;
+            }
+        }
+        Some(t)
+    }
+
+    /// The next chunk to push to `child`, if it is started and the chunk next in order is
+    /// held here. Marks it as sent.
+    pub fn poll_bulk(&mut self, now: Instant, child: NodeId) -> Option<u32> {
+        let order = &self.schedule.order;
+        let c = self.children.get_mut(&child)?;
+        if !c.ready {
+            return None;
+        }
+        while c.cursor < order.len() && c.sent.contains(order[c.cursor] as usize) {
+            c.cursor += 1;
+        }
+        let chunk = *order.get(c.cursor)?;
+        if !self.have.contains(chunk as usize) {
+            return None;
+        }
+        c.sent.insert(chunk as usize);
+        c.cursor += 1;
+        c.bytes += u64::from(self.schedule.sizes[chunk as usize]);
+        c.last_sent = now;
+        self.stats.pushed += 1;
+        Some(chunk)
+    }
+
+    /// Children that have a chunk ready to push right now.
+    pub fn bulk_ready(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let order = &self.schedule.order;
+        self.children.iter().filter_map(move |(&id, c)| {
+            if !c.ready {
+                return None;
+            }
+            let next = order[c.cursor.min(order.len())..]
+                .iter()
+                .find(|&&x| !c.sent.contains(x as usize))?;
+            self.have.contains(*next as usize).then_some(id)
+        })
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Relay::handle_timeout`] should be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let deadline = ms(self.timing.deadline_ms);
+        let heartbeat = ms(self.timing.heartbeat_ms);
+        let mut t: Option<Instant> = self.attaching.as_ref().map(|a| a.deadline);
+        let mut consider = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
+        if let Some(x) = self.root.as_ref().and_then(RootState::next_limbo) {
+            consider(x);
+        }
+        if self.finished {
+            return t;
+        }
+        if self.root.is_none() && self.attaching.is_none() {
+            consider(self.parent_heard + deadline + Duration::from_millis(1));
+            consider(self.last_sent_parent + heartbeat);
+        }
+        for c in self.children.values() {
+            consider(c.last_heard + deadline + Duration::from_millis(1));
+            if c.started {
+                consider(c.last_sent + heartbeat);
+            }
+        }
+        t
+    }
+}
+
+/// The plan as relay node records, root first, parents before children (breadth first).
+/// `addr` maps a host name to where its daemon listens.
+pub fn plan_nodes(plan: &crate::plan::Plan, addr: impl Fn(&str) -> String) -> Vec<NodeInfo> {
+    plan.bfs()
+        .into_iter()
+        .map(|id| NodeInfo {
+            id,
+            host: plan.host(id).to_string(),
+            addr: addr(plan.host(id)),
+            parent: plan.parent[id.index()].unwrap_or(id),
+        })
+        .collect()
+}
+
+/// Re-packs bitset words of `bits` bits each into 64-bit words.
+fn pack_words(words: &[u64], bits: u32) -> Vec<u64> {
+    if bits == 64 {
+        return words.to_vec();
+    }
+    let mut out = vec![0u64; (words.len() * bits as usize).div_ceil(64)];
+    for (i, &w) in words.iter().enumerate() {
+        for b in 0..bits as usize {
+            if w & (1 << b) != 0 {
+                let bit = i * bits as usize + b;
+                out[bit / 64] |= 1 << (bit % 64);
+            }
+        }
+    }
+    out
+}

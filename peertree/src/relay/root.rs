@@ -1,0 +1,221 @@
+//! What only the root does: keep the job-wide picture (who completed which phase, which
+//! edges failed, who is still re-attaching) and decide when each phase is complete.
+//!
+//! A node counts as resolved for a phase when it completed it or is known to be lost. A node
+//! below a failed edge is "in limbo" until it re-attaches somewhere; if it does not within
+//! three deadlines it is declared unreachable, with the planned edge above it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use fixedbitset::FixedBitSet;
+
+use super::{Event, NodeInfo, Phase, Relay, Report};
+use crate::plan::NodeId;
+
+/// Job-wide progress as the root sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobProgress {
+    /// Nodes in the job (the root excluded).
+    pub nodes: usize,
+    /// Nodes that completed each phase.
+    pub done: [usize; 2],
+    /// Nodes declared failed or unreachable.
+    pub failed: usize,
+    /// Whether each phase is complete for every reachable node.
+    pub complete: [bool; 2],
+}
+
+#[derive(Debug)]
+pub(super) struct RootState {
+    me: NodeId,
+    planned_parent: HashMap<NodeId, NodeId>,
+    /// Where each node hangs now (re-attachments move nodes).
+    current_parent: HashMap<NodeId, NodeId>,
+    planned_children: HashMap<NodeId, Vec<NodeId>>,
+    members: FixedBitSet,
+    total: usize,
+    done: [FixedBitSet; 2],
+    done_count: [usize; 2],
+    failed: FixedBitSet,
+    failed_count: usize,
+    limbo: BTreeMap<NodeId, Instant>,
+    complete: [bool; 2],
+    grace: Duration,
+}
+
+impl RootState {
+    pub(super) fn new(nodes: &[NodeInfo], _now: Instant) -> Self {
+        let me = nodes[0].id;
+        let cap = nodes.iter().map(|n| n.id.index() + 1).max().unwrap_or(1);
+        let mut planned_parent = HashMap::new();
+        let mut planned_children: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        let mut members = FixedBitSet::with_capacity(cap);
+        for n in nodes.iter().skip(1) {
+            planned_parent.insert(n.id, n.parent);
+            planned_children.entry(n.parent).or_default().push(n.id);
+            members.insert(n.id.index());
+        }
+        Self {
+            me,
+            current_parent: planned_parent.clone(),
+            planned_parent,
+            planned_children,
+            total: members.count_ones(..),
+            members,
+            done: [
+                FixedBitSet::with_capacity(cap),
+                FixedBitSet::with_capacity(cap),
+            ],
+            done_count: [0, 0],
+            failed: FixedBitSet::with_capacity(cap),
+            failed_count: 0,
+            limbo: BTreeMap::new(),
+            complete: [false, false],
+            grace: Duration::ZERO,
+        }
+    }
+
+    pub(super) fn progress(&self) -> JobProgress {
+        JobProgress {
+            nodes: self.total,
+            done: self.done_count,
+            failed: self.failed_count,
+            complete: self.complete,
+        }
+    }
+
+    pub(super) fn next_limbo(&self) -> Option<Instant> {
+        self.limbo.values().min().copied()
+    }
+
+    fn member(&self, n: NodeId) -> bool {
+        self.members.contains(n.index())
+    }
+
+    fn resolved(&self, phase: Phase) -> usize {
+        // done ∪ failed, counted without double-counting failed nodes that had completed.
+        let i = phase.index();
+        let failed_not_done = self.failed.difference(&self.done[i]).count();
+        self.done_count[i] + failed_not_done
+    }
+
+    fn descendants(&self, n: NodeId) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        let mut stack = vec![n];
+        while let Some(x) = stack.pop() {
+            if let Some(kids) = self.planned_children.get(&x) {
+                for &k in kids {
+                    out.push(k);
+                    stack.push(k);
+                }
+            }
+        }
+        out
+    }
+
+    /// A node is alive after all (it reported or re-attached).
+    fn revive(&mut self, n: NodeId) {
+        self.limbo.remove(&n);
+        if self.failed.contains(n.index()) {
+            self.failed.set(n.index(), false);
+            self.failed_count -= 1;
+        }
+    }
+
+    fn fail(&mut self, n: NodeId) -> bool {
+        self.limbo.remove(&n);
+        if !self.member(n) || self.failed.put(n.index()) {
+            return false;
+        }
+        self.failed_count += 1;
+        true
+    }
+}
+
+impl Relay {
+    pub(super) fn root_absorb(&mut self, now: Instant, r: Report) {
+        let grace = std::time::Duration::from_millis(u64::from(self.timing.deadline_ms) * 3);
+        let Some(root) = self.root.as_mut() else {
+            return;
+        };
+        root.grace = grace;
+        for (parent, node) in r.attached {
+            if !root.member(node) {
+                continue;
+            }
+            root.revive(node);
+            root.current_parent.insert(node, parent);
+            for d in root.descendants(node) {
+                root.limbo.remove(&d);
+            }
+            self.events.push_back(Event::Attached(parent, node));
+        }
+        for (node, phase) in r.done {
+            if !root.member(node) {
+                continue;
+            }
+            root.revive(node);
+            let i = phase.index();
+            if !root.done[i].put(node.index()) {
+                root.done_count[i] += 1;
+                self.events.push_back(Event::NodeDone(node, phase));
+            }
+        }
+        for (parent, child) in r.failed {
+            if !root.member(child) || root.done[Phase::All.index()].contains(child.index()) {
+                // A node that already holds everything is not lost to the job.
+                continue;
+            }
+            if root.current_parent.get(&child) != Some(&parent) {
+                // A former parent noticing that the node left it: not a failure.
+                continue;
+            }
+            if root.fail(child) {
+                self.events.push_back(Event::EdgeFailed(parent, child));
+            }
+            for d in root.descendants(child) {
+                let settled = root.done[Phase::All.index()].contains(d.index())
+                    || root.failed.contains(d.index());
+                if !settled {
+                    root.limbo.entry(d).or_insert(now + grace);
+                }
+            }
+        }
+        for (parent, child) in r.liars {
+            self.events.push_back(Event::Liar(parent, child));
+        }
+        for (p, c, b) in r.edge_bytes {
+            self.events.push_back(Event::EdgeBytes(p, c, b));
+        }
+        self.root_check(now);
+    }
+
+    pub(super) fn root_check(&mut self, now: Instant) {
+        let Some(root) = self.root.as_mut() else {
+            return;
+        };
+        let expired: Vec<NodeId> = root
+            .limbo
+            .iter()
+            .filter(|&(_, &t)| t <= now)
+            .map(|(&n, _)| n)
+            .collect();
+        for n in expired {
+            let parent = root.planned_parent.get(&n).copied().unwrap_or(root.me);
+            if root.fail(n) {
+                self.events.push_back(Event::Unreachable(parent, n));
+            }
+        }
+        for phase in Phase::BOTH {
+            let i = phase.index();
+            if !root.complete[i] && root.limbo.is_empty() && root.resolved(phase) == root.total {
+                root.complete[i] = true;
+                self.events.push_back(Event::JobPhaseDone(phase));
+            }
+        }
+        if root.complete == [true, true] && !self.finished {
+            self.finish();
+        }
+    }
+}

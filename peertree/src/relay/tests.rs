@@ -1,0 +1,369 @@
+//! The relay driven by an in-memory network with a fake clock: many nodes, reordering,
+//! dead nodes, a liar, demand de-duplication. No sockets, no sleeps.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::topology::Topology;
+use crate::{PlanOptions, Strategy};
+
+enum Item {
+    Msg(Msg),
+    Chunk { chunk: u32 },
+}
+
+struct Net {
+    now: Instant,
+    schedule: Arc<Schedule>,
+    relays: BTreeMap<NodeId, Relay>,
+    dead: HashSet<NodeId>,
+    liars: HashSet<NodeId>,
+    queue: Vec<(Instant, u64, NodeId, NodeId, Item)>,
+    seq: u64,
+    latency: Duration,
+    jitter: Option<ChaCha8Rng>,
+    /// Chunks pushed per child per tick (0: no bulk traffic at all).
+    rate: usize,
+    received: HashMap<NodeId, Vec<u32>>,
+    wants: HashMap<(NodeId, NodeId), usize>,
+    root_events: Vec<Event>,
+    root_id: NodeId,
+}
+
+fn plan(groups: usize, group: usize, strategy: Strategy) -> crate::Plan {
+    let cluster = format!("cn[{:03}-{:03}]", 1, groups * group);
+    let nodes = crate::hostlist::expand(&cluster).expect("hostlist");
+    let topo =
+        Topology::generated(&nodes, group, crate::topology::ProxyPick::First).expect("topology");
+    let opts = PlanOptions {
+        width: 4,
+        ..PlanOptions::default()
+    };
+    crate::plan(&topo, &nodes, strategy, &opts).expect("plan")
+}
+
+impl Net {
+    fn new(plan: &crate::Plan, chunks: usize, urgent: usize) -> Self {
+        let now = Instant::now();
+        let order: Vec<u32> = (0..chunks as u32).rev().collect();
+        let schedule = Arc::new(Schedule::new(order, urgent, vec![1000; chunks]).expect("valid"));
+        let nodes = plan_nodes(plan, |h| format!("{h}:7000"));
+        let root = Relay::new_root(
+            JobId(1),
+            nodes,
+            Arc::from(&b"index"[..]),
+            schedule.clone(),
+            Timing {
+                heartbeat_ms: 100,
+                deadline_ms: 500,
+            },
+            now,
+        )
+        .expect("root");
+        let root_id = root.me();
+        let mut relays = BTreeMap::new();
+        relays.insert(root_id, root);
+        Self {
+            now,
+            schedule,
+            relays,
+            dead: HashSet::new(),
+            liars: HashSet::new(),
+            queue: Vec::new(),
+            seq: 0,
+            latency: Duration::from_millis(2),
+            jitter: None,
+            rate: 1,
+            received: HashMap::new(),
+            wants: HashMap::new(),
+            root_events: Vec::new(),
+            root_id,
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, item: Item) {
+        let extra = self.jitter.as_mut().map_or(0, |r| r.random_range(0..20u64));
+        let at = self.now + self.latency + Duration::from_millis(extra);
+        self.seq += 1;
+        self.queue.push((at, self.seq, from, to, item));
+    }
+
+    fn step(&mut self) {
+        // Deliver what is due, in time order.
+        self.queue.sort_by_key(|(t, s, ..)| (*t, *s));
+        let due = self.queue.partition_point(|(t, ..)| *t <= self.now);
+        let items: Vec<_> = self.queue.drain(..due).collect();
+        for (_, _, from, to, item) in items {
+            if self.dead.contains(&to) || self.dead.contains(&from) {
+                continue;
+            }
+            match item {
+                Item::Msg(Msg::Start(start)) if !self.relays.contains_key(&to) => {
+                    let r = Relay::new_node(*start, self.schedule.clone(), self.now)
+                        .expect("valid start");
+                    assert_eq!(r.me(), to);
+                    self.relays.insert(to, r);
+                }
+                Item::Msg(m) => {
+                    if let Msg::Want { .. } = m {
+                        *self.wants.entry((from, to)).or_default() += 1;
+                    }
+                    if let Some(r) = self.relays.get_mut(&to) {
+                        r.handle_message(self.now, from, m);
+                    }
+                }
+                Item::Chunk { chunk } => {
+                    let valid = !self.liars.contains(&from);
+                    if valid {
+                        self.received.entry(to).or_default().push(chunk);
+                    }
+                    if let Some(r) = self.relays.get_mut(&to) {
+                        r.handle_chunk(self.now, from, chunk, valid);
+                    }
+                }
+            }
+        }
+        // Let every live relay act.
+        let ids: Vec<NodeId> = self.relays.keys().copied().collect();
+        for id in ids {
+            if self.dead.contains(&id) {
+                continue;
+            }
+            let mut out = Vec::new();
+            let r = self.relays.get_mut(&id).expect("exists");
+            if r.poll_timeout().is_some_and(|t| t <= self.now) {
+                r.handle_timeout(self.now);
+            }
+            while let Some(t) = r.poll_transmit(self.now) {
+                out.push(t);
+            }
+            let kids: Vec<NodeId> = r.children().collect();
+            let mut bulk = Vec::new();
+            for k in kids {
+                for _ in 0..self.rate {
+                    match r.poll_bulk(self.now, k) {
+                        Some(c) => bulk.push((k, c)),
+                        None => break,
+                    }
+                }
+            }
+            while let Some(e) = r.poll_event() {
+                if id == self.root_id {
+                    self.root_events.push(e);
+                }
+            }
+            for t in out {
+                match t {
+                    Transmit::Control { to, msg } => self.send(id, to, Item::Msg(msg)),
+                    Transmit::DemandChunk { to, chunk } => self.send(id, to, Item::Chunk { chunk }),
+                }
+            }
+            for (to, chunk) in bulk {
+                self.send(id, to, Item::Chunk { chunk });
+            }
+        }
+        self.now += Duration::from_millis(1);
+    }
+
+    fn run_until(&mut self, limit: usize, f: impl Fn(&Net) -> bool) {
+        for _ in 0..limit {
+            if f(self) {
+                return;
+            }
+            self.step();
+        }
+        panic!(
+            "did not converge in {limit} steps; root events: {:?}",
+            self.root_events
+        );
+    }
+
+    fn job_done(&self, phase: Phase) -> bool {
+        self.root_events.contains(&Event::JobPhaseDone(phase))
+    }
+
+    fn root(&self) -> &Relay {
+        &self.relays[&self.root_id]
+    }
+}
+
+fn assert_everyone_has_everything(net: &Net, plan: &crate::Plan) {
+    for id in plan.ids().skip(1) {
+        if net.dead.contains(&id) || net.liars.contains(&id) {
+            continue;
+        }
+        let r = net
+            .relays
+            .get(&id)
+            .unwrap_or_else(|| panic!("{id:?} never started"));
+        assert_eq!(r.have_count(), net.schedule.len(), "{id:?} incomplete");
+        assert_eq!(r.stats().duplicates, 0, "{id:?} received a chunk twice");
+    }
+}
+
+#[test]
+fn every_node_gets_everything_exactly_once_urgent_first() {
+    let p = plan(5, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 30, 10);
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    assert_everyone_has_everything(&net, &p);
+    let urgent_at = net
+        .root_events
+        .iter()
+        .position(|e| *e == Event::JobPhaseDone(Phase::Urgent))
+        .expect("urgent phase done");
+    let all_at = net
+        .root_events
+        .iter()
+        .position(|e| *e == Event::JobPhaseDone(Phase::All))
+        .expect("all done");
+    assert!(urgent_at < all_at);
+    // Without demand traffic every node receives the urgent set before anything else.
+    for (node, got) in &net.received {
+        let first_rest = got.iter().position(|&c| !net.schedule.urgent_chunk(c));
+        let last_urgent = got.iter().rposition(|&c| net.schedule.urgent_chunk(c));
+        if let (Some(a), Some(b)) = (first_rest, last_urgent) {
+            assert!(
+                b < a,
+                "{node:?} got a hysteretic chunk before the urgent set"
+            );
+        }
+    }
+    let progress = net.root().job_progress().expect("root");
+    assert_eq!(progress.done, [p.len() - 1, p.len() - 1]);
+    net.run_until(1_000, |n| n.relays.values().all(Relay::finished));
+}
+
+#[test]
+fn reordered_delivery_still_completes_without_duplicates() {
+    for seed in 0..5 {
+        let p = plan(3, 8, Strategy::Random);
+        let mut net = Net::new(&p, 20, 5);
+        net.jitter = Some(ChaCha8Rng::seed_from_u64(seed));
+        net.run_until(50_000, |n| n.job_done(Phase::All));
+        assert_everyone_has_everything(&net, &p);
+    }
+}
+
+#[test]
+fn a_dead_proxy_is_reported_and_its_children_reattach() {
+    let p = plan(4, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 40, 10);
+    // Let the push get going, then kill a proxy that has children.
+    net.run_until(10_000, |n| n.relays.len() > p.len() / 2);
+    let victim = p
+        .ids()
+        .skip(1)
+        .find(|&id| !p.children[id.index()].is_empty() && net.relays.contains_key(&id))
+        .expect("a relaying node");
+    let vparent = p.parent[victim.index()].expect("not root");
+    net.dead.insert(victim);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    assert!(
+        net.root_events
+            .contains(&Event::EdgeFailed(vparent, victim)),
+        "failed edge reported: {:?}",
+        net.root_events
+    );
+    for &k in &p.children[victim.index()] {
+        assert!(
+            net.root_events
+                .iter()
+                .any(|e| matches!(e, Event::Attached(_, n) if *n == k)),
+            "{k:?} re-attached"
+        );
+    }
+    assert_everyone_has_everything(&net, &p);
+    let progress = net.root().job_progress().expect("root");
+    assert_eq!(progress.failed, 1);
+}
+
+#[test]
+fn a_cut_off_group_is_reported_edge_by_edge() {
+    let p = plan(3, 4, Strategy::Topo);
+    let mut net = Net::new(&p, 10, 3);
+    // Kill a proxy and every node below it before anything starts.
+    let proxy = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.parent[id.index()] == Some(p.root) && !p.children[id.index()].is_empty())
+        .expect("a proxy under the root");
+    let below = p.subtree(proxy);
+    for &n in &below {
+        net.dead.insert(n);
+    }
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    assert!(net.root_events.contains(&Event::EdgeFailed(p.root, proxy)));
+    for &n in below.iter().filter(|&&n| n != proxy) {
+        let parent = p.parent[n.index()].expect("has parent");
+        assert!(
+            net.root_events.contains(&Event::Unreachable(parent, n)),
+            "{n:?} reported unreachable below {parent:?}: {:?}",
+            net.root_events
+        );
+    }
+    assert_everyone_has_everything(&net, &p);
+}
+
+#[test]
+fn a_liar_is_caught_and_its_children_fetch_from_an_ancestor() {
+    let p = plan(3, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 20, 5);
+    let liar = p
+        .ids()
+        .skip(1)
+        .find(|&id| !p.children[id.index()].is_empty())
+        .expect("a relaying node");
+    net.liars.insert(liar);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    assert!(
+        net.root_events
+            .iter()
+            .any(|e| matches!(e, Event::Liar(l, _) if *l == liar)),
+        "liar reported: {:?}",
+        net.root_events
+    );
+    assert_everyone_has_everything(&net, &p);
+}
+
+#[test]
+fn concurrent_demands_make_one_request_per_edge() {
+    let p = plan(3, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 20, 5);
+    net.rate = 0; // no bulk push: only demand traffic moves chunks
+    net.run_until(10_000, |n| n.relays.len() == p.len());
+    let chunk = 7;
+    let leaves: Vec<NodeId> = p
+        .ids()
+        .skip(1)
+        .filter(|&id| p.children[id.index()].is_empty())
+        .collect();
+    for &leaf in &leaves {
+        let now = net.now;
+        net.relays
+            .get_mut(&leaf)
+            .expect("started")
+            .handle_local_want(now, chunk);
+    }
+    net.run_until(10_000, |n| leaves.iter().all(|l| n.relays[l].has(chunk)));
+    for (&(from, to), &n) in &net.wants {
+        assert_eq!(n, 1, "{from:?} -> {to:?} asked {n} times");
+        assert_eq!(p.parent[from.index()], Some(to), "wants go to the parent");
+    }
+    let asked: HashSet<NodeId> = net.wants.keys().map(|&(from, _)| from).collect();
+    let expected: HashSet<NodeId> = p.ids().skip(1).collect();
+    assert_eq!(asked, expected, "every node on a leaf's path asked once");
+}
+
+#[test]
+fn schedules_must_be_permutations() {
+    assert!(Schedule::new(vec![0, 1, 1], 1, vec![1; 3]).is_err());
+    assert!(Schedule::new(vec![0, 5], 1, vec![1; 2]).is_err());
+    assert!(Schedule::new(vec![1, 0], 3, vec![1; 2]).is_err());
+    assert!(Schedule::new(vec![1, 0], 1, vec![1; 2]).is_ok());
+}
