@@ -152,10 +152,13 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             }
         }
         Format::Json => {
-            serde_json::to_writer_pretty(
-                &mut out,
-                &JsonPlan::new(&row.plan, &topology, &row.metrics, requested),
-            )?;
+            let doc = JsonPlan::new(&row.plan, &topology, &row.metrics, requested);
+            // Pretty for plans a person reads; compact for big ones (same document).
+            if row.plan.len() <= TREE_LIMIT {
+                serde_json::to_writer_pretty(&mut out, &doc)?;
+            } else {
+                serde_json::to_writer(&mut out, &doc)?;
+            }
             writeln!(out)?;
         }
         Format::Dot => write_dot(&mut out, &row.plan, &topology)?,
