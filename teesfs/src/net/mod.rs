@@ -1,0 +1,117 @@
+//! QUIC transport between cluster nodes, with mandatory mutual TLS.
+//!
+//! - [`tls`]: cluster credentials. `make_cluster` writes a cluster CA and one certificate per
+//!   host (the host name is the certificate's only subject alternative name); [`Identity`]
+//!   loads one node's credentials and checks them before any socket exists.
+//! - [`transport`]: [`Transport`], a quinn endpoint that is server and client at once, and
+//!   [`Conn`], one authenticated connection whose peer name comes from its verified
+//!   certificate.
+//! - [`stream`]: unidirectional streams tagged with a [`StreamKind`] that carry
+//!   length-prefixed frames ([`FrameSender`], [`FrameReceiver`]). Demand streams are sent
+//!   before control streams, control before bulk, so a blocked read never waits behind a push.
+//!
+//! This layer moves opaque frames between authenticated peers. It does not know the relay
+//! protocol's messages (those are `peertree::relay`), keeps no job state and never retries:
+//! deciding what a lost connection means is the daemon's business.
+
+pub mod stream;
+pub mod tls;
+pub mod transport;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use stream::{FrameReceiver, FrameSender, StreamKind};
+pub use tls::{Identity, make_cluster};
+pub use transport::{CONNECT_TIMEOUT, Conn, Transport};
+
+/// Errors of the network layer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// Reading or writing a credential file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A credential file is missing, malformed, or does not belong to this cluster or host.
+    #[error("{}: {reason}", path.display())]
+    Credential {
+        /// The offending file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A host name that cannot name a certificate (or a credential file).
+    #[error("invalid host name {0:?}: use letters, digits, '-', '.' and '_'")]
+    BadHost(String),
+    /// Generating a key or certificate failed.
+    #[error("cannot generate a certificate: {0}")]
+    CertGen(#[from] rcgen::Error),
+    /// rustls refused the TLS configuration built from the credentials.
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    /// Binding the UDP socket failed.
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The endpoint could not start a connection attempt at all.
+    #[error("cannot connect to {addr}: {source}")]
+    Endpoint {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: quinn::ConnectError,
+    },
+    /// The connection attempt failed for a reason other than a refused certificate.
+    #[error("cannot connect to {host} at {addr}: {source}")]
+    Connect {
+        /// The address dialled.
+        addr: SocketAddr,
+        /// The host name the peer's certificate had to carry.
+        host: String,
+        /// The underlying error.
+        source: quinn::ConnectionError,
+    },
+    /// The peer did not complete the handshake within [`CONNECT_TIMEOUT`].
+    #[error("no answer from {host} at {addr} within {CONNECT_TIMEOUT:?}")]
+    Timeout {
+        /// The address dialled.
+        addr: SocketAddr,
+        /// The host name the peer's certificate had to carry.
+        host: String,
+    },
+    /// The TLS handshake failed: one side did not accept the other's certificate (another
+    /// cluster's CA, the wrong host name) or protocol. The message says which side refused.
+    #[error("{0}")]
+    PeerRefused(String),
+    /// A frame longer than `peertree::relay::MAX_MESSAGE` was sent or announced.
+    #[error("frame of {0} bytes exceeds the {max}-byte limit", max = peertree::relay::MAX_MESSAGE)]
+    FrameTooLarge(usize),
+    /// The stream ended in the middle of a frame.
+    #[error("stream ended after {got} of {expected} bytes of a frame")]
+    Truncated {
+        /// Bytes the frame (or its length prefix) should have had.
+        expected: usize,
+        /// Bytes that arrived.
+        got: usize,
+    },
+    /// The connection is closed or was lost.
+    #[error("connection lost: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    /// Writing to a stream failed (connection lost, or the peer stopped the stream).
+    #[error("cannot write: {0}")]
+    Write(#[from] quinn::WriteError),
+    /// Reading from a stream failed (connection lost, or the peer reset the stream).
+    #[error("cannot read: {0}")]
+    Read(#[from] quinn::ReadError),
+    /// The endpoint was closed.
+    #[error("the endpoint is closed")]
+    Closed,
+}

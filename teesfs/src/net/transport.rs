@@ -1,0 +1,484 @@
+//! The QUIC endpoint ([`Transport`]) and one authenticated connection ([`Conn`]).
+//!
+//! Every endpoint is server and client at once and both directions use mutual TLS against the
+//! cluster CA: a peer without a certificate from that CA is refused inside the handshake, and
+//! a connection's peer name is read from its verified certificate, never from anything the
+//! peer says.
+//!
+//! In QUIC the client finishes its side of the handshake before the server has checked the
+//! client's certificate, so a successful handshake alone would not tell the client it was
+//! accepted. The server therefore opens one internal "hello" stream on every connection it
+//! accepts, and [`Transport::connect`] returns only once that stream arrives. A client refused
+//! by the server gets [`NetError::PeerRefused`] from `connect`, not a connection that dies
+//! moments later. It costs half a round trip per connection, and connections live for a job.
+//!
+//! The transport parameters are tuned for a few long-lived connections per node carrying
+//! 1 MiB chunk frames at high bandwidth: large flow-control windows, keep-alive, a long idle
+//! timeout. This module has no notion of jobs or retries.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{ConnectionError, Endpoint, VarInt};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tracing::{Instrument as _, debug, info_span, warn};
+
+use super::NetError;
+pub use super::stream::{FrameReceiver, FrameSender, StreamKind};
+use super::stream::{HELLO_TAG, Tagged};
+use super::tls::{Identity, cert_names};
+
+/// How long [`Transport::connect`] waits for a peer to complete the handshake and accept us.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection with no packets for this long is considered lost. Keep-alives make this a
+/// failure detector, not a limit on quiet jobs.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Keep-alive interval: frequent enough that NAT-free cluster links never idle out and a dead
+/// peer's loss is detected by the loss detector well before the idle timeout.
+const KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// Per-stream receive window: several 1 MiB chunk frames in flight per stream.
+const STREAM_WINDOW: u32 = 16 << 20;
+/// Per-connection receive window and send buffer: enough for a bandwidth-delay product well
+/// beyond any cluster link, with streams of every kind active at once.
+const CONNECTION_WINDOW: u32 = 64 << 20;
+/// Concurrent unidirectional streams a peer may open (bidirectional streams are unused).
+const MAX_UNI_STREAMS: u32 = 256;
+/// Handshaken connections waiting for `accept`; more make handshakes wait.
+const ACCEPT_BACKLOG: usize = 64;
+
+/// Application close code for an orderly close.
+const CLOSE_NORMAL: u32 = 0;
+
+/// A QUIC endpoint that is both server and client, with mandatory mutual TLS: peers must
+/// present a certificate from the same cluster CA; anything else is refused during the
+/// handshake. Cheap to clone; all clones share one socket.
+#[derive(Clone)]
+pub struct Transport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoint: Endpoint,
+    local_addr: SocketAddr,
+    host: String,
+    /// Connections whose handshake succeeded, from the accept task.
+    accepted: Mutex<mpsc::Receiver<Conn>>,
+    /// Dropped with the last `Transport` clone, which ends the accept task.
+    _stop: oneshot::Sender<()>,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("host", &self.inner.host)
+            .field("local_addr", &self.inner.local_addr)
+            .finish()
+    }
+}
+
+impl Transport {
+    /// Binds a UDP socket at `addr` (port 0 picks one) and starts accepting connections in the
+    /// background. Must be called inside a tokio runtime.
+    pub fn bind(addr: SocketAddr, id: &Identity) -> Result<Transport, NetError> {
+        let transport = Arc::new(transport_config());
+        let server_crypto = QuicServerConfig::try_from(id.server.clone())
+            .expect("the ring provider has TLS 1.3 and the QUIC initial cipher suite");
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
+        server.transport_config(transport.clone());
+        let client_crypto = QuicClientConfig::try_from(id.client.clone())
+            .expect("the ring provider has TLS 1.3 and the QUIC initial cipher suite");
+        let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
+        client.transport_config(transport);
+
+        let mut endpoint =
+            Endpoint::server(server, addr).map_err(|source| NetError::Bind { addr, source })?;
+        endpoint.set_default_client_config(client);
+        let local_addr = endpoint
+            .local_addr()
+            .map_err(|source| NetError::Bind { addr, source })?;
+
+        let (tx, rx) = mpsc::channel(ACCEPT_BACKLOG);
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let span = info_span!("accept", host = %id.host, %local_addr);
+        tokio::spawn(accept_loop(endpoint.clone(), tx, stop_rx).instrument(span));
+
+        Ok(Transport {
+            inner: Arc::new(Inner {
+                endpoint,
+                local_addr,
+                host: id.host.clone(),
+                accepted: Mutex::new(rx),
+                _stop: stop_tx,
+            }),
+        })
+    }
+
+    /// The address the endpoint is bound to (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr
+    }
+
+    /// Connects to `addr`, verifying that the server's certificate is from the cluster CA and
+    /// names `host`, and waits until the server has accepted our certificate in turn.
+    ///
+    /// Fails with [`NetError::PeerRefused`] if either side refuses the other's certificate,
+    /// [`NetError::Timeout`] after [`CONNECT_TIMEOUT`] without an answer, and
+    /// [`NetError::Connect`] for other connection failures.
+    pub async fn connect(&self, addr: SocketAddr, host: &str) -> Result<Conn, NetError> {
+        let connecting = self
+            .inner
+            .endpoint
+            .connect(addr, host)
+            .map_err(|e| match e {
+                quinn::ConnectError::InvalidServerName(_) => NetError::BadHost(host.to_owned()),
+                quinn::ConnectError::EndpointStopping => NetError::Closed,
+                source => NetError::Endpoint { addr, source },
+            })?;
+        let refused = |e: ConnectionError| match refusal(&e) {
+            Some(why) => {
+                NetError::PeerRefused(format!("TLS handshake with {host} at {addr}: {why}"))
+            }
+            None => NetError::Connect {
+                addr,
+                host: host.to_owned(),
+                source: e,
+            },
+        };
+        let handshake = async {
+            let connection = connecting.await.map_err(refused)?;
+            let mut hello = connection.accept_uni().await.map_err(refused)?;
+            let mut tag = [0u8; 1];
+            match hello.read_exact(&mut tag).await {
+                Ok(()) if tag[0] == HELLO_TAG => {}
+                _ => {
+                    connection.close(VarInt::from_u32(CLOSE_NORMAL), b"no hello");
+                    return Err(NetError::PeerRefused(format!(
+                        "{host} at {addr} did not greet us as a teesfs node"
+                    )));
+                }
+            }
+            Conn::new(connection)
+        };
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+            .await
+            .map_err(|_| NetError::Timeout {
+                addr,
+                host: host.to_owned(),
+            })??;
+        debug!(peer = %conn.peer_host(), %addr, "connected");
+        Ok(conn)
+    }
+
+    /// Next incoming connection whose handshake succeeded; `None` once the endpoint is closed.
+    ///
+    /// Handshakes run in the background, each on its own, so a slow or refused peer does not
+    /// hold up others; refusals are logged at warn level and never end the accept loop.
+    pub async fn accept(&self) -> Option<Conn> {
+        self.inner.accepted.lock().await.recv().await
+    }
+
+    /// Closes every connection of this endpoint at once and stops accepting.
+    pub fn close(&self) {
+        self.inner
+            .endpoint
+            .close(VarInt::from_u32(CLOSE_NORMAL), b"endpoint closed");
+    }
+}
+
+/// Takes incoming connections off the endpoint and handshakes each in its own task.
+async fn accept_loop(endpoint: Endpoint, tx: mpsc::Sender<Conn>, mut stop: oneshot::Receiver<()>) {
+    loop {
+        let incoming = tokio::select! {
+            _ = &mut stop => return,
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => incoming,
+                None => return,
+            },
+        };
+        let remote = incoming.remote_address();
+        let tx = tx.clone();
+        tokio::spawn(
+            async move {
+                match handshake(incoming).await {
+                    Ok(conn) => {
+                        debug!(peer = %conn.peer_host(), "accepted");
+                        // Fails only when nobody will ever accept again; dropping the
+                        // connection then closes it.
+                        let _ = tx.send(conn).await;
+                    }
+                    Err(e) => warn!("refused incoming connection: {e}"),
+                }
+            }
+            .instrument(info_span!("handshake", %remote)),
+        );
+    }
+}
+
+/// Server side of one handshake: TLS (which checks the client's certificate), then the hello
+/// stream that tells the client it was accepted.
+async fn handshake(incoming: quinn::Incoming) -> Result<Conn, NetError> {
+    let remote = incoming.remote_address();
+    let refused = |e: ConnectionError| match refusal(&e) {
+        Some(why) => NetError::PeerRefused(format!("TLS handshake with {remote}: {why}")),
+        None => NetError::Connection(e),
+    };
+    let connection = incoming.accept().map_err(refused)?.await.map_err(refused)?;
+    let conn = Conn::new(connection)?;
+    let mut hello = conn.inner.open_uni().await?;
+    hello.write_all(&[HELLO_TAG]).await?;
+    // Fails only if the stream is already finished, which it is not.
+    let _ = hello.finish();
+    Ok(conn)
+}
+
+/// Explains a handshake failure that was a refusal (a TLS alert in either direction), or
+/// `None` for other failures (timeouts, resets, a closed endpoint).
+fn refusal(e: &ConnectionError) -> Option<String> {
+    // QUIC carries TLS alerts as "crypto" transport error codes 0x100..=0x1ff.
+    let is_crypto = |code: quinn::TransportErrorCode| (0x100..0x200).contains(&u64::from(code));
+    match e {
+        ConnectionError::TransportError(te) if is_crypto(te.code) => {
+            Some(format!("we refused the peer: {}", te.reason))
+        }
+        ConnectionError::ConnectionClosed(close) if is_crypto(close.error_code) => {
+            let reason = String::from_utf8_lossy(&close.reason);
+            Some(format!(
+                "the peer refused us: {} ({reason})",
+                close.error_code
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn transport_config() -> quinn::TransportConfig {
+    let mut config = quinn::TransportConfig::default();
+    config
+        .max_idle_timeout(Some(
+            IDLE_TIMEOUT
+                .try_into()
+                .expect("60 s fits a QUIC idle timeout"),
+        ))
+        .keep_alive_interval(Some(KEEP_ALIVE))
+        .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
+        .receive_window(VarInt::from_u32(CONNECTION_WINDOW))
+        .send_window(u64::from(CONNECTION_WINDOW))
+        .max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS))
+        .max_concurrent_bidi_streams(VarInt::from_u32(0))
+        .datagram_receive_buffer_size(None);
+    config
+}
+
+/// One authenticated connection to a peer. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct Conn {
+    inner: quinn::Connection,
+    peer: Arc<str>,
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn")
+            .field("peer", &self.peer)
+            .field("remote_addr", &self.inner.remote_address())
+            .finish()
+    }
+}
+
+impl Conn {
+    /// Wraps a handshaken connection, naming the peer after its verified certificate.
+    fn new(inner: quinn::Connection) -> Result<Conn, NetError> {
+        let remote = inner.remote_address();
+        let names = inner
+            .peer_identity()
+            .and_then(|id| {
+                id.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                    .ok()
+            })
+            .and_then(|chain| chain.first().map(cert_names))
+            .unwrap_or_default();
+        // Cluster certificates carry exactly one name; take the first if someone added more.
+        let Some(peer) = names.into_iter().next() else {
+            inner.close(VarInt::from_u32(CLOSE_NORMAL), b"certificate names no host");
+            return Err(NetError::PeerRefused(format!(
+                "the certificate of {remote} names no host"
+            )));
+        };
+        Ok(Conn {
+            inner,
+            peer: peer.into(),
+        })
+    }
+
+    /// The peer's host name, taken from its verified certificate (not from anything it says).
+    pub fn peer_host(&self) -> &str {
+        &self.peer
+    }
+
+    /// The peer's current UDP address.
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.inner.remote_address()
+    }
+
+    /// Opens a unidirectional stream of this kind (its first byte on the wire is the kind).
+    /// Demand streams are sent before control streams, control before bulk.
+    ///
+    /// Waits if the peer's limit on concurrent streams is reached.
+    pub async fn open(&self, kind: StreamKind) -> Result<FrameSender, NetError> {
+        let stream = self.inner.open_uni().await?;
+        FrameSender::start(stream, kind).await
+    }
+
+    /// Accepts the next unidirectional stream the peer opened.
+    ///
+    /// Streams with an unknown tag, or that end before their tag, are logged, stopped and
+    /// skipped, so an error here always means the connection is gone.
+    pub async fn accept_stream(&self) -> Result<(StreamKind, FrameReceiver), NetError> {
+        loop {
+            let stream = self.inner.accept_uni().await?;
+            match FrameReceiver::start(stream).await? {
+                Tagged::Kind(kind, receiver) => return Ok((kind, receiver)),
+                Tagged::Unknown(tag, mut stream) => {
+                    warn!(peer = %self.peer, tag, "skipping a stream of unknown kind");
+                    let _ = stream.stop(VarInt::from_u32(CLOSE_NORMAL));
+                }
+                Tagged::Empty => debug!(peer = %self.peer, "skipping a stream without a tag"),
+            }
+        }
+    }
+
+    /// Resolves when the connection is closed or lost, with the reason (for failure
+    /// detection).
+    pub async fn closed(&self) -> String {
+        self.inner.closed().await.to_string()
+    }
+
+    /// Closes the connection at once; data not yet acknowledged is abandoned (use
+    /// [`FrameSender::finish`] first to make sure it arrived).
+    pub fn close(&self) {
+        self.inner.close(VarInt::from_u32(CLOSE_NORMAL), b"closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::make_cluster;
+    use std::net::Ipv4Addr;
+
+    fn pair() -> (tempfile::TempDir, Identity, Identity) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        make_cluster(dir.path(), &["a".to_owned(), "b".to_owned()]).expect("make_cluster");
+        let a = Identity::load(dir.path(), "a").expect("load a");
+        let b = Identity::load(dir.path(), "b").expect("load b");
+        (dir, a, b)
+    }
+
+    fn localhost() -> SocketAddr {
+        (Ipv4Addr::LOCALHOST, 0).into()
+    }
+
+    /// The receiver must refuse an announced length above the limit from the prefix alone:
+    /// the sender never sends the body, so a receiver that tried to read (or allocate) it
+    /// would hang instead of failing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn oversized_length_prefix_is_refused_before_reading_the_body() {
+        let (_dir, a, b) = pair();
+        let ta = Transport::bind(localhost(), &a).expect("bind a");
+        let tb = Transport::bind(localhost(), &b).expect("bind b");
+        let conn = ta.connect(tb.local_addr(), "b").await.expect("connect");
+        let server = tb.accept().await.expect("accept");
+
+        let mut sender = conn.open(StreamKind::Bulk).await.expect("open");
+        sender.send(b"fine").await.expect("small frame");
+        let huge = u32::try_from(peertree::relay::MAX_MESSAGE + 1).expect("fits u32");
+        sender
+            .send_unframed(&huge.to_be_bytes())
+            .await
+            .expect("prefix");
+
+        let (kind, mut receiver) = server.accept_stream().await.expect("stream");
+        assert_eq!(kind, StreamKind::Bulk);
+        assert_eq!(
+            receiver.recv().await.expect("first").as_deref(),
+            Some(&b"fine"[..])
+        );
+        let err = tokio::time::timeout(Duration::from_secs(10), receiver.recv())
+            .await
+            .expect("refused from the prefix alone, without waiting for a body")
+            .expect_err("oversized");
+        assert!(
+            matches!(err, NetError::FrameTooLarge(n) if n == peertree::relay::MAX_MESSAGE + 1),
+            "{err}"
+        );
+
+        // The same for u32::MAX, the largest a prefix can announce.
+        let mut sender = conn.open(StreamKind::Demand).await.expect("open");
+        sender
+            .send_unframed(&u32::MAX.to_be_bytes())
+            .await
+            .expect("prefix");
+        let (_, mut receiver) = server.accept_stream().await.expect("stream");
+        let err = receiver.recv().await.expect_err("oversized");
+        assert!(matches!(err, NetError::FrameTooLarge(_)), "{err}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streams_with_unknown_tags_are_skipped() {
+        let (_dir, a, b) = pair();
+        let ta = Transport::bind(localhost(), &a).expect("bind a");
+        let tb = Transport::bind(localhost(), &b).expect("bind b");
+        let conn = ta.connect(tb.local_addr(), "b").await.expect("connect");
+        let server = tb.accept().await.expect("accept");
+
+        let mut bogus = conn.inner.open_uni().await.expect("open raw");
+        bogus.write_all(&[0xee, 1, 2, 3]).await.expect("write");
+        let _ = bogus.finish();
+        let empty = conn.inner.open_uni().await.expect("open raw");
+        drop(empty);
+        let mut good = conn.open(StreamKind::Control).await.expect("open");
+        good.send(b"after").await.expect("send");
+        good.finish().await.expect("finish");
+
+        let (kind, mut receiver) = server.accept_stream().await.expect("stream");
+        assert_eq!(kind, StreamKind::Control);
+        assert_eq!(
+            receiver.recv().await.expect("frame").as_deref(),
+            Some(&b"after"[..])
+        );
+        assert!(receiver.recv().await.expect("end").is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn truncated_frame_is_an_error_not_an_end() {
+        let (_dir, a, b) = pair();
+        let ta = Transport::bind(localhost(), &a).expect("bind a");
+        let tb = Transport::bind(localhost(), &b).expect("bind b");
+        let conn = ta.connect(tb.local_addr(), "b").await.expect("connect");
+        let server = tb.accept().await.expect("accept");
+
+        let mut sender = conn.open(StreamKind::Bulk).await.expect("open");
+        sender
+            .send_unframed(&10u32.to_be_bytes())
+            .await
+            .expect("prefix");
+        sender.send_unframed(b"short").await.expect("body");
+        sender.finish().await.expect("finish");
+        let (_, mut receiver) = server.accept_stream().await.expect("stream");
+        let err = receiver.recv().await.expect_err("truncated");
+        assert!(
+            matches!(
+                err,
+                NetError::Truncated {
+                    expected: 10,
+                    got: 5
+                }
+            ),
+            "{err}"
+        );
+    }
+}
