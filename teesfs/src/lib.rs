@@ -2,11 +2,15 @@
 //!
 //! - [`fs`]: the FUSE filesystem (pure tree, content layer, thin fuser adapter, mounting).
 //! - [`source`]: the [`source::ChunkSource`] interface and the local-store source.
+//! - [`net`]: QUIC transport with mutual TLS between cluster nodes.
+//! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
 //!
 //! The CLI in `main.rs` is a thin shell over this library and the `manifest`, `seeder` and
 //! `peertree` crates.
 
 pub mod fs;
+pub mod net;
+pub mod node;
 pub mod source;
 
 /// Errors of the node-side library.
@@ -26,4 +30,14 @@ pub enum Error {
     /// A store problem.
     #[error(transparent)]
     Store(#[from] seeder::Error),
+    /// A network or TLS problem.
+    #[error("network: {0}")]
+    Net(String),
+}
+
+impl Error {
+    /// Wraps a network-layer error.
+    pub fn net(e: impl std::fmt::Display) -> Self {
+        Error::Net(e.to_string())
+    }
 }

@@ -31,6 +31,12 @@ enum Command {
     Mount(cmd::mount::MountArgs),
     /// Plan the distribution tree for a job and print its metrics.
     Plan(cmd::plan::PlanArgs),
+    /// Push a published layer to a job's nodes down a planned tree (the login node is root).
+    Push(Box<cmd::push::PushArgs>),
+    /// Run the node daemon: receive jobs, mount them, relay to children.
+    Daemon(cmd::daemon::DaemonArgs),
+    /// Show what a running daemon holds and does.
+    Status(cmd::status::StatusArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -48,6 +54,9 @@ fn main() -> std::process::ExitCode {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Plan(a) => cmd::plan::run(a),
+        Command::Push(a) => cmd::push::run(*a),
+        Command::Daemon(a) => cmd::daemon::run(a),
+        Command::Status(a) => cmd::status::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -232,6 +232,7 @@ pub struct Relay {
     finished: bool,
     stats: RelayStats,
     root: Option<RootState>,
+    shared_store: Option<String>,
 }
 
 fn ms(v: u32) -> Duration {
@@ -244,6 +245,27 @@ fn ms(v: u32) -> Duration {
 pub struct StartError(pub String);
 
 impl Relay {
+    /// Shared-storage mode: nodes read from this store directory instead of the tree.
+    pub fn set_shared_store(&mut self, path: Option<String>) {
+        self.shared_store = path;
+        let kids: Vec<NodeId> = self.children.keys().copied().collect();
+        for k in kids {
+            let start = self.start_for(k);
+            for t in self.control.iter_mut() {
+                if let Transmit::Control { to, msg: Msg::Start(s) } = t
+                    && *to == k
+                {
+                    **s = start.clone();
+                }
+            }
+        }
+    }
+
+    /// The shared store of a shared-storage job.
+    pub fn shared_store(&self) -> Option<&str> {
+        self.shared_store.as_deref()
+    }
+
     /// The root of a job: holds every chunk. `nodes` is the whole plan, root first, parents
     /// before children.
     pub fn new_root(
@@ -292,6 +314,7 @@ impl Relay {
         if start.timing.deadline_ms == 0 || start.timing.heartbeat_ms == 0 {
             return Err(StartError("zero heartbeat or deadline".into()));
         }
+        let shared = start.shared_store.clone();
         let index: Arc<[u8]> = start.index.into();
         let mut r = Self::blank(
             start.job,
@@ -304,6 +327,13 @@ impl Relay {
             now,
         );
         r.parent = Some(parent);
+        if shared.is_some() {
+            // Everything is readable from shared storage already.
+            r.have.insert_range(..);
+            r.have_count = r.schedule.len();
+            r.urgent_have = r.schedule.urgent;
+        }
+        r.shared_store = shared;
         r.adopt_planned_children(now);
         r.check_local_done();
         // Tell the parent at once that we are in, so it starts pushing.
@@ -349,6 +379,7 @@ impl Relay {
             finished: false,
             stats: RelayStats::default(),
             root: None,
+            shared_store: None,
         }
     }
 
@@ -404,6 +435,7 @@ impl Relay {
             subtree,
             ancestors,
             timing: self.timing,
+            shared_store: self.shared_store.clone(),
         }
     }
 
@@ -504,17 +536,19 @@ impl Relay {
             Msg::Start(_) | Msg::Chunk { .. } => {}
             Msg::Ping => {}
             Msg::Want { chunk } => self.on_want(now, Waiter::Child(from), chunk),
-            Msg::Report(r) => {
+            Msg::Report(mut r) => {
                 if self.children.contains_key(&from) {
+                    let mut edge = None;
                     for &(node, phase) in &r.done {
                         self.done_log.push((node, phase));
                         if node == from
                             && phase == Phase::All
                             && let Some(c) = self.children.get(&from)
                         {
-                            self.report.edge_bytes.push((self.me, from, c.bytes));
+                            edge = Some((self.me, from, c.bytes));
                         }
                     }
+                    r.edge_bytes.extend(edge);
                     self.absorb(now, r);
                 }
             }

@@ -86,6 +86,9 @@ pub struct Start {
     pub ancestors: Vec<NodeInfo>,
     /// Liveness timing for this job.
     pub timing: Timing,
+    /// Shared-storage mode: the receiver reads every chunk from this store directory (a
+    /// parallel file system) instead of waiting for them down the tree.
+    pub shared_store: Option<String>,
 }
 
 /// Facts flowing up toward the root. Also serves as the child-to-parent heartbeat.

@@ -10,8 +10,20 @@ use manifest::SecretKey;
 use super::util;
 
 /// Arguments of `teesfs keygen`.
+///
+/// Without `--cluster`: the publisher's ed25519 signing key pair.
+/// With `--cluster DIR --nodes EXPR`: a cluster CA and one certificate per node (and the
+/// login node), for the mutual TLS every peer connection requires. Copy `ca.crt`,
+/// `<host>.crt` and `<host>.key` to each node's /etc/teesfs/cluster/; never copy `ca.key`.
 #[derive(Debug, clap::Args)]
 pub struct KeygenArgs {
+    /// Make cluster credentials in DIR instead of a publisher key (idempotent: the CA and
+    /// existing node certificates are kept).
+    #[arg(long, value_name = "DIR", requires = "nodes")]
+    cluster: Option<PathBuf>,
+    /// With --cluster: the nodes to certify, as a Slurm hostlist (e.g. 'login,cn[0001-0128]').
+    #[arg(long, value_name = "EXPR")]
+    nodes: Option<String>,
     /// Where to write the secret key (the public key goes beside it as `.pub`).
     /// Default: ~/.config/teesfs/publisher.key
     #[arg(long, value_name = "FILE")]
@@ -24,6 +36,25 @@ pub struct KeygenArgs {
 
 /// Runs `teesfs keygen`.
 pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.cluster {
+        let expr = args.nodes.as_deref().unwrap_or_default();
+        let hosts = peertree::hostlist::expand(expr)
+            .map_err(super::jobspec::explain)
+            .context("reading --nodes")?;
+        let written = teesfs::net::make_cluster(dir, &hosts)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("making cluster credentials in {}", dir.display()))?;
+        println!(
+            "cluster CA and {} node certificate(s) in {} ({} file(s) written)",
+            hosts.len(),
+            dir.display(),
+            written.len()
+        );
+        println!(
+            "Give each node ca.crt, <host>.crt and <host>.key; keep ca.key on the login node only."
+        );
+        return Ok(());
+    }
     let secret_path = args.out.unwrap_or_else(util::default_key_path);
     let public_path = secret_path.with_extension("pub");
     if secret_path.exists() && !args.force {

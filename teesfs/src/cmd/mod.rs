@@ -1,10 +1,14 @@
 //! One module per `teesfs` subcommand: argument structs (clap) and a `run` function.
 //! Commands parse, call into the library crates, and print; they hold no protocol logic.
 
+pub mod daemon;
 pub mod inspect;
+pub mod jobspec;
 pub mod keygen;
 pub mod mount;
 pub mod plan;
 pub mod publish;
+pub mod push;
+pub mod status;
 pub mod util;
 pub mod verify;

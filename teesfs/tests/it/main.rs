@@ -7,4 +7,5 @@
 mod corruption;
 mod roundtrip;
 mod slow_source;
+mod transport;
 mod util;

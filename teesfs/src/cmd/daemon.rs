@@ -1,0 +1,107 @@
+//! `teesfs daemon`: run the node daemon in the foreground until SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use teesfs::node::daemon::{Daemon, DaemonConfig};
+
+use super::util;
+
+/// Arguments of `teesfs daemon`.
+#[derive(Debug, clap::Args)]
+pub struct DaemonArgs {
+    /// This node's name as the cluster knows it (its certificate must carry it).
+    /// Default: the system host name.
+    #[arg(long, value_name = "NAME")]
+    host: Option<String>,
+    /// Address to listen on for peers.
+    #[arg(long, default_value = "0.0.0.0:7411")]
+    listen: SocketAddr,
+    /// Directory with the cluster credentials: ca.crt, <host>.crt, <host>.key
+    /// (made by `teesfs keygen --cluster`).
+    #[arg(long, value_name = "DIR", default_value = "/etc/teesfs/cluster")]
+    identity: PathBuf,
+    /// Where chunks are kept; memory-backed by default (diskless nodes are the norm).
+    #[arg(long, value_name = "DIR", default_value = "/run/teesfs")]
+    state_dir: PathBuf,
+    /// Jobs are mounted at <DIR>/<job id>.
+    #[arg(long, value_name = "DIR", default_value = "/run/teesfs/jobs")]
+    mount_root: PathBuf,
+    /// Byte budget of the chunk store (least recently used chunks are evicted beyond it).
+    #[arg(long, default_value = "4GiB", value_parser = util::parse_size)]
+    store_budget: u64,
+    /// Memory for decompressed chunks per mounted job.
+    #[arg(long, default_value = "128MiB", value_parser = util::parse_size)]
+    cache: u64,
+    /// Never use FUSE passthrough (it is used by default when running as root).
+    #[arg(long)]
+    no_passthrough: bool,
+    /// Trusted publisher public key (repeatable); default as `teesfs verify --help` says.
+    #[arg(long, value_name = "FILE.pub")]
+    trust: Vec<PathBuf>,
+    /// Control socket for `teesfs status`. Default: <state-dir>/daemon.sock
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+    /// Relay only: forward to children but do not mount.
+    #[arg(long)]
+    no_mount: bool,
+}
+
+/// Runs `teesfs daemon`.
+pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
+    let host = match args.host {
+        Some(h) => h,
+        None => nix::unistd::gethostname()
+            .context("reading the host name; pass --host")?
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let trusted = util::load_trust(&args.trust)?;
+    let root = nix::unistd::geteuid().is_root();
+    let cfg = DaemonConfig {
+        host: host.clone(),
+        listen: args.listen,
+        identity_dir: args.identity.clone(),
+        control: args
+            .control
+            .unwrap_or_else(|| args.state_dir.join("daemon.sock")),
+        state_dir: args.state_dir,
+        mount_root: args.mount_root,
+        store_budget: args.store_budget,
+        cache_bytes: args.cache,
+        passthrough: root && !args.no_passthrough,
+        trusted,
+        mount: !args.no_mount,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("teesfs-daemon")
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let daemon = Daemon::start(cfg).with_context(|| {
+            format!(
+                "starting the daemon for {host}: are {}/ca.crt and {host}.crt there \
+                 (teesfs keygen --cluster)?",
+                args.identity.display()
+            )
+        })?;
+        // Scripts and tests read this line to learn the bound address.
+        println!("listening on {} as {host}", daemon.local_addr());
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing a SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            tracing::info!("shutting down: unmounting jobs");
+        };
+        daemon.serve(shutdown).await;
+        anyhow::Ok(())
+    })?;
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    Ok(())
+}

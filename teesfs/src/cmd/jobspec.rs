@@ -1,0 +1,154 @@
+//! The job description shared by commands that plan a tree (`plan`, `push`): which nodes,
+//! which topology, which strategy, and turning planner errors into advice.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow, bail};
+use peertree::topology::{ProxyPick, Topology};
+use peertree::{Availability, Plan, PlanOptions, Strategy, hostlist};
+
+/// Arguments that describe a job's nodes and how to plan its tree.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobArgs {
+    /// Job nodes as a Slurm hostlist, e.g. `cn[00001-17560]`. Default: $SLURM_JOB_NODELIST.
+    #[arg(long, value_name = "EXPR")]
+    pub nodes: Option<String>,
+    /// topology.toml describing groups, proxies and levels.
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster")]
+    pub topology: Option<PathBuf>,
+    /// All nodes of the cluster as a hostlist, cut into groups of --group-size.
+    #[arg(long, value_name = "EXPR", requires = "group_size")]
+    pub cluster: Option<String>,
+    /// Nodes per group with --cluster (or alone: the job's own nodes are the cluster); the
+    /// first node of each group is its proxy.
+    #[arg(long, value_name = "N", conflicts_with = "topology")]
+    pub group_size: Option<usize>,
+    /// Nodes outside the job that are busy: their proxies cannot be borrowed.
+    #[arg(long, value_name = "EXPR", conflicts_with = "idle")]
+    pub busy: Option<String>,
+    /// Only these nodes outside the job are idle and may be borrowed as proxies.
+    #[arg(long, value_name = "EXPR")]
+    pub idle: Option<String>,
+    /// topo, topo-paper, random, hostlist, flat, storage or auto.
+    #[arg(long, default_value = "topo", value_parser = parse_strategy)]
+    pub strategy: Strategy,
+    /// Most children per node (15 on Tianhe: 7 slaves + 8 proxies).
+    #[arg(long, default_value_t = 15)]
+    pub width: usize,
+    /// `auto` reads from shared storage at or below this many nodes (0: always the tree).
+    #[arg(long, default_value_t = 512)]
+    pub threshold: usize,
+    /// Seed of the `random` strategy.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Name of the login node, the root of the tree.
+    #[arg(long, default_value = "login")]
+    pub login: String,
+    /// Name of the shared-storage node for the `storage` strategy.
+    #[arg(long, default_value = "storage")]
+    pub storage: String,
+}
+
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    s.parse().map_err(|e: peertree::Error| e.to_string())
+}
+
+impl JobArgs {
+    /// The job's nodes, from `--nodes` or `$SLURM_JOB_NODELIST`.
+    pub fn job_nodes(&self) -> anyhow::Result<Vec<String>> {
+        let (expr, source) = match &self.nodes {
+            Some(e) => (e.clone(), "--nodes"),
+            None => match std::env::var("SLURM_JOB_NODELIST") {
+                Ok(e) => (e, "$SLURM_JOB_NODELIST"),
+                Err(_) => bail!(
+                    "no job nodes: pass --nodes EXPR (e.g. --nodes 'cn[0001-0128]') or run inside a \
+                     Slurm allocation, which sets $SLURM_JOB_NODELIST"
+                ),
+            },
+        };
+        let nodes = hostlist::expand(&expr)
+            .map_err(explain)
+            .with_context(|| format!("reading {source}"))?;
+        if nodes.is_empty() {
+            bail!("{source} names no nodes");
+        }
+        Ok(nodes)
+    }
+
+    /// The topology: `--topology FILE`, or generated from `--cluster`/`--group-size`.
+    pub fn topology(&self, nodes: &[String]) -> anyhow::Result<Topology> {
+        if let Some(path) = &self.topology {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading topology file {}", path.display()))?;
+            return Topology::from_toml(&text)
+                .map_err(|e| anyhow!("{}: {e}", path.display()))
+                .context("fix the topology file (format: docs/planner.md)");
+        }
+        let Some(size) = self.group_size else {
+            bail!(
+                "no topology: pass --topology FILE, or --cluster EXPR --group-size N \
+                 (e.g. --cluster 'cn[00001-17560]' --group-size 8)"
+            );
+        };
+        let cluster = match &self.cluster {
+            Some(expr) => hostlist::expand(expr)
+                .map_err(explain)
+                .context("reading --cluster")?,
+            None => nodes.to_vec(),
+        };
+        Topology::generated(&cluster, size, ProxyPick::First).map_err(explain)
+    }
+
+    fn availability(&self) -> anyhow::Result<Availability> {
+        let set = |expr: &str, flag: &str| -> anyhow::Result<HashSet<String>> {
+            Ok(hostlist::expand(expr)
+                .map_err(explain)
+                .with_context(|| format!("reading {flag}"))?
+                .into_iter()
+                .collect())
+        };
+        Ok(match (&self.busy, &self.idle) {
+            (Some(b), _) => Availability::Busy(set(b, "--busy")?),
+            (None, Some(i)) => Availability::Idle(set(i, "--idle")?),
+            (None, None) => Availability::AllIdle,
+        })
+    }
+
+    /// Planner options from the arguments.
+    pub fn options(&self) -> anyhow::Result<PlanOptions> {
+        Ok(PlanOptions {
+            width: self.width,
+            seed: self.seed,
+            threshold: self.threshold,
+            login: self.login.clone(),
+            storage: self.storage.clone(),
+            availability: self.availability()?,
+        })
+    }
+
+    /// Nodes, topology and the plan of `--strategy`.
+    pub fn plan(&self) -> anyhow::Result<(Vec<String>, Topology, Plan)> {
+        let nodes = self.job_nodes()?;
+        let topology = self.topology(&nodes)?;
+        let plan =
+            peertree::plan(&topology, &nodes, self.strategy, &self.options()?).map_err(explain)?;
+        Ok((nodes, topology, plan))
+    }
+}
+
+/// Turns a planner error into a message that says what to do.
+pub fn explain(e: peertree::Error) -> anyhow::Error {
+    match &e {
+        peertree::Error::Hostlist { input, pos, reason } => {
+            let caret = " ".repeat(input[..(*pos).min(input.len())].chars().count());
+            anyhow!(
+                "bad hostlist: {reason}\n  {input}\n  {caret}^\n(hostlists look like cn[0001-0128,0130],login1)"
+            )
+        }
+        peertree::Error::UnknownNode { host } => anyhow!(
+            "node `{host}` is not in the topology: add it to the topology file or widen --cluster"
+        ),
+        _ => anyhow!(e),
+    }
+}

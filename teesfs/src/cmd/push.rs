@@ -1,0 +1,360 @@
+//! `teesfs push`: plan the tree for a job, act as its root, and report.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use manifest::{Limits, SignedIndex};
+use peertree::relay::{JobId, NodeInfo, Phase, Timing, plan_nodes};
+use peertree::{NodeId, Strategy};
+use seeder::DirStore;
+use teesfs::net::Identity;
+use teesfs::node::push::{PushSpec, push, report};
+use teesfs::node::report::PushReport;
+
+use super::jobspec::JobArgs;
+use super::util;
+
+/// What to wait for before returning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Wait {
+    /// Every node holds the urgent set.
+    Urgent,
+    /// Every node holds the whole layer.
+    All,
+}
+
+/// Arguments of `teesfs push`.
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// The store holding the published layer.
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// Index id or unique prefix.
+    #[arg(long, value_name = "ID")]
+    pub index: String,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Cluster credentials directory (ca.crt, <login>.crt, <login>.key).
+    #[arg(long, value_name = "DIR", default_value = "/etc/teesfs/cluster")]
+    pub identity: PathBuf,
+    /// File mapping host names to daemon addresses, one `host addr[:port]` per line
+    /// (default: resolve each host name, port --port).
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<PathBuf>,
+    /// Port the node daemons listen on.
+    #[arg(long, default_value_t = 7411)]
+    pub port: u16,
+    /// Where the root listens (for re-attaching nodes).
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub listen: SocketAddr,
+    /// How nodes reach the root, `host:port` (default: the --hosts entry of the login
+    /// node, else its name and the bound port).
+    #[arg(long, value_name = "ADDR")]
+    pub advertise: Option<String>,
+    /// Return once every node holds the urgent set, or the whole layer.
+    #[arg(long, value_enum, default_value_t = Wait::All)]
+    pub wait: Wait,
+    /// Also write the report as JSON (format documented in teesfs/src/node/report.rs).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Extra urgent paths (glob over layer paths, e.g. 'bin/*', 'lib/python3*/site.py').
+    #[arg(long, value_name = "GLOB")]
+    pub urgent: Vec<String>,
+    /// Heartbeat interval between peers.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub heartbeat: Duration,
+    /// A peer silent this long is declared failed.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub deadline: Duration,
+    /// Give up waiting after this long.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Trusted publisher key(s) to check the index before sending it.
+    #[arg(long, value_name = "FILE.pub")]
+    pub trust: Vec<PathBuf>,
+    /// Shared-storage mode: with `--strategy storage`, nodes read chunks from this
+    /// directory (the store as mounted on the nodes, e.g. on a parallel file system).
+    #[arg(long, value_name = "DIR")]
+    pub shared_store: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading hosts file {}", path.display()))?;
+    let mut map = HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let (Some(host), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
+            bail!(
+                "{}:{}: expected `host address[:port]`, got {line:?}",
+                path.display(),
+                n + 1
+            );
+        };
+        let addr = if addr.parse::<SocketAddr>().is_ok()
+            || addr
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            addr.to_string()
+        } else {
+            format!("{addr}:{port}")
+        };
+        map.insert(host.to_string(), addr);
+    }
+    Ok(map)
+}
+
+/// Runs `teesfs push`.
+pub fn run(args: PushArgs) -> anyhow::Result<()> {
+    let store = DirStore::open(&args.store)?;
+    let index_id = store.resolve_index(&args.index)?;
+    let signed_bytes = store.get_index(&index_id)?;
+    let trusted = util::load_trust(&args.trust)?;
+    let (_, index) = SignedIndex::open(
+        signed_bytes.clone(),
+        Some(index_id),
+        &trusted,
+        &Limits::default(),
+    )
+    .with_context(|| format!("index {index_id} does not verify; nodes would refuse it"))?;
+    let (_nodes, topology, mut plan) = args.job.plan()?;
+    let shared = match (plan.strategy, &args.shared_store) {
+        (Strategy::Storage, Some(p)) => Some(p.display().to_string()),
+        (Strategy::Storage, None) => bail!(
+            "the plan is `storage` (shared storage): pass --shared-store DIR, the store's path as \
+             the nodes see it, or pick a tree strategy (--strategy topo, or --threshold 0)"
+        ),
+        _ => None,
+    };
+    if shared.is_some() {
+        // Nodes read from the file system: the root only tells each node to start.
+        plan = flat_without_storage(&plan);
+    }
+    let hosts = match &args.hosts {
+        Some(p) => load_hosts(p, args.port)?,
+        None => HashMap::new(),
+    };
+    let port = args.port;
+    let nodes: Vec<NodeInfo> = plan_nodes(&plan, |h| {
+        hosts
+            .get(h)
+            .cloned()
+            .unwrap_or_else(|| format!("{h}:{port}"))
+    });
+    let globs = build_globs(&args.urgent)?;
+    let order = teesfs::node::push_order(&index, &|p: &[u8]| {
+        globs
+            .as_ref()
+            .is_some_and(|g| g.is_match(String::from_utf8_lossy(p).as_ref()))
+    });
+    let identity = Identity::load(&args.identity, &args.job.login)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            format!(
+                "loading the login node's credentials for `{}` from {} (teesfs keygen --cluster)",
+                args.job.login,
+                args.identity.display()
+            )
+        })?;
+    let job = JobId(u64::from_be_bytes(
+        blake3::hash(
+            &[
+                &index_id.0[..],
+                &std::process::id().to_be_bytes(),
+                &now_nanos().to_be_bytes(),
+            ]
+            .concat(),
+        )
+        .as_bytes()[..8]
+            .try_into()
+            .expect("8 bytes"),
+    ));
+    let timing = Timing {
+        heartbeat_ms: args.heartbeat.as_millis().clamp(10, u32::MAX as u128) as u32,
+        deadline_ms: args.deadline.as_millis().clamp(50, u32::MAX as u128) as u32,
+    };
+    let index = Arc::new(index);
+    let spec = PushSpec {
+        job,
+        nodes,
+        signed_index: signed_bytes,
+        index: index.clone(),
+        index_id,
+        store,
+        order: order.clone(),
+        timing,
+        identity,
+        listen: args.listen,
+        shared_store: shared,
+        advertise: args
+            .advertise
+            .clone()
+            .or_else(|| hosts.get(&args.job.login).cloned()),
+    };
+    let n = plan.len() - 1;
+    let bar = if args.quiet || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(n as u64).with_style(
+            ProgressStyle::with_template(
+                "{spinner} {elapsed_precise} [{bar:30}] {pos}/{len} nodes {msg}",
+            )
+            .expect("static template is valid")
+            .progress_chars("=> "),
+        )
+    };
+    let wait = match args.wait {
+        Wait::Urgent => Phase::Urgent,
+        Wait::All => Phase::All,
+    };
+    eprintln!(
+        "pushing index {} to {n} nodes ({} plan, depth {}, job {job})",
+        index_id.short(),
+        plan.strategy,
+        plan.depth()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let outcome = rt
+        .block_on(push(spec, wait, args.timeout, |p| {
+            bar.set_position(p.urgent as u64);
+            bar.set_message(format!(
+                "urgent, {} complete, {} failed, {} sent",
+                p.all,
+                p.failed,
+                util::bytes(p.bytes_out)
+            ));
+        }))
+        .map_err(anyhow::Error::msg)?;
+    bar.finish_and_clear();
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let rep = report(
+        &plan,
+        Some(&topology),
+        job,
+        index_id,
+        &index,
+        &order,
+        &outcome,
+    );
+    print_report(&rep);
+    if let Some(path) = &args.report {
+        std::fs::write(path, serde_json::to_vec_pretty(&rep)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if outcome.timed_out {
+        bail!("timed out after {}", util::duration(args.timeout));
+    }
+    if !rep.failures.is_empty() {
+        bail!(
+            "{} node(s) failed; see the report above",
+            rep.failures.len()
+        );
+    }
+    Ok(())
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut b = globset::GlobSetBuilder::new();
+    for p in patterns {
+        b.add(
+            globset::Glob::new(p.trim_start_matches('/'))
+                .with_context(|| format!("bad urgent glob {p:?}"))?,
+        );
+    }
+    Ok(Some(b.build()?))
+}
+
+/// The root sends straight to every job node (the storage node itself runs no daemon).
+fn flat_without_storage(plan: &peertree::Plan) -> peertree::Plan {
+    let mut p = plan.clone();
+    let storage: Vec<NodeId> = p
+        .ids()
+        .filter(|&id| p.roles[id.index()] == peertree::Role::Storage)
+        .collect();
+    let root = p.root;
+    for id in p.ids().collect::<Vec<_>>() {
+        if id == root || storage.contains(&id) {
+            continue;
+        }
+        p.parent[id.index()] = Some(root);
+    }
+    for c in p.children.iter_mut() {
+        c.clear();
+    }
+    for id in p.ids().collect::<Vec<_>>() {
+        if id != root && !storage.contains(&id) {
+            p.children[root.index()].push(id);
+        }
+    }
+    for s in storage {
+        p.parent[s.index()] = None;
+    }
+    p
+}
+
+fn print_report(r: &PushReport) {
+    let secs = |s: Option<f64>| s.map_or("not reached".to_string(), |s| format!("{s:.2} s"));
+    println!("job {} index {}", r.job, &r.index[..12]);
+    println!(
+        "  urgent set ({} chunks, {}) on all nodes: {}",
+        r.urgent_chunks,
+        util::bytes(r.urgent_bytes),
+        secs(r.urgent_complete_s)
+    );
+    println!(
+        "  whole layer ({} chunks, {}) on all nodes: {}",
+        r.chunks,
+        util::bytes(r.total_bytes),
+        secs(r.all_complete_s)
+    );
+    let mut urgent: Vec<f64> = r.per_node.iter().filter_map(|n| n.urgent_s).collect();
+    urgent.sort_by(f64::total_cmp);
+    if let (Some(first), Some(last)) = (urgent.first(), urgent.last()) {
+        println!(
+            "  per node, urgent set: first {first:.2} s, median {:.2} s, last {last:.2} s",
+            urgent[urgent.len() / 2]
+        );
+    }
+    if !r.uplinks.is_empty() {
+        let total_in: u64 = r.uplinks.iter().map(|u| u.in_bytes).sum();
+        println!(
+            "  group uplinks: {} in over {} groups (minimum {})",
+            util::bytes(total_in),
+            r.uplinks.len(),
+            util::bytes(r.total_bytes * r.uplinks.len() as u64)
+        );
+    }
+    for f in &r.failures {
+        println!(
+            "  FAILED ({}) {} -> {} at {:.2} s",
+            f.kind, f.parent, f.child, f.at_s
+        );
+    }
+}

@@ -1,0 +1,427 @@
+//! `teesfs daemon`: the node side. Accepts jobs from parents (verifying the index against
+//! the trusted publisher keys), mounts each job's layer read-only as soon as its index
+//! arrives, forwards to children, answers demand requests, and reports its state on a
+//! Unix control socket.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use manifest::{Limits, PublicKey, SignedIndex};
+use peertree::relay::{Event, JobId, Msg, Phase, Relay, Schedule, Start};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use super::JobSource;
+use super::job::{JobCore, JobCounters};
+use super::peers::{Peers, Router};
+use super::store::NodeStore;
+use crate::Error;
+use crate::fs::fuse::PassthroughConfig;
+use crate::fs::mount::{MountConfig, Mounted, mount};
+use crate::net::{Identity, Transport};
+
+/// How a daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// This node's host name (must match its certificate).
+    pub host: String,
+    /// Where to listen for peers.
+    pub listen: SocketAddr,
+    /// Directory with `ca.crt`, `<host>.crt`, `<host>.key`.
+    pub identity_dir: PathBuf,
+    /// Where chunks are kept (memory-backed by default).
+    pub state_dir: PathBuf,
+    /// Jobs are mounted at `<mount_root>/<job id>`.
+    pub mount_root: PathBuf,
+    /// Byte budget of the chunk store.
+    pub store_budget: u64,
+    /// Memory for decompressed chunks per mount.
+    pub cache_bytes: u64,
+    /// Serve complete files through FUSE passthrough (root only).
+    pub passthrough: bool,
+    /// Trusted publisher keys.
+    pub trusted: Vec<PublicKey>,
+    /// The control socket.
+    pub control: PathBuf,
+    /// Mount jobs (off only for relay-only nodes).
+    pub mount: bool,
+}
+
+struct NodeJob {
+    core: Arc<JobCore>,
+    mounted: Mutex<Option<Mounted>>,
+    mountpoint: PathBuf,
+    started: Instant,
+    phases: Mutex<[Option<f64>; 2]>,
+}
+
+/// A running daemon.
+pub struct Daemon {
+    cfg: DaemonConfig,
+    peers: Arc<Peers>,
+    store: Arc<NodeStore>,
+    jobs: Mutex<HashMap<JobId, Arc<NodeJob>>>,
+    rt: tokio::runtime::Handle,
+    me: Weak<Daemon>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The daemon's state as `teesfs status` shows it (JSON on the control socket).
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// Host name.
+    pub host: String,
+    /// Listening address.
+    pub listen: String,
+    /// Bytes in the chunk store.
+    pub store_bytes: u64,
+    /// Chunks in the chunk store.
+    pub store_chunks: usize,
+    /// The store's budget.
+    pub store_budget: u64,
+    /// Jobs.
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One job in [`Status`].
+#[derive(Debug, Serialize)]
+pub struct JobStatus {
+    /// Job id.
+    pub job: String,
+    /// Index id.
+    pub index: String,
+    /// Parent host (empty while re-attaching).
+    pub parent: String,
+    /// Children hosts.
+    pub children: Vec<String>,
+    /// Chunks held / in the layer.
+    pub have: usize,
+    /// Chunks in the layer.
+    pub chunks: usize,
+    /// Seconds after the job arrived when this node held the urgent set.
+    pub urgent_s: Option<f64>,
+    /// Seconds after the job arrived when this node held everything.
+    pub all_s: Option<f64>,
+    /// Where the layer is mounted.
+    pub mountpoint: String,
+    /// Whether the root declared the push finished.
+    pub finished: bool,
+    /// Traffic counters.
+    pub counters: JobCounters,
+}
+
+impl Daemon {
+    /// Binds the endpoint and opens the store. Must run inside a tokio runtime.
+    pub fn start(cfg: DaemonConfig) -> Result<Arc<Self>, Error> {
+        let identity = Identity::load(&cfg.identity_dir, &cfg.host).map_err(Error::net)?;
+        let transport = Transport::bind(cfg.listen, &identity).map_err(Error::net)?;
+        let store = Arc::new(NodeStore::open(
+            &cfg.state_dir.join("store"),
+            cfg.store_budget,
+        )?);
+        let peers = Peers::new(transport);
+        let daemon = Arc::new_cyclic(|me| Self {
+            cfg,
+            peers: peers.clone(),
+            store,
+            jobs: Mutex::new(HashMap::new()),
+            rt: tokio::runtime::Handle::current(),
+            me: me.clone(),
+        });
+        let router: Weak<dyn Router> = Arc::downgrade(&daemon) as Weak<dyn Router>;
+        peers.set_router(router);
+        tokio::spawn(peers.clone().accept_loop());
+        Ok(daemon)
+    }
+
+    /// The address peers reach this daemon at.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.peers.transport().local_addr()
+    }
+
+    /// Serves the control socket until `shutdown` resolves, then unmounts every job.
+    pub async fn serve(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let _ = std::fs::remove_file(&self.cfg.control);
+        if let Some(dir) = self.cfg.control.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let listener = match tokio::net::UnixListener::bind(&self.cfg.control) {
+            Ok(l) => {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(
+                    &self.cfg.control,
+                    std::fs::Permissions::from_mode(0o600),
+                );
+                Some(l)
+            }
+            Err(e) => {
+                tracing::error!(path = %self.cfg.control.display(), error = %e, "cannot open the control socket; `teesfs status` will not work");
+                None
+            }
+        };
+        let this = self.clone();
+        let control = async move {
+            let Some(listener) = listener else {
+                return std::future::pending().await;
+            };
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let this = this.clone();
+                tokio::spawn(async move { this.control_client(stream).await });
+            }
+        };
+        tokio::select! {
+            _ = shutdown => {}
+            _ = control => {}
+        }
+        self.shutdown().await;
+    }
+
+    async fn control_client(self: Arc<Self>, stream: tokio::net::UnixStream) {
+        let (r, mut w) = stream.into_split();
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let reply = match line.trim() {
+                "status" => serde_json::to_string(&self.status()),
+                other => Ok(serde_json::json!({ "error": format!("unknown command {other:?}; try `status`") }).to_string()),
+            }
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            if w.write_all(reply.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The current state.
+    pub fn status(&self) -> Status {
+        let jobs = lock(&self.jobs)
+            .values()
+            .map(|j| {
+                let (parent, children, have, chunks, finished) = j.core.relay(|r| {
+                    let host = |id| r.peer(id).map(|n| n.host.clone()).unwrap_or_default();
+                    (
+                        r.parent().map(host).unwrap_or_default(),
+                        r.children().map(host).collect(),
+                        r.have_count(),
+                        r.schedule().len(),
+                        r.finished(),
+                    )
+                });
+                let phases = *lock(&j.phases);
+                JobStatus {
+                    job: j.core.job.to_string(),
+                    index: j.core.index_id.to_hex(),
+                    parent,
+                    children,
+                    have,
+                    chunks,
+                    urgent_s: phases[0],
+                    all_s: phases[1],
+                    mountpoint: j.mountpoint.display().to_string(),
+                    finished,
+                    counters: j.core.counters(),
+                }
+            })
+            .collect();
+        Status {
+            host: self.cfg.host.clone(),
+            listen: self.local_addr().to_string(),
+            store_bytes: self.store.bytes(),
+            store_chunks: self.store.len(),
+            store_budget: self.cfg.store_budget,
+            jobs,
+        }
+    }
+
+    async fn shutdown(&self) {
+        let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs).drain().map(|(_, j)| j).collect();
+        for j in jobs {
+            j.core.close();
+            let m = lock(&j.mounted).take();
+            if let Some(m) = m {
+                let _ = tokio::task::spawn_blocking(move || drop(m)).await;
+            }
+            let _ = std::fs::remove_dir(&j.mountpoint);
+        }
+        self.peers.close();
+        let _ = std::fs::remove_file(&self.cfg.control);
+    }
+
+    fn start_job(&self, from_host: &str, job: JobId, start: Start) {
+        if lock(&self.jobs).contains_key(&job) {
+            return;
+        }
+        let span = tracing::info_span!("job", %job);
+        let _g = span.enter();
+        let refuse = |why: String| {
+            tracing::error!(parent = %from_host, "refusing job: {why}");
+        };
+        if start.subtree.first().map(|n| n.host.as_str()) != Some(self.cfg.host.as_str()) {
+            return refuse(format!(
+                "it was meant for {:?}, this node is {:?}",
+                start.subtree.first().map(|n| &n.host),
+                self.cfg.host
+            ));
+        }
+        if start.ancestors.first().map(|n| n.host.as_str()) != Some(from_host) {
+            return refuse("it did not come from the parent it names".into());
+        }
+        let (signed, index) = match SignedIndex::open(
+            start.index.clone(),
+            None,
+            &self.cfg.trusted,
+            &Limits::default(),
+        ) {
+            Ok(x) => x,
+            Err(e) => return refuse(format!("index rejected: {e}")),
+        };
+        let sizes = index.chunks.iter().map(|c| c.stored_len).collect();
+        let schedule = match Schedule::new(start.order.clone(), start.urgent as usize, sizes) {
+            Ok(s) => Arc::new(s),
+            Err(e) => return refuse(e.to_string()),
+        };
+        let mut known = start.subtree.clone();
+        known.extend(start.ancestors.iter().cloned());
+        // Shared-storage mode reads straight from the parallel file system.
+        let shared = match &start.shared_store {
+            Some(path) => match seeder::DirStore::open(std::path::Path::new(path)) {
+                Ok(s) => Some(s),
+                Err(e) => return refuse(format!("shared store unusable: {e}")),
+            },
+            None => None,
+        };
+        let relay = match Relay::new_node(start, schedule, Instant::now()) {
+            Ok(r) => r,
+            Err(e) => return refuse(e.to_string()),
+        };
+        let index = Arc::new(index);
+        let bytes: Arc<dyn super::job::ChunkBytes> = match &shared {
+            Some(s) => Arc::new(super::StoreBytes(s.clone())),
+            None => self.store.clone(),
+        };
+        let (core, mut events) = JobCore::new(
+            relay,
+            index.clone(),
+            signed.id(),
+            self.peers.clone(),
+            bytes,
+            &known,
+        );
+        let mountpoint = self.cfg.mount_root.join(job.to_string());
+        let nj = Arc::new(NodeJob {
+            core: core.clone(),
+            mounted: Mutex::new(None),
+            mountpoint: mountpoint.clone(),
+            started: Instant::now(),
+            phases: Mutex::new([None, None]),
+        });
+        lock(&self.jobs).insert(job, nj.clone());
+        tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
+        core.start();
+
+        let nj2 = nj.clone();
+        self.rt.spawn(async move {
+            while let Some((at, ev)) = events.recv().await {
+                match ev {
+                    Event::LocalPhaseDone(p) => {
+                        let t = at.saturating_duration_since(nj2.started).as_secs_f64();
+                        lock(&nj2.phases)[p.index()] = Some(t);
+                        tracing::info!(phase = ?p, seconds = t, "holding phase");
+                    }
+                    Event::ParentLost(p) => {
+                        tracing::warn!(parent = ?p, "parent lost; re-attaching")
+                    }
+                    Event::Reattached(p) => tracing::warn!(parent = ?p, "re-attached"),
+                    Event::ChildFailed(c) => tracing::warn!(child = ?c, "child failed"),
+                    Event::BadChunk { from, chunk } => {
+                        tracing::error!(?from, chunk, "peer sent a corrupt chunk")
+                    }
+                    _ => {}
+                }
+            }
+        });
+
+        if self.cfg.mount {
+            let cfg = MountConfig {
+                cache_bytes: self.cfg.cache_bytes,
+                passthrough: self.cfg.passthrough.then(|| PassthroughConfig {
+                    dir: self.cfg.state_dir.join("files"),
+                    min_size: 64 << 10,
+                }),
+                ..MountConfig::default()
+            };
+            let source: Arc<dyn crate::source::ChunkSource> = match shared {
+                Some(s) => Arc::new(crate::source::StoreSource::new(s)),
+                None => Arc::new(JobSource(core)),
+            };
+            let index = (*index).clone();
+            let id = signed.id();
+            self.rt.spawn(async move {
+                let mp = mountpoint.clone();
+                let res = tokio::task::spawn_blocking(move || {
+                    std::fs::create_dir_all(&mp).map_err(|source| Error::Mount {
+                        mountpoint: mp.clone(),
+                        source,
+                    })?;
+                    mount(index, id, source, &mp, &cfg)
+                })
+                .await;
+                match res {
+                    Ok(Ok(m)) => {
+                        tracing::info!(mountpoint = %mountpoint.display(), "layer mounted");
+                        *lock(&nj.mounted) = Some(m);
+                    }
+                    Ok(Err(e)) => tracing::error!(error = %e, "cannot mount the job's layer"),
+                    Err(e) => tracing::error!(error = %e, "mount task failed"),
+                }
+            });
+        }
+    }
+
+    /// The mountpoint of a job, once mounted.
+    pub fn mountpoint(&self, job: JobId) -> Option<PathBuf> {
+        let jobs = lock(&self.jobs);
+        let j = jobs.get(&job)?;
+        lock(&j.mounted)
+            .as_ref()
+            .map(|m| m.mountpoint().to_path_buf())
+    }
+
+    /// Whether a job's local copy holds `phase`.
+    pub fn phase_done(&self, job: JobId, phase: Phase) -> bool {
+        lock(&self.jobs)
+            .get(&job)
+            .is_some_and(|j| j.core.relay(|r| r.local_done(phase)))
+    }
+}
+
+impl Router for Daemon {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Msg) {
+        if let Msg::Start(start) = msg {
+            if let Some(d) = self.me.upgrade() {
+                d.start_job(from_host, job, *start);
+            }
+            return;
+        }
+        let j = lock(&self.jobs).get(&job).cloned();
+        match j {
+            Some(j) => j.core.on_message(from_host, msg),
+            None => tracing::debug!(%job, peer = %from_host, "message for an unknown job"),
+        }
+    }
+
+    fn unreachable(&self, host: &str) {
+        let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs).values().cloned().collect();
+        for j in jobs {
+            j.core.on_unreachable(host);
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! One job on one process: the [`Relay`] behind a mutex, and the glue that turns its outputs
+//! into network traffic and its inputs out of network traffic.
+//!
+//! - every call into the relay goes through [`JobCore::with_relay`], which afterwards sends
+//!   what the relay queued, records events, starts pumps for new children and wakes
+//!   whoever waits;
+//! - one **pump** task per child pulls the next chunk with `poll_bulk` and writes it to the
+//!   child's bulk stream, so QUIC flow control is the back-pressure;
+//! - one **timer** task calls `handle_timeout` when the relay asks;
+//! - incoming chunks are verified against the index before the relay hears of them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use manifest::{ChunkId, Index, IndexId, decode_chunk};
+use peertree::NodeId;
+use peertree::relay::{Event, JobId, Msg, Relay, Transmit};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use super::peers::{Peers, frame};
+use crate::net::StreamKind;
+
+/// Where a job reads chunk bytes to send (the login node's store, or the node's store).
+pub trait ChunkBytes: Send + Sync + 'static {
+    /// Stored bytes of a chunk, if held.
+    fn get(&self, id: &ChunkId) -> Option<Vec<u8>>;
+    /// Whether a chunk is held (cheap).
+    fn contains(&self, id: &ChunkId) -> bool;
+    /// Keeps a verified chunk (nodes only; the root never receives chunks).
+    fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()>;
+}
+
+/// A timestamped relay event.
+pub type TimedEvent = (Instant, Event);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Counters of a job on this process.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct JobCounters {
+    /// Chunks received and verified.
+    pub chunks_in: u64,
+    /// Bytes of those.
+    pub bytes_in: u64,
+    /// Chunks refused by verification.
+    pub bad_chunks: u64,
+    /// Chunks sent (push and demand).
+    pub chunks_out: u64,
+    /// Bytes of those.
+    pub bytes_out: u64,
+}
+
+/// The shared state of one job.
+pub struct JobCore {
+    /// The job.
+    pub job: JobId,
+    /// This process's node id in the job.
+    pub me: NodeId,
+    /// The verified index.
+    pub index: Arc<Index>,
+    /// Its id.
+    pub index_id: IndexId,
+    relay: Mutex<Relay>,
+    hosts: HashMap<String, NodeId>,
+    addrs: HashMap<NodeId, (String, String)>,
+    peers: Arc<Peers>,
+    bytes: Arc<dyn ChunkBytes>,
+    chunk_of: HashMap<ChunkId, u32>,
+    waiters: Mutex<HashMap<u32, Vec<oneshot::Sender<()>>>>,
+    pump_wake: Notify,
+    timer_wake: Notify,
+    pumps: Mutex<HashSet<NodeId>>,
+    events: mpsc::UnboundedSender<TimedEvent>,
+    counters: Mutex<JobCounters>,
+    rt: tokio::runtime::Handle,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl JobCore {
+    /// Wraps a relay; returns the core and the stream of its events. Call
+    /// [`JobCore::start`] once it is shared.
+    pub fn new(
+        relay: Relay,
+        index: Arc<Index>,
+        index_id: IndexId,
+        peers: Arc<Peers>,
+        bytes: Arc<dyn ChunkBytes>,
+        known: &[peertree::relay::NodeInfo],
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<TimedEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut hosts = HashMap::new();
+        let mut addrs = HashMap::new();
+        for n in known {
+            hosts.insert(n.host.clone(), n.id);
+            addrs.insert(n.id, (n.host.clone(), n.addr.clone()));
+        }
+        let chunk_of = index
+            .chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.id, i as u32))
+            .collect();
+        let core = Arc::new(Self {
+            job: relay.job(),
+            me: relay.me(),
+            index,
+            index_id,
+            relay: Mutex::new(relay),
+            hosts,
+            addrs,
+            peers,
+            bytes,
+            chunk_of,
+            waiters: Mutex::new(HashMap::new()),
+            pump_wake: Notify::new(),
+            timer_wake: Notify::new(),
+            pumps: Mutex::new(HashSet::new()),
+            events: tx,
+            counters: Mutex::new(JobCounters::default()),
+            rt: tokio::runtime::Handle::current(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        });
+        (core, rx)
+    }
+
+    /// Starts the timer and sends what the relay queued at creation.
+    pub fn start(self: &Arc<Self>) {
+        let this = self.clone();
+        self.rt.spawn(async move { this.timer().await });
+        self.with_relay(|_, _| ());
+    }
+
+    /// Stops the job's tasks (connections stay, they are shared).
+    pub fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.pump_wake.notify_waiters();
+        self.timer_wake.notify_waiters();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> JobCounters {
+        lock(&self.counters).clone()
+    }
+
+    /// Runs `f` on the relay, then carries out everything it asked for.
+    pub fn with_relay<R>(self: &Arc<Self>, f: impl FnOnce(&mut Relay, Instant) -> R) -> R {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        let mut events = Vec::new();
+        let (result, children) = {
+            let mut r = lock(&self.relay);
+            let result = f(&mut r, now);
+            while let Some(t) = r.poll_transmit(now) {
+                out.push(t);
+            }
+            while let Some(e) = r.poll_event() {
+                events.push(e);
+            }
+            (result, r.children().collect::<Vec<_>>())
+        };
+        for t in out {
+            self.transmit(t);
+        }
+        for e in events {
+            let _ = self.events.send((now, e));
+        }
+        for c in children {
+            if lock(&self.pumps).insert(c) {
+                let this = self.clone();
+                self.rt.spawn(async move {
+                    this.clone().pump(c).await;
+                    lock(&this.pumps).remove(&c);
+                });
+            }
+        }
+        self.pump_wake.notify_waiters();
+        self.timer_wake.notify_one();
+        result
+    }
+
+    /// Read-only access to the relay.
+    pub fn relay<R>(&self, f: impl FnOnce(&Relay) -> R) -> R {
+        f(&lock(&self.relay))
+    }
+
+    fn peer_addr(&self, id: NodeId) -> Option<(String, String)> {
+        if let Some(a) = self.addrs.get(&id) {
+            return Some(a.clone());
+        }
+        self.relay(|r| r.peer(id).map(|n| (n.host.clone(), n.addr.clone())))
+    }
+
+    fn transmit(self: &Arc<Self>, t: Transmit) {
+        let (to, kind, bytes) = match t {
+            Transmit::Control { to, msg } => {
+                let kind = match msg {
+                    Msg::Want { .. } => StreamKind::Demand,
+                    _ => StreamKind::Control,
+                };
+                (to, kind, frame(self.job, &msg))
+            }
+            Transmit::DemandChunk { to, chunk } => {
+                let Some(data) = self.chunk_bytes(chunk) else {
+                    tracing::error!(chunk, "a demanded chunk vanished from the store");
+                    return;
+                };
+                let msg = Msg::Chunk {
+                    chunk,
+                    demand: true,
+                    data,
+                };
+                (to, StreamKind::Demand, frame(self.job, &msg))
+            }
+        };
+        let Some((host, addr)) = self.peer_addr(to) else {
+            tracing::warn!(?to, "no address for peer");
+            return;
+        };
+        self.peers.send(&host, &addr, kind, bytes);
+    }
+
+    fn chunk_bytes(&self, chunk: u32) -> Option<Vec<u8>> {
+        let info = self.index.chunks.get(chunk as usize)?;
+        let data = self.bytes.get(&info.id)?;
+        let mut c = lock(&self.counters);
+        c.chunks_out += 1;
+        c.bytes_out += data.len() as u64;
+        Some(data)
+    }
+
+    async fn pump(self: Arc<Self>, child: NodeId) {
+        let Some((host, addr)) = self.peer_addr(child) else {
+            return;
+        };
+        let span = tracing::debug_span!("pump", job = %self.job, child = %host);
+        let _g = span.enter();
+        let conn = match self.peers.conn(&host, &addr).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "child unreachable");
+                self.with_relay(|r, now| r.handle_unreachable(now, child));
+                return;
+            }
+        };
+        let mut tx = match conn.open(StreamKind::Bulk).await {
+            Ok(tx) => tx,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open bulk stream");
+                self.with_relay(|r, now| r.handle_unreachable(now, child));
+                return;
+            }
+        };
+        loop {
+            if self.is_closed() {
+                return;
+            }
+            let woken = self.pump_wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let next = self.with_relay_quiet(|r, now| {
+                if !r.children().any(|c| c == child) {
+                    return Err(());
+                }
+                Ok(r.poll_bulk(now, child))
+            });
+            match next {
+                Err(()) => return,
+                Ok(Some(chunk)) => {
+                    let Some(data) = self.chunk_bytes(chunk) else {
+                        tracing::error!(chunk, "a chunk to forward vanished from the store");
+                        continue;
+                    };
+                    let msg = Msg::Chunk {
+                        chunk,
+                        demand: false,
+                        data,
+                    };
+                    if let Err(e) = tx.send(&frame(self.job, &msg)).await {
+                        tracing::debug!(error = %e, "bulk send failed");
+                        self.with_relay(|r, now| r.handle_unreachable(now, child));
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    let _ = tokio::time::timeout(Duration::from_millis(500), woken).await;
+                }
+            }
+        }
+    }
+
+    /// Like [`JobCore::with_relay`] but without waking the pumps (a pump polling itself).
+    fn with_relay_quiet<R>(self: &Arc<Self>, f: impl FnOnce(&mut Relay, Instant) -> R) -> R {
+        let now = Instant::now();
+        let mut r = lock(&self.relay);
+        let result = f(&mut r, now);
+        let mut out = Vec::new();
+        while let Some(t) = r.poll_transmit(now) {
+            out.push(t);
+        }
+        drop(r);
+        for t in out {
+            self.transmit(t);
+        }
+        result
+    }
+
+    async fn timer(self: Arc<Self>) {
+        while !self.is_closed() {
+            let next = self.relay(|r| r.poll_timeout());
+            let sleep = next.map_or(Duration::from_secs(1), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.timer_wake.notified() => continue,
+            }
+            self.with_relay(|r, now| r.handle_timeout(now));
+        }
+    }
+
+    /// A message from the peer named `from_host`.
+    pub fn on_message(self: &Arc<Self>, from_host: &str, msg: Msg) {
+        let Some(&from) = self.hosts.get(from_host) else {
+            tracing::warn!(peer = %from_host, job = %self.job, "message from a host outside this job's tree; ignored");
+            return;
+        };
+        match msg {
+            Msg::Chunk { chunk, data, .. } => self.on_chunk(from, chunk, &data),
+            Msg::Start(_) => {}
+            other => self.with_relay(|r, now| r.handle_message(now, from, other)),
+        }
+    }
+
+    fn on_chunk(self: &Arc<Self>, from: NodeId, chunk: u32, data: &[u8]) {
+        let Some(info) = self.index.chunks.get(chunk as usize).copied() else {
+            return;
+        };
+        let valid = decode_chunk(data, &info.id, info.plain_len).is_ok();
+        if valid {
+            if let Err(e) = self.bytes.put(&info.id, data) {
+                tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
+                return;
+            }
+            let mut c = lock(&self.counters);
+            c.chunks_in += 1;
+            c.bytes_in += data.len() as u64;
+        } else {
+            lock(&self.counters).bad_chunks += 1;
+            tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
+        }
+        self.with_relay(|r, now| r.handle_chunk(now, from, chunk, valid));
+        if valid && let Some(ws) = lock(&self.waiters).remove(&chunk) {
+            for w in ws {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    /// The peer could not be reached.
+    pub fn on_unreachable(self: &Arc<Self>, host: &str) {
+        if let Some(&id) = self.hosts.get(host) {
+            self.with_relay(|r, now| r.handle_unreachable(now, id));
+        }
+    }
+
+    /// Waits until chunk `id` is in the store, asking the tree for it.
+    pub async fn want(self: &Arc<Self>, id: &ChunkId) -> Result<Vec<u8>, String> {
+        let Some(&chunk) = self.chunk_of.get(id) else {
+            return Err(format!("chunk {id} is not part of job {}", self.job));
+        };
+        loop {
+            if let Some(b) = self.bytes.get(id) {
+                return Ok(b);
+            }
+            let (tx, rx) = oneshot::channel();
+            lock(&self.waiters).entry(chunk).or_default().push(tx);
+            // It may have arrived between the check and the registration.
+            if let Some(b) = self.bytes.get(id) {
+                return Ok(b);
+            }
+            self.with_relay(|r, now| r.handle_local_want(now, chunk));
+            if rx.await.is_err() {
+                return Err("job closed while waiting for a chunk".into());
+            }
+        }
+    }
+
+    /// Whether the chunk is held here.
+    pub fn has(&self, id: &ChunkId) -> bool {
+        self.bytes.contains(id)
+    }
+}

@@ -1,0 +1,109 @@
+//! The distribution side of teesfs over real networks.
+//!
+//! - [`peers`]: QUIC connections to other nodes, shared by all jobs, frames in and out.
+//! - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
+//! - [`store`]: the node's budgeted, content-addressed chunk store.
+//! - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
+//! - [`push`]: the login node as the root of a job's tree.
+//! - [`report`]: the push report (documented JSON).
+//!
+//! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
+
+pub mod daemon;
+pub mod job;
+pub mod peers;
+pub mod push;
+pub mod report;
+pub mod store;
+
+use std::sync::Arc;
+
+use manifest::{ChunkId, ChunkInfo};
+
+use crate::source::{ChunkFuture, ChunkSource};
+use job::JobCore;
+
+/// Chunks for a mounted job: from the node's store, or from the tree on demand.
+pub struct JobSource(pub Arc<JobCore>);
+
+impl ChunkSource for JobSource {
+    fn fetch(&self, chunk: ChunkInfo) -> ChunkFuture {
+        let core = self.0.clone();
+        Box::pin(async move { core.want(&chunk.id).await })
+    }
+
+    fn is_local(&self, id: &ChunkId) -> bool {
+        self.0.has(id)
+    }
+}
+
+/// Chunks of the login node's store, for the root.
+pub struct StoreBytes(pub seeder::DirStore);
+
+impl job::ChunkBytes for StoreBytes {
+    fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
+        self.0.get_chunk(id).ok()
+    }
+    fn contains(&self, id: &ChunkId) -> bool {
+        self.0.chunk_path(id).exists()
+    }
+    fn put(&self, _id: &ChunkId, _stored: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl job::ChunkBytes for store::NodeStore {
+    fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
+        store::NodeStore::get(self, id)
+    }
+    fn contains(&self, id: &ChunkId) -> bool {
+        store::NodeStore::contains(self, id)
+    }
+    fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+        store::NodeStore::put(self, id, stored)
+    }
+}
+
+/// The push order of an index: chunks of urgent entries first (in entry order, which is
+/// the recorded access order when the urgent set came from `teesfs record`), then the rest.
+/// `extra_urgent` marks more entries urgent (e.g. from `manifest.toml` globs).
+pub fn push_order(
+    index: &manifest::Index,
+    extra_urgent: &dyn Fn(&[u8]) -> bool,
+) -> (Vec<u32>, usize) {
+    use manifest::{EntryIdx, EntryKind, FileData};
+    let n = index.chunks.len();
+    let mut placed = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    let mut urgent_entries = Vec::new();
+    for (i, e) in index.entries.iter().enumerate() {
+        let idx = EntryIdx(i as u32);
+        if e.flags.urgent() || extra_urgent(&index.path_of(idx)) {
+            urgent_entries.push(index.resolve(idx));
+        }
+    }
+    let mut add = |e: EntryIdx, order: &mut Vec<u32>| {
+        if let EntryKind::File {
+            data: FileData::Chunks(slots),
+            ..
+        } = &index.entry(e).kind
+        {
+            for s in slots.iter() {
+                if let Some(c) = s.chunk_index()
+                    && !placed[c]
+                {
+                    placed[c] = true;
+                    order.push(c as u32);
+                }
+            }
+        }
+    };
+    for &e in &urgent_entries {
+        add(e, &mut order);
+    }
+    let urgent = order.len();
+    for i in 0..index.entries.len() {
+        add(EntryIdx(i as u32), &mut order);
+    }
+    (order, urgent)
+}

@@ -1,0 +1,263 @@
+//! Connections to other nodes, shared by every job of a process: at most one outgoing QUIC
+//! connection per peer host (reused for the whole job and across jobs), control and demand
+//! messages on their own streams so they never wait behind bulk chunks, and reader tasks
+//! that hand every incoming frame to the [`Router`].
+//!
+//! A frame is the job id (8 bytes, big endian) followed by an encoded [`Msg`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+
+use peertree::relay::{JobId, Msg};
+use tokio::sync::{mpsc, watch};
+
+use crate::net::{Conn, StreamKind, Transport};
+
+/// Where incoming messages go.
+pub trait Router: Send + Sync + 'static {
+    /// A message for `job` from the peer whose certificate names `from_host`.
+    fn deliver(&self, from_host: &str, job: JobId, msg: Msg);
+    /// `host` could not be reached at all.
+    fn unreachable(&self, host: &str);
+}
+
+/// Encodes a frame.
+pub fn frame(job: JobId, msg: &Msg) -> Vec<u8> {
+    let body = msg.encode();
+    let mut f = Vec::with_capacity(8 + body.len());
+    f.extend_from_slice(&job.0.to_be_bytes());
+    f.extend_from_slice(&body);
+    f
+}
+
+/// Decodes a frame.
+pub fn unframe(bytes: &[u8]) -> Result<(JobId, Msg), String> {
+    if bytes.len() < 8 {
+        return Err("frame shorter than its job id".into());
+    }
+    let job = JobId(u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")));
+    let msg = Msg::decode(&bytes[8..]).map_err(|e| e.to_string())?;
+    Ok((job, msg))
+}
+
+/// The outcome of a connection attempt, once known.
+type SharedConn = watch::Receiver<Option<Result<Conn, String>>>;
+
+async fn wait_conn(mut cell: SharedConn) -> Result<Conn, String> {
+    match cell.wait_for(Option::is_some).await {
+        Ok(v) => v.clone().expect("wait_for returned a Some"),
+        Err(_) => Err("connection attempt abandoned".into()),
+    }
+}
+
+struct Link {
+    conn: SharedConn,
+    control: mpsc::UnboundedSender<Vec<u8>>,
+    demand: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+/// The connection manager.
+pub struct Peers {
+    transport: Transport,
+    links: Mutex<HashMap<String, Link>>,
+    router: Mutex<Option<Weak<dyn Router>>>,
+    rt: tokio::runtime::Handle,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))
+}
+
+impl Peers {
+    /// A manager over `transport`; call [`Peers::set_router`] before traffic flows.
+    pub fn new(transport: Transport) -> Arc<Self> {
+        Arc::new(Self {
+            transport,
+            links: Mutex::new(HashMap::new()),
+            router: Mutex::new(None),
+            rt: tokio::runtime::Handle::current(),
+        })
+    }
+
+    /// Sets who receives incoming messages.
+    pub fn set_router(&self, router: Weak<dyn Router>) {
+        *lock(&self.router) = Some(router);
+    }
+
+    fn router(&self) -> Option<Arc<dyn Router>> {
+        lock(&self.router).as_ref().and_then(Weak::upgrade)
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    /// Accepts incoming connections until the transport closes.
+    pub async fn accept_loop(self: Arc<Self>) {
+        while let Some(conn) = self.transport.accept().await {
+            let host = conn.peer_host().to_string();
+            tracing::debug!(peer = %host, "accepted connection");
+            // Reuse the peer's connection for our own sends when we have none (or ours
+            // failed); register it before reading, so replies to its first message use it.
+            {
+                let mut links = lock(&self.links);
+                let usable = links
+                    .get(&host)
+                    .is_some_and(|l| !l.conn.borrow().as_ref().is_some_and(Result::is_err));
+                if !usable {
+                    let (tx, cell) = watch::channel(Some(Ok(conn.clone())));
+                    drop(tx);
+                    let link = self.start_link(&host, cell);
+                    links.insert(host, link);
+                }
+            }
+            self.spawn_readers(conn);
+        }
+    }
+
+    fn spawn_readers(&self, conn: Conn) {
+        let weak_router = lock(&self.router).clone();
+        self.rt.spawn(async move {
+            let host = conn.peer_host().to_string();
+            loop {
+                let (_kind, mut rx) = match conn.accept_stream().await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!(peer = %host, error = %e, "connection ended");
+                        return;
+                    }
+                };
+                let router = weak_router.clone();
+                let host = host.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match rx.recv().await {
+                            Ok(Some(bytes)) => match unframe(&bytes) {
+                                Ok((job, msg)) => {
+                                    if let Some(r) = router.as_ref().and_then(Weak::upgrade) {
+                                        r.deliver(&host, job, msg);
+                                    }
+                                }
+                                Err(e) => {
+                                    tracing::warn!(peer = %host, error = %e, "dropping a malformed frame");
+                                }
+                            },
+                            Ok(None) => return,
+                            Err(e) => {
+                                tracing::debug!(peer = %host, error = %e, "stream ended");
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// Starts the sender tasks of a link whose connection is (or will be) in `cell`.
+    fn start_link(&self, host: &str, cell: SharedConn) -> Link {
+        let (ctx, crx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (dtx, drx) = mpsc::unbounded_channel::<Vec<u8>>();
+        for (kind, mut rx) in [(StreamKind::Control, crx), (StreamKind::Demand, drx)] {
+            let cell = cell.clone();
+            let host = host.to_string();
+            self.rt.spawn(async move {
+                // Wait for the connection the link's creator is establishing.
+                let Ok(conn) = wait_conn(cell).await else {
+                    return;
+                };
+                let mut tx = match conn.open(kind).await {
+                    Ok(tx) => tx,
+                    Err(e) => {
+                        tracing::warn!(peer = %host, error = %e, "cannot open stream");
+                        return;
+                    }
+                };
+                while let Some(f) = rx.recv().await {
+                    if let Err(e) = tx.send(&f).await {
+                        tracing::debug!(peer = %host, error = %e, "send failed");
+                        return;
+                    }
+                }
+            });
+        }
+        Link {
+            conn: cell,
+            control: ctx,
+            demand: dtx,
+        }
+    }
+
+    /// The connection to `host` (listening at `addr`), connecting if needed.
+    pub async fn conn(self: &Arc<Self>, host: &str, addr: &str) -> Result<Conn, String> {
+        wait_conn(self.link_cell(host, addr)).await
+    }
+
+    fn link_cell(self: &Arc<Self>, host: &str, addr: &str) -> SharedConn {
+        let mut links = lock(&self.links);
+        if let Some(l) = links.get(host) {
+            // A failed link is replaced by a fresh attempt.
+            if !l.conn.borrow().as_ref().is_some_and(Result::is_err) {
+                return l.conn.clone();
+            }
+        }
+        let (tx, cell) = watch::channel(None);
+        let link = self.start_link(host, cell.clone());
+        links.insert(host.to_string(), link);
+        let this = self.clone();
+        let (host, addr) = (host.to_string(), addr.to_string());
+        self.rt.spawn(async move {
+            let result = match resolve(&addr).await {
+                Ok(sa) => this
+                    .transport
+                    .connect(sa, &host)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            let _ = tx.send(Some(result.clone()));
+            match result {
+                Ok(conn) => this.spawn_readers(conn),
+                Err(e) => {
+                    tracing::warn!(peer = %host, %addr, error = %e, "peer unreachable");
+                    if let Some(r) = this.router() {
+                        r.unreachable(&host);
+                    }
+                }
+            }
+        });
+        cell
+    }
+
+    /// Queues a control or demand frame for `host`.
+    pub fn send(self: &Arc<Self>, host: &str, addr: &str, kind: StreamKind, frame: Vec<u8>) {
+        self.link_cell(host, addr);
+        let links = lock(&self.links);
+        let Some(link) = links.get(host) else { return };
+        let tx = match kind {
+            StreamKind::Demand => &link.demand,
+            _ => &link.control,
+        };
+        let _ = tx.send(frame);
+    }
+
+    /// Drops every connection.
+    pub fn close(&self) {
+        for (_, l) in lock(&self.links).drain() {
+            if let Some(Ok(c)) = l.conn.borrow().as_ref() {
+                c.close();
+            }
+        }
+        self.transport.close();
+    }
+}

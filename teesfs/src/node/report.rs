@@ -1,0 +1,103 @@
+//! The push report: what `teesfs push` prints and, with `--report FILE`, writes as JSON.
+//!
+//! JSON format (version 1, stable; fields are only ever added):
+//! ```text
+//! { "version": 1, "job": "<hex>", "index": "<hex>", "strategy": "topo", "root": "login",
+//!   "nodes": 32, "urgent_chunks": 12, "chunks": 40, "urgent_bytes": N, "total_bytes": N,
+//!   "urgent_complete_s": 1.23 | null, "all_complete_s": 2.34 | null,
+//!   "per_node": [ { "host": "cn01", "parent": "login", "urgent_s": 0.9, "all_s": 1.8 } ],
+//!   "edges": [ { "parent": "login", "child": "cn01", "bytes": N } ],
+//!   "uplinks": [ { "group": 0, "proxy": "cn01", "in_bytes": N, "out_bytes": N } ],
+//!   "failures": [ { "kind": "failed" | "unreachable" | "liar", "parent": "cn01", "child": "cn02", "at_s": 1.0 } ] }
+//! ```
+//! Times are seconds since the push started, as observed by the root.
+
+use serde::Serialize;
+
+/// One node's arrival times.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeTimes {
+    /// Host name.
+    pub host: String,
+    /// Planned parent's host name.
+    pub parent: String,
+    /// When the root learned the node held the urgent set.
+    pub urgent_s: Option<f64>,
+    /// When the root learned the node held everything.
+    pub all_s: Option<f64>,
+}
+
+/// Bytes over one tree edge.
+#[derive(Debug, Clone, Serialize)]
+pub struct EdgeBytes {
+    /// Sender.
+    pub parent: String,
+    /// Receiver.
+    pub child: String,
+    /// Stored bytes pushed (and served on demand).
+    pub bytes: u64,
+}
+
+/// Bytes over one group's uplink.
+#[derive(Debug, Clone, Serialize)]
+pub struct Uplink {
+    /// Group number in the topology.
+    pub group: usize,
+    /// The group's proxy.
+    pub proxy: String,
+    /// Bytes entering the group.
+    pub in_bytes: u64,
+    /// Bytes leaving the group.
+    pub out_bytes: u64,
+}
+
+/// A failure the root learned of.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// `failed` (a child stopped answering), `unreachable` (never re-attached) or `liar`
+    /// (the parent sent a chunk that did not match its id).
+    pub kind: &'static str,
+    /// Parent end of the edge.
+    pub parent: String,
+    /// Child end of the edge.
+    pub child: String,
+    /// When the root learned of it.
+    pub at_s: f64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct PushReport {
+    /// Format version.
+    pub version: u32,
+    /// Job id.
+    pub job: String,
+    /// Index id.
+    pub index: String,
+    /// Plan strategy.
+    pub strategy: String,
+    /// Root host.
+    pub root: String,
+    /// Nodes in the job (root excluded).
+    pub nodes: usize,
+    /// Chunks in the urgent set.
+    pub urgent_chunks: usize,
+    /// Chunks in the layer.
+    pub chunks: usize,
+    /// Stored bytes of the urgent set.
+    pub urgent_bytes: u64,
+    /// Stored bytes of the layer.
+    pub total_bytes: u64,
+    /// When every reachable node held the urgent set.
+    pub urgent_complete_s: Option<f64>,
+    /// When every reachable node held everything.
+    pub all_complete_s: Option<f64>,
+    /// Per node.
+    pub per_node: Vec<NodeTimes>,
+    /// Per edge.
+    pub edges: Vec<EdgeBytes>,
+    /// Per group uplink.
+    pub uplinks: Vec<Uplink>,
+    /// Failures.
+    pub failures: Vec<Failure>,
+}
