@@ -46,6 +46,13 @@ pub struct DaemonArgs {
     /// Relay only: forward to children but do not mount.
     #[arg(long)]
     no_mount: bool,
+    /// Cap on bulk bytes per second to each child (demand traffic is never capped).
+    #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
+    rate_limit: Option<u64>,
+    /// Fault injection for tests only: `corrupt-forward` makes this daemon flip a byte in
+    /// every chunk it sends, so its children must catch it.
+    #[arg(long, hide = true, value_name = "FAULT")]
+    fault: Option<String>,
 }
 
 /// Runs `teesfs daemon`.
@@ -73,6 +80,14 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         passthrough: root && !args.no_passthrough,
         trusted,
         mount: !args.no_mount,
+        knobs: teesfs::node::job::JobKnobs {
+            rate_limit: args.rate_limit,
+            corrupt_outgoing: match args.fault.as_deref() {
+                None => false,
+                Some("corrupt-forward") => true,
+                Some(other) => anyhow::bail!("unknown --fault {other:?} (known: corrupt-forward)"),
+            },
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

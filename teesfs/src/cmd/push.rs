@@ -82,6 +82,10 @@ pub struct PushArgs {
     /// directory (the store as mounted on the nodes, e.g. on a parallel file system).
     #[arg(long, value_name = "DIR")]
     pub shared_store: Option<PathBuf>,
+    /// Cap on the root's bulk bytes per second to each child, to spare the login node's
+    /// uplink (demand traffic is never capped).
+    #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
+    pub rate_limit: Option<u64>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -204,6 +208,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             .advertise
             .clone()
             .or_else(|| hosts.get(&args.job.login).cloned()),
+        rate_limit: args.rate_limit,
     };
     let n = plan.len() - 1;
     let bar = if args.quiet || !std::io::stderr().is_terminal() {

@@ -48,6 +48,8 @@ pub struct DaemonConfig {
     pub control: PathBuf,
     /// Mount jobs (off only for relay-only nodes).
     pub mount: bool,
+    /// Per-job knobs (rate limit, fault injection).
+    pub knobs: super::job::JobKnobs,
 }
 
 struct NodeJob {
@@ -314,6 +316,7 @@ impl Daemon {
             self.peers.clone(),
             bytes,
             &known,
+            self.cfg.knobs,
         );
         let mountpoint = self.cfg.mount_root.join(job.to_string());
         let nj = Arc::new(NodeJob {

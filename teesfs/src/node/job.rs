@@ -51,6 +51,23 @@ pub struct JobCounters {
     pub chunks_out: u64,
     /// Bytes of those.
     pub bytes_out: u64,
+    /// Demand requests this node sent to its parent.
+    pub wants_sent: u64,
+    /// Chunks this node sent answering demands.
+    pub demand_served: u64,
+    /// Chunks received twice.
+    pub duplicates: u64,
+}
+
+/// Per-job behaviour knobs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobKnobs {
+    /// Cap on bulk bytes per second to each child (protects a shared uplink); `None` for
+    /// no cap. Demand traffic is never capped.
+    pub rate_limit: Option<u64>,
+    /// Fault injection for tests: flip a byte in every chunk this node sends, making it a
+    /// lying peer. Never set in production.
+    pub corrupt_outgoing: bool,
 }
 
 /// The shared state of one job.
@@ -77,6 +94,7 @@ pub struct JobCore {
     counters: Mutex<JobCounters>,
     rt: tokio::runtime::Handle,
     closed: std::sync::atomic::AtomicBool,
+    knobs: JobKnobs,
 }
 
 impl JobCore {
@@ -89,6 +107,7 @@ impl JobCore {
         peers: Arc<Peers>,
         bytes: Arc<dyn ChunkBytes>,
         known: &[peertree::relay::NodeInfo],
+        knobs: JobKnobs,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<TimedEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut hosts = HashMap::new();
@@ -122,6 +141,7 @@ impl JobCore {
             counters: Mutex::new(JobCounters::default()),
             rt: tokio::runtime::Handle::current(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            knobs,
         });
         (core, rx)
     }
@@ -146,7 +166,12 @@ impl JobCore {
 
     /// Counters so far.
     pub fn counters(&self) -> JobCounters {
-        lock(&self.counters).clone()
+        let stats = self.relay(|r| r.stats());
+        let mut c = lock(&self.counters).clone();
+        c.wants_sent = stats.wants_sent;
+        c.demand_served = stats.demand_served;
+        c.duplicates = stats.duplicates;
+        c
     }
 
     /// Runs `f` on the relay, then carries out everything it asked for.
@@ -228,7 +253,12 @@ impl JobCore {
 
     fn chunk_bytes(&self, chunk: u32) -> Option<Vec<u8>> {
         let info = self.index.chunks.get(chunk as usize)?;
-        let data = self.bytes.get(&info.id)?;
+        let mut data = self.bytes.get(&info.id)?;
+        if self.knobs.corrupt_outgoing
+            && let Some(b) = data.last_mut()
+        {
+            *b ^= 0x5a;
+        }
         let mut c = lock(&self.counters);
         c.chunks_out += 1;
         c.bytes_out += data.len() as u64;
@@ -282,10 +312,15 @@ impl JobCore {
                         demand: false,
                         data,
                     };
-                    if let Err(e) = tx.send(&frame(self.job, &msg)).await {
+                    let f = frame(self.job, &msg);
+                    if let Err(e) = tx.send(&f).await {
                         tracing::debug!(error = %e, "bulk send failed");
                         self.with_relay(|r, now| r.handle_unreachable(now, child));
                         return;
+                    }
+                    if let Some(rate) = self.knobs.rate_limit.filter(|&r| r > 0) {
+                        let secs = f.len() as f64 / rate as f64;
+                        tokio::time::sleep(Duration::from_secs_f64(secs)).await;
                     }
                 }
                 Ok(None) => {

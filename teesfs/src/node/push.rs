@@ -43,6 +43,8 @@ pub struct PushSpec {
     /// How nodes reach the root (`host:port`); default: the root's host name and the
     /// bound port.
     pub advertise: Option<String>,
+    /// Cap on the root's bulk bytes per second to each child.
+    pub rate_limit: Option<u64>,
 }
 
 /// Live progress for a progress bar.
@@ -128,6 +130,10 @@ pub async fn push(
         peers.clone(),
         Arc::new(StoreBytes(spec.store)),
         &spec.nodes,
+        super::job::JobKnobs {
+            rate_limit: spec.rate_limit,
+            corrupt_outgoing: false,
+        },
     );
     let router: Arc<dyn Router> = Arc::new(RootRouter(core.clone()));
     peers.set_router(Arc::downgrade(&router) as Weak<dyn Router>);

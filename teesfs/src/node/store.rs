@@ -85,9 +85,8 @@ impl NodeStore {
 
     /// A chunk's stored bytes (touching it in the LRU), or `None`.
     pub fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
-        if lock(&self.lru).map.get(id).is_none() {
-            return None;
-        }
+        // Touch it in the LRU first; a chunk the store does not list is not served.
+        lock(&self.lru).map.get(id)?;
         self.dir.get_chunk(id).ok()
     }
 

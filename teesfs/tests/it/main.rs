@@ -4,7 +4,9 @@
 //! Every mount is made in a fresh temporary directory and torn down by a Drop guard, also
 //! when the test panics.
 
+mod cluster;
 mod corruption;
+mod distribution;
 mod roundtrip;
 mod slow_source;
 mod transport;

@@ -105,7 +105,10 @@ impl Workspace {
             "--trust",
             self.pubkey().to_str().expect("utf8"),
             "--materialize-dir",
-            self.path().join(format!("{name}-files")).to_str().expect("utf8"),
+            self.path()
+                .join(format!("{name}-files"))
+                .to_str()
+                .expect("utf8"),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -248,7 +251,8 @@ pub fn make_tree(root: &Path, n_small: usize, sparse_gib: u64) {
         let len = sparse_gib << 30;
         f.set_len(len).expect("set_len");
         use std::os::unix::fs::FileExt;
-        f.write_all_at(b"middle of nowhere", (len / 2) + 7).expect("write");
+        f.write_all_at(b"middle of nowhere", (len / 2) + 7)
+            .expect("write");
         f.write_all_at(b"the end", len - 7).expect("write");
     }
     // Many small files.
@@ -257,7 +261,11 @@ pub fn make_tree(root: &Path, n_small: usize, sparse_gib: u64) {
         if i < 100 {
             fs::create_dir_all(&dir).expect("mkdir");
         }
-        fs::write(dir.join(format!("f{i:05}")), format!("file {i}\n").repeat(i % 7)).expect("write");
+        fs::write(
+            dir.join(format!("f{i:05}")),
+            format!("file {i}\n").repeat(i % 7),
+        )
+        .expect("write");
     }
 }
 
@@ -310,4 +318,18 @@ pub fn assert_same_tree(src: &Path, mnt: &Path) {
         count += 1;
     }
     assert!(count > 0, "compared nothing");
+}
+
+/// `len` bytes that neither compress nor repeat (xorshift), different per `seed`.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }

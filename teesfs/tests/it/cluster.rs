@@ -1,0 +1,231 @@
+//! A cluster of real `teesfs daemon` processes on loopback, with real QUIC, real mutual TLS
+//! and real FUSE mounts, torn down by Drop (daemons stopped, leftover mounts detached).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{Workspace, is_mounted, teesfs_bin};
+
+/// One daemon.
+pub struct Node {
+    pub host: String,
+    pub addr: String,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    pub fn control(&self) -> PathBuf {
+        self.dir.join("sock")
+    }
+}
+
+/// The cluster.
+pub struct Cluster {
+    pub ws: Workspace,
+    pub nodes: Vec<Node>,
+    pub creds: PathBuf,
+}
+
+fn spawn_daemon(
+    ws: &Workspace,
+    creds: &Path,
+    host: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> (Child, String) {
+    std::fs::create_dir_all(dir).expect("node dir");
+    let mut child = Command::new(teesfs_bin())
+        .args([
+            "daemon",
+            "--host",
+            host,
+            "--listen",
+            "127.0.0.1:0",
+            "--identity",
+        ])
+        .arg(creds)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--mount-root")
+        .arg(dir.join("jobs"))
+        .arg("--control")
+        .arg(dir.join("sock"))
+        .arg("--trust")
+        .arg(ws.pubkey())
+        .args(extra)
+        .env("TEESFS_LOG", "teesfs=info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("daemon.log")).expect("log"))
+        .spawn()
+        .expect("spawn daemon");
+    let out = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out).lines();
+        if let Some(Ok(l)) = lines.next() {
+            let _ = tx.send(l);
+        }
+        for _ in lines {}
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            panic!(
+                "daemon {host} did not start; see {}",
+                dir.join("daemon.log").display()
+            )
+        });
+    let addr = line
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+impl Cluster {
+    /// `n` daemons named n01..; `extra(i)` adds arguments to daemon `i`.
+    pub fn start(n: usize, extra: impl Fn(usize) -> Vec<String>) -> Self {
+        let ws = Workspace::new();
+        let creds = ws.path().join("cluster");
+        let names = format!("login,n[01-{n:02}]");
+        let out = ws.teesfs(&[
+            "keygen",
+            "--cluster",
+            creds.to_str().expect("utf8"),
+            "--nodes",
+            &names,
+        ]);
+        assert!(out.status.success(), "keygen --cluster: {out:?}");
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let host = format!("n{:02}", i + 1);
+            let dir = ws.path().join(&host);
+            let args = extra(i);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (child, addr) = spawn_daemon(&ws, &creds, &host, &dir, &args);
+            nodes.push(Node {
+                host,
+                addr,
+                dir,
+                child: Some(child),
+            });
+        }
+        let hosts: String = nodes
+            .iter()
+            .map(|n| format!("{} {}\n", n.host, n.addr))
+            .collect();
+        std::fs::write(ws.path().join("hosts"), hosts).expect("hosts file");
+        Self { ws, nodes, creds }
+    }
+
+    pub fn hosts_file(&self) -> PathBuf {
+        self.ws.path().join("hosts")
+    }
+
+    /// `teesfs push` of `index` to every node with groups of `group`; extra args appended.
+    pub fn push_cmd(&self, index: &str, group: usize, extra: &[&str]) -> Command {
+        let mut c = Command::new(teesfs_bin());
+        c.args(["push", "--quiet", "--store"])
+            .arg(self.ws.store())
+            .args(["--index", index, "--nodes"])
+            .arg(format!("n[01-{:02}]", self.nodes.len()))
+            .args(["--group-size", &group.to_string(), "--identity"])
+            .arg(&self.creds)
+            .arg("--hosts")
+            .arg(self.hosts_file())
+            .args(["--listen", "127.0.0.1:0", "--trust"])
+            .arg(self.ws.pubkey())
+            .args(extra)
+            .env("TEESFS_CONFIG", self.ws.path().join("config"));
+        c
+    }
+
+    /// The status JSON of node `i`.
+    pub fn status(&self, i: usize) -> serde_json::Value {
+        let out = self.ws.teesfs(&[
+            "status",
+            "--json",
+            "--control",
+            self.nodes[i].control().to_str().expect("utf8"),
+        ]);
+        assert!(
+            out.status.success(),
+            "status of {}: {out:?}",
+            self.nodes[i].host
+        );
+        serde_json::from_slice(&out.stdout).expect("status JSON")
+    }
+
+    /// The mountpoint of node `i`'s only job, once it is mounted.
+    pub fn mount_of(&self, i: usize) -> PathBuf {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let st = self.status(i);
+            if let Some(mp) = st["jobs"][0]["mountpoint"].as_str() {
+                let mp = PathBuf::from(mp);
+                if is_mounted(&mp) {
+                    return mp;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never mounted its job",
+                self.nodes[i].host
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills node `i` with SIGKILL (no chance to clean up, like a crash).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn alive(&self, i: usize) -> bool {
+        self.nodes[i].child.is_some()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(c) = &n.child {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(c.id() as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+        }
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = c.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        // Crashed daemons leave their FUSE mounts behind: detach whatever is under us.
+        let root =
+            std::fs::canonicalize(self.ws.path()).unwrap_or_else(|_| self.ws.path().to_path_buf());
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for l in mounts.lines() {
+            if let Some(mp) = l.split(' ').nth(4)
+                && mp.starts_with(root.to_str().unwrap_or("/nonexistent"))
+            {
+                let _ = nix::mount::umount2(mp, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+    }
+}

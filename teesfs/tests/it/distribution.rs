@@ -1,0 +1,277 @@
+//! Distribution over real QUIC between real daemons with real FUSE mounts (issue 4).
+
+use std::time::{Duration, Instant};
+
+use crate::cluster::Cluster;
+use crate::util::{assert_same_tree, can_mount, make_tree, noise};
+
+fn push_ok(c: &Cluster, index: &str, group: usize, extra: &[&str]) -> serde_json::Value {
+    let report = c.ws.path().join(format!("report-{}.json", extra.len()));
+    let out = c
+        .push_cmd(index, group, extra)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .expect("run push");
+    assert!(
+        out.status.success(),
+        "push failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(report).expect("report")).expect("report JSON")
+}
+
+#[test]
+fn sixteen_daemons_in_four_groups_get_an_exact_copy() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(16, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 300, 0);
+    let id = c.ws.publish(&src);
+    let report = push_ok(&c, &id, 4, &["--width", "4"]);
+    assert_eq!(report["nodes"], 16);
+    assert!(report["all_complete_s"].as_f64().is_some());
+    assert_eq!(report["failures"].as_array().expect("list").len(), 0);
+    // Each of the 4 groups received the layer over its uplink exactly once.
+    let total = report["total_bytes"].as_u64().expect("bytes");
+    for u in report["uplinks"].as_array().expect("uplinks") {
+        assert_eq!(u["in_bytes"].as_u64(), Some(total), "{u}");
+    }
+    for i in 0..16 {
+        assert_same_tree(&src, &c.mount_of(i));
+        assert_eq!(c.status(i)["jobs"][0]["counters"]["duplicates"], 0);
+    }
+}
+
+/// Waits for `f` or panics.
+fn wait_for(what: &str, secs: u64, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_read_of_a_missing_file_waits_for_it_while_other_reads_proceed() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(4, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(src.join("app")).expect("mkdir");
+    std::fs::write(
+        src.join("app/start.sh"),
+        "#!/bin/sh\necho started\n".repeat(200),
+    )
+    .expect("write");
+    // 12 MiB of hysteretic data ahead of the file the leaf will read.
+    let big = noise(12 << 20, 1);
+    std::fs::write(src.join("data-a.bin"), &big).expect("write");
+    let late: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    std::fs::write(src.join("data-z.bin"), &late).expect("write");
+    let id = c.ws.publish(&src);
+    // A slow root (1 MiB/s per link) so the hysteretic set takes a while.
+    let mut push = c
+        .push_cmd(
+            &id,
+            2,
+            &["--width", "2", "--urgent", "app/*", "--rate-limit", "1MiB"],
+        )
+        .spawn()
+        .expect("push");
+    let leaf = 3;
+    let mp = c.mount_of(leaf);
+    // The urgent file arrives quickly and reads fine.
+    wait_for("the urgent set", 30, || {
+        c.status(leaf)["jobs"][0]["urgent_s"].as_f64().is_some()
+    });
+    let have_before = c.status(leaf)["jobs"][0]["have"].as_u64().expect("have");
+    let chunks = c.status(leaf)["jobs"][0]["chunks"]
+        .as_u64()
+        .expect("chunks");
+    assert!(have_before < chunks, "the push must still be running");
+    // The late file is not there yet: reading it blocks until demand fetches it, and
+    // meanwhile reads of arrived files on the same mount complete.
+    let mp2 = mp.clone();
+    let reader = std::thread::spawn(move || std::fs::read(mp2.join("data-z.bin")));
+    for _ in 0..20 {
+        let s = std::fs::read_to_string(mp.join("app/start.sh")).expect("urgent file");
+        assert!(s.starts_with("#!/bin/sh"));
+    }
+    let got = reader
+        .join()
+        .expect("reader thread")
+        .expect("read late file");
+    assert!(got == late, "late file read back wrong bytes");
+    let st = c.status(leaf);
+    assert!(
+        st["jobs"][0]["counters"]["wants_sent"]
+            .as_u64()
+            .expect("wants")
+            >= 1,
+        "the late file came by demand: {st}"
+    );
+    assert!(
+        st["jobs"][0]["all_s"].is_null(),
+        "the read finished before the push delivered everything"
+    );
+    let status = push.wait().expect("push finishes");
+    assert!(status.success());
+    assert_same_tree(&src, &mp);
+}
+
+#[test]
+fn a_lying_peer_is_caught_and_no_wrong_byte_reaches_a_mount() {
+    if !can_mount() {
+        return;
+    }
+    // n01 is the first group's proxy (the root's child) and corrupts everything it sends.
+    let c = Cluster::start(6, |i| {
+        if i == 0 {
+            vec!["--fault".into(), "corrupt-forward".into()]
+        } else {
+            vec![]
+        }
+    });
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 50, 0);
+    let id = c.ws.publish(&src);
+    let out = c
+        .push_cmd(
+            &id,
+            3,
+            &["--width", "3", "--deadline", "2s", "--heartbeat", "200ms"],
+        )
+        .arg("--report")
+        .arg(c.ws.path().join("liar.json"))
+        .output()
+        .expect("push");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(c.ws.path().join("liar.json")).expect("report"))
+            .expect("JSON");
+    let liars: Vec<_> = report["failures"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|f| f["kind"] == "liar")
+        .collect();
+    assert!(!liars.is_empty(), "the liar is reported: {report}");
+    assert!(liars.iter().all(|f| f["parent"] == "n01"), "{liars:?}");
+    assert!(!out.status.success(), "a push with a liar exits non-zero");
+    for i in 0..6 {
+        assert_same_tree(&src, &c.mount_of(i));
+    }
+    let refused: u64 = (1..6)
+        .map(|i| {
+            c.status(i)["jobs"][0]["counters"]["bad_chunks"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(refused > 0, "children refused the liar's chunks");
+}
+
+#[test]
+fn a_killed_proxy_is_reported_and_the_survivors_complete() {
+    if !can_mount() {
+        return;
+    }
+    let mut c = Cluster::start(8, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let big = noise(10 << 20, 2);
+    std::fs::write(src.join("big.bin"), &big).expect("write");
+    std::fs::write(src.join("small.txt"), b"small").expect("write");
+    let id = c.ws.publish(&src);
+    let report = c.ws.path().join("kill.json");
+    let mut push = c
+        .push_cmd(
+            &id,
+            4,
+            &[
+                "--width",
+                "4",
+                "--rate-limit",
+                "4MiB",
+                "--deadline",
+                "1s",
+                "--heartbeat",
+                "200ms",
+            ],
+        )
+        .arg("--report")
+        .arg(&report)
+        .spawn()
+        .expect("push");
+    // n05 is the second group's proxy; kill it once the job has reached it.
+    let proxy = 4;
+    wait_for("the job to reach the proxy", 30, || {
+        c.status(proxy)["jobs"][0]["have"].as_u64().unwrap_or(0) >= 1
+    });
+    c.kill(proxy);
+    let status = push.wait().expect("push exits");
+    assert!(!status.success(), "a push with a failure exits non-zero");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
+    assert!(report["all_complete_s"].as_f64().is_some(), "{report}");
+    let failed: Vec<_> = report["failures"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .collect();
+    assert!(
+        failed
+            .iter()
+            .any(|f| f["kind"] == "failed" && f["child"] == "n05"),
+        "the failed edge names n05: {failed:?}"
+    );
+    for i in (0..8).filter(|&i| c.alive(i)) {
+        assert_same_tree(&src, &c.mount_of(i));
+    }
+}
+
+#[test]
+fn concurrent_demands_for_one_chunk_make_one_request_per_edge() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(9, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let big = noise(16 << 20, 3);
+    std::fs::write(src.join("a-big.bin"), &big).expect("write");
+    let one: Vec<u8> = (0..500_000u32).map(|i| (i % 239) as u8).collect();
+    std::fs::write(src.join("z-one-chunk.bin"), &one).expect("write");
+    let id = c.ws.publish(&src);
+    let mut push = c
+        .push_cmd(&id, 3, &["--width", "3", "--rate-limit", "512KiB"])
+        .spawn()
+        .expect("push");
+    let mounts: Vec<_> = (0..9).map(|i| c.mount_of(i)).collect();
+    // Every node reads the same single-chunk file at once.
+    let readers: Vec<_> = mounts
+        .iter()
+        .cloned()
+        .map(|mp| std::thread::spawn(move || std::fs::read(mp.join("z-one-chunk.bin"))))
+        .collect();
+    for r in readers {
+        assert!(r.join().expect("thread").expect("read") == one);
+    }
+    for i in 0..9 {
+        let st = c.status(i);
+        let wants = st["jobs"][0]["counters"]["wants_sent"]
+            .as_u64()
+            .expect("wants");
+        assert!(
+            wants <= 1,
+            "{} asked its parent {wants} times",
+            c.nodes[i].host
+        );
+    }
+    let _ = push.kill();
+    let _ = push.wait();
+}
