@@ -252,7 +252,10 @@ impl Relay {
         for k in kids {
             let start = self.start_for(k);
             for t in self.control.iter_mut() {
-                if let Transmit::Control { to, msg: Msg::Start(s) } = t
+                if let Transmit::Control {
+                    to,
+                    msg: Msg::Start(s),
+                } = t
                     && *to == k
                 {
                     **s = start.clone();

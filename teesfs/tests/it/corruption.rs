@@ -13,15 +13,28 @@ fn open_index(ws: &Workspace, id: &str) -> manifest::Index {
     let id = store.resolve_index(id).expect("id");
     let key = PublicKey::from_file_text(&std::fs::read_to_string(ws.pubkey()).expect("pub"))
         .expect("key");
-    SignedIndex::open(store.get_index(&id).expect("index"), Some(id), &[key], &Limits::default())
-        .expect("valid")
-        .1
+    SignedIndex::open(
+        store.get_index(&id).expect("index"),
+        Some(id),
+        &[key],
+        &Limits::default(),
+    )
+    .expect("valid")
+    .1
 }
 
 fn flip_chunk_of(ws: &Workspace, id: &str, name: &[u8], slot: usize) {
     let index = open_index(ws, id);
-    let entry = index.entries.iter().find(|e| &e.name[..] == name).expect("entry");
-    let EntryKind::File { data: FileData::Chunks(slots), .. } = &entry.kind else {
+    let entry = index
+        .entries
+        .iter()
+        .find(|e| &e.name[..] == name)
+        .expect("entry");
+    let EntryKind::File {
+        data: FileData::Chunks(slots),
+        ..
+    } = &entry.kind
+    else {
         panic!("chunked file");
     };
     let chunk = index.chunks[slots[slot].chunk_index().expect("data")].id;
@@ -59,7 +72,9 @@ fn check_corrupt_region(extra: &[&str]) {
     let mut buf = vec![0u8; 4096];
     // The corrupt chunk: EIO, at its start, middle and end.
     for off in [mib, mib + mib / 2, 2 * mib - 4096] {
-        let err = f.read_exact_at(&mut buf, off as u64).expect_err("corrupt region");
+        let err = f
+            .read_exact_at(&mut buf, off as u64)
+            .expect_err("corrupt region");
         assert_eq!(err.raw_os_error(), Some(libc::EIO), "offset {off}");
     }
     // Everything else reads correctly.
@@ -118,10 +133,11 @@ fn tampered_index_and_wrong_key_are_refused() {
     let id = ws.publish(&src);
 
     let other = ws.path().join("other.key");
-    assert!(ws
-        .teesfs(&["keygen", "--out", other.to_str().expect("utf8")])
-        .status
-        .success());
+    assert!(
+        ws.teesfs(&["keygen", "--out", other.to_str().expect("utf8")])
+            .status
+            .success()
+    );
     let err = mount_error(&ws, &id, &ws.path().join("other.pub"));
     assert!(err.contains("not among the trusted keys"), "{err}");
 
@@ -137,8 +153,8 @@ fn tampered_index_and_wrong_key_are_refused() {
 #[test]
 fn crafted_index_with_bad_names_is_refused() {
     let ws = Workspace::new();
-    let key = SecretKey::from_file_text(&std::fs::read_to_string(ws.key()).expect("key"))
-        .expect("key");
+    let key =
+        SecretKey::from_file_text(&std::fs::read_to_string(ws.key()).expect("key")).expect("key");
     let store = DirStore::create(&ws.store()).expect("store");
     for bad in [&b"a/b"[..], b"..", b".", b"", b"nul\0"] {
         let mut index = manifest::Index {

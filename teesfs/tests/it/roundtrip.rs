@@ -55,7 +55,10 @@ fn a_real_tree_round_trips() {
         debian.to_path_buf()
     } else {
         let out = std::process::Command::new("python3")
-            .args(["-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"])
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['stdlib'])",
+            ])
             .output()
             .expect("python3");
         std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
@@ -109,7 +112,11 @@ fn mounted_layer_is_read_only_and_nosuid() {
         .expect("mounted");
     for flag in ["ro", "nosuid", "nodev"] {
         assert!(
-            line.split(' ').nth(5).expect("options").split(',').any(|o| o == flag),
+            line.split(' ')
+                .nth(5)
+                .expect("options")
+                .split(',')
+                .any(|o| o == flag),
             "{flag} missing: {line}"
         );
     }

@@ -54,7 +54,10 @@ impl ChunkSource for GatedSource {
 fn wait_until(what: &str, f: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !f() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -123,7 +126,9 @@ fn a_slow_chunk_does_not_block_other_reads_and_is_fetched_once() {
             let _ = tx.send(std::fs::read(path));
         });
     }
-    wait_until("the slow fetch to start", || waiting.load(Ordering::SeqCst) >= 1);
+    wait_until("the slow fetch to start", || {
+        waiting.load(Ordering::SeqCst) >= 1
+    });
 
     // Meanwhile other requests complete: listings, stats and reads of other files.
     let names: Vec<_> = std::fs::read_dir(mp.join("other"))
@@ -149,6 +154,9 @@ fn a_slow_chunk_does_not_block_other_reads_and_is_fetched_once() {
         assert!(got == slow, "slow.bin read back wrong bytes");
     }
     let n = fetches.lock().expect("not poisoned")[&gated];
-    assert_eq!(n, 1, "one fetch for the shared missing chunk, not one per reader");
+    assert_eq!(
+        n, 1,
+        "one fetch for the shared missing chunk, not one per reader"
+    );
     drop(mounted);
 }
