@@ -47,6 +47,8 @@ const STREAM_WINDOW: u32 = 16 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
 /// Concurrent unidirectional streams a peer may open (bidirectional streams are unused).
 const MAX_UNI_STREAMS: u32 = 256;
+/// Requested UDP socket buffer size, each direction.
+const SOCKET_BUFFER: usize = 8 << 20;
 /// Handshaken connections waiting for `accept`; more make handshakes wait.
 const ACCEPT_BACKLOG: usize = 64;
 
@@ -94,8 +96,17 @@ impl Transport {
         let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
         client.transport_config(transport);
 
-        let mut endpoint =
-            Endpoint::server(server, addr).map_err(|source| NetError::Bind { addr, source })?;
+        let bind_err = |source| NetError::Bind { addr, source };
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| bind_err(std::io::Error::other("not inside a tokio runtime")))?;
+        let socket = udp_socket(addr).map_err(bind_err)?;
+        let mut endpoint = Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(server),
+            socket,
+            runtime,
+        )
+        .map_err(bind_err)?;
         endpoint.set_default_client_config(client);
         let local_addr = endpoint
             .local_addr()
@@ -154,6 +165,9 @@ impl Transport {
             let mut tag = [0u8; 1];
             match hello.read_exact(&mut tag).await {
                 Ok(()) if tag[0] == HELLO_TAG => {}
+                Err(quinn::ReadExactError::ReadError(quinn::ReadError::ConnectionLost(e))) => {
+                    return Err(refused(e));
+                }
                 _ => {
                     connection.close(VarInt::from_u32(CLOSE_NORMAL), b"no hello");
                     return Err(NetError::PeerRefused(format!(
@@ -187,6 +201,25 @@ impl Transport {
             .endpoint
             .close(VarInt::from_u32(CLOSE_NORMAL), b"endpoint closed");
     }
+}
+
+/// A UDP socket with large kernel buffers. With the default (about 200 KiB) a burst at loopback
+/// or 10+ Gbit/s speeds overflows the receive buffer, and every drop costs a congestion
+/// event.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    // Best effort: the kernel silently caps these at net.core.{r,w}mem_max.
+    for (what, result) in [
+        ("receive", socket.set_recv_buffer_size(SOCKET_BUFFER)),
+        ("send", socket.set_send_buffer_size(SOCKET_BUFFER)),
+    ] {
+        if let Err(e) = result {
+            debug!("cannot enlarge the UDP {what} buffer: {e}");
+        }
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
 }
 
 /// Takes incoming connections off the endpoint and handshakes each in its own task.
@@ -425,6 +458,48 @@ mod tests {
         let (_, mut receiver) = server.accept_stream().await.expect("stream");
         let err = receiver.recv().await.expect_err("oversized");
         assert!(matches!(err, NetError::FrameTooLarge(_)), "{err}");
+    }
+
+    /// A client that trusts our CA but holds another cluster's certificate finishes its half
+    /// of the QUIC handshake before the server checks that certificate; `connect` must still
+    /// fail, with the server's refusal, instead of returning a connection that dies later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connect_reports_a_server_refusing_our_certificate() {
+        use rustls_pki_types::pem::PemObject as _;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+        let (ours, _a, b) = pair();
+        let theirs = tempfile::tempdir().expect("tempdir");
+        make_cluster(theirs.path(), &["a".to_owned()]).expect("make_cluster");
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_file(ours.path().join("ca.crt")).expect("ca"))
+            .expect("root");
+        let mut client = rustls::ClientConfig::builder_with_provider(super::super::tls::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("tls13")
+            .with_root_certificates(roots)
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_file(theirs.path().join("a.crt")).expect("crt")],
+                PrivateKeyDer::from_pem_file(theirs.path().join("a.key")).expect("key"),
+            )
+            .expect("client auth");
+        client.alpn_protocols = vec![super::super::tls::ALPN.to_vec()];
+        let mut rogue = Identity::load(theirs.path(), "a").expect("load theirs");
+        rogue.client = Arc::new(client);
+
+        let tb = Transport::bind(localhost(), &b).expect("bind b");
+        let tr = Transport::bind(localhost(), &rogue).expect("bind rogue");
+        let err = tr
+            .connect(tb.local_addr(), "b")
+            .await
+            .expect_err("rogue got in");
+        let msg = err.to_string();
+        assert!(matches!(err, NetError::PeerRefused(_)), "{msg}");
+        assert!(
+            msg.contains("the peer refused us") && msg.contains("UnknownIssuer"),
+            "{msg}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

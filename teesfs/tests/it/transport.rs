@@ -214,6 +214,7 @@ async fn certificates_from_another_cluster_are_refused_as_client_and_as_server()
         "rogue client must see a TLS alert, got: {reason}"
     );
     let reason = reason.to_string();
+    eprintln!("rogue client told: {reason}");
     assert!(
         reason.contains("UnknownIssuer") || reason.contains("unknown CA"),
         "{reason}"
@@ -248,7 +249,7 @@ async fn peer_host_comes_from_the_certificate_not_from_claims() {
         .await
         .expect_err("liar passed as b");
     assert!(matches!(err, NetError::PeerRefused(_)), "{err}");
-    assert!(err.to_string().contains("NotValidForName"), "{err}");
+    assert!(err.to_string().contains("not valid for name"), "{err}");
     let (to_liar, _) = link(&c, &liar, "a").await;
     assert_eq!(to_liar.peer_host(), "a");
 
