@@ -37,6 +37,8 @@ enum Command {
     Daemon(cmd::daemon::DaemonArgs),
     /// Show what a running daemon holds and does.
     Status(cmd::status::StatusArgs),
+    /// Simulate deployments at scale with the shipping relay state machine.
+    Sim(cmd::sim::SimArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Push(a) => cmd::push::run(*a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Sim(a) => cmd::sim::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

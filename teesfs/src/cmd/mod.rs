@@ -9,6 +9,7 @@ pub mod mount;
 pub mod plan;
 pub mod publish;
 pub mod push;
+pub mod sim;
 pub mod status;
 pub mod util;
 pub mod verify;
