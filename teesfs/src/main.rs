@@ -39,6 +39,8 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Simulate deployments at scale with the shipping relay state machine.
     Sim(cmd::sim::SimArgs),
+    /// An emulated cluster on this machine: namespaces, shaped links, real daemons.
+    Lab(cmd::lab::LabArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,6 +62,7 @@ fn main() -> std::process::ExitCode {
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Sim(a) => cmd::sim::run(a),
+        Command::Lab(a) => cmd::lab::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod inspect;
 pub mod jobspec;
 pub mod keygen;
+pub mod lab;
 pub mod mount;
 pub mod plan;
 pub mod publish;
