@@ -8,14 +8,15 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::bail;
 use bytesize::ByteSize;
-use peertree::topology::{ProxyPick, Topology};
-use peertree::{Availability, Metrics, Plan, PlanOptions, Role, Strategy, hostlist};
+use peertree::topology::Topology;
+use peertree::{Metrics, Plan, PlanOptions, Role, Strategy};
 use serde::Serialize;
+
+use super::jobspec::{JobArgs, explain};
 
 /// Jobs larger than this print a summary unless `--tree` asks for the whole tree.
 const TREE_LIMIT: usize = 64;
@@ -37,59 +38,20 @@ pub enum Format {
 /// Arguments of `teesfs plan`.
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
-    /// Job nodes as a Slurm hostlist, e.g. `cn[00001-17560]`. Default: $SLURM_JOB_NODELIST.
-    #[arg(long, value_name = "EXPR")]
-    nodes: Option<String>,
-    /// topology.toml describing groups, proxies and levels.
-    #[arg(long, value_name = "FILE", conflicts_with = "cluster")]
-    topology: Option<PathBuf>,
-    /// All nodes of the cluster as a hostlist, cut into groups of --group-size.
-    #[arg(long, value_name = "EXPR", requires = "group_size")]
-    cluster: Option<String>,
-    /// Nodes per group with --cluster (or alone: the job's own nodes are the cluster); the
-    /// first node of each group is its proxy.
-    #[arg(long, value_name = "N", conflicts_with = "topology")]
-    group_size: Option<usize>,
-    /// Nodes outside the job that are busy: their proxies cannot be borrowed.
-    #[arg(long, value_name = "EXPR", conflicts_with = "idle")]
-    busy: Option<String>,
-    /// Only these nodes outside the job are idle and may be borrowed as proxies.
-    #[arg(long, value_name = "EXPR")]
-    idle: Option<String>,
-    /// topo, topo-paper, random, hostlist, flat, storage or auto.
-    #[arg(long, default_value = "topo", value_parser = parse_strategy)]
-    strategy: Strategy,
-    /// Most children per node (15 on Tianhe: 7 slaves + 8 proxies).
-    #[arg(long, default_value_t = 15)]
-    width: usize,
+    #[command(flatten)]
+    job: JobArgs,
     /// Size of the data to distribute, e.g. 16MiB, 1GiB, 16MB.
     #[arg(long, default_value = "16MiB", value_parser = parse_size)]
     payload: ByteSize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// `auto` reads from shared storage at or below this many nodes (0: always the tree).
-    #[arg(long, default_value_t = 512)]
-    threshold: usize,
-    /// Seed of the `random` strategy.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Name of the login node, the root of the tree.
-    #[arg(long, default_value = "login")]
-    login: String,
-    /// Name of the shared-storage node for the `storage` strategy.
-    #[arg(long, default_value = "storage")]
-    storage: String,
-    /// Print the whole tree in text format even for jobs over 64 nodes.
+    /// Print the whole tree in text format even for jobs over 64 hosts.
     #[arg(long)]
     tree: bool,
     /// Plan every strategy and print them side by side, as ratios to topo and the minimum.
-    #[arg(long, conflicts_with = "strategy")]
+    #[arg(long)]
     compare: bool,
-}
-
-fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    s.parse().map_err(|e: peertree::Error| e.to_string())
 }
 
 fn parse_size(s: &str) -> Result<ByteSize, String> {
@@ -99,16 +61,9 @@ fn parse_size(s: &str) -> Result<ByteSize, String> {
 
 /// Runs `teesfs plan`.
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let nodes = job_nodes(&args)?;
-    let topology = topology(&args, &nodes)?;
-    let opts = PlanOptions {
-        width: args.width,
-        seed: args.seed,
-        threshold: args.threshold,
-        login: args.login.clone(),
-        storage: args.storage.clone(),
-        availability: availability(&args)?,
-    };
+    let nodes = args.job.job_nodes()?;
+    let topology = args.job.topology(&nodes)?;
+    let opts = args.job.options()?;
     let payload = args.payload.as_u64();
     let stdout = std::io::stdout().lock();
     let mut out = BufWriter::new(stdout);
@@ -135,8 +90,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         return Ok(out.flush()?);
     }
 
-    let row = timed_plan(&topology, &nodes, args.strategy, &opts, payload)?;
-    let requested = (args.strategy != row.plan.strategy).then_some(args.strategy);
+    let row = timed_plan(&topology, &nodes, args.job.strategy, &opts, payload)?;
+    let requested = (args.job.strategy != row.plan.strategy).then_some(args.job.strategy);
     match args.format {
         Format::Text => {
             write!(out, "{}", summary(&row, &topology, requested))?;
@@ -189,80 +144,6 @@ fn timed_plan(
         metrics,
         took,
     })
-}
-
-fn job_nodes(args: &PlanArgs) -> anyhow::Result<Vec<String>> {
-    let (expr, source) = match &args.nodes {
-        Some(e) => (e.clone(), "--nodes"),
-        None => match std::env::var("SLURM_JOB_NODELIST") {
-            Ok(e) => (e, "$SLURM_JOB_NODELIST"),
-            Err(_) => bail!(
-                "no job nodes: pass --nodes EXPR (e.g. --nodes 'cn[0001-0128]') or run inside a Slurm \
-                 allocation, which sets $SLURM_JOB_NODELIST"
-            ),
-        },
-    };
-    let nodes = hostlist::expand(&expr)
-        .map_err(explain)
-        .with_context(|| format!("reading {source}"))?;
-    if nodes.is_empty() {
-        bail!("{source} names no nodes");
-    }
-    Ok(nodes)
-}
-
-fn topology(args: &PlanArgs, nodes: &[String]) -> anyhow::Result<Topology> {
-    if let Some(path) = &args.topology {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading topology file {}", path.display()))?;
-        return Topology::from_toml(&text)
-            .map_err(|e| anyhow!("{}: {e}", path.display()))
-            .context("fix the topology file (format: docs/planner.md)");
-    }
-    let Some(size) = args.group_size else {
-        bail!(
-            "no topology: pass --topology FILE, or --cluster EXPR --group-size N \
-             (e.g. --cluster 'cn[00001-17560]' --group-size 8)"
-        );
-    };
-    let cluster = match &args.cluster {
-        Some(expr) => hostlist::expand(expr)
-            .map_err(explain)
-            .context("reading --cluster")?,
-        None => nodes.to_vec(),
-    };
-    Topology::generated(&cluster, size, ProxyPick::First).map_err(explain)
-}
-
-fn availability(args: &PlanArgs) -> anyhow::Result<Availability> {
-    let set = |expr: &str, flag: &str| -> anyhow::Result<HashSet<String>> {
-        Ok(hostlist::expand(expr)
-            .map_err(explain)
-            .with_context(|| format!("reading {flag}"))?
-            .into_iter()
-            .collect())
-    };
-    Ok(match (&args.busy, &args.idle) {
-        (Some(b), _) => Availability::Busy(set(b, "--busy")?),
-        (None, Some(i)) => Availability::Idle(set(i, "--idle")?),
-        (None, None) => Availability::AllIdle,
-    })
-}
-
-/// Turns a planner error into a message that says what to do.
-fn explain(e: peertree::Error) -> anyhow::Error {
-    match &e {
-        peertree::Error::Hostlist { input, pos, reason } => {
-            let caret = " ".repeat(input[..(*pos).min(input.len())].chars().count());
-            anyhow!(
-                "bad hostlist: {reason}\n  {input}\n  {caret}^\n(hostlists look like cn[0001-0128,0130],login1)"
-            )
-        }
-        peertree::Error::UnknownNode { host } => anyhow!(
-            "node `{host}` is not in the topology: add it to the topology file or widen --cluster"
-        ),
-        _ => anyhow!(e),
-    }
 }
 
 fn size(bytes: u64) -> String {
