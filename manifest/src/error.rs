@@ -168,6 +168,9 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The job spec (`manifest.toml`) is malformed.
+    #[error("manifest.toml: {0}")]
+    JobSpec(String),
     /// The operating system's random number generator failed.
     #[error("no randomness available for key generation: {0}")]
     Random(String),

@@ -16,6 +16,7 @@ mod codec;
 mod error;
 pub mod ids;
 pub mod index;
+pub mod jobspec;
 pub mod sign;
 mod wire;
 
@@ -26,6 +27,7 @@ pub use ids::{ChunkId, IndexId};
 pub use index::{
     ChunkInfo, Entry, EntryFlags, EntryIdx, EntryKind, FileData, Index, Limits, Meta, Slot,
 };
+pub use jobspec::JobSpec;
 pub use sign::{PublicKey, SecretKey, SignedIndex};
 
 /// Result type of this crate.

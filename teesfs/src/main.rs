@@ -33,6 +33,8 @@ enum Command {
     Plan(cmd::plan::PlanArgs),
     /// Push a published layer to a job's nodes down a planned tree (the login node is root).
     Push(Box<cmd::push::PushArgs>),
+    /// Push the layer a job spec (manifest.toml) names to the job's nodes.
+    Prefetch(cmd::prefetch::PrefetchArgs),
     /// Run the node daemon: receive jobs, mount them, relay to children.
     Daemon(cmd::daemon::DaemonArgs),
     /// Show what a running daemon holds and does.
@@ -59,6 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Mount(a) => cmd::mount::run(a),
         Command::Plan(a) => cmd::plan::run(a),
         Command::Push(a) => cmd::push::run(*a),
+        Command::Prefetch(a) => cmd::prefetch::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Sim(a) => cmd::sim::run(a),

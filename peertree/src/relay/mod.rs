@@ -248,9 +248,10 @@ impl Relay {
     /// Shared-storage mode: nodes read from this store directory instead of the tree.
     pub fn set_shared_store(&mut self, path: Option<String>) {
         self.shared_store = path;
+        let mut parts = self.child_subtrees();
         let kids: Vec<NodeId> = self.children.keys().copied().collect();
         for k in kids {
-            let start = self.start_for(k);
+            let start = self.start_for(parts.remove(&k).unwrap_or_default());
             for t in self.control.iter_mut() {
                 if let Transmit::Control {
                     to,
@@ -395,6 +396,7 @@ impl Relay {
             .filter(|n| n.parent == self.me)
             .cloned()
             .collect();
+        let mut parts = self.child_subtrees();
         for info in kids {
             let id = info.id;
             self.children.insert(
@@ -410,7 +412,7 @@ impl Relay {
                     bytes: 0,
                 },
             );
-            let start = self.start_for(id);
+            let start = self.start_for(parts.remove(&id).unwrap_or_default());
             self.control.push_back(Transmit::Control {
                 to: id,
                 msg: Msg::Start(Box::new(start)),
@@ -418,16 +420,29 @@ impl Relay {
         }
     }
 
-    /// The `Start` for one of my planned children: its subtree and my ancestry.
-    fn start_for(&self, child: NodeId) -> Start {
-        let mut inside: HashSet<NodeId> = HashSet::from([child]);
-        let mut subtree = Vec::new();
-        for n in &self.subtree {
-            if n.id == child || (inside.contains(&n.parent) && n.id != n.parent) {
-                inside.insert(n.id);
-                subtree.push(n.clone());
+    /// The planned subtree of each of my planned children, in one pass over mine (a
+    /// per-child scan made a flat plan's root quadratic in the job size).
+    fn child_subtrees(&self) -> HashMap<NodeId, Vec<NodeInfo>> {
+        let mut owner: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut parts: HashMap<NodeId, Vec<NodeInfo>> = HashMap::new();
+        for n in self.subtree.iter().skip(1) {
+            let under = if n.parent == self.me {
+                Some(n.id)
+            } else if n.id != n.parent {
+                owner.get(&n.parent).copied()
+            } else {
+                None
+            };
+            if let Some(child) = under {
+                owner.insert(n.id, child);
+                parts.entry(child).or_default().push(n.clone());
             }
         }
+        parts
+    }
+
+    /// The `Start` for one of my planned children, given its subtree: it and my ancestry.
+    fn start_for(&self, subtree: Vec<NodeInfo>) -> Start {
         let mut ancestors = vec![self.subtree[0].clone()];
         ancestors.extend(self.ancestors.iter().cloned());
         Start {
@@ -924,6 +939,10 @@ impl Relay {
     /// The next chunk to push to `child`, if it is started and the chunk next in order is
     /// held here. Marks it as sent.
     pub fn poll_bulk(&mut self, now: Instant, child: NodeId) -> Option<u32> {
+        if self.shared_store.is_some() {
+            // Everyone reads from shared storage: nothing travels the tree.
+            return None;
+        }
         let order = &self.schedule.order;
         let c = self.children.get_mut(&child)?;
         if !c.ready {

@@ -8,6 +8,7 @@ pub mod keygen;
 pub mod lab;
 pub mod mount;
 pub mod plan;
+pub mod prefetch;
 pub mod publish;
 pub mod push;
 pub mod sim;

@@ -275,3 +275,82 @@ fn concurrent_demands_for_one_chunk_make_one_request_per_edge() {
     let _ = push.kill();
     let _ = push.wait();
 }
+
+fn prefetch(c: &Cluster, extra_nodes: &str, extra_network: &str) -> std::process::Output {
+    let store = c.ws.store();
+    let id =
+        c.ws.teesfs(&["inspect", "--store", store.to_str().expect("utf8")])
+            .stdout;
+    let id = String::from_utf8_lossy(&id)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .expect("an index")
+        .to_string();
+    let spec = format!(
+        "[layer]\nstore = {store:?}\nindex = {:?}\n\n[launch]\nurgent = [\"app/*\"]\n\n\
+         [nodes]\nlist = \"n[01-{:02}]\"\ngroup_size = 2\nwidth = 3\n{extra_nodes}\n\n\
+         [network]\nidentity = {:?}\nhosts = {:?}\nwait = \"all\"\n{extra_network}\n",
+        &id[..10],
+        c.nodes.len(),
+        c.creds,
+        c.hosts_file(),
+    );
+    let path = c.ws.path().join("manifest.toml");
+    std::fs::write(&path, spec).expect("spec");
+    std::process::Command::new(crate::util::teesfs_bin())
+        .args(["prefetch", "--quiet", "--listen", "127.0.0.1:0", "--trust"])
+        .arg(c.ws.pubkey())
+        .arg(&path)
+        .output()
+        .expect("run prefetch")
+}
+
+#[test]
+fn prefetch_runs_the_job_spec() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(4, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 20, 0);
+    c.ws.publish(&src);
+    let out = prefetch(&c, "strategy = \"topo\"", "");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for i in 0..4 {
+        assert_same_tree(&src, &c.mount_of(i));
+    }
+}
+
+#[test]
+fn shared_storage_mode_mounts_straight_from_the_store() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(3, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 20, 0);
+    c.ws.publish(&src);
+    let shared = format!("shared_store = {:?}", c.ws.store());
+    // `auto` below the threshold picks shared storage.
+    let out = prefetch(&c, "strategy = \"auto\"\nthreshold = 512", &shared);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for i in 0..3 {
+        assert_same_tree(&src, &c.mount_of(i));
+        let st = c.status(i);
+        assert_eq!(
+            st["jobs"][0]["counters"]["chunks_in"], 0,
+            "no chunk travelled the tree: {st}"
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! `manifest.toml`: the human-written job spec read by `teesfs prefetch`.
+//!
+//! ```toml
+//! [layer]
+//! store = "/shared/teesfs"        # where the layer was published
+//! index = "3a6a3941"              # its index id (or a unique prefix)
+//!
+//! [launch]
+//! command = ["python3", "app.py"] # what the job runs (for dependency analysis)
+//! urgent = ["bin/*", "app/**"]    # extra urgent paths, globs over layer paths
+//!
+//! [nodes]
+//! list = "cn[0001-0128]"          # default: $SLURM_JOB_NODELIST
+//! topology = "/etc/teesfs/topology.toml"   # or: group_size = 8 (and cluster = "cn[...]")
+//! strategy = "auto"               # topo, topo-paper, random, hostlist, flat, storage, auto
+//! width = 15
+//! threshold = 512                 # auto: shared storage at or below this many nodes
+//! login = "login1"                # the root of the tree
+//!
+//! [network]
+//! identity = "/etc/teesfs/cluster"
+//! hosts = "/etc/teesfs/hosts"     # optional host -> address map
+//! port = 7411
+//! wait = "urgent"                 # or "all"
+//! shared_store = "/shared/teesfs" # what nodes mount in shared-storage mode
+//! ```
+//!
+//! Unknown keys are errors (a typo must not silently change a job), reported with their
+//! line and column. Parsing only; the caller resolves paths and environment variables.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::Error;
+
+/// The whole job spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Which layer.
+    pub layer: LayerSpec,
+    /// What the job runs.
+    #[serde(default)]
+    pub launch: LaunchSpec,
+    /// Where it runs.
+    #[serde(default)]
+    pub nodes: NodesSpec,
+    /// How to reach the nodes.
+    #[serde(default)]
+    pub network: NetworkSpec,
+}
+
+/// `[layer]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerSpec {
+    /// The store the layer was published into.
+    pub store: PathBuf,
+    /// Index id or unique prefix.
+    pub index: String,
+}
+
+/// `[launch]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchSpec {
+    /// The command the job runs (argv).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Extra urgent globs over layer paths.
+    #[serde(default)]
+    pub urgent: Vec<String>,
+}
+
+/// `[nodes]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodesSpec {
+    /// Slurm hostlist of the job's nodes (default `$SLURM_JOB_NODELIST`).
+    pub list: Option<String>,
+    /// topology.toml path.
+    pub topology: Option<PathBuf>,
+    /// All cluster nodes, cut into groups of `group_size`.
+    pub cluster: Option<String>,
+    /// Group size for generated topologies.
+    pub group_size: Option<usize>,
+    /// Planning strategy name.
+    pub strategy: Option<String>,
+    /// Tree width.
+    pub width: Option<usize>,
+    /// Shared-storage threshold for `auto`.
+    pub threshold: Option<usize>,
+    /// The login node's name.
+    pub login: Option<String>,
+}
+
+/// `[network]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// Cluster credentials directory.
+    pub identity: Option<PathBuf>,
+    /// Host to address map file.
+    pub hosts: Option<PathBuf>,
+    /// Daemon port.
+    pub port: Option<u16>,
+    /// `urgent` or `all`.
+    pub wait: Option<String>,
+    /// The store path as nodes see it (shared-storage mode).
+    pub shared_store: Option<PathBuf>,
+}
+
+impl JobSpec {
+    /// Parses and checks a job spec.
+    pub fn from_toml(text: &str) -> Result<Self, Error> {
+        let spec: JobSpec = toml::from_str(text).map_err(|e| Error::JobSpec(e.to_string()))?;
+        if spec.layer.index.trim().is_empty() {
+            return Err(Error::JobSpec("[layer] index is empty".into()));
+        }
+        if let Some(w) = &spec.network.wait
+            && w != "urgent"
+            && w != "all"
+        {
+            return Err(Error::JobSpec(format!(
+                "[network] wait = {w:?}: expected \"urgent\" or \"all\""
+            )));
+        }
+        if spec.nodes.width == Some(0) {
+            return Err(Error::JobSpec("[nodes] width must be at least 1".into()));
+        }
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_spec_parses() {
+        let spec = JobSpec::from_toml(
+            r#"
+            [layer]
+            store = "/s"
+            index = "abcd"
+            [launch]
+            command = ["python3", "app.py"]
+            urgent = ["bin/*"]
+            [nodes]
+            list = "cn[1-4]"
+            group_size = 2
+            width = 4
+            [network]
+            wait = "all"
+            port = 7000
+            "#,
+        )
+        .expect("valid");
+        assert_eq!(spec.launch.urgent, ["bin/*"]);
+        assert_eq!(spec.nodes.group_size, Some(2));
+        assert_eq!(spec.network.port, Some(7000));
+    }
+
+    #[test]
+    fn typos_are_errors_with_a_line() {
+        let err =
+            JobSpec::from_toml("[layer]\nstore = \"/s\"\nindex = \"ab\"\n[nodes]\nwidht = 4\n")
+                .expect_err("typo");
+        let msg = err.to_string();
+        assert!(msg.contains("widht") && msg.contains("line 5"), "{msg}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = JobSpec::from_toml(
+            "[layer]\nstore = \"/s\"\nindex = \"ab\"\n[network]\nwait = \"soon\"\n",
+        )
+        .expect_err("bad wait");
+        assert!(err.to_string().contains("soon"), "{err}");
+        assert!(
+            JobSpec::from_toml("[layer]\nstore = \"/s\"\n").is_err(),
+            "index is required"
+        );
+    }
+}
