@@ -57,7 +57,8 @@ pub struct PushArgs {
     /// node, else its name and the bound port).
     #[arg(long, value_name = "ADDR")]
     pub advertise: Option<String>,
-    /// Return once every node holds the urgent set, or the whole layer.
+    /// Return once every node holds the urgent set (the rest keeps streaming from a
+    /// background copy of this command), or once every node holds the whole layer.
     #[arg(long, value_enum, default_value_t = Wait::All)]
     pub wait: Wait,
     /// Also write the report as JSON (format documented in teesfs/src/node/report.rs).
@@ -232,12 +233,20 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         plan.strategy,
         plan.depth()
     );
+    let serving = std::env::var_os(SERVE_ENV).is_some();
+    if wait == Phase::Urgent && !serving {
+        // Return at the urgent set while a background copy of this command keeps
+        // streaming the hysteretic set.
+        return hand_off(&args, &bar);
+    }
+    let wait = if serving { Phase::All } else { wait };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let mut urgent_sent = false;
     let outcome = rt
-        .block_on(push(spec, wait, args.timeout, |p| {
+        .block_on(push(spec, wait, args.timeout, |p, so_far| {
             bar.set_position(p.urgent as u64);
             bar.set_message(format!(
                 "urgent, {} complete, {} failed, {} sent",
@@ -245,6 +254,19 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
                 p.failed,
                 util::bytes(p.bytes_out)
             ));
+            if serving && !urgent_sent && so_far.urgent_s.is_some() {
+                urgent_sent = true;
+                let rep = report(
+                    &plan,
+                    Some(&topology),
+                    job,
+                    index_id,
+                    &index,
+                    &order,
+                    so_far,
+                );
+                emit(&serde_json::json!({ "event": "urgent", "report": rep }));
+            }
         }))
         .map_err(anyhow::Error::msg)?;
     bar.finish_and_clear();
@@ -258,7 +280,11 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         &order,
         &outcome,
     );
-    print_report(&rep);
+    if serving {
+        emit(&serde_json::json!({ "event": "done", "report": rep }));
+    } else {
+        print_report(&rep);
+    }
     if let Some(path) = &args.report {
         std::fs::write(path, serde_json::to_vec_pretty(&rep)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -273,6 +299,76 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Set in the environment of the background copy that keeps serving after the urgent set.
+const SERVE_ENV: &str = "TEESFS_PUSH_SERVE";
+
+/// One JSON line to the foreground process (which may have gone: errors are ignored).
+fn emit(v: &serde_json::Value) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+/// Runs this same command again in the background with the whole layer as its goal, shows
+/// its progress, and returns once it reports the urgent set everywhere.
+fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("finding the teesfs binary")?;
+    let log = std::env::temp_dir().join(format!("teesfs-push-{}.log", std::process::id()));
+    let mut child = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(SERVE_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?)
+        // Its own process group: Ctrl-C on this terminal does not stop the streaming.
+        .process_group(0)
+        .spawn()
+        .context("starting the background push")?;
+    let out = child.stdout.take().expect("stdout is piped");
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line?;
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let event = v["event"].as_str().unwrap_or_default();
+        if event == "urgent" || event == "done" {
+            bar.finish_and_clear();
+            let rep: PushReport = serde_json::from_value(v["report"].clone())
+                .context("reading the background push's report")?;
+            print_report(&rep);
+            if let Some(path) = &args.report {
+                std::fs::write(path, serde_json::to_vec_pretty(&rep)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            if event == "urgent" {
+                println!(
+                    "the rest of the layer keeps streaming in the background (pid {}, log {}); \
+                     nodes fetch anything they need first on demand",
+                    child.id(),
+                    log.display()
+                );
+            }
+            if !rep.failures.is_empty() {
+                bail!(
+                    "{} node(s) failed; see the report above",
+                    rep.failures.len()
+                );
+            }
+            return Ok(());
+        }
+    }
+    let status = child.wait()?;
+    let tail = std::fs::read_to_string(&log).unwrap_or_default();
+    let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+    bail!(
+        "the push ended ({status}) before the urgent set arrived everywhere:\n{}",
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
 }
 
 fn now_nanos() -> u128 {

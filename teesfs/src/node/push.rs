@@ -89,12 +89,12 @@ impl Router for RootRouter {
 }
 
 /// Runs the root until `wait` completes for every reachable node (or `timeout`).
-/// `on_progress` is called after every event.
+/// `on_progress` is called after every event with the progress and everything seen so far.
 pub async fn push(
     spec: PushSpec,
     wait: Phase,
     timeout: Duration,
-    mut on_progress: impl FnMut(&Progress),
+    mut on_progress: impl FnMut(&Progress, &Outcome),
 ) -> Result<Outcome, String> {
     let start = Instant::now();
     let transport = Transport::bind(spec.listen, &spec.identity).map_err(|e| e.to_string())?;
@@ -163,7 +163,7 @@ pub async fn push(
         }
         progress.bytes_out = core.counters().bytes_out;
         out.events.push((t, ev));
-        on_progress(&progress);
+        on_progress(&progress, &out);
         let done = match wait {
             Phase::Urgent => out.urgent_s.is_some(),
             Phase::All => out.all_s.is_some(),
@@ -212,19 +212,19 @@ pub fn report(
                 *e = (*e).max(b);
             }
             Event::EdgeFailed(p, c) => failures.push(Failure {
-                kind: "failed",
+                kind: "failed".into(),
                 parent: host(p),
                 child: host(c),
                 at_s: *t,
             }),
             Event::Unreachable(p, c) => failures.push(Failure {
-                kind: "unreachable",
+                kind: "unreachable".into(),
                 parent: host(p),
                 child: host(c),
                 at_s: *t,
             }),
             Event::Liar(p, c) => failures.push(Failure {
-                kind: "liar",
+                kind: "liar".into(),
                 parent: host(p),
                 child: host(c),
                 at_s: *t,

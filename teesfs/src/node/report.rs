@@ -12,10 +12,10 @@
 //! ```
 //! Times are seconds since the push started, as observed by the root.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One node's arrival times.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeTimes {
     /// Host name.
     pub host: String,
@@ -28,7 +28,7 @@ pub struct NodeTimes {
 }
 
 /// Bytes over one tree edge.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EdgeBytes {
     /// Sender.
     pub parent: String,
@@ -39,7 +39,7 @@ pub struct EdgeBytes {
 }
 
 /// Bytes over one group's uplink.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Uplink {
     /// Group number in the topology.
     pub group: usize,
@@ -52,11 +52,11 @@ pub struct Uplink {
 }
 
 /// A failure the root learned of.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
     /// `failed` (a child stopped answering), `unreachable` (never re-attached) or `liar`
     /// (the parent sent a chunk that did not match its id).
-    pub kind: &'static str,
+    pub kind: String,
     /// Parent end of the edge.
     pub parent: String,
     /// Child end of the edge.
@@ -66,7 +66,7 @@ pub struct Failure {
 }
 
 /// The whole report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PushReport {
     /// Format version.
     pub version: u32,

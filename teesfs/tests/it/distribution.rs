@@ -354,3 +354,67 @@ fn shared_storage_mode_mounts_straight_from_the_store() {
         );
     }
 }
+
+#[test]
+fn wait_urgent_returns_early_and_the_rest_keeps_streaming() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(4, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(src.join("app")).expect("mkdir");
+    std::fs::write(src.join("app/run.py"), "print('hello')\n".repeat(300)).expect("write");
+    std::fs::write(src.join("data.bin"), noise(6 << 20, 9)).expect("write");
+    let id = c.ws.publish(&src);
+    let out = c
+        .push_cmd(
+            &id,
+            2,
+            &[
+                "--width",
+                "2",
+                "--urgent",
+                "app/*",
+                "--wait",
+                "urgent",
+                "--rate-limit",
+                "2MiB",
+            ],
+        )
+        .output()
+        .expect("push");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("keeps streaming in the background"),
+        "{stdout}"
+    );
+    let pid: i32 = stdout
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.trim().parse().ok())
+        .expect("background pid");
+    // The urgent set is everywhere, the whole layer not yet.
+    let incomplete = (0..4)
+        .filter(|&i| c.status(i)["jobs"][0]["all_s"].is_null())
+        .count();
+    assert!(incomplete > 0, "the push should still be streaming");
+    for i in 0..4 {
+        let run = std::fs::read_to_string(c.mount_of(i).join("app/run.py")).expect("urgent file");
+        assert!(run.starts_with("print"));
+    }
+    wait_for("the whole layer everywhere", 60, || {
+        (0..4).all(|i| c.status(i)["jobs"][0]["all_s"].as_f64().is_some())
+    });
+    for i in 0..4 {
+        assert_same_tree(&src, &c.mount_of(i));
+    }
+    wait_for("the background push to exit", 30, || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+    });
+}
