@@ -50,6 +50,18 @@ pub enum Error {
         "unknown strategy `{0}` (expected one of: topo, topo-paper, random, hostlist, flat, storage, auto)"
     )]
     UnknownStrategy(String),
+    /// A simulation could not be set up (the relay refused the plan, an empty payload).
+    #[error("simulation set-up: {0}")]
+    SimSetup(String),
+    /// A simulation ran out of events before the root saw the job complete.
+    #[error("simulation stalled at {at:?}: the root never saw the job complete")]
+    SimStalled {
+        /// Simulated time of the last event.
+        at: std::time::Duration,
+    },
+    /// A simulation passed its simulated-time limit.
+    #[error("simulation passed its {0:?} time limit")]
+    SimTimeLimit(std::time::Duration),
 }
 
 /// Shorthand for results in this crate.

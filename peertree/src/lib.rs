@@ -8,6 +8,8 @@
 //!   baselines (`random`, `hostlist`, `flat`, `storage`, `auto`).
 //! - [`metrics`]: depth, fan-out, group-uplink bytes and hop-bytes of a plan.
 //! - [`relay`]: the distribution protocol as a sans-IO state machine, and its wire messages.
+//! - [`sim`]: a deterministic discrete-event simulator running every node's relay under a
+//!   modelled network (link FIFOs, latency, set-up, processing, failures).
 //!
 //! This crate does no I/O: no files, no environment, no clock, no sockets. Callers read
 //! `topology.toml` and `$SLURM_JOB_NODELIST` and hand the text in.
@@ -17,6 +19,7 @@ pub mod hostlist;
 pub mod metrics;
 pub mod plan;
 pub mod relay;
+pub mod sim;
 pub mod strategy;
 pub mod topology;
 

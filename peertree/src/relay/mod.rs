@@ -177,6 +177,9 @@ struct Child {
     last_heard: Instant,
     last_sent: Instant,
     bytes: u64,
+    /// Started from here after its planned parent failed: report the adoption when it
+    /// first speaks.
+    restarted: bool,
 }
 
 #[derive(Debug)]
@@ -410,6 +413,7 @@ impl Relay {
                     last_heard: now,
                     last_sent: now,
                     bytes: 0,
+                    restarted: false,
                 },
             );
             let start = self.start_for(parts.remove(&id).unwrap_or_default());
@@ -544,6 +548,13 @@ impl Relay {
             // The child has its Start (it speaks to us), so chunks sent now will not race
             // ahead of it on another stream.
             c.ready = true;
+            if std::mem::take(&mut c.restarted) {
+                let fact = Report {
+                    attached: vec![(self.me, from)],
+                    ..Report::default()
+                };
+                self.absorb(now, fact);
+            }
         }
     }
 
@@ -653,6 +664,7 @@ impl Relay {
                     last_heard: now,
                     last_sent: now,
                     bytes: 0,
+                    restarted: false,
                 },
             );
         }
@@ -813,6 +825,49 @@ impl Relay {
             ..Report::default()
         };
         self.absorb(now, fact);
+        self.restart_orphans(now, child);
+    }
+
+    /// The failed child's planned children may never have received their `Start` (it died
+    /// before forwarding it), and then nothing would ever reach them: start them from here.
+    /// One that is already running ignores the `Start` and re-attaches on its own.
+    fn restart_orphans(&mut self, now: Instant, dead: NodeId) {
+        let orphans: Vec<NodeInfo> = self
+            .subtree
+            .iter()
+            .filter(|n| n.parent == dead && n.id != dead && !self.children.contains_key(&n.id))
+            .cloned()
+            .collect();
+        for info in orphans {
+            let id = info.id;
+            let mut inside = HashSet::from([id]);
+            let mut subtree = vec![info.clone()];
+            for n in &self.subtree {
+                if n.id != n.parent && n.id != id && inside.contains(&n.parent) {
+                    inside.insert(n.id);
+                    subtree.push(n.clone());
+                }
+            }
+            self.children.insert(
+                id,
+                Child {
+                    info,
+                    sent: FixedBitSet::with_capacity(self.schedule.len()),
+                    cursor: 0,
+                    started: false,
+                    ready: false,
+                    last_heard: now,
+                    last_sent: now,
+                    bytes: 0,
+                    restarted: true,
+                },
+            );
+            let start = self.start_for(subtree);
+            self.control.push_back(Transmit::Control {
+                to: id,
+                msg: Msg::Start(Box::new(start)),
+            });
+        }
     }
 
     fn lose_parent(&mut self, now: Instant) {

@@ -1,0 +1,190 @@
+//! A deterministic discrete-event simulator that runs the shipping relay state machine
+//! ([`crate::relay::Relay`]) of every node under a modelled network.
+//!
+//! Scale results must come from the code that ships, so nothing here re-implements the
+//! protocol: the simulator only moves what the relays ask it to move, with a model of how
+//! long that takes, and feeds time and arrivals back in. What it models:
+//! - links as FIFO servers ([`net`]): node NICs, proxy ports and group uplinks, upper-level
+//!   unit uplinks, the core, the login and storage nodes' NICs;
+//! - per-message latency and a connection set-up cost paid the first time two hosts talk
+//!   (the paper observes that set-up dominates small transfers);
+//! - per-chunk processing on the receiver (verify and store) before it can forward;
+//! - the index transfer: `Start` messages are sized as the modelled index plus the subtree
+//!   they carry, while the relays themselves get a tiny dummy index so 68,160 of them fit;
+//! - failures: nodes killed at a time stop acting and everything to or from them is lost.
+//!
+//! Bulk flows one chunk at a time per edge: a parent is asked for the next chunk for a
+//! child ([`crate::relay::Relay::poll_bulk`]) when the previous one has left its links, or
+//! when it receives a chunk the idle child is waiting for.
+//!
+//! Deterministic: one event queue ordered by (time, sequence), integer nanoseconds, no
+//! clock, no threads, no hashing in any order that matters. It must not do I/O.
+
+mod engine;
+mod net;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+pub use engine::{Sim, SimReport, pick_victims};
+pub use net::transfer_ns;
+
+use crate::relay::Timing;
+
+/// The modelled machine: bandwidths in bytes per second (`f64::INFINITY`: unlimited).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    /// A compute node's NIC, each direction.
+    pub node_bw: f64,
+    /// A proxy's port toward its own group, each direction.
+    pub port_bw: f64,
+    /// A group's uplink (the proxy's link to the rest of the machine), each direction.
+    pub uplink_bw: f64,
+    /// Uplink of one unit of each topology level (innermost first), each direction;
+    /// missing levels are unlimited.
+    pub level_bw: Vec<f64>,
+    /// The core, all traffic between top-level units together.
+    pub core_bw: f64,
+    /// The login node's NIC.
+    pub login_bw: f64,
+    /// The storage node's NIC (its "fat link").
+    pub storage_bw: f64,
+    /// Added to every message and chunk.
+    pub latency: Duration,
+    /// Paid before the first message between two hosts (connection and TLS handshake).
+    pub setup: Duration,
+    /// Fixed processing per received chunk (bookkeeping, store insert).
+    pub chunk_cost: Duration,
+    /// Verify-and-store speed of a receiving node (blake3 and a write to the store).
+    pub cpu_bw: f64,
+    /// Modelled size of the signed index carried by every `Start`.
+    pub index_bytes: u64,
+    /// Bytes per subtree entry carried by a `Start`.
+    pub node_info_bytes: u64,
+}
+
+const GBIT: f64 = 1e9 / 8.0;
+
+impl Network {
+    /// A Tianhe-like machine: 10 Gbit/s node NICs; groups of 8 whose proxy has a port and
+    /// an uplink of 8 x that (it carries its whole group); login node like a proxy; a
+    /// 100 Gbit/s storage node; a core that does not limit; 20 us per message, 2 ms
+    /// connection set-up, 50 us + blake3 at 4.5 GB/s per chunk, a 1 MiB index.
+    pub fn tianhe() -> Self {
+        Self {
+            node_bw: 10.0 * GBIT,
+            port_bw: 80.0 * GBIT,
+            uplink_bw: 80.0 * GBIT,
+            level_bw: Vec::new(),
+            core_bw: f64::INFINITY,
+            login_bw: 80.0 * GBIT,
+            storage_bw: 100.0 * GBIT,
+            latency: Duration::from_micros(20),
+            setup: Duration::from_millis(2),
+            chunk_cost: Duration::from_micros(50),
+            cpu_bw: 4.5e9,
+            index_bytes: 1 << 20,
+            node_info_bytes: 32,
+        }
+    }
+
+    /// The Tianhe-like machine with two upper levels: super nodes of 14 groups whose
+    /// uplink is half their groups' uplinks together (2:1 oversubscribed), and cabinets of
+    /// 168 groups (12 super nodes), again 2:1.
+    pub fn two_level() -> Self {
+        let t = Self::tianhe();
+        let supernode = 14.0 * t.uplink_bw / 2.0;
+        let cabinet = 12.0 * supernode / 2.0;
+        Self {
+            level_bw: vec![supernode, cabinet],
+            ..t
+        }
+    }
+
+    /// The lab's reference shape (DESIGN.md): slave links 100 Mbit/s, proxy port, uplink
+    /// and login link 400 Mbit/s; storage 1 Gbit/s.
+    pub fn lab() -> Self {
+        let m = 1e6 / 8.0;
+        Self {
+            node_bw: 100.0 * m,
+            port_bw: 400.0 * m,
+            uplink_bw: 400.0 * m,
+            login_bw: 400.0 * m,
+            storage_bw: 1000.0 * m,
+            latency: Duration::from_micros(100),
+            setup: Duration::from_millis(5),
+            index_bytes: 64 << 10,
+            ..Self::tianhe()
+        }
+    }
+
+    /// Processing time of one received chunk of `bytes`.
+    pub fn chunk_ns(&self, bytes: u64) -> u64 {
+        self.chunk_cost.as_nanos() as u64 + transfer_ns(bytes, self.cpu_bw)
+    }
+
+    /// Modelled size of a `Start` carrying `subtree` entries (the push order is part of
+    /// the index).
+    pub fn start_bytes(&self, subtree: usize) -> u64 {
+        self.index_bytes + self.node_info_bytes * subtree as u64
+    }
+}
+
+/// What to simulate besides the plan and the network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// The machine.
+    pub network: Network,
+    /// Bytes to distribute.
+    pub payload: u64,
+    /// Chunk size (the last chunk may be smaller).
+    pub chunk: u64,
+    /// Bytes of the payload in the urgent set (pushed first), rounded up to chunks.
+    pub urgent: u64,
+    /// Liveness timing handed to the relays.
+    pub timing: Timing,
+    /// Give up when simulated time passes this.
+    pub limit: Duration,
+}
+
+impl SimConfig {
+    /// `payload` bytes in chunks of `chunk`, all urgent, production timing, a one-hour limit.
+    pub fn new(network: Network, payload: u64, chunk: u64) -> Self {
+        Self {
+            network,
+            payload,
+            chunk,
+            urgent: payload,
+            timing: Timing::default(),
+            limit: Duration::from_secs(3600),
+        }
+    }
+
+    /// Chunk sizes, in chunk-table order.
+    pub fn chunk_sizes(&self) -> Vec<u32> {
+        let chunk = self.chunk.max(1);
+        let n = self.payload.div_ceil(chunk);
+        (0..n)
+            .map(|i| {
+                let size = chunk.min(self.payload - i * chunk);
+                u32::try_from(size).unwrap_or(u32::MAX)
+            })
+            .collect()
+    }
+
+    /// The model's lower bound on deployment time for any plan: one connection set-up, one
+    /// latency, the index and the payload through the narrowest of a job node's NIC, the
+    /// login node's NIC and a group uplink (each must carry it once), and the processing of
+    /// the last chunk.
+    pub fn lower_bound(&self) -> Duration {
+        let n = &self.network;
+        let narrow = n.node_bw.min(n.login_bw).min(n.uplink_bw);
+        let last = self.chunk_sizes().last().copied().unwrap_or(0);
+        let ns = n.setup.as_nanos() as u64
+            + n.latency.as_nanos() as u64
+            + transfer_ns(n.index_bytes + self.payload, narrow)
+            + n.chunk_ns(u64::from(last));
+        Duration::from_nanos(ns)
+    }
+}

@@ -1,0 +1,247 @@
+//! Simulations with known answers: closed-form times for a chain, a star and full trees;
+//! conservation of chunks and bytes; failures; determinism.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::plan::{NodeId, Plan, Role};
+use crate::relay::Phase;
+use crate::topology::{ProxyPick, Topology};
+use crate::{PlanOptions, Strategy, measure};
+
+const MIB: u64 = 1 << 20;
+
+/// A plan of `parents.len() + 1` hosts on the core; `parents[i - 1]` is host `i`'s parent.
+fn custom(parents: &[usize]) -> Plan {
+    let n = parents.len() + 1;
+    let mut children = vec![Vec::new(); n];
+    let mut parent = vec![None];
+    for (i, &p) in parents.iter().enumerate() {
+        children[p].push(NodeId(i as u32 + 1));
+        parent.push(Some(NodeId(p as u32)));
+    }
+    let width = children.iter().map(Vec::len).max().unwrap_or(1).max(1);
+    let plan = Plan {
+        strategy: Strategy::Hostlist,
+        width,
+        root: NodeId(0),
+        hosts: (0..n).map(|i| format!("h{i}")).collect(),
+        roles: std::iter::once(Role::Login)
+            .chain(std::iter::repeat_n(Role::Job, n - 1))
+            .collect(),
+        topo: vec![None; n],
+        parent,
+        children,
+        borrowed: Vec::new(),
+        orphans: Vec::new(),
+    };
+    plan.check().expect("valid test plan");
+    plan
+}
+
+/// Every link 1 byte per ns, an unlimited core, free processing but for `chunk_cost`.
+fn simple_net(latency: u64, setup: u64, cost: u64, index: u64) -> Network {
+    Network {
+        node_bw: 1e9,
+        port_bw: 1e9,
+        uplink_bw: 1e9,
+        level_bw: Vec::new(),
+        core_bw: f64::INFINITY,
+        login_bw: 1e9,
+        storage_bw: 1e9,
+        latency: Duration::from_nanos(latency),
+        setup: Duration::from_nanos(setup),
+        chunk_cost: Duration::from_nanos(cost),
+        cpu_bw: f64::INFINITY,
+        index_bytes: index,
+        node_info_bytes: 0,
+    }
+}
+
+fn run(plan: &Plan, topo: Option<&Topology>, cfg: SimConfig) -> SimReport {
+    let mut sim = Sim::new(plan, topo, cfg, Instant::now()).expect("set up");
+    let report = sim.run().expect("completes");
+    assert!(report.incomplete.is_empty(), "{:?}", report.incomplete);
+    assert_eq!(report.duplicates, 0);
+    report
+}
+
+#[test]
+fn a_chain_pipelines_chunks_hop_by_hop() {
+    // t0 = set-up + Start + 2 latencies (Start down, Report up), then each hop adds one
+    // chunk time, one latency and one processing; the other chunks follow one chunk time
+    // apart. Holds while the next hop is ready in time: setup + Start <= chunk + processing.
+    let (lat, setup, cost, index, m, d) = (10_000, 100_000, 50_000, 4096, 8u64, 6);
+    let chunk_t = MIB;
+    let plan = custom(&(0..d).collect::<Vec<_>>());
+    let cfg = SimConfig::new(simple_net(lat, setup, cost, index), m * MIB, MIB);
+    let r = run(&plan, None, cfg);
+    let t0 = setup + index + 2 * lat;
+    let expected = t0 + d as u64 * (chunk_t + lat + cost) + (m - 1) * chunk_t;
+    assert_eq!(r.deploy, Duration::from_nanos(expected));
+    assert_eq!(r.pushed, m * d as u64);
+}
+
+#[test]
+fn a_chain_with_slow_setup_waits_for_each_hop() {
+    // When set-up dominates, node j is ready at j (setup + Start + latency) + latency and
+    // then receives the whole payload at link speed.
+    let (lat, setup, cost, index, m, d) = (10_000, 5_000_000, 50_000, 4096, 8u64, 5u64);
+    let plan = custom(&(0..d as usize).collect::<Vec<_>>());
+    let cfg = SimConfig::new(simple_net(lat, setup, cost, index), m * MIB, MIB);
+    let r = run(&plan, None, cfg);
+    let ready = d * (setup + index + lat) + lat;
+    assert_eq!(r.deploy, Duration::from_nanos(ready + m * MIB + lat + cost));
+}
+
+#[test]
+fn a_star_is_bound_by_the_root_nic() {
+    // The root's NIC sends every Start, then n x m chunks back to back.
+    let (lat, setup, cost, index, m, n) = (10_000, 100_000, 50_000, 64 << 10, 4u64, 4u64);
+    let plan = custom(&vec![0; n as usize]);
+    let mut net = simple_net(lat, setup, cost, index);
+    net.node_bw = 4e9;
+    let cfg = SimConfig::new(net, m * MIB, MIB);
+    let r = run(&plan, None, cfg);
+    let expected = setup + n * index + n * m * MIB + lat + cost;
+    assert_eq!(r.deploy, Duration::from_nanos(expected));
+}
+
+#[test]
+fn full_trees_take_w_times_m_plus_depth_chunk_times() {
+    // W-ary, depth 2, equal links, no overheads: every interior NIC sends each chunk W
+    // times, so the last leaf finishes at (W m + (D - 1) W) chunk times.
+    for w in [2usize, 3] {
+        let mut parents = vec![0; w];
+        for p in 1..=w {
+            parents.extend(std::iter::repeat_n(p, w));
+        }
+        let plan = custom(&parents);
+        let m = 5u64;
+        let cfg = SimConfig::new(simple_net(0, 0, 0, 0), m * MIB, MIB);
+        let r = run(&plan, None, cfg);
+        let w = w as u64;
+        assert_eq!(r.deploy, Duration::from_nanos((w * m + w) * MIB), "W = {w}");
+    }
+}
+
+fn tianhe(groups: usize, strategy: Strategy) -> (Topology, Plan) {
+    let nodes: Vec<String> = (1..=groups * 8).map(|i| format!("cn{i:04}")).collect();
+    let topo = Topology::generated(&nodes, 8, ProxyPick::First).expect("topology");
+    let opts = PlanOptions {
+        threshold: 0,
+        ..PlanOptions::default()
+    };
+    let plan = crate::plan(&topo, &nodes[3..], strategy, &opts).expect("plan");
+    (topo, plan)
+}
+
+#[test]
+fn every_chunk_arrives_once_by_push_and_link_bytes_add_up() {
+    for strategy in [
+        Strategy::Topo,
+        Strategy::Random,
+        Strategy::Hostlist,
+        Strategy::Storage,
+    ] {
+        let (topo, plan) = tianhe(6, strategy);
+        let payload = 5 * MIB + 1234;
+        let mut sim = Sim::new(
+            &plan,
+            Some(&topo),
+            SimConfig::new(Network::tianhe(), payload, MIB),
+            Instant::now(),
+        )
+        .expect("set up");
+        let r = sim.run().expect("completes");
+        assert_eq!(r.chunks, 6);
+        assert!(r.incomplete.is_empty());
+        assert_eq!((r.duplicates, r.demand), (0, 0), "{strategy}");
+        for id in plan.ids().skip(1) {
+            assert_eq!(sim.received_by_push(id), 6, "{strategy} {id:?}");
+            assert!(sim.relay(id).expect("started").local_done(Phase::All));
+        }
+        // The simulated links carry what the planner's metrics say the plan costs.
+        let m = measure(&plan, &topo, payload);
+        assert_eq!(r.uplink_in, m.uplink_bytes, "{strategy}");
+        assert_eq!(r.uplink_out, m.uplink_out_bytes, "{strategy}");
+        assert_eq!(
+            r.pushed * MIB - 5 * (MIB - 1234),
+            0u64.max(r.pushed * MIB - 5 * (MIB - 1234))
+        );
+        // Every byte a slave receives crosses its own NIC, and every byte it forwards.
+        for id in plan.ids().skip(1) {
+            let Some(t) = plan.topo[id.index()] else {
+                continue;
+            };
+            if topo.is_proxy(t) {
+                continue;
+            }
+            let sent = plan.children[id.index()].len() as u64 * payload;
+            assert_eq!(sim.nic_bytes(id), (payload, sent), "{strategy} {id:?}");
+        }
+        assert!(r.deploy >= r.lower_bound, "{strategy}: {r:?}");
+    }
+}
+
+/// Regression: nodes whose parent died before forwarding their `Start` never joined and
+/// were declared unreachable; now the failed node's parent starts them itself.
+#[test]
+fn survivors_complete_and_failed_edges_are_reported() {
+    let (topo, plan) = tianhe(20, Strategy::Topo);
+    let mut cfg = SimConfig::new(Network::tianhe(), 16 * MIB, MIB);
+    cfg.timing = crate::relay::Timing {
+        heartbeat_ms: 20,
+        deadline_ms: 100,
+    };
+    // A relaying proxy and two random nodes, killed while the push is under way.
+    let relaying = plan
+        .ids()
+        .skip(1)
+        .find(|&id| {
+            plan.children[id.index()].len() > 2 && plan.parent[id.index()] != Some(plan.root)
+        })
+        .expect("an interior node below the first level");
+    let mut victims = pick_victims(&plan, 2, 7);
+    victims.retain(|v| *v != relaying);
+    victims.push(relaying);
+    let mut sim = Sim::new(&plan, Some(&topo), cfg, Instant::now()).expect("set up");
+    sim.kill(Duration::from_millis(3), victims.clone());
+    let r = sim.run().expect("completes");
+    assert!(r.incomplete.is_empty(), "{:?}: {r:?}", r.incomplete);
+    assert_eq!(r.killed, victims.len());
+    for v in &victims {
+        let parent = plan.parent[v.index()].expect("not the root");
+        let reported =
+            r.failed_edges.contains(&(parent, *v)) || r.unreachable.iter().any(|&(_, n)| n == *v);
+        assert!(
+            reported || sim.done_at(*v, Phase::All).is_some(),
+            "{v:?} neither reported nor done: {r:?}"
+        );
+    }
+    assert!(
+        r.failed_edges
+            .contains(&(plan.parent[relaying.index()].expect("parent"), relaying))
+    );
+    for &k in &plan.children[relaying.index()] {
+        if !victims.contains(&k) {
+            assert!(r.attached.iter().any(|&(_, n)| n == k), "{k:?} re-attached");
+        }
+    }
+    for id in plan.ids().skip(1).filter(|id| !sim.is_dead(*id)) {
+        assert_eq!(sim.relay(id).expect("started").have_count(), r.chunks);
+    }
+}
+
+#[test]
+fn same_seed_same_result() {
+    let (topo, plan) = tianhe(10, Strategy::Random);
+    let go = || {
+        let mut cfg = SimConfig::new(Network::two_level(), 3 * MIB, MIB);
+        cfg.timing.heartbeat_ms = 1;
+        let mut sim = Sim::new(&plan, Some(&topo), cfg, Instant::now()).expect("set up");
+        sim.kill(Duration::from_millis(2), pick_victims(&plan, 3, 1));
+        sim.run().expect("completes")
+    };
+    assert_eq!(go(), go());
+}
