@@ -120,7 +120,9 @@ pub struct JobStatus {
 
 impl Daemon {
     /// Binds the endpoint and opens the store. Must run inside a tokio runtime.
+    /// Mounts a crashed earlier run left under the mount root are detached first.
     pub fn start(cfg: DaemonConfig) -> Result<Arc<Self>, Error> {
+        clean_stale_mounts(&cfg.mount_root);
         let identity = Identity::load(&cfg.identity_dir, &cfg.host).map_err(Error::net)?;
         let transport = Transport::bind(cfg.listen, &identity).map_err(Error::net)?;
         let store = Arc::new(NodeStore::open(
@@ -425,6 +427,34 @@ impl Router for Daemon {
         let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs).values().cloned().collect();
         for j in jobs {
             j.core.on_unreachable(host);
+        }
+    }
+}
+
+/// Detaches FUSE mounts under `root` left by a daemon that died without unmounting (their
+/// reads would fail with ENOTCONN forever).
+fn clean_stale_mounts(root: &std::path::Path) {
+    let Ok(root) = std::fs::canonicalize(root) else {
+        return;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    for line in info.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(mp) = fields.get(4) else { continue };
+        let fstype = line.split(" - ").nth(1).and_then(|r| r.split(' ').next());
+        let ours = fstype.is_some_and(|t| t.starts_with("fuse"));
+        if ours && std::path::Path::new(mp).starts_with(&root) {
+            match nix::mount::umount2(*mp, nix::mount::MntFlags::MNT_DETACH) {
+                Ok(()) => {
+                    tracing::warn!(mountpoint = %mp, "detached a stale mount from an earlier run")
+                }
+                Err(e) => {
+                    tracing::error!(mountpoint = %mp, error = %e, "cannot detach a stale mount")
+                }
+            }
+            let _ = std::fs::remove_dir(mp);
         }
     }
 }

@@ -188,6 +188,15 @@ impl Cluster {
         }
     }
 
+    /// Starts node `i` again with the same directories (a new port).
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        let n = &self.nodes[i];
+        let (child, addr) = spawn_daemon(&self.ws, &self.creds, &n.host, &n.dir, &[]);
+        self.nodes[i].child = Some(child);
+        self.nodes[i].addr = addr;
+    }
+
     pub fn alive(&self, i: usize) -> bool {
         self.nodes[i].child.is_some()
     }

@@ -418,3 +418,29 @@ fn wait_urgent_returns_early_and_the_rest_keeps_streaming() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
     });
 }
+
+#[test]
+fn a_restarted_daemon_leaves_no_stale_mount() {
+    if !can_mount() {
+        return;
+    }
+    let mut c = Cluster::start(2, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 5, 0);
+    let id = c.ws.publish(&src);
+    push_ok(&c, &id, 2, &["--width", "2"]);
+    let mp = c.mount_of(1);
+    c.kill(1);
+    assert!(
+        crate::util::is_mounted(&mp),
+        "a crashed daemon leaves its mount"
+    );
+    let err = std::fs::read_dir(&mp).expect_err("dead mount");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN));
+    c.restart(1);
+    assert!(
+        !crate::util::is_mounted(&mp),
+        "the restarted daemon detached the stale mount"
+    );
+    assert_eq!(c.status(1)["jobs"].as_array().map(Vec::len), Some(0));
+}
