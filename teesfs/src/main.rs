@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 ///
 /// Logging goes to stderr; set TEESFS_LOG (e.g. `debug`, `teesfs=trace`) for more.
 #[derive(Debug, Parser)]
-#[command(name = "teesfs", version, about, long_about)]
+#[command(name = "teesfs", version, about, long_about, args_override_self = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

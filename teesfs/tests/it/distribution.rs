@@ -444,3 +444,58 @@ fn a_restarted_daemon_leaves_no_stale_mount() {
     );
     assert_eq!(c.status(1)["jobs"].as_array().map(Vec::len), Some(0));
 }
+
+#[test]
+fn a_root_with_another_clusters_certificate_is_refused() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 5, 0);
+    let id = c.ws.publish(&src);
+    // Same host names, different CA.
+    let other = c.ws.path().join("other-cluster");
+    let out = c.ws.teesfs(&[
+        "keygen",
+        "--cluster",
+        other.to_str().expect("utf8"),
+        "--nodes",
+        "login,n[01-02]",
+    ]);
+    assert!(out.status.success());
+    let out = c
+        .push_cmd(
+            &id,
+            2,
+            &[
+                "--width",
+                "2",
+                "--deadline",
+                "1s",
+                "--heartbeat",
+                "200ms",
+                "--timeout",
+                "20s",
+            ],
+        )
+        .arg("--identity")
+        .arg(&other)
+        .output()
+        .expect("push");
+    assert!(!out.status.success(), "a foreign root must not get through");
+    for i in 0..2 {
+        let st = c.status(i);
+        assert_eq!(
+            st["jobs"].as_array().map(Vec::len),
+            Some(0),
+            "{} accepted a job from a foreign root: {st}",
+            c.nodes[i].host
+        );
+    }
+    let log = std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).expect("log");
+    assert!(
+        log.contains("UnknownIssuer") || log.contains("refused"),
+        "{log}"
+    );
+}
