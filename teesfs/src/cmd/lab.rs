@@ -1,10 +1,235 @@
-//! `teesfs lab`: placeholder until the lab lands.
+//! `teesfs lab`: an emulated cluster on this machine (network namespaces, tbf-shaped links,
+//! a real daemon and FUSE mount per node). A thin layer over the `lab` crate: it parses
+//! arguments, prints, and leaves building, measuring and cleanup to the library.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use lab::{Lab, LabOptions, LabSpec, PushOptions, Rates};
+
+use super::util;
+
+mod bench;
+mod demo;
 
 /// Arguments of `teesfs lab`.
 #[derive(Debug, clap::Args)]
-pub struct LabArgs {}
+pub struct LabArgs {
+    #[command(subcommand)]
+    cmd: LabCmd,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum LabCmd {
+    /// Build a lab, optionally push a layer to it, and keep it up until Ctrl-C.
+    Up(UpArgs),
+    /// Remove every lab namespace, process and work directory left by a killed run.
+    Clean,
+    /// The demo: a Python application from PyPI, pushed urgent-first and started on every
+    /// node; prints a short report and writes an SVG/HTML report.
+    Demo(demo::DemoArgs),
+    /// The same job by each distribution method, several repetitions, with ratios.
+    Bench(bench::BenchArgs),
+}
+
+/// The lab's shape, shared by the subcommands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShapeArgs {
+    /// Number of groups.
+    #[arg(long, default_value_t = 4)]
+    pub groups: usize,
+    /// Nodes per group; the first is its proxy.
+    #[arg(long, default_value_t = 8)]
+    pub group_size: usize,
+    /// Slave link rate.
+    #[arg(long, default_value = "100mbit", value_parser = parse_rate)]
+    pub slave_rate: u64,
+    /// Proxy uplink rate (the group's only way to the core).
+    #[arg(long, default_value = "400mbit", value_parser = parse_rate)]
+    pub uplink_rate: u64,
+    /// Proxy's port on its group bridge.
+    #[arg(long, default_value = "400mbit", value_parser = parse_rate)]
+    pub proxy_group_rate: u64,
+    /// Login node's link.
+    #[arg(long, default_value = "400mbit", value_parser = parse_rate)]
+    pub login_rate: u64,
+    /// Storage node's link.
+    #[arg(long, default_value = "1000mbit", value_parser = parse_rate)]
+    pub storage_rate: u64,
+    /// Keep the work directory (logs, reports, store) after the lab goes down.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl ShapeArgs {
+    /// The spec.
+    pub fn spec(&self) -> LabSpec {
+        LabSpec {
+            groups: self.groups,
+            group_size: self.group_size,
+            rates: Rates {
+                slave: self.slave_rate,
+                proxy_uplink: self.uplink_rate,
+                proxy_group: self.proxy_group_rate,
+                login: self.login_rate,
+                storage: self.storage_rate,
+            },
+        }
+    }
+
+    /// Builds the lab (after checking root and arming Ctrl-C).
+    pub fn up(&self) -> anyhow::Result<Lab> {
+        lab::require_root()?;
+        lab::catch_signals()?;
+        let exe = std::env::current_exe().context("finding the teesfs binary")?;
+        let mut opts = LabOptions::new(exe);
+        opts.keep_work = self.keep;
+        let spec = self.spec();
+        eprintln!(
+            "lab: {} groups x {} nodes, slave links {}, uplinks {}, login {}",
+            spec.groups,
+            spec.group_size,
+            rate(spec.rates.slave),
+            rate(spec.rates.proxy_uplink),
+            rate(spec.rates.login)
+        );
+        let t = std::time::Instant::now();
+        let lab = Lab::up(&spec, &opts)?;
+        eprintln!(
+            "lab {} up: {} daemons in {:.1} s (work dir {})",
+            lab.layout().prefix,
+            lab.layout().compute().count(),
+            t.elapsed().as_secs_f64(),
+            lab.work().display()
+        );
+        Ok(lab)
+    }
+}
+
+/// Parses `100mbit`, `1gbit`, `400000000` (bits per second).
+fn parse_rate(s: &str) -> Result<u64, String> {
+    let l = s.trim().to_ascii_lowercase();
+    let (num, mul) = if let Some(n) = l.strip_suffix("gbit") {
+        (n, 1_000_000_000)
+    } else if let Some(n) = l.strip_suffix("mbit") {
+        (n, 1_000_000)
+    } else if let Some(n) = l.strip_suffix("kbit") {
+        (n, 1_000)
+    } else {
+        (l.as_str(), 1)
+    };
+    num.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| *v > 0.0)
+        .map(|v| (v * mul as f64) as u64)
+        .ok_or_else(|| format!("bad rate {s:?}: use e.g. 100mbit, 1gbit"))
+}
+
+/// `100 Mbit/s`.
+pub fn rate(bps: u64) -> String {
+    if bps >= 1_000_000_000 && bps % 1_000_000_000 == 0 {
+        format!("{} Gbit/s", bps / 1_000_000_000)
+    } else {
+        format!("{} Mbit/s", bps / 1_000_000)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct UpArgs {
+    #[command(flatten)]
+    shape: ShapeArgs,
+    /// Publish this layer directory and push it once the lab is up.
+    #[arg(long, value_name = "DIR")]
+    layer: Option<PathBuf>,
+    /// Strategy of that push.
+    #[arg(long, default_value = "topo")]
+    strategy: String,
+    /// Tear down right after the push instead of waiting for Ctrl-C.
+    #[arg(long)]
+    exit: bool,
+}
 
 /// Runs `teesfs lab`.
-pub fn run(_args: LabArgs) -> anyhow::Result<()> {
-    anyhow::bail!("teesfs lab is not built yet")
+pub fn run(args: LabArgs) -> anyhow::Result<()> {
+    match args.cmd {
+        LabCmd::Up(a) => up(a),
+        LabCmd::Clean => clean(),
+        LabCmd::Demo(a) => demo::run(a),
+        LabCmd::Bench(a) => bench::run(a),
+    }
+}
+
+fn clean() -> anyhow::Result<()> {
+    let c = lab::clean()?;
+    println!(
+        "removed {} namespace(s), killed {} process(es), removed {} work dir(s)",
+        c.namespaces.len(),
+        c.processes,
+        c.dirs.len()
+    );
+    for n in &c.namespaces {
+        println!("  netns {n}");
+    }
+    for d in &c.dirs {
+        println!("  dir {}", d.display());
+    }
+    Ok(())
+}
+
+fn up(a: UpArgs) -> anyhow::Result<()> {
+    let lab = a.shape.up()?;
+    println!("{:<8} {:<16} {:<8} address", "host", "netns", "role");
+    for n in &lab.layout().nodes {
+        println!(
+            "{:<8} {:<16} {:<8} {}",
+            n.host,
+            n.netns,
+            format!("{:?}", n.role).to_lowercase(),
+            n.addr()
+        );
+    }
+    if let Some(layer) = &a.layer {
+        let index = lab.publish(layer)?;
+        let mut o = PushOptions::new(&index);
+        o.strategy = a.strategy.clone();
+        let run = lab.push(&o)?;
+        let r = &run.report;
+        println!(
+            "pushed {} ({}) with {}: all nodes in {:.2} s (lower bound {:.2} s), uplinks {} in \
+             (minimum {}), cpu {:.1} s",
+            index.get(..12).unwrap_or(&index),
+            util::bytes(r.total_bytes),
+            r.strategy,
+            r.all_complete_s.unwrap_or(f64::NAN),
+            lab.layout().lower_bound_s(r.total_bytes),
+            util::bytes(run.uplink_in()),
+            util::bytes(r.total_bytes * lab.layout().spec.groups as u64),
+            run.cpu_s
+        );
+        if let Some(h) = lab.layout().compute().next() {
+            println!(
+                "mounted on every node at {}",
+                lab.mountpoint(&h.host, &r.job).display()
+            );
+        }
+    }
+    if !a.exit {
+        if let Some(h) = lab.layout().compute().next()
+            && let Some(pid) = lab.daemon_pid(&h.host)
+        {
+            println!(
+                "enter a node: nsenter --net=/run/netns/{} --mount=/proc/{pid}/ns/mnt bash",
+                h.netns
+            );
+        }
+        println!("lab is up; Ctrl-C tears it down");
+        while lab::check_interrupt().is_ok() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    lab.down()?;
+    eprintln!("lab torn down");
+    Ok(())
 }

@@ -1,0 +1,258 @@
+//! The deployment benchmark as a library: the same payload pushed by each method in turn
+//! on one lab, several repetitions, fresh content each run (so no node starts warm), with
+//! time, uplink bytes and CPU per run and medians, ratios and lower bounds per method.
+//!
+//! JSON format of [`BenchReport`] (version 1; fields are only ever added):
+//! ```text
+//! { "version": 1, "groups": 4, "group_size": 8, "payload_bytes": N, "stored_bytes": N,
+//!   "reps": 3, "lower_bound_s": 1.34, "min_uplink_bytes": N,
+//!   "runs": [ { "method": "topo", "rep": 0, "all_s": 1.9, "wall_s": 2.2,
+//!               "uplink_in_bytes": N, "root_out_bytes": N, "cpu_s": 3.1 } ],
+//!   "summary": [ { "method": "topo", "all_s": 1.9, "vs_topo": 1.0, "vs_lower_bound": 1.4,
+//!                  "uplink_in_bytes": N, "uplink_vs_min": 1.03, "uplink_vs_random": 0.25,
+//!                  "cpu_s": 3.1 } ] }
+//! ```
+//! Summary figures are medians over the repetitions.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::check_interrupt;
+use crate::cluster::{Lab, PushOptions};
+use crate::error::{LabError, Result};
+
+/// A distribution method the bench knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// teesfs, topology-aware tree.
+    Topo,
+    /// teesfs, random tree of the same width.
+    Random,
+    /// teesfs, tree in hostlist order (sbcast's way).
+    Hostlist,
+    /// teesfs, login node sends to every node.
+    Flat,
+    /// teesfs, one-to-all from the storage node's fat link (shared storage's traffic shape).
+    Storage,
+}
+
+impl Method {
+    /// Every method, in table order.
+    pub const ALL: [Method; 5] = [
+        Method::Topo,
+        Method::Random,
+        Method::Hostlist,
+        Method::Flat,
+        Method::Storage,
+    ];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Topo => "topo",
+            Method::Random => "random",
+            Method::Hostlist => "hostlist",
+            Method::Flat => "flat",
+            Method::Storage => "storage",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Method> {
+        Self::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    fn push_options(self, index: &str) -> PushOptions {
+        let mut o = PushOptions::new(index);
+        match self {
+            Method::Storage => {
+                o.strategy = "flat".into();
+                o.root = "storage".into();
+            }
+            m => o.strategy = m.name().into(),
+        }
+        o
+    }
+}
+
+/// One push.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// Method.
+    pub method: Method,
+    /// Repetition.
+    pub rep: usize,
+    /// Seconds until every node held the payload (root's view).
+    pub all_s: f64,
+    /// Wall time of the push command.
+    pub wall_s: f64,
+    /// Bytes into all groups over their uplinks (kernel counters).
+    pub uplink_in_bytes: u64,
+    /// Bytes out of the root's link (kernel counters).
+    pub root_out_bytes: u64,
+    /// CPU seconds of all daemons and the push.
+    pub cpu_s: f64,
+}
+
+/// Medians for one method.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Method.
+    pub method: Method,
+    /// Median time until every node held the payload.
+    pub all_s: f64,
+    /// Ratio to teesfs-topo's median.
+    pub vs_topo: f64,
+    /// Ratio to the link lower bound.
+    pub vs_lower_bound: f64,
+    /// Median uplink bytes.
+    pub uplink_in_bytes: u64,
+    /// Ratio of uplink bytes to the minimum (each group receives the payload once).
+    pub uplink_vs_min: f64,
+    /// Ratio of uplink bytes to the random tree's.
+    pub uplink_vs_random: f64,
+    /// Median CPU seconds.
+    pub cpu_s: f64,
+}
+
+/// The whole benchmark.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Format version.
+    pub version: u32,
+    /// Groups in the lab.
+    pub groups: usize,
+    /// Nodes per group.
+    pub group_size: usize,
+    /// Payload size.
+    pub payload_bytes: u64,
+    /// Stored (wire) size of the payload.
+    pub stored_bytes: u64,
+    /// Repetitions.
+    pub reps: usize,
+    /// Payload over the slowest node link.
+    pub lower_bound_s: f64,
+    /// Each group receives the payload once.
+    pub min_uplink_bytes: u64,
+    /// Every run.
+    pub runs: Vec<Run>,
+    /// Per method.
+    pub summary: Vec<Summary>,
+}
+
+/// Writes `bytes` of incompressible data (seeded, so runs differ) as `dir/payload.bin`.
+pub fn write_payload(dir: &Path, bytes: u64, seed: u64) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(LabError::io(dir))?;
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut data = vec![0u8; bytes as usize];
+    for c in data.chunks_mut(8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        c.copy_from_slice(&state.to_le_bytes()[..c.len()]);
+    }
+    let p = dir.join("payload.bin");
+    std::fs::write(&p, data).map_err(LabError::io(&p))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs every method in `methods` `reps` times (order rotated each repetition) with a
+/// fresh `payload`-byte layer per run; `on_run` sees each run as it completes.
+pub fn run(
+    lab: &Lab,
+    methods: &[Method],
+    reps: usize,
+    payload: u64,
+    mut on_run: impl FnMut(&Run),
+) -> Result<BenchReport> {
+    let mut runs = Vec::new();
+    let mut stored = 0;
+    let mut seed = 1;
+    for rep in 0..reps {
+        for k in 0..methods.len() {
+            check_interrupt()?;
+            let m = methods[(k + rep) % methods.len()];
+            let dir = lab.work().join("bench").join(format!("{}-{rep}", m.name()));
+            write_payload(&dir, payload, seed)?;
+            seed += 1;
+            let index = lab.publish(&dir)?;
+            let _ = std::fs::remove_dir_all(&dir);
+            let pr = lab.push(&m.push_options(&index))?;
+            stored = pr.report.total_bytes;
+            let r = Run {
+                method: m,
+                rep,
+                all_s: pr.report.all_complete_s.unwrap_or(f64::NAN),
+                wall_s: pr.wall_s,
+                uplink_in_bytes: pr.uplink_in(),
+                root_out_bytes: pr.root_link.tx,
+                cpu_s: pr.cpu_s,
+            };
+            on_run(&r);
+            runs.push(r);
+        }
+    }
+    let l = lab.layout();
+    let lower = l.lower_bound_s(stored);
+    let min_up = stored * l.spec.groups as u64;
+    let med = |m: Method, f: &dyn Fn(&Run) -> f64| {
+        median(runs.iter().filter(|r| r.method == m).map(f).collect())
+    };
+    let topo_s = med(Method::Topo, &|r| r.all_s);
+    let random_up = med(Method::Random, &|r| r.uplink_in_bytes as f64);
+    let summary = methods
+        .iter()
+        .map(|&m| {
+            let all_s = med(m, &|r| r.all_s);
+            let up = med(m, &|r| r.uplink_in_bytes as f64);
+            Summary {
+                method: m,
+                all_s,
+                vs_topo: all_s / topo_s,
+                vs_lower_bound: all_s / lower,
+                uplink_in_bytes: up as u64,
+                uplink_vs_min: up / min_up as f64,
+                uplink_vs_random: up / random_up,
+                cpu_s: med(m, &|r| r.cpu_s),
+            }
+        })
+        .collect();
+    Ok(BenchReport {
+        version: 1,
+        groups: l.spec.groups,
+        group_size: l.spec.group_size,
+        payload_bytes: payload,
+        stored_bytes: stored,
+        reps,
+        lower_bound_s: lower,
+        min_uplink_bytes: min_up,
+        runs,
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_names() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert!(median(vec![f64::NAN]).is_nan());
+        for m in Method::ALL {
+            assert_eq!(Method::parse(m.name()), Some(m));
+        }
+        let o = Method::Storage.push_options("ab");
+        assert_eq!((o.strategy.as_str(), o.root.as_str()), ("flat", "storage"));
+    }
+}

@@ -1,0 +1,498 @@
+//! A running lab: the network of a [`Layout`] plus a real `teesfs daemon` (with its FUSE
+//! mounts in a private mount namespace) on every compute node, cluster credentials, a
+//! publisher key and a store on the login node, and pushes run from the login node's
+//! namespace with the kernel's uplink counters read around them.
+//!
+//! The lab drives the `teesfs` binary it is given and reads the documented push report;
+//! it does not link the node code, so what it measures is exactly what users run.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::error::{LabError, Result};
+use crate::layout::{LabSpec, Layout};
+use crate::net::{Counters, Network};
+use crate::proc::{self, NodeProc};
+use crate::report::PushReport;
+use crate::{check_interrupt, require_root, sh};
+
+/// File that marks a directory as a lab work directory (for `teesfs lab clean`).
+pub const MARKER: &str = ".teesfs-lab";
+
+/// Port the node daemons listen on.
+pub const DAEMON_PORT: u16 = 7411;
+/// Port the root of a push listens on.
+pub const ROOT_PORT: u16 = 7400;
+
+/// How to run the lab.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// The `teesfs` binary to run daemons and pushes with.
+    pub teesfs: PathBuf,
+    /// Extra arguments for every daemon.
+    pub daemon_args: Vec<String>,
+    /// Log filter for the daemons (`TEESFS_LOG`).
+    pub log: String,
+    /// Keep the work directory (logs, reports) after the lab goes down.
+    pub keep_work: bool,
+}
+
+impl LabOptions {
+    /// Defaults for `teesfs` at `path`.
+    pub fn new(teesfs: impl Into<PathBuf>) -> Self {
+        Self {
+            teesfs: teesfs.into(),
+            daemon_args: Vec::new(),
+            log: "teesfs=info".into(),
+            keep_work: false,
+        }
+    }
+}
+
+/// One push to run.
+#[derive(Debug, Clone)]
+pub struct PushOptions {
+    /// Index id.
+    pub index: String,
+    /// `teesfs push --strategy`.
+    pub strategy: String,
+    /// Host the push runs on (the tree's root): `login`, or `storage` for a one-to-all
+    /// push from the storage node's fat link.
+    pub root: String,
+    /// Wait for the whole layer (else the urgent set).
+    pub wait_all: bool,
+    /// Extra urgent globs.
+    pub urgent: Vec<String>,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// More `teesfs push` arguments.
+    pub extra: Vec<String>,
+}
+
+impl PushOptions {
+    /// A `topo` push of `index` from the login node, waiting for everything.
+    pub fn new(index: &str) -> Self {
+        Self {
+            index: index.to_string(),
+            strategy: "topo".into(),
+            root: "login".into(),
+            wait_all: true,
+            urgent: Vec::new(),
+            timeout: Duration::from_secs(300),
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// What one push did.
+#[derive(Debug, Clone)]
+pub struct PushRun {
+    /// The root's report.
+    pub report: PushReport,
+    /// Wall time of the `teesfs push` process.
+    pub wall_s: f64,
+    /// Kernel counters of each group's uplink during the push (group order).
+    pub uplinks: Vec<Counters>,
+    /// Kernel counters of the root's own link during the push.
+    pub root_link: Counters,
+    /// CPU seconds of the daemons and the push process together.
+    pub cpu_s: f64,
+}
+
+impl PushRun {
+    /// Bytes that entered all groups over their uplinks.
+    pub fn uplink_in(&self) -> u64 {
+        self.uplinks.iter().map(|c| c.rx).sum()
+    }
+}
+
+/// Removes the work directory on drop unless asked to keep it.
+#[derive(Debug)]
+struct WorkDir {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        detach_mounts_under(&self.path);
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A running lab. Dropping it stops every daemon, deletes every namespace and removes the
+/// work directory, also during a panic.
+#[derive(Debug)]
+pub struct Lab {
+    daemons: Vec<NodeProc>,
+    net: Network,
+    teesfs: PathBuf,
+    work: WorkDir,
+}
+
+impl Lab {
+    /// Builds the network of `spec`, makes credentials and starts a daemon on every
+    /// compute node.
+    pub fn up(spec: &LabSpec, opts: &LabOptions) -> Result<Self> {
+        require_root()?;
+        let layout = Layout::new(&Layout::random_prefix(), spec)?;
+        let path = std::env::temp_dir().join(&layout.prefix);
+        std::fs::create_dir(&path).map_err(LabError::io(&path))?;
+        let work = WorkDir {
+            path,
+            keep: opts.keep_work,
+        };
+        std::fs::write(work.path.join(MARKER), b"teesfs lab work directory\n")
+            .map_err(LabError::io(work.path.join(MARKER)))?;
+        let t = Instant::now();
+        let net = Network::build(layout)?;
+        tracing::info!("lab network up in {:.2} s", t.elapsed().as_secs_f64());
+        let mut lab = Self {
+            daemons: Vec::new(),
+            net,
+            teesfs: opts.teesfs.clone(),
+            work,
+        };
+        lab.credentials()?;
+        lab.start_daemons(opts)?;
+        lab.write_hosts()?;
+        Ok(lab)
+    }
+
+    /// The lab's shape.
+    pub fn layout(&self) -> &Layout {
+        self.net.layout()
+    }
+
+    /// The network (for counters).
+    pub fn net(&self) -> &Network {
+        &self.net
+    }
+
+    /// The work directory (logs, store, reports).
+    pub fn work(&self) -> &Path {
+        &self.work.path
+    }
+
+    fn teesfs_cmd(&self) -> Command {
+        let mut c = Command::new(&self.teesfs);
+        c.env("TEESFS_CONFIG", self.work().join("config"));
+        c
+    }
+
+    fn run_teesfs(&self, args: &[&str]) -> Result<String> {
+        let out = sh::output(self.teesfs_cmd().args(args), "teesfs")?;
+        if !out.status.success() {
+            return Err(LabError::Command {
+                command: format!("teesfs {}", args.join(" ")),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn path_str(&self, rel: &str) -> String {
+        self.work().join(rel).display().to_string()
+    }
+
+    fn credentials(&self) -> Result<()> {
+        let hosts = self.layout().all_hosts().join(",");
+        self.run_teesfs(&[
+            "keygen",
+            "--cluster",
+            &self.path_str("cluster"),
+            "--nodes",
+            &hosts,
+        ])?;
+        self.run_teesfs(&["keygen", "--out", &self.path_str("publisher.key")])?;
+        Ok(())
+    }
+
+    fn start_daemons(&mut self, opts: &LabOptions) -> Result<()> {
+        let nodes: Vec<_> = self.layout().compute().cloned().collect();
+        let mut waiting = Vec::new();
+        for node in &nodes {
+            let dir = self.work().join(&node.host);
+            std::fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
+            let log = dir.join("daemon.log");
+            let log_file = std::fs::File::create(&log).map_err(LabError::io(&log))?;
+            let mut cmd = proc::in_new_mounts(&node.netns, &self.teesfs.display().to_string());
+            cmd.arg("daemon")
+                .args(["--host", &node.host])
+                .arg("--listen")
+                .arg(format!("{}:{DAEMON_PORT}", node.addr()))
+                .arg("--identity")
+                .arg(self.work().join("cluster"))
+                .arg("--state-dir")
+                .arg(dir.join("state"))
+                .arg("--mount-root")
+                .arg(dir.join("jobs"))
+                .arg("--control")
+                .arg(dir.join("sock"))
+                .arg("--trust")
+                .arg(self.work().join("publisher.pub"))
+                .args(&opts.daemon_args)
+                .env("TEESFS_LOG", &opts.log)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(log_file);
+            let mut child = cmd.spawn().map_err(|source| LabError::Spawn {
+                program: "nsenter".into(),
+                source,
+            })?;
+            let out = child.stdout.take();
+            let (tx, rx) = mpsc::channel();
+            if let Some(out) = out {
+                std::thread::spawn(move || {
+                    let mut lines = BufReader::new(out).lines();
+                    if let Some(Ok(l)) = lines.next() {
+                        let _ = tx.send(l);
+                    }
+                    // Keep draining so the daemon never blocks on a full pipe.
+                    for _ in lines {}
+                });
+            }
+            self.daemons.push(NodeProc::new(&node.host, log, child));
+            waiting.push(rx);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for (rx, d) in waiting.iter().zip(&self.daemons) {
+            loop {
+                check_interrupt()?;
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(line) if line.starts_with("listening on ") => break,
+                    Ok(line) => {
+                        return Err(LabError::Daemon {
+                            host: d.host.clone(),
+                            reason: format!("unexpected first line {line:?}"),
+                            log: d.log.clone(),
+                        });
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
+                    Err(_) => {
+                        return Err(LabError::Daemon {
+                            host: d.host.clone(),
+                            reason: "no `listening on` line".into(),
+                            log: d.log.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_hosts(&self) -> Result<()> {
+        let mut text = String::new();
+        for n in &self.layout().nodes {
+            let port = if n.group.is_some() {
+                DAEMON_PORT
+            } else {
+                ROOT_PORT
+            };
+            text.push_str(&format!("{} {}:{port}\n", n.host, n.addr()));
+        }
+        let p = self.work().join("hosts");
+        std::fs::write(&p, text).map_err(LabError::io(&p))
+    }
+
+    /// Publishes `layer` into the login node's store; returns the index id.
+    pub fn publish(&self, layer: &Path) -> Result<String> {
+        let out = self.run_teesfs(&[
+            "publish",
+            &layer.display().to_string(),
+            "--store",
+            &self.path_str("store"),
+            "--key",
+            &self.path_str("publisher.key"),
+            "--quiet",
+        ])?;
+        out.lines()
+            .find_map(|l| l.strip_prefix("index "))
+            .map(|s| s.trim().to_string())
+            .ok_or_else(|| LabError::Parse {
+                what: "teesfs publish output".into(),
+                detail: out.clone(),
+            })
+    }
+
+    /// Pid of `host`'s daemon.
+    pub fn daemon_pid(&self, host: &str) -> Option<u32> {
+        self.daemons
+            .iter()
+            .find(|d| d.host == host)
+            .and_then(NodeProc::pid)
+    }
+
+    /// Whether every daemon is still running.
+    pub fn daemons_alive(&mut self) -> bool {
+        self.daemons.iter_mut().all(NodeProc::alive)
+    }
+
+    /// A command running `program` on `host` with that node's network and mounts.
+    pub fn command_on(&self, host: &str, program: &str) -> Result<Command> {
+        let node = self
+            .layout()
+            .node(host)
+            .ok_or_else(|| LabError::Shape(format!("no node {host}")))?;
+        let pid = self.daemon_pid(host).ok_or_else(|| LabError::Daemon {
+            host: host.into(),
+            reason: "not running".into(),
+            log: self.work().join(host).join("daemon.log"),
+        })?;
+        Ok(proc::in_mounts_of(&node.netns, pid, program))
+    }
+
+    /// Where `host` mounts job `job` (a path inside that node's mount namespace).
+    pub fn mountpoint(&self, host: &str, job: &str) -> PathBuf {
+        self.work().join(host).join("jobs").join(job)
+    }
+
+    fn daemons_cpu(&self) -> f64 {
+        self.daemons
+            .iter()
+            .filter_map(NodeProc::pid)
+            .map(proc::cpu_seconds)
+            .sum()
+    }
+
+    /// Runs `teesfs push` on the root node and measures it.
+    pub fn push(&self, o: &PushOptions) -> Result<PushRun> {
+        let root = self
+            .layout()
+            .node(&o.root)
+            .ok_or_else(|| LabError::Shape(format!("no node {}", o.root)))?
+            .clone();
+        let reports = self.work().join("reports");
+        std::fs::create_dir_all(&reports).map_err(LabError::io(&reports))?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let report_path = reports.join(format!("{}-{stamp}.json", o.strategy));
+        let log_path = reports.join(format!("{}-{stamp}.log", o.strategy));
+        let log = std::fs::File::create(&log_path).map_err(LabError::io(&log_path))?;
+        let mut cmd = sh::command_in(&root.netns, "setpriv");
+        cmd.args(["--pdeathsig", "KILL", "--"])
+            .arg(&self.teesfs)
+            .args(["push", "--quiet", "--store", &self.path_str("store")])
+            .args(["--index", &o.index, "--nodes", &self.layout().hostlist()])
+            .args([
+                "--group-size",
+                &self.layout().spec.group_size.to_string(),
+            ])
+            .args(["--identity", &self.path_str("cluster")])
+            .args(["--hosts", &self.path_str("hosts")])
+            .args(["--listen", &format!("{}:{ROOT_PORT}", root.addr())])
+            .args(["--trust", &self.path_str("publisher.pub")])
+            .args(["--strategy", &o.strategy, "--login", &o.root])
+            .args(["--wait", if o.wait_all { "all" } else { "urgent" }])
+            .args(["--timeout", &format!("{}s", o.timeout.as_secs().max(1))])
+            .arg("--report")
+            .arg(&report_path);
+        for g in &o.urgent {
+            cmd.args(["--urgent", g]);
+        }
+        cmd.args(&o.extra)
+            .env("TEESFS_CONFIG", self.work().join("config"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(LabError::io(&log_path))?)
+            .stderr(log);
+
+        let up_before = self.net.uplinks()?;
+        let root_before = self.net.counters(&root.host, "eth0")?;
+        let cpu_before = self.daemons_cpu() + proc::children_cpu_seconds();
+        let t0 = Instant::now();
+        let child = cmd.spawn().map_err(|source| LabError::Spawn {
+            program: "nsenter".into(),
+            source,
+        })?;
+        let mut guard = NodeProc::new(&root.host, log_path.clone(), child);
+        let status = loop {
+            if let Err(e) = check_interrupt() {
+                guard.stop(Duration::from_secs(2));
+                return Err(e);
+            }
+            match guard.try_exit() {
+                Some(s) => break s,
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let wall_s = t0.elapsed().as_secs_f64();
+        let cpu_s = self.daemons_cpu() + proc::children_cpu_seconds() - cpu_before;
+        let up_after = self.net.uplinks()?;
+        let root_after = self.net.counters(&root.host, "eth0")?;
+        if !status {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(12).collect();
+            return Err(LabError::Command {
+                command: format!("teesfs push --strategy {} (log {})", o.strategy, log_path.display()),
+                stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            });
+        }
+        let report = PushReport::load(&report_path)?;
+        Ok(PushRun {
+            report,
+            wall_s,
+            uplinks: up_after
+                .iter()
+                .zip(&up_before)
+                .map(|(a, b)| a.since(*b))
+                .collect(),
+            root_link: root_after.since(root_before),
+            cpu_s: cpu_s.max(0.0),
+        })
+    }
+
+    /// Stops every daemon and removes the network and work directory; errors are reported
+    /// rather than ignored (Drop does the same silently).
+    pub fn down(mut self) -> Result<()> {
+        self.stop_daemons();
+        self.net.teardown()
+    }
+
+    fn stop_daemons(&mut self) {
+        // Signal all first so they unmount in parallel, then wait for each.
+        for d in &self.daemons {
+            d.signal_stop();
+        }
+        for d in &mut self.daemons {
+            d.stop(Duration::from_secs(5));
+        }
+        self.daemons.clear();
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.stop_daemons();
+        // `net` and `work` drop after this, in field order: namespaces, then the directory.
+    }
+}
+
+/// Lazily detaches any mount under `dir` in this mount namespace. Lab mounts live in
+/// private namespaces and should never be here; this is a safety net for `clean`.
+pub fn detach_mounts_under(dir: &Path) {
+    let Ok(root) = std::fs::canonicalize(dir) else {
+        return;
+    };
+    let Some(root) = root.to_str().map(str::to_string) else {
+        return;
+    };
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&root))
+        .collect();
+    // Deepest first.
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for mp in points {
+        let _ = nix::mount::umount2(mp, nix::mount::MntFlags::MNT_DETACH);
+    }
+}

@@ -1,0 +1,118 @@
+//! An emulated cluster on one Linux machine, for tests, benchmarks and `teesfs lab`.
+//!
+//! Layers, bottom up:
+//! - [`layout`]: the lab's shape as pure data (namespaces, links, addresses, routes, caps);
+//! - [`net`]: builds that shape with `ip` and `tc`, reads kernel byte counters, tears down;
+//! - [`proc`]: processes inside a node's network namespace and a private mount namespace;
+//! - [`cluster`]: a [`cluster::Lab`]: the network plus a real `teesfs daemon` per node,
+//!   publishing and pushing as the login node, running programs from a node's mount;
+//! - [`report`]: the push report as `teesfs push --report` writes it, and the SVG timeline;
+//! - [`demo`]: push urgent-first and start an application on every node as it mounts;
+//! - [`bench`]: the same job by each method, with ratios.
+//!
+//! Root is required. Every resource carries a unique `tlab…` prefix and is removed on drop,
+//! on error, on panic and on Ctrl-C (see [`catch_signals`]); [`clean`] removes what a
+//! killed run left. This crate never touches the host's own network namespace or mounts.
+
+pub mod bench;
+pub mod cluster;
+pub mod demo;
+pub mod error;
+pub mod layout;
+pub mod net;
+pub mod proc;
+pub mod report;
+mod sh;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+pub use cluster::{Lab, LabOptions, PushOptions, PushRun};
+pub use error::{LabError, Result};
+pub use layout::{LabSpec, Layout, Rates};
+
+/// Fails with [`LabError::NotRoot`] unless running as root.
+pub fn require_root() -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(LabError::NotRoot)
+    }
+}
+
+fn flag() -> &'static Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
+}
+
+/// Turns SIGINT and SIGTERM into a flag the lab's waits check, so a Ctrl-C unwinds through
+/// the Drop guards instead of killing the process with the lab still up. Call once, early,
+/// from a command-line program (tests do not need it).
+pub fn catch_signals() -> Result<()> {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag().clone()).map_err(|e| LabError::Io {
+            path: "signal handler".into(),
+            source: e,
+        })?;
+    }
+    Ok(())
+}
+
+/// Errors with [`LabError::Interrupted`] once a caught signal has arrived.
+pub fn check_interrupt() -> Result<()> {
+    if flag().load(Ordering::Relaxed) {
+        Err(LabError::Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
+/// What [`clean`] removed.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    /// Namespaces deleted.
+    pub namespaces: Vec<String>,
+    /// Processes killed.
+    pub processes: usize,
+    /// Work directories removed.
+    pub dirs: Vec<std::path::PathBuf>,
+}
+
+/// Removes every lab resource on this machine: kills processes in lab namespaces, deletes
+/// the namespaces (and with them every lab link and bridge), removes lab work directories.
+/// Meant for leftovers of a run that was killed; running labs are destroyed too.
+pub fn clean() -> Result<Cleaned> {
+    require_root()?;
+    let mut done = Cleaned::default();
+    let namespaces = net::lab_namespaces()?;
+    for ns in &namespaces {
+        for pid in net::namespace_pids(ns)? {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            done.processes += 1;
+        }
+    }
+    if done.processes > 0 {
+        // Let the kernel reap them before their namespaces go.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    for ns in namespaces {
+        sh::run("ip", &["netns", "del", &ns])?;
+        done.namespaces.push(ns);
+    }
+    let tmp = std::env::temp_dir();
+    if let Ok(rd) = std::fs::read_dir(&tmp) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(layout::PREFIX_ROOT) && e.path().join(cluster::MARKER).exists() {
+                cluster::detach_mounts_under(&e.path());
+                std::fs::remove_dir_all(e.path()).map_err(LabError::io(e.path()))?;
+                done.dirs.push(e.path());
+            }
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,164 @@
+//! Processes inside lab nodes: started in the node's network namespace and in a fresh,
+//! private mount namespace (so their FUSE mounts never reach the host and vanish with
+//! them), tied to the lab's lifetime by a parent-death signal, stopped by Drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A command that runs `program` in `netns` and in a new private mount namespace.
+///
+/// `nsenter` (not `ip netns exec`, which remounts /sys) enters the network namespace,
+/// `setpriv --pdeathsig KILL` makes the process die with the lab even after `kill -9`,
+/// and `unshare --mount --propagation private` gives it mounts nobody else sees. Each tool
+/// execs the next, so the returned child's pid is the program's pid.
+pub fn in_new_mounts(netns: &str, program: &str) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net=/run/netns/{netns}"))
+        .args(["setpriv", "--pdeathsig", "KILL", "--"])
+        .args(["unshare", "--mount", "--propagation", "private", "--"])
+        .arg(program);
+    c
+}
+
+/// A command that runs `program` in `netns` and in the mount namespace of process `pid`
+/// (a node's daemon), so it sees that node's FUSE mounts.
+pub fn in_mounts_of(netns: &str, pid: u32, program: &str) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net=/run/netns/{netns}"))
+        .arg(format!("--mount=/proc/{pid}/ns/mnt"))
+        .args(["setpriv", "--pdeathsig", "KILL", "--"])
+        .arg(program);
+    c
+}
+
+/// A long-running process in a node, stopped (SIGTERM, then SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct NodeProc {
+    /// The node it runs on.
+    pub host: String,
+    /// Its log file.
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl NodeProc {
+    /// Adopts a started child.
+    pub fn new(host: &str, log: PathBuf, child: Child) -> Self {
+        Self {
+            host: host.to_string(),
+            log,
+            child: Some(child),
+        }
+    }
+
+    /// Its pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether it is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Whether it has exited successfully (`Some`), or is still running (`None`). A
+    /// process that cannot be waited for counts as failed.
+    pub fn try_exit(&mut self) -> Option<bool> {
+        let Some(c) = self.child.as_mut() else {
+            return Some(false);
+        };
+        match c.try_wait() {
+            Ok(None) => None,
+            Ok(Some(status)) => {
+                self.child = None;
+                Some(status.success())
+            }
+            Err(_) => {
+                self.child = None;
+                Some(false)
+            }
+        }
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn signal_stop(&self) {
+        if let Some(c) = &self.child
+            && let Ok(pid) = i32::try_from(c.id())
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+    }
+
+    /// Stops it: SIGTERM, up to `grace` to exit (unmounting its jobs), then SIGKILL.
+    pub fn stop(&mut self, grace: Duration) {
+        self.signal_stop();
+        if let Some(mut c) = self.child.take() {
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// CPU seconds (user + system) process `pid` has used so far; 0 when it is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100)
+        .max(1);
+    ticks as f64 / hz as f64
+}
+
+/// CPU seconds of this process's waited-for children so far.
+pub fn children_cpu_seconds() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_CHILDREN)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 * 1e-6;
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn own_cpu_is_readable() {
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1);
+        assert!(super::cpu_seconds(std::process::id()) >= 0.0);
+        assert_eq!(super::cpu_seconds(u32::MAX), 0.0);
+    }
+}
