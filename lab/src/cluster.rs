@@ -382,10 +382,7 @@ impl Lab {
             .arg(&self.teesfs)
             .args(["push", "--quiet", "--store", &self.path_str("store")])
             .args(["--index", &o.index, "--nodes", &self.layout().hostlist()])
-            .args([
-                "--group-size",
-                &self.layout().spec.group_size.to_string(),
-            ])
+            .args(["--group-size", &self.layout().spec.group_size.to_string()])
             .args(["--identity", &self.path_str("cluster")])
             .args(["--hosts", &self.path_str("hosts")])
             .args(["--listen", &format!("{}:{ROOT_PORT}", root.addr())])
@@ -431,7 +428,11 @@ impl Lab {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(12).collect();
             return Err(LabError::Command {
-                command: format!("teesfs push --strategy {} (log {})", o.strategy, log_path.display()),
+                command: format!(
+                    "teesfs push --strategy {} (log {})",
+                    o.strategy,
+                    log_path.display()
+                ),
                 stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
             });
         }

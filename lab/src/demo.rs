@@ -80,7 +80,10 @@ pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun
             done: None,
         });
     }
-    let known: Vec<Vec<PathBuf>> = hosts.iter().map(|h| list(&lab.work().join(h).join("jobs"))).collect();
+    let known: Vec<Vec<PathBuf>> = hosts
+        .iter()
+        .map(|h| list(&lab.work().join(h).join("jobs")))
+        .collect();
     let mut o = o.clone();
     o.wait_all = true;
     let t0 = Instant::now();
@@ -92,7 +95,9 @@ pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun
                 return Err(e);
             }
             if Instant::now() > deadline {
-                return Err(LabError::Timeout("starting the application everywhere".into()));
+                return Err(LabError::Timeout(
+                    "starting the application everywhere".into(),
+                ));
             }
             if pusher.is_finished() && pending.iter().any(|p| p.started.is_none()) {
                 // The push ended without every node mounting: stop waiting.
@@ -128,7 +133,14 @@ fn list(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-fn step(lab: &Lab, p: &mut Pending, known: &[PathBuf], app: &App, probe: &str, t0: Instant) -> Result<()> {
+fn step(
+    lab: &Lab,
+    p: &mut Pending,
+    known: &[PathBuf],
+    app: &App,
+    probe: &str,
+    t0: Instant,
+) -> Result<()> {
     if p.done.is_some() {
         return Ok(());
     }
@@ -139,7 +151,8 @@ fn step(lab: &Lab, p: &mut Pending, known: &[PathBuf], app: &App, probe: &str, t
                 return Ok(());
             };
             // Seen through the daemon's mount namespace: true once the FUSE mount is up.
-            let through = PathBuf::from(format!("/proc/{}/root{}", p.pid, mp.display())).join(probe);
+            let through =
+                PathBuf::from(format!("/proc/{}/root{}", p.pid, mp.display())).join(probe);
             if !through.exists() {
                 return Ok(());
             }

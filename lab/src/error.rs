@@ -12,7 +12,9 @@ pub enum LabError {
     #[error("bad lab shape: {0}")]
     Shape(String),
     /// A helper program could not be started at all.
-    #[error("cannot run `{program}` (is it installed? the lab needs iproute2, util-linux): {source}")]
+    #[error(
+        "cannot run `{program}` (is it installed? the lab needs iproute2, util-linux): {source}"
+    )]
     Spawn {
         /// The program.
         program: String,

@@ -89,7 +89,9 @@ pub struct Marks {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Draws the run as SVG: the tree (groups as boxes, proxies filled, edges parent to
@@ -100,7 +102,12 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
     let cell = 22.0;
     let gw = (gs as f64 * cell + 20.0).max(90.0);
     let width = (groups as f64 * (gw + 12.0) + 40.0).max(760.0);
-    let parent_of = |h: &str| rep.per_node.iter().find(|n| n.host == h).map(|n| n.parent.clone());
+    let parent_of = |h: &str| {
+        rep.per_node
+            .iter()
+            .find(|n| n.host == h)
+            .map(|n| n.parent.clone())
+    };
     let depth = |h: &str| {
         let mut d = 0;
         let mut cur = h.to_string();
@@ -113,7 +120,12 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
         }
         d
     };
-    let max_depth = layout.compute().map(|n| depth(&n.host)).max().unwrap_or(1).max(1);
+    let max_depth = layout
+        .compute()
+        .map(|n| depth(&n.host))
+        .max()
+        .unwrap_or(1)
+        .max(1);
     let tree_top = 70.0;
     let row_h = 34.0;
     let tree_h = tree_top + max_depth as f64 * row_h + 30.0;
@@ -131,7 +143,10 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
                     tree_top + depth(h) as f64 * row_h,
                 )
             }
-            _ => (width / 2.0, tree_top - 30.0 + if h == "storage" { 0.0 } else { 0.0 }),
+            _ => (
+                width / 2.0,
+                tree_top - 30.0 + if h == "storage" { 0.0 } else { 0.0 },
+            ),
         }
     };
     let tmax = rep
@@ -153,7 +168,11 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" font-family="sans-serif" font-size="11">"#
     );
-    let _ = writeln!(s, r#"<text x="20" y="20" font-size="15">{}</text>"#, esc(title));
+    let _ = writeln!(
+        s,
+        r#"<text x="20" y="20" font-size="15">{}</text>"#,
+        esc(title)
+    );
     for g in 0..groups {
         let x = 20.0 + g as f64 * (gw + 12.0);
         let _ = writeln!(
@@ -183,7 +202,11 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
     );
     for node in layout.compute() {
         let (x, y) = pos(&node.host);
-        let fill = if node.role == Role::Proxy { "#2a6" } else { "#fff" };
+        let fill = if node.role == Role::Proxy {
+            "#2a6"
+        } else {
+            "#fff"
+        };
         let _ = writeln!(
             s,
             r##"<circle cx="{x:.1}" cy="{y:.1}" r="7" fill="{fill}" stroke="#264"><title>{}</title></circle>"##,
@@ -195,7 +218,11 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
         s,
         r##"<text x="20" y="{:.1}" font-size="13">per-node timeline: dark = urgent set held, light = whole layer held{}</text>"##,
         tl_top - 14.0,
-        if marks.at.is_empty() { String::new() } else { format!(", ◆ = {}", esc(&marks.label)) }
+        if marks.at.is_empty() {
+            String::new()
+        } else {
+            format!(", ◆ = {}", esc(&marks.label))
+        }
     );
     for (i, node) in rep.per_node.iter().enumerate() {
         let y = tl_top + i as f64 * (bar_h + 3.0);
@@ -257,7 +284,11 @@ mod tests {
             .enumerate()
             .map(|(i, n)| NodeTimes {
                 host: n.host.clone(),
-                parent: if n.role == Role::Proxy { "login".into() } else { format!("n{:02}", (i / 8) * 8 + 1) },
+                parent: if n.role == Role::Proxy {
+                    "login".into()
+                } else {
+                    format!("n{:02}", (i / 8) * 8 + 1)
+                },
                 urgent_s: Some(0.5 + i as f64 * 0.01),
                 all_s: Some(1.0 + i as f64 * 0.02),
             })

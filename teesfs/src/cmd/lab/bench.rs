@@ -21,7 +21,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     reps: usize,
     /// Methods, comma-separated: topo, random, hostlist, flat, storage.
-    #[arg(long, default_value = "topo,random,hostlist,flat,storage", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "topo,random,hostlist,flat,storage",
+        value_delimiter = ','
+    )]
     methods: Vec<String>,
     /// Write the figures as JSON (format documented in lab/src/bench.rs).
     #[arg(long, value_name = "FILE")]

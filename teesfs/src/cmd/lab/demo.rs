@@ -146,11 +146,21 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     let marks = Marks {
         label: "application finished starting".into(),
-        at: run.apps.iter().map(|x| (x.host.clone(), x.done_s)).collect(),
+        at: run
+            .apps
+            .iter()
+            .map(|x| (x.host.clone(), x.done_s))
+            .collect(),
     };
-    let picture = svg(layout, r, &marks, "teesfs lab demo: tree and per-node timeline");
+    let picture = svg(
+        layout,
+        r,
+        &marks,
+        "teesfs lab demo: tree and per-node timeline",
+    );
     let svg_path = a.report.with_extension("svg");
-    std::fs::write(&svg_path, &picture).with_context(|| format!("writing {}", svg_path.display()))?;
+    std::fs::write(&svg_path, &picture)
+        .with_context(|| format!("writing {}", svg_path.display()))?;
     std::fs::write(&a.report, html(&text, &picture, &run.apps))
         .with_context(|| format!("writing {}", a.report.display()))?;
     println!("report: {} and {}", a.report.display(), svg_path.display());
@@ -168,7 +178,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn html(summary: &str, picture: &str, apps: &[AppRun]) -> String {
