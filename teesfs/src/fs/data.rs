@@ -48,6 +48,40 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The bytes of a read: a slice of one cached chunk when the read falls inside it (the
+/// usual case for kernel reads of a chunked file, answered without copying), else a
+/// buffer assembled for it.
+pub enum ReadBytes {
+    /// `chunk[range]`.
+    Shared(Arc<[u8]>, std::ops::Range<usize>),
+    /// Assembled from several chunks, holes or inline data.
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ReadBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBytes::Shared(chunk, range) => &chunk[range.clone()],
+            ReadBytes::Owned(v) => v,
+        }
+    }
+}
+
+impl ReadBytes {
+    /// As an owned buffer (copies a shared slice).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            ReadBytes::Shared(chunk, range) => chunk[range].to_vec(),
+            ReadBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// Chunk fetches a materialisation keeps in flight: enough to keep every core decoding
+/// while the next chunks are read, few enough to bound memory (each is one chunk).
+const MATERIALIZE_WINDOW: usize = 8;
+
 /// The slots a read of `[off, off + len)` touches, clipped to the file.
 struct Span {
     start: u64,
@@ -99,17 +133,40 @@ impl Data {
     /// Answers a read from memory if every chunk it needs is cached; `None` means the caller
     /// must go the slow way ([`Data::read`]) on a task.
     pub fn read_now(&self, file: EntryIdx, off: u64, len: u32) -> Option<Result<Vec<u8>, FsError>> {
+        self.read_cached(file, off, len)
+            .map(|r| r.map(ReadBytes::into_vec))
+    }
+
+    /// Like [`Data::read_now`], but a read inside one chunk borrows the cached chunk
+    /// instead of copying it.
+    pub fn read_cached(
+        &self,
+        file: EntryIdx,
+        off: u64,
+        len: u32,
+    ) -> Option<Result<ReadBytes, FsError>> {
         let (size, data) = match self.file(file) {
             Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
         let span = Self::span(size, off, len);
         match data {
-            FileData::Inline(bytes) => {
-                Some(Ok(bytes[span.start as usize..span.end as usize].to_vec()))
-            }
+            FileData::Inline(bytes) => Some(Ok(ReadBytes::Owned(
+                bytes[span.start as usize..span.end as usize].to_vec(),
+            ))),
             FileData::Chunks(slots) => {
                 let cs = u64::from(self.tree.index().chunk_size);
+                if span.start < span.end && span.start / cs == (span.end - 1) / cs {
+                    let in_chunk = (span.start % cs) as usize;
+                    let range = in_chunk..in_chunk + (span.end - span.start) as usize;
+                    return match slots[(span.start / cs) as usize].chunk_index() {
+                        Some(ci) => {
+                            let chunk = self.cached(ci as u32)?;
+                            Some(Ok(ReadBytes::Shared(chunk, range)))
+                        }
+                        None => Some(Ok(ReadBytes::Owned(vec![0; range.len()]))),
+                    };
+                }
                 let mut out = Vec::with_capacity((span.end - span.start) as usize);
                 let mut pos = span.start;
                 while pos < span.end {
@@ -127,7 +184,7 @@ impl Data {
                     }
                     pos += take as u64;
                 }
-                Some(Ok(out))
+                Some(Ok(ReadBytes::Owned(out)))
             }
         }
     }
@@ -140,11 +197,23 @@ impl Data {
         off: u64,
         len: u32,
     ) -> Result<Vec<u8>, FsError> {
+        self.read_shared(file, off, len)
+            .await
+            .map(ReadBytes::into_vec)
+    }
+
+    /// Like [`Data::read`], but a read inside one chunk borrows the cached chunk.
+    pub async fn read_shared(
+        self: Arc<Self>,
+        file: EntryIdx,
+        off: u64,
+        len: u32,
+    ) -> Result<ReadBytes, FsError> {
         let (size, data) = self.file(file)?;
         let span = Self::span(size, off, len);
         let FileData::Chunks(slots) = data else {
             return self
-                .read_now(file, off, len)
+                .read_cached(file, off, len)
                 .unwrap_or(Err(FsError::Invalid));
         };
         let cs = u64::from(self.tree.index().chunk_size);
@@ -164,7 +233,7 @@ impl Data {
         }
         // Everything needed is now cached unless the budget is smaller than one read; fall
         // back to a fresh fetch per chunk in that case.
-        if let Some(r) = self.read_now(file, off, len) {
+        if let Some(r) = self.read_cached(file, off, len) {
             return r;
         }
         let mut out = Vec::with_capacity((span.end - span.start) as usize);
@@ -182,7 +251,7 @@ impl Data {
             }
             pos += take as u64;
         }
-        Ok(out)
+        Ok(ReadBytes::Owned(out))
     }
 
     /// One verified chunk, from the cache or a single shared fetch.
@@ -285,13 +354,34 @@ impl Data {
         let tmp = tempfile::NamedTempFile::new_in(dir).map_err(unavailable)?;
         tmp.as_file().set_len(size).map_err(unavailable)?;
         let cs = u64::from(idx.chunk_size);
-        for (pos, s) in slots.iter().enumerate() {
-            if let Some(ci) = s.chunk_index() {
-                let plain = self.fetch_verified(ci as u32).await?;
-                tmp.as_file()
-                    .write_all_at(&plain, pos as u64 * cs)
-                    .map_err(unavailable)?;
+        // Fetch and verify a window of chunks at once so every core decodes and reads
+        // overlap decoding; this file is written by this task alone, as chunks complete.
+        // Returning early (an error) drops the set, which cancels the fetches left.
+        let mut todo = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, s)| s.chunk_index().map(|ci| (pos as u64 * cs, ci as u32)));
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            while running.len() < MATERIALIZE_WINDOW {
+                let Some((at, ci)) = todo.next() else { break };
+                if let Some(plain) = self.cached(ci) {
+                    tmp.as_file()
+                        .write_all_at(&plain, at)
+                        .map_err(unavailable)?;
+                    continue;
+                }
+                let this = self.clone();
+                running.spawn(async move { this.fetch_verified(ci).await.map(|p| (at, p)) });
             }
+            let Some(done) = running.join_next().await else {
+                break;
+            };
+            let (at, plain) =
+                done.map_err(|e| FsError::Unavailable(format!("chunk fetch task: {e}")))??;
+            tmp.as_file()
+                .write_all_at(&plain, at)
+                .map_err(unavailable)?;
         }
         tmp.persist(&dest).map_err(|e| unavailable(e.error))?;
         Ok(dest)

@@ -15,7 +15,8 @@ use std::time::Duration;
 use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyXattr, Request,
 };
 use manifest::{EntryKind, FileData};
 
@@ -131,6 +132,9 @@ impl Filesystem for LayerFs {
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // A directory listing carries every child's attributes, so a walk costs one request
+        // per directory page instead of one lookup per name.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         if self.passthrough.is_some() {
             let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
@@ -242,7 +246,7 @@ impl Filesystem for LayerFs {
             Ok(e) => e,
             Err(e) => return reply.error(err(&e)),
         };
-        if let Some(r) = self.data.read_now(entry, offset, size) {
+        if let Some(r) = self.data.read_cached(entry, offset, size) {
             return match r {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(err(&e)),
@@ -250,7 +254,7 @@ impl Filesystem for LayerFs {
         }
         let data = self.data.clone();
         self.rt.spawn(async move {
-            match data.read(entry, offset, size).await {
+            match data.read_shared(entry, offset, size).await {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(err(&e)),
             }
@@ -291,14 +295,12 @@ impl Filesystem for LayerFs {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.tree.getattr(Ino(ino.0)) {
-            Ok(a) if a.kind == NodeKind::Dir => {
-                reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
-            }
-            Ok(_) => reply.error(err(&FsError::NotDir)),
-            Err(e) => reply.error(err(&e)),
-        }
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Directories need no open state. ENOSYS tells the kernel to stop sending
+        // OPENDIR/RELEASEDIR altogether and to keep and cache listings (it then treats
+        // every directory as FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR), so a cached walk asks
+        // the daemon nothing. The kernel itself refuses opendir on non-directories.
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
@@ -317,6 +319,38 @@ impl Filesystem for LayerFs {
                         next,
                         file_type(e.kind),
                         OsStr::from_bytes(e.name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.tree.readdir(Ino(ino.0), offset) {
+            Ok(items) => {
+                for (next, e) in items {
+                    let attr = match self.tree.getattr(e.ino) {
+                        Ok(a) => a,
+                        Err(e) => return reply.error(err(&e)),
+                    };
+                    if reply.add(
+                        INodeNo(e.ino.0),
+                        next,
+                        OsStr::from_bytes(e.name),
+                        &self.ttl,
+                        &to_fuse(&attr),
+                        Generation(0),
                     ) {
                         break;
                     }

@@ -117,6 +117,7 @@ pub fn mount(
             mountpoint: mountpoint.to_path_buf(),
             source,
         })?;
+    let tree_chunk_size = index.chunk_size;
     let tree = Arc::new(Tree::new(index));
     let data = Arc::new(Data::new(tree.clone(), source, cfg.cache_bytes));
     if let Some(pt) = &cfg.passthrough {
@@ -152,10 +153,12 @@ pub fn mount(
     };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
+    let chunk_size = u64::from(tree_chunk_size);
     let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| Error::Mount {
         mountpoint: mountpoint.to_path_buf(),
         source,
     })?;
+    raise_readahead(mountpoint, (4 * chunk_size).clamp(1 << 20, 16 << 20));
     Ok(Mounted {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
@@ -163,4 +166,34 @@ pub fn mount(
         passthrough_on,
         rt: Some(rt),
     })
+}
+
+/// Raises the mount's readahead to `bytes`.
+///
+/// The kernel offers FUSE its default readahead (128 KiB), which cuts a sequential read into
+/// 128 KiB requests with one or two in flight. With a few chunks' worth, requests grow to
+/// the kernel's largest (`max_pages`, 1 MiB by default) and several are in flight at once,
+/// so missing chunks are fetched and decoded on every core while the reader consumes
+/// earlier ones. The knob is the mount's backing device in sysfs and needs root; without
+/// it reads are only slower.
+fn raise_readahead(mountpoint: &Path, bytes: u64) {
+    use std::os::unix::fs::MetadataExt;
+    // The stat waits for the INIT exchange to finish; after it the kernel no longer lowers
+    // the value to what INIT negotiated.
+    let dev = match std::fs::metadata(mountpoint) {
+        Ok(md) => md.dev(),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot stat the new mount; keeping the default readahead");
+            return;
+        }
+    };
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    match std::fs::write(&knob, (bytes >> 10).to_string()) {
+        Ok(()) => tracing::debug!(knob, kib = bytes >> 10, "raised readahead"),
+        Err(e) => tracing::debug!(knob, error = %e, "keeping the default readahead"),
+    }
 }

@@ -225,20 +225,25 @@ impl Tree {
                 name: b"..",
             },
         ];
-        let kids = self.child_slice(d).iter().map(move |&c| {
+        // Resume by slicing rather than skipping, so listing a huge directory in many
+        // replies stays linear.
+        let kids = self.child_slice(d);
+        let skip_kids = (offset as usize).saturating_sub(2).min(kids.len());
+        let kids = kids[skip_kids..].iter().enumerate().map(move |(i, &c)| {
             let c = EntryIdx(c);
-            DirEntry {
+            let item = DirEntry {
                 ino: Ino::of(self.index.resolve(c)),
                 kind: self.kind_of(c),
                 name: &self.index.entry(c).name,
-            }
+            };
+            ((skip_kids + i + 3) as u64, item)
         });
-        Ok(dots
+        let dots = dots
             .into_iter()
-            .chain(kids)
             .enumerate()
             .skip(offset as usize)
-            .map(|(i, e)| (i as u64 + 1, e)))
+            .map(|(i, e)| (i as u64 + 1, e));
+        Ok(dots.chain(kids))
     }
 
     /// A symlink's target.
