@@ -74,6 +74,7 @@ pub struct Start {
     /// The job.
     pub job: JobId,
     /// The signed index exactly as published (verified by the receiver before use).
+    #[serde(with = "bytes")]
     pub index: Vec<u8>,
     /// Which chunk-table positions form the urgent set, in push order, then the rest.
     /// Carried so every node pushes in the root's order without recomputing it.
@@ -138,6 +139,7 @@ pub enum Msg {
         /// Whether this answers a demand (travels on the priority stream).
         demand: bool,
         /// The stored (encoded) chunk.
+        #[serde(with = "bytes")]
         data: Vec<u8>,
     },
     /// Child to parent: a blocked read needs this chunk now.
@@ -158,6 +160,52 @@ pub enum Msg {
     Adopted,
     /// Root to everyone, down the tree: the push is over; stop liveness checks.
     Finished,
+}
+
+/// `Vec<u8>` fields as one byte string instead of a sequence of `u8`s. In postcard both are
+/// a varint length followed by the bytes, so the wire format is unchanged; but decoding a
+/// sequence visits every byte on its own, which made decoding a 1 MiB chunk cost more than
+/// receiving it over QUIC.
+mod bytes {
+    use std::fmt;
+
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    use serde::ser::Serializer;
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        d.deserialize_byte_buf(BytesVisitor)
+    }
+
+    struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a byte string")
+        }
+
+        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+
+        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+
+        // Self-describing formats may present bytes as a sequence.
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+            while let Some(b) = seq.next_element()? {
+                v.push(b);
+            }
+            Ok(v)
+        }
+    }
 }
 
 /// Largest encoded message accepted (the index rides in `Start`).
@@ -200,6 +248,77 @@ impl Msg {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The messages as they were encoded before `data` and `index` became byte strings.
+    #[derive(Serialize)]
+    enum OldMsg {
+        Start(Box<OldStart>),
+        Chunk {
+            chunk: u32,
+            demand: bool,
+            data: Vec<u8>,
+        },
+    }
+
+    #[derive(Serialize)]
+    struct OldStart {
+        job: JobId,
+        index: Vec<u8>,
+        order: Vec<u32>,
+        urgent: u32,
+        subtree: Vec<NodeInfo>,
+        ancestors: Vec<NodeInfo>,
+        timing: Timing,
+        shared_store: Option<String>,
+    }
+
+    #[test]
+    fn byte_fields_keep_the_wire_format() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let old = postcard::to_allocvec(&OldMsg::Chunk {
+            chunk: 3,
+            demand: false,
+            data: data.clone(),
+        })
+        .expect("encode");
+        let new = Msg::Chunk {
+            chunk: 3,
+            demand: false,
+            data,
+        };
+        assert_eq!(new.encode(), old);
+        assert_eq!(Msg::decode(&old).expect("decode"), new);
+
+        let node = NodeInfo {
+            id: NodeId(1),
+            host: "n01".into(),
+            addr: "127.0.0.1:1".into(),
+            parent: NodeId(0),
+        };
+        let old = postcard::to_allocvec(&OldMsg::Start(Box::new(OldStart {
+            job: JobId(9),
+            index: vec![5; 200],
+            order: vec![0, 1],
+            urgent: 1,
+            subtree: vec![node.clone()],
+            ancestors: vec![],
+            timing: Timing::default(),
+            shared_store: None,
+        })))
+        .expect("encode");
+        let new = Msg::Start(Box::new(Start {
+            job: JobId(9),
+            index: vec![5; 200],
+            order: vec![0, 1],
+            urgent: 1,
+            subtree: vec![node],
+            ancestors: vec![],
+            timing: Timing::default(),
+            shared_store: None,
+        }));
+        assert_eq!(new.encode(), old);
+        assert_eq!(Msg::decode(&old).expect("decode"), new);
+    }
 
     #[test]
     fn messages_round_trip() {

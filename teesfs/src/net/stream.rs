@@ -122,6 +122,25 @@ impl FrameSender {
         Ok(())
     }
 
+    /// Queues one frame made of `head` followed by `body`, as [`send`](Self::send) would
+    /// queue their concatenation, without copying `body`: quinn takes ownership of it. For
+    /// chunk-sized frames this saves two copies of the payload on the sending side.
+    pub async fn send_parts(&mut self, head: &[u8], body: Vec<u8>) -> Result<(), NetError> {
+        let total = head.len() + body.len();
+        let len = u32::try_from(total)
+            .ok()
+            .filter(|_| total <= MAX_MESSAGE)
+            .ok_or(NetError::FrameTooLarge(total))?;
+        let mut prefix = Vec::with_capacity(4 + head.len());
+        prefix.extend_from_slice(&len.to_be_bytes());
+        prefix.extend_from_slice(head);
+        self.stream.write_all(&prefix).await?;
+        if !body.is_empty() {
+            self.stream.write_chunk(body.into()).await?;
+        }
+        Ok(())
+    }
+
     /// Ends the stream and waits until the peer has acknowledged every byte of it (received,
     /// not necessarily processed). Fails if the peer stopped the stream or the connection
     /// was lost first.

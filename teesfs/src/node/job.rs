@@ -18,7 +18,7 @@ use peertree::NodeId;
 use peertree::relay::{Event, JobId, Msg, Relay, Transmit};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use super::peers::{Peers, frame};
+use super::peers::{Peers, frame, frame_parts};
 use crate::net::StreamKind;
 
 /// Where a job reads chunk bytes to send (the login node's store, or the node's store).
@@ -312,14 +312,16 @@ impl JobCore {
                         demand: false,
                         data,
                     };
-                    let f = frame(self.job, &msg);
-                    if let Err(e) = tx.send(&f).await {
+                    let (head, body) = frame_parts(self.job, &msg);
+                    drop(msg);
+                    let len = head.len() + body.len();
+                    if let Err(e) = tx.send_parts(&head, body).await {
                         tracing::debug!(error = %e, "bulk send failed");
                         self.with_relay(|r, now| r.handle_unreachable(now, child));
                         return;
                     }
                     if let Some(rate) = self.knobs.rate_limit.filter(|&r| r > 0) {
-                        let secs = f.len() as f64 / rate as f64;
+                        let secs = len as f64 / rate as f64;
                         tokio::time::sleep(Duration::from_secs_f64(secs)).await;
                     }
                 }

@@ -31,6 +31,12 @@ pub fn frame(job: JobId, msg: &Msg) -> Vec<u8> {
     f
 }
 
+/// A frame as its head (the job id) and its body (the encoded message), for
+/// `FrameSender::send_parts`, which sends them without joining them.
+pub fn frame_parts(job: JobId, msg: &Msg) -> ([u8; 8], Vec<u8>) {
+    (job.0.to_be_bytes(), msg.encode())
+}
+
 /// Decodes a frame.
 pub fn unframe(bytes: &[u8]) -> Result<(JobId, Msg), String> {
     if bytes.len() < 8 {
@@ -184,7 +190,7 @@ impl Peers {
                     }
                 };
                 while let Some(f) = rx.recv().await {
-                    if let Err(e) = tx.send(&f).await {
+                    if let Err(e) = tx.send_parts(&[], f).await {
                         tracing::debug!(peer = %host, error = %e, "send failed");
                         return;
                     }
