@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Distribution benchmarks for issue 4, every figure beside its baseline from the same run:
+#   1. push throughput on loopback: `teesfs push --wait all` of PUSH_MIB MiB of incompressible
+#      data to one daemon (flat) and down a 2-hop chain, against a raw quinn stream of the same
+#      bytes between two processes (teesfs/examples/quic_raw.rs: same transport, same TLS,
+#      same windows, no relay);
+#   2. cold read latency of a missing chunk at tree depth 1, 2, 3 (a chain
+#      login -> n01 -> n02 -> n03) against the model (d+1) x (round trip + chunk time), with
+#      the round trip from `quic_raw ping` and the chunk time from benchmark 1's raw rate.
+#      The push is rate-limited to 1 KiB/s, so after the urgent file and one dummy chunk the
+#      root sleeps: every other file reaches a node only by demand, and every read is cold.
+# Run as root (FUSE mounts). Everything lives under one temporary directory on /dev/shm
+# (nodes are diskless); daemons, the background push and mounts are stopped and removed on
+# exit, also on failure or Ctrl-C.
+#
+# Environment: RUNS (push repetitions, default 3), PUSH_MIB (default 256), READS (cold reads
+# per depth and file size, default 5), BIN and RAW (built `teesfs` and `quic_raw`; default:
+# build them in release mode).
+set -euo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "bench-dist: run as root (FUSE mounts)" >&2
+    exit 1
+fi
+RUNS=${RUNS:-3}
+PUSH_MIB=${PUSH_MIB:-256}
+READS=${READS:-5}
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+if [ -z "${BIN:-}" ] || [ -z "${RAW:-}" ]; then
+    cargo build --release --locked -p teesfs --bin teesfs --example quic_raw
+fi
+BIN=${BIN:-$target/release/teesfs}
+RAW=${RAW:-$target/release/examples/quic_raw}
+
+work=$(mktemp -d /dev/shm/teesfs-bench-dist.XXXXXX)
+daemon_pids=()
+other_pids=()
+cleanup() {
+    set +e
+    for p in "${other_pids[@]}" "${daemon_pids[@]}"; do
+        kill -TERM "$p" 2>/dev/null
+    done
+    for p in "${other_pids[@]}" "${daemon_pids[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null
+    done
+    # Mounts a killed daemon left behind.
+    grep -o " $work/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+export TEESFS_CONFIG="$work/config"
+
+"$BIN" keygen --out "$work/pub.key" >/dev/null
+"$BIN" keygen --cluster "$work/cluster" --nodes 'login,n[01-03]' >/dev/null
+"$RAW" keygen "$work/rawcreds"
+
+# Median of numbers on stdin.
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# Starts daemons n01..n$1 with fresh state under $work/run$2; writes $work/run$2/hosts.
+start_daemons() {
+    local n=$1 run="$work/run$2"
+    mkdir -p "$run"
+    : >"$run/hosts"
+    for i in $(seq 1 "$n"); do
+        local host
+        host=$(printf 'n%02d' "$i")
+        mkdir -p "$run/$host"
+        TEESFS_LOG=teesfs=warn "$BIN" daemon --host "$host" --listen 127.0.0.1:0 \
+            --identity "$work/cluster" --state-dir "$run/$host/state" \
+            --mount-root "$run/$host/jobs" --control "$run/$host/sock" \
+            --trust "$work/pub.pub" >"$run/$host/out" 2>"$run/$host/log" &
+        daemon_pids+=("$!")
+        for _ in $(seq 300); do
+            grep -q '^listening on' "$run/$host/out" 2>/dev/null && break
+            sleep 0.1
+        done
+        local addr
+        addr=$(awk '/^listening on/ {print $3; exit}' "$run/$host/out")
+        [ -n "$addr" ] || { echo "daemon $host did not start:" >&2; cat "$run/$host/log" >&2; exit 1; }
+        echo "$host $addr" >>"$run/hosts"
+    done
+}
+
+# Stops every daemon started so far (they unmount their jobs on SIGTERM).
+stop_daemons() {
+    for p in "${daemon_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${daemon_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    daemon_pids=()
+}
+
+status() { "$BIN" status --json --control "$work/run$1/$2/sock"; }
+
+push() { # run nodes extra...
+    local run="$work/run$1" nodes=$2
+    shift 2
+    "$BIN" push --quiet --store "$work/store" --nodes "$nodes" --group-size 1 \
+        --identity "$work/cluster" --hosts "$run/hosts" --listen 127.0.0.1:0 \
+        --trust "$work/pub.pub" "$@"
+}
+
+publish() { "$BIN" publish "$1" --store "$work/store" --key "$work/pub.key" --quiet | awk '/^index/ {print $2}'; }
+
+json() { python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+echo "== building layers" >&2
+mkdir -p "$work/big"
+for i in $(seq 0 $((PUSH_MIB - 1))); do
+    head -c 1048576 /dev/urandom >"$work/big/f$(printf %05d "$i")"
+done
+big_id=$(publish "$work/big")
+
+# The cold-read layer: a tiny urgent file, a dummy chunk (the only one the rate-limited root
+# sends after it), then 1 MiB and 4 KiB files that arrive only by demand. 4 KiB is above the
+# 2 KiB inline limit, so each is a chunk of its own.
+cold="$work/cold"
+mkdir -p "$cold/app" "$cold/mib" "$cold/kib"
+head -c 1100 /dev/urandom >"$cold/app/main"
+head -c 3000 /dev/urandom >>"$cold/app/main"
+head -c 1048576 /dev/urandom >"$cold/a_dummy"
+for i in $(seq 0 $((3 * READS - 1))); do
+    head -c 1048576 /dev/urandom >"$cold/mib/f$(printf %03d "$i")"
+    head -c 4096 /dev/urandom >"$cold/kib/t$(printf %03d "$i")"
+done
+cold_id=$(publish "$cold")
+
+echo "== 1. push throughput, $PUSH_MIB MiB, $RUNS runs" >&2
+raw=() flat=() chain=()
+for r in $(seq "$RUNS"); do
+    "$RAW" server "$work/rawcreds" 127.0.0.1:0 >"$work/raw-server.out" &
+    other_pids+=("$!")
+    for _ in $(seq 100); do grep -q listening "$work/raw-server.out" && break; sleep 0.05; done
+    addr=$(awk '/^listening on/ {print $3}' "$work/raw-server.out")
+    raw+=("$("$RAW" client "$work/rawcreds" "$addr" "${PUSH_MIB}MiB" | awk '{print $(NF-1)}')")
+    wait "${other_pids[-1]}"
+    unset 'other_pids[-1]'
+
+    start_daemons 1 "flat$r"
+    push "flat$r" n01 --index "$big_id" --strategy flat --wait all --report "$work/flat$r.json" >/dev/null
+    flat+=("$(json "$work/flat$r.json" "$PUSH_MIB / v['all_complete_s']")")
+    stop_daemons
+
+    start_daemons 2 "chain$r"
+    push "chain$r" 'n[01-02]' --index "$big_id" --strategy hostlist --width 1 --wait all \
+        --report "$work/chain$r.json" >/dev/null
+    chain+=("$(json "$work/chain$r.json" "$PUSH_MIB / v['all_complete_s']")")
+    stop_daemons
+    echo "run $r: raw ${raw[-1]} MiB/s, push flat ${flat[-1]} MiB/s, 2-hop chain ${chain[-1]} MiB/s" >&2
+done
+raw_med=$(printf '%s\n' "${raw[@]}" | median)
+flat_med=$(printf '%s\n' "${flat[@]}" | median)
+chain_med=$(printf '%s\n' "${chain[@]}" | median)
+# Ratios within each run (raw and teesfs measured seconds apart), then their median.
+flat_ratio=$(for i in "${!raw[@]}"; do echo "${flat[$i]} / ${raw[$i]}" | bc -l; done | median)
+chain_ratio=$(for i in "${!raw[@]}"; do echo "${chain[$i]} / ${raw[$i]}" | bc -l; done | median)
+
+echo "== round trip (quic_raw ping)" >&2
+"$RAW" server "$work/rawcreds" 127.0.0.1:0 >"$work/raw-server.out" &
+other_pids+=("$!")
+for _ in $(seq 100); do grep -q listening "$work/raw-server.out" && break; sleep 0.05; done
+addr=$(awk '/^listening on/ {print $3}' "$work/raw-server.out")
+ping_out=$("$RAW" ping "$work/rawcreds" "$addr" 1000)
+wait "${other_pids[-1]}"
+unset 'other_pids[-1]'
+rtt_us=$(sed -E 's/.*median ([0-9.]+) us.*/\1/' <<<"$ping_out")
+
+echo "== 2. cold reads at depth 1, 2, 3" >&2
+start_daemons 3 cold
+"$BIN" plan --nodes 'n[01-03]' --group-size 1 --strategy hostlist --width 1 >"$work/plan.txt" 2>&1 || true
+push cold 'n[01-03]' --index "$cold_id" --strategy hostlist --width 1 --urgent 'app/*' \
+    --wait urgent --rate-limit 1KiB --report "$work/cold.json" >"$work/cold-push.out"
+bg=$(sed -nE 's/.*background \(pid ([0-9]+).*/\1/p' "$work/cold-push.out")
+[ -n "$bg" ] && other_pids+=("$bg")
+# Wait until the dummy chunk (sent 1100+3000 B / 1 KiB/s after the urgent one) is on n03,
+# so nothing but demand traffic moves while we read.
+for _ in $(seq 300); do
+    [ "$(status cold n03 | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["have"])')" -ge 2 ] && break
+    sleep 0.1
+done
+sleep 0.5
+mnt() { status cold "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["mountpoint"])'; }
+cat >"$work/read.py" <<'EOF'
+import sys, time
+# Cold-reads each file (open + read to the end), 0.3 s apart so the background forwarding of
+# the previous chunk to the node's children has finished; prints milliseconds per file.
+for path in sys.argv[1:]:
+    t = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.read(1 << 20):
+            pass
+    print(f"{(time.perf_counter() - t) * 1e3:.3f}")
+    time.sleep(0.3)
+EOF
+declare -A mib kib mibmin kibmin
+# Deepest first, each depth its own files, so a chunk a read pulled through an ancestor is
+# never read there again.
+for d in 3 2 1; do
+    node=$(printf 'n%02d' "$d")
+    m=$(mnt "$node")
+    base=$(((3 - d) * READS))
+    files=() tiny=()
+    for i in $(seq "$base" $((base + READS - 1))); do
+        files+=("$m/mib/f$(printf %03d "$i")")
+        tiny+=("$m/kib/t$(printf %03d "$i")")
+    done
+    python3 "$work/read.py" "${files[@]}" >"$work/mib$d.txt"
+    python3 "$work/read.py" "${tiny[@]}" >"$work/kib$d.txt"
+    mib[$d]=$(median <"$work/mib$d.txt")
+    kib[$d]=$(median <"$work/kib$d.txt")
+    mibmin[$d]=$(sort -g "$work/mib$d.txt" | head -1)
+    kibmin[$d]=$(sort -g "$work/kib$d.txt" | head -1)
+    echo "depth $d: 1 MiB $(paste -sd' ' "$work/mib$d.txt") ms; 4 KiB $(paste -sd' ' "$work/kib$d.txt") ms" >&2
+done
+demand_in=$(for n in n01 n02 n03; do status cold "$n"; done | python3 -c '
+import json, sys
+for line in sys.stdin:
+    print(json.loads(line)["jobs"][0]["counters"]["wants_sent"], end=" ")
+')
+stop_daemons
+
+echo
+echo "Push throughput on loopback, $PUSH_MIB MiB incompressible, $RUNS runs"
+printf '| %-28s | %12s | %16s |\n' "" "median MiB/s" "÷ raw (per run)"
+printf '|%s|%s|%s|\n' "------------------------------" "-------------:" "-----------------:"
+printf '| %-28s | %12.0f | %16.2f |\n' "raw quinn stream (quic_raw)" "$raw_med" 1
+printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 1 node (flat)" "$flat_med" "$flat_ratio"
+printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 2-hop chain" "$chain_med" "$chain_ratio"
+echo "runs (MiB/s): raw ${raw[*]}; flat ${flat[*]}; chain ${chain[*]}"
+echo
+chunk_ms=$(echo "1000 / $raw_med" | bc -l)
+rtt_ms=$(echo "$rtt_us / 1000" | bc -l)
+printf 'Cold reads, %s files per depth and size (ms); round trip %.3f ms (quic_raw ping median),\n' "$READS" "$rtt_ms"
+printf 'chunk time %.3f ms (1 MiB at the median raw rate); model (d+1) x (round trip + chunk time)\n' "$chunk_ms"
+printf '| %5s | %10s | %8s | %8s | %14s | %10s | %8s | %10s |\n' depth "1 MiB med" "min" model "med ÷ model" "4 KiB med" "min" "(d+1)·rtt"
+printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "------:" "-----------:" "---------:" "---------:" "---------------:" "-----------:" "---------:" "-----------:"
+for d in 1 2 3; do
+    model=$(echo "($d + 1) * ($rtt_ms + $chunk_ms)" | bc -l)
+    tmodel=$(echo "($d + 1) * $rtt_ms" | bc -l)
+    printf '| %5s | %10.2f | %8.2f | %8.2f | %14.2f | %10.2f | %8.2f | %10.2f |\n' "$d" "${mib[$d]}" "${mibmin[$d]}" \
+        "$model" "$(echo "${mib[$d]} / $model" | bc -l)" "${kib[$d]}" "${kibmin[$d]}" "$tmodel"
+done
+for d in 1 2 3; do echo "depth $d: 1 MiB $(paste -sd' ' "$work/mib$d.txt"); 4 KiB $(paste -sd' ' "$work/kib$d.txt")"; done
+echo "demand requests sent by n01 n02 n03: $demand_in"
+echo "plan:"
+sed 's/^/  /' "$work/plan.txt"
