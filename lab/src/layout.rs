@@ -382,7 +382,10 @@ mod tests {
             .iter()
             .flat_map(|n| n.ifaces.iter().map(|i| i.port.clone()))
             .collect();
-        assert_eq!(ports.len(), l.nodes.iter().map(|n| n.ifaces.len()).sum());
+        assert_eq!(
+            ports.len(),
+            l.nodes.iter().map(|n| n.ifaces.len()).sum::<usize>()
+        );
     }
 
     #[test]

@@ -143,10 +143,7 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
                     tree_top + depth(h) as f64 * row_h,
                 )
             }
-            _ => (
-                width / 2.0,
-                tree_top - 30.0 + if h == "storage" { 0.0 } else { 0.0 },
-            ),
+            _ => (width / 2.0, tree_top - 30.0),
         }
     };
     let tmax = rep
@@ -193,7 +190,7 @@ pub fn svg(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Str
         );
     }
     let (lx, ly) = pos("login");
-    let root = rep.per_node.first().map(|_| "root").unwrap_or("root");
+    let root = "root";
     let _ = writeln!(
         s,
         r##"<circle cx="{lx:.1}" cy="{ly:.1}" r="9" fill="#333"/><text x="{:.1}" y="{:.1}">{root} (login)</text>"##,
