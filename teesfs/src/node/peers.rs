@@ -113,19 +113,16 @@ impl Peers {
         while let Some(conn) = self.transport.accept().await {
             let host = conn.peer_host().to_string();
             tracing::debug!(peer = %host, "accepted connection");
-            // Reuse the peer's connection for our own sends when we have none (or ours
-            // failed); register it before reading, so replies to its first message use it.
+            // Use the peer's newest connection for our own sends; register it before
+            // reading, so replies to its first message use it. An older link to the same
+            // host may be dead without our knowing yet (a `teesfs push` that exited, a
+            // restarted daemon: no close frame, idle timeout not reached), and the peer
+            // would never hear our replies on it.
             {
-                let mut links = lock(&self.links);
-                let usable = links
-                    .get(&host)
-                    .is_some_and(|l| !l.conn.borrow().as_ref().is_some_and(Result::is_err));
-                if !usable {
-                    let (tx, cell) = watch::channel(Some(Ok(conn.clone())));
-                    drop(tx);
-                    let link = self.start_link(&host, cell);
-                    links.insert(host, link);
-                }
+                let (tx, cell) = watch::channel(Some(Ok(conn.clone())));
+                drop(tx);
+                let link = self.start_link(&host, cell);
+                lock(&self.links).insert(host, link);
             }
             self.spawn_readers(conn);
         }
