@@ -5,7 +5,9 @@
 //! Timers are checked lazily: every timeout the relay can create after an input at `t` is
 //! at least `t + min(heartbeat, deadline)` away, so after an input the node gets a check at
 //! that time at the latest, and the check asks [`Relay::poll_timeout`] for the exact time.
-//! This keeps a root with 68,160 children from scanning them after every message.
+//! This keeps a root with 68,160 children from scanning them after every message. For the
+//! same reason a node's timers are handled at most every eighth of the heartbeat: pings
+//! and reports go out up to that much late, far inside the deadline.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -424,7 +426,8 @@ impl<'a> Sim<'a> {
             return;
         };
         if let Some(due) = r.poll_timeout() {
-            let t = ns(due.saturating_duration_since(self.origin)).max(self.now + 1);
+            let t =
+                ns(due.saturating_duration_since(self.origin)).max(self.now + self.check_ns / 8);
             if t < self.timer_at[node.index()] {
                 self.set_timer(node, t);
             }
