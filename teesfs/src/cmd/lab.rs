@@ -129,7 +129,7 @@ fn parse_rate(s: &str) -> Result<u64, String> {
 
 /// `100 Mbit/s`.
 pub fn rate(bps: u64) -> String {
-    if bps >= 1_000_000_000 && bps % 1_000_000_000 == 0 {
+    if bps >= 1_000_000_000 && bps.is_multiple_of(1_000_000_000) {
         format!("{} Gbit/s", bps / 1_000_000_000)
     } else {
         format!("{} Mbit/s", bps / 1_000_000)
