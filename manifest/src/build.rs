@@ -397,43 +397,49 @@ fn process(
             let outcome = if sparse && is_hole(&file, off, len) {
                 Outcome::Hole
             } else {
-                let mut buf = vec![0u8; len as usize];
-                file.read_exact_at(&mut buf, off).map_err(|e| {
-                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        changed(path)
-                    } else {
-                        io_err(path)(e)
+                // One read buffer per worker thread, reused: a fresh zeroed 1 MiB per chunk
+                // costs a page fault per 4 KiB and a memset before the read overwrites it.
+                READ_BUF.with_borrow_mut(|buf| {
+                    buf.resize(len as usize, 0);
+                    let buf = &mut buf[..len as usize];
+                    file.read_exact_at(buf, off).map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            changed(path)
+                        } else {
+                            io_err(path)(e)
+                        }
+                    })?;
+                    if buf.iter().all(|&b| b == 0) {
+                        return Ok(Outcome::Hole);
                     }
-                })?;
-                if buf.iter().all(|&b| b == 0) {
-                    Outcome::Hole
-                } else {
-                    let id = ChunkId::of(&buf);
-                    match sink.stored_len(&id) {
-                        Some(stored_len) => Outcome::Chunk {
+                    let id = ChunkId::of(buf);
+                    if let Some(stored_len) = sink.stored_len(&id) {
+                        return Ok(Outcome::Chunk {
                             id,
                             plain_len: len,
                             stored_len,
                             new: false,
-                        },
-                        None => {
-                            let stored = encode_chunk(&buf, opts.zstd_level);
-                            sink.put(&id, &stored)
-                                .map_err(|source| Error::Sink { id, source })?;
-                            Outcome::Chunk {
-                                id,
-                                plain_len: len,
-                                stored_len: stored.len() as u32,
-                                new: true,
-                            }
-                        }
+                        });
                     }
-                }
+                    let stored = encode_chunk(buf, opts.zstd_level);
+                    sink.put(&id, &stored)
+                        .map_err(|source| Error::Sink { id, source })?;
+                    Ok::<_, Error>(Outcome::Chunk {
+                        id,
+                        plain_len: len,
+                        stored_len: stored.len() as u32,
+                        new: true,
+                    })
+                })?
             };
             progress.advance(u64::from(len));
             Ok(outcome)
         }
     }
+}
+
+thread_local! {
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn changed(path: &Path) -> Error {
