@@ -14,7 +14,8 @@
 # exit, also on failure or Ctrl-C.
 #
 # Environment: RUNS (push repetitions, default 3), PUSH_MIB (default 256), READS (cold reads
-# per depth and file size, default 5), BIN and RAW (built `teesfs` and `quic_raw`; default:
+# per depth and file size, default 9), RATE (root cap for the cut-through check, default
+# 64MiB), BIN and RAW (built `teesfs` and `quic_raw`; default:
 # build them in release mode).
 set -euo pipefail
 export LC_ALL=C
@@ -26,7 +27,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 RUNS=${RUNS:-3}
 PUSH_MIB=${PUSH_MIB:-256}
-READS=${READS:-5}
+READS=${READS:-9}
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 if [ -z "${BIN:-}" ] || [ -z "${RAW:-}" ]; then
     cargo build --release --locked -p teesfs --bin teesfs --example quic_raw
@@ -158,6 +159,26 @@ chain_med=$(printf '%s\n' "${chain[@]}" | median)
 flat_ratio=$(for i in "${!raw[@]}"; do echo "${flat[$i]} / ${raw[$i]}" | bc -l; done | median)
 chain_ratio=$(for i in "${!raw[@]}"; do echo "${chain[$i]} / ${raw[$i]}" | bc -l; done | median)
 
+# Cut-through with links, not the CPU, as the bottleneck: on this loopback all processes share
+# the same cores, so an unlimited chain does twice the CPU work of a flat push. With the root
+# capped at RATE per child, a chain that forwards each chunk as soon as it holds it finishes
+# about one chunk later than the flat push; store-and-forward of the layer would take 2x.
+RATE=${RATE:-64MiB}
+echo "== cut-through: root capped at $RATE/s, 2 runs" >&2
+rflat=() rchain=()
+for r in 1 2; do
+    start_daemons 1 "rflat$r"
+    push "rflat$r" n01 --index "$big_id" --strategy flat --wait all --rate-limit "$RATE" \
+        --report "$work/rflat$r.json" >/dev/null
+    rflat+=("$(json "$work/rflat$r.json" "v['all_complete_s']")")
+    stop_daemons
+    start_daemons 2 "rchain$r"
+    push "rchain$r" 'n[01-02]' --index "$big_id" --strategy hostlist --width 1 --wait all \
+        --rate-limit "$RATE" --report "$work/rchain$r.json" >/dev/null
+    rchain+=("$(json "$work/rchain$r.json" "v['all_complete_s']")")
+    stop_daemons
+done
+
 echo "== round trip (quic_raw ping)" >&2
 "$RAW" server "$work/rawcreds" 127.0.0.1:0 >"$work/raw-server.out" &
 other_pids+=("$!")
@@ -185,35 +206,38 @@ sleep 0.5
 mnt() { status cold "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["mountpoint"])'; }
 cat >"$work/read.py" <<'EOF'
 import sys, time
-# Cold-reads each file (open + read to the end), 0.3 s apart so the background forwarding of
-# the previous chunk to the node's children has finished; prints milliseconds per file.
-for path in sys.argv[1:]:
+# Arguments LABEL=PATH. Cold-reads each file (open + read to the end), 0.3 s apart so the
+# background forwarding of the previous chunk to the node's children has finished; prints
+# "LABEL milliseconds" per file.
+for arg in sys.argv[1:]:
+    label, path = arg.split("=", 1)
     t = time.perf_counter()
     with open(path, "rb", buffering=0) as f:
         while f.read(1 << 20):
             pass
-    print(f"{(time.perf_counter() - t) * 1e3:.3f}")
+    print(label, f"{(time.perf_counter() - t) * 1e3:.3f}")
     time.sleep(0.3)
 EOF
-declare -A mib kib mibmin kibmin
-# Deepest first, each depth its own files, so a chunk a read pulled through an ancestor is
-# never read there again.
-for d in 3 2 1; do
-    node=$(printf 'n%02d' "$d")
-    m=$(mnt "$node")
-    base=$(((3 - d) * READS))
-    files=() tiny=()
-    for i in $(seq "$base" $((base + READS - 1))); do
-        files+=("$m/mib/f$(printf %03d "$i")")
-        tiny+=("$m/kib/t$(printf %03d "$i")")
+declare -A mib kib mibmin kibmin mnts
+# Each depth reads its own files, so a chunk that a read pulled through an ancestor is never
+# read there again. Depths take turns (3, 2, 1, 3, 2, 1, ...) so a burst of load from
+# elsewhere on the machine hits every depth alike.
+for d in 1 2 3; do mnts[$d]=$(mnt "$(printf 'n%02d' "$d")"); done
+args=()
+for k in $(seq 0 $((READS - 1))); do
+    for d in 3 2 1; do
+        i=$(printf %03d $(((3 - d) * READS + k)))
+        args+=("m$d=${mnts[$d]}/mib/f$i" "k$d=${mnts[$d]}/kib/t$i")
     done
-    python3 "$work/read.py" "${files[@]}" >"$work/mib$d.txt"
-    python3 "$work/read.py" "${tiny[@]}" >"$work/kib$d.txt"
+done
+python3 "$work/read.py" "${args[@]}" >"$work/reads.txt"
+for d in 1 2 3; do
+    awk -v l="m$d" '$1 == l {print $2}' "$work/reads.txt" >"$work/mib$d.txt"
+    awk -v l="k$d" '$1 == l {print $2}' "$work/reads.txt" >"$work/kib$d.txt"
     mib[$d]=$(median <"$work/mib$d.txt")
     kib[$d]=$(median <"$work/kib$d.txt")
     mibmin[$d]=$(sort -g "$work/mib$d.txt" | head -1)
     kibmin[$d]=$(sort -g "$work/kib$d.txt" | head -1)
-    echo "depth $d: 1 MiB $(paste -sd' ' "$work/mib$d.txt") ms; 4 KiB $(paste -sd' ' "$work/kib$d.txt") ms" >&2
 done
 demand_in=$(for n in n01 n02 n03; do status cold "$n"; done | python3 -c '
 import json, sys
@@ -230,10 +254,13 @@ printf '| %-28s | %12.0f | %16.2f |\n' "raw quinn stream (quic_raw)" "$raw_med" 
 printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 1 node (flat)" "$flat_med" "$flat_ratio"
 printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 2-hop chain" "$chain_med" "$chain_ratio"
 echo "runs (MiB/s): raw ${raw[*]}; flat ${flat[*]}; chain ${chain[*]}"
+printf 'Cut-through, root capped at %s/s: flat %s s, 2-hop chain %s s (all_complete_s per run)\n' \
+    "$RATE" "${rflat[*]}" "${rchain[*]}"
+printf 'chain ÷ flat (medians): %.2f\n' "$(echo "$(printf '%s\n' "${rchain[@]}" | median) / $(printf '%s\n' "${rflat[@]}" | median)" | bc -l)"
 echo
 chunk_ms=$(echo "1000 / $raw_med" | bc -l)
 rtt_ms=$(echo "$rtt_us / 1000" | bc -l)
-printf 'Cold reads, %s files per depth and size (ms); round trip %.3f ms (quic_raw ping median),\n' "$READS" "$rtt_ms"
+printf 'Cold reads, %s files per depth and size, depths interleaved (ms); round trip %.3f ms (quic_raw ping median),\n' "$READS" "$rtt_ms"
 printf 'chunk time %.3f ms (1 MiB at the median raw rate); model (d+1) x (round trip + chunk time)\n' "$chunk_ms"
 printf '| %5s | %10s | %8s | %8s | %14s | %10s | %8s | %10s |\n' depth "1 MiB med" "min" model "med ÷ model" "4 KiB med" "min" "(d+1)·rtt"
 printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "------:" "-----------:" "---------:" "---------:" "---------------:" "-----------:" "---------:" "-----------:"
