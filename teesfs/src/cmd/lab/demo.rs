@@ -81,6 +81,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     );
     let mut o = PushOptions::new(&index);
     o.urgent = urgent;
+    // 32 interpreters starting at once on a small machine can starve a daemon's heartbeat
+    // for seconds; that is CPU contention of the emulation, not a failed node.
+    o.extra = vec!["--deadline".into(), "30s".into()];
     let app = App {
         program: python,
         args: vec![
