@@ -270,7 +270,11 @@ impl JobCore {
             return;
         };
         let span = tracing::debug_span!("pump", job = %self.job, child = %host);
-        let _g = span.enter();
+        // The span covers every await of the pump (an entered guard must not cross awaits).
+        tracing::Instrument::instrument(self.clone().pump_loop(child, host, addr), span).await;
+    }
+
+    async fn pump_loop(self: Arc<Self>, child: NodeId, host: String, addr: String) {
         let conn = match self.peers.conn(&host, &addr).await {
             Ok(c) => c,
             Err(e) => {
