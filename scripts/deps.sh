@@ -6,6 +6,12 @@ need=()
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v diff >/dev/null 2>&1 || need+=(diffutils)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v tc >/dev/null 2>&1 || need+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+if [ "${TEESFS_NEED_PIP:-0}" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
+    need+=(python3-pip)
+fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "teesfs: please install: ${need[*]} (apt-get install ${need[*]})" >&2
