@@ -107,9 +107,8 @@ fn check_name(entry: u64, name: &[u8], limits: &Limits) -> Result<(), Error> {
 /// Refuses two entries with one name in one directory.
 ///
 /// Siblings are grouped by a counting sort on the parent and each group is checked in name
-/// order. The builder writes siblings already sorted, so groups rarely need sorting, and the
-/// memory touched is two `u32` arrays rather than a hash table of every name: at a million
-/// entries this is several times faster than hashing each `(parent, name)`.
+/// order. The memory touched is two `u32` arrays rather than a hash table of every name: at
+/// a million entries this is several times faster than hashing each `(parent, name)`.
 fn check_unique_names(entries: &[Entry]) -> Result<(), Error> {
     let n = entries.len();
     let mut start = vec![0u32; n + 1];
@@ -206,6 +205,11 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
         });
     }
     let mut entries: Vec<Entry> = Vec::with_capacity(n_entries as usize);
+    // The builder writes siblings in name order. While that holds (each name above the
+    // previous sibling's), no two siblings can share a name and the grouped check at the
+    // end is skipped; one entry out of order and every directory is checked.
+    let mut last_child = vec![0u32; n_entries as usize];
+    let mut in_order = true;
     for i in 0..n_entries {
         let parent = r.varint("parent")?;
         // Read up to 4 KiB so an overlong name is reported with its entry, not as a bare limit.
@@ -227,6 +231,10 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
             }
             if !matches!(entries[parent as usize].kind, EntryKind::Dir) {
                 return Err(Error::ParentNotDirectory { entry: i, parent });
+            }
+            let prev = std::mem::replace(&mut last_child[parent as usize], i as u32);
+            if in_order && prev != 0 && entries[prev as usize].name[..] >= *name {
+                in_order = false;
             }
         }
         let kind_tag = r.u8("entry kind")?;
@@ -354,7 +362,10 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
     if r.remaining() != 0 {
         return Err(Error::TrailingBytes(r.remaining()));
     }
-    check_unique_names(&entries)?;
+    drop(last_child);
+    if !in_order {
+        check_unique_names(&entries)?;
+    }
     Ok(Index {
         chunk_size,
         chunks,
@@ -397,6 +408,15 @@ mod tests {
             let decoded = decode(&encode(&index), &Limits::default()).expect("valid");
             assert_eq!(decoded, index);
         }
+    }
+
+    #[test]
+    fn duplicate_among_sorted_siblings_is_refused() {
+        let index = with_children(&["a", "b", "b", "c"]);
+        assert!(matches!(
+            decode(&encode(&index), &Limits::default()),
+            Err(Error::DuplicateName { entry: 7, .. })
+        ));
     }
 
     #[test]
