@@ -242,3 +242,25 @@ fn same_seed_same_result() {
     };
     assert_eq!(go(), go());
 }
+
+#[test]
+fn upper_level_uplinks_slow_traffic_between_units() {
+    // Two super nodes of 2 groups each; a thin super-node uplink must show in the time.
+    let toml = "[[pattern]]\nnodes = \"cn[001-032]\"\ngroup_size = 8\n\
+                [[level]]\nname = \"supernode\"\nsize = 16\n";
+    let topo = Topology::from_toml(toml).expect("topology");
+    let nodes: Vec<String> = (1..=32).map(|i| format!("cn{i:03}")).collect();
+    let opts = PlanOptions {
+        threshold: 0,
+        ..PlanOptions::default()
+    };
+    let plan = crate::plan(&topo, &nodes, Strategy::Random, &opts).expect("plan");
+    let time = |level_bw: f64| {
+        let mut net = Network::tianhe();
+        net.level_bw = vec![level_bw];
+        run(&plan, Some(&topo), SimConfig::new(net, 8 * MIB, MIB)).deploy
+    };
+    let open = time(f64::INFINITY);
+    let thin = time(Network::tianhe().node_bw / 4.0);
+    assert!(thin > open * 2, "thin {thin:?} vs open {open:?}");
+}
