@@ -93,7 +93,7 @@ unmount_layer() {
 publish_id() { "$BIN" publish "$1" --store "$store" --quiet | awk '/^index/ { print $2 }'; }
 
 table=()
-row() { table+=("$(printf '| %-44s | %10s | %12s | %8s | %-26s |' "$@")"); }
+row() { table+=("$(printf '| %-44s | %10s | %12s | %8s | %-30s |' "$@")"); }
 
 echo "== generating layers in $work"
 # A 1 GiB file of real binaries (ELF, Python, data from /usr/lib: compresses about like
@@ -123,16 +123,18 @@ py=/usr/lib/python3.11
 [ -d "$py" ] || py=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
 
 echo "== 1. publish throughput (hyperfine, $RUNS runs each, fresh store per run)"
-# Every run writes into a new directory and nothing is deleted until the end: on ext4
-# without a journal, creating files right after deleting many makes the inode allocator
-# skip the recently freed ones, which would charge `rm -rf` of the last run to this one.
-mkdir -p "$work/stores"
+# Both write to tmpfs, each run into a new name: this measures the tools, not the disk.
+# (This machine's disk is ext4 without a journal, where creating files soon after many
+# were deleted, say by the previous run's cleanup, makes the inode allocator skip the
+# recently freed ones: publish, which writes a file per chunk, then took 1-4 s for the
+# 50,000-file tree depending on what ran before.)
+mkdir -p "$ram/stores"
 for layer in "$py" "$big" "$meta"; do
     bytes=$(du -sb --apparent-size "$layer" | cut -f1)
     files=$(find "$layer" -type f | wc -l)
     hyperfine --runs "$RUNS" --warmup 1 --export-json "$work/pub.json" --style basic \
-        -n publish "$BIN publish $layer --store \$(mktemp -d -p $work/stores) --quiet" \
-        -n tar-zstd "tar -C $layer -cf - . | zstd -1 -T0 -q -o \$(mktemp -u -p $work/stores)" >/dev/null
+        -n publish "$BIN publish $layer --store \$(mktemp -d -p $ram/stores) --quiet" \
+        -n tar-zstd "tar -C $layer -cf - . | zstd -1 -T0 -q -o \$(mktemp -u -p $ram/stores)" >/dev/null
     # Wall-clock medians, and CPU seconds (user + system, means) as a steadier figure when
     # other work shares the machine: tar and zstd -T0 run more threads than publish's
     # one per core, so under contention they get a larger share of the CPU.
@@ -147,10 +149,11 @@ print(r[0]["median"], r[1]["median"], r[0]["user"] + r[0]["system"], r[1]["user"
     row "  tar | zstd -1 -T0, same tree" "$(printf '%.3f s' "$tt")" "$(awk -v b="$bytes" -v t="$tt" 'BEGIN { printf "%.0f MiB/s", b / t / 1048576 }')" "1.00" "$(printf 'cpu %.2f s (baseline)' "$ct")"
 done
 
+rm -rf "$ram/stores"
+
 echo "== publishing the benchmark layers into $store"
 big_id=$(publish_id "$big")
 meta_id=$(publish_id "$meta")
-cp "$big/data.bin" "$ram/data.bin"
 cp -a "$meta" "$ram/meta50k"
 
 echo "== 2. sequential read of 1 GiB (dd bs=1M), $RUNS rounds"
@@ -158,12 +161,19 @@ echo "== 2. sequential read of 1 GiB (dd bs=1M), $RUNS rounds"
 # whole file on open, and that is timed); cached: the kernel page cache (daemon) or the
 # materialised backing file (passthrough); daemon memory: decoded chunks in the daemon's
 # cache (--cache 2GiB), kernel page cache dropped before each read, so every byte is
-# served by the daemon. Cached cases take the median of 3 reads per round.
+# served by the daemon.
+# Baselines, read between the measured reads of each round: the passthrough's backing file
+# (the same 1 GiB on tmpfs, written by the mount moments before) and a copy made with cp at
+# the start of the round. On this machine (a VM) how fast a tmpfs file reads depends on
+# when its pages were allocated: old pages read up to twice as fast as fresh ones, and fresh
+# copies vary by a third between themselves. The backing file is the like-for-like
+# baseline: the same pages passthrough reads, as fresh as the page cache the daemon fills.
 rd() { secs dd if="$1" of=/dev/null bs=1M status=none; }
 declare -A t
-for c in tmpfs disk-cold pt-cold pt-cached d-cold d-cached d-mem; do t[$c]=""; done
+for c in tmpfs copy disk-cold pt-cold pt-cached d-cold d-cached d-mem; do t[$c]=""; done
 for r in $(seq "$RUNS"); do
-    for _ in 1 2 3; do t[tmpfs]+=" $(rd "$ram/data.bin")"; done
+    rm -f "$ram/data.bin"
+    cp "$big/data.bin" "$ram/data.bin"
     drop_caches
     t[disk-cold]+=" $(rd "$big/data.bin")"
 
@@ -175,35 +185,47 @@ for r in $(seq "$RUNS"); do
         exit 1
     fi
     t[pt-cold]+=" $(rd "$mnt/data.bin")"
-    for _ in 1 2 3; do t[pt-cached]+=" $(rd "$mnt/data.bin")"; done
+    backing=$(echo "$ram"/files/*)
+    for _ in 1 2 3; do
+        t[pt-cached]+=" $(rd "$mnt/data.bin")"
+        t[tmpfs]+=" $(rd "$backing")"
+        t[copy]+=" $(rd "$ram/data.bin")"
+    done
     unmount_layer
-    rm -rf "$ram/files"
 
-    for _ in 1 2 3; do t[tmpfs]+=" $(rd "$ram/data.bin")"; done
     drop_caches
     mount_layer "$big_id" never --cache 2GiB
     t[d-cold]+=" $(rd "$mnt/data.bin")"
-    for _ in 1 2 3; do t[d-cached]+=" $(rd "$mnt/data.bin")"; done
     for _ in 1 2 3; do
-        echo 1 >/proc/sys/vm/drop_caches
+        t[d-cached]+=" $(rd "$mnt/data.bin")"
+        t[tmpfs]+=" $(rd "$backing")"
+        t[copy]+=" $(rd "$ram/data.bin")"
+    done
+    for _ in 1 2 3; do
+        echo 1 >/proc/sys/vm/drop_caches # page cache only: tmpfs and the daemon keep theirs
         t[d-mem]+=" $(rd "$mnt/data.bin")"
+        t[tmpfs]+=" $(rd "$backing")"
+        t[copy]+=" $(rd "$ram/data.bin")"
     done
     unmount_layer
-    echo "   round $r: tmpfs ${t[tmpfs]##* } s, disk cold ${t[disk-cold]##* }; passthrough cold ${t[pt-cold]##* } cached ${t[pt-cached]##* }; daemon cold ${t[d-cold]##* } cached ${t[d-cached]##* } memory ${t[d-mem]##* }"
+    echo "   round $r: tmpfs ${t[tmpfs]##* } s, copy ${t[copy]##* }, disk cold ${t[disk-cold]##* }; passthrough cold ${t[pt-cold]##* } cached ${t[pt-cached]##* }; daemon cold ${t[d-cold]##* } cached ${t[d-cached]##* } memory ${t[d-mem]##* }"
 done
 tm=$(echo "${t[tmpfs]}" | median)
 gib() { awk -v t="$1" 'BEGIN { printf "%.2f GiB/s", 1 / t }'; }
-row "read 1 GiB from tmpfs" "$(printf '%.3f s' "$tm")" "$(gib "$tm")" "1.00" "baseline"
-for c in disk-cold pt-cached pt-cold d-mem d-cached d-cold; do
+row "read 1 GiB on tmpfs (the backing file)" "$(printf '%.3f s' "$tm")" "$(gib "$tm")" "1.00" "baseline"
+tc=$(echo "${t[copy]}" | median)
+for c in copy disk-cold pt-cached pt-cold d-mem d-cached d-cold; do
     m=$(echo "${t[$c]}" | median)
     case $c in
-    disk-cold) name="same file on the store's disk, cold"; goal="(context)" ;;
-    pt-cached) name="passthrough, cached"; goal=">= 0.95" ;;
-    pt-cold) name="passthrough, cold (materialise on open)"; goal="(none)" ;;
-    d-mem) name="daemon path, chunks in daemon memory"; goal=">= 0.33" ;;
-    d-cached) name="daemon path, kernel page cache"; goal="(not the daemon)" ;;
-    d-cold) name="daemon path, cold"; goal="(none)" ;;
+    copy) name="  a cp of it on tmpfs" goal="(context)" ;;
+    disk-cold) name="  the same file on the store's disk, cold" goal="(context)" ;;
+    pt-cached) name="passthrough, cached" goal=">= 0.95" ;;
+    pt-cold) name="passthrough, cold (materialise on open)" goal="(none)" ;;
+    d-mem) name="daemon path, chunks in daemon memory" goal=">= 0.33" ;;
+    d-cached) name="daemon path, kernel page cache" goal="(not the daemon)" ;;
+    d-cold) name="daemon path, cold" goal="(none)" ;;
     esac
+    [ "$c" = copy ] || [ "$c" = disk-cold ] || goal="$goal; vs cp $(ratio "$tc" "$m")"
     row "$name" "$(printf '%.3f s' "$m")" "$(gib "$m")" "$(ratio "$tm" "$m")" "$goal"
 done
 rm -rf "$ram/files" "$big/data.bin"
@@ -233,7 +255,7 @@ row "walk through the mount, cold" "$(printf '%.3f s' "$m")" "" "$(ratio "$wt" "
 
 echo
 echo "teesfs $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, $(uname -r), $(date -u +%Y-%m-%d), runs=$RUNS (medians)"
-printf '| %-44s | %10s | %12s | %8s | %-26s |\n' "case" "time" "throughput" "ratio" "goal / notes"
-printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "------------" "--------------" "----------" "----------------------------"
+printf '| %-44s | %10s | %12s | %8s | %-30s |\n' "case" "time" "throughput" "ratio" "goal / notes"
+printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "------------" "--------------" "----------" "--------------------------------"
 printf '%s\n' "${table[@]}"
 echo "(ratio: baseline time / this time, so higher is faster; publish is against tar | zstd -1 -T0)"
