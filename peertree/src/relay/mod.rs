@@ -182,6 +182,23 @@ struct Child {
     restarted: bool,
 }
 
+impl Child {
+    /// A child that still needs its `Start` (planned, or restarted after its parent failed).
+    fn pending(info: NodeInfo, chunks: usize, now: Instant, restarted: bool) -> Self {
+        Self {
+            info,
+            sent: FixedBitSet::with_capacity(chunks),
+            cursor: 0,
+            started: false,
+            ready: false,
+            last_heard: now,
+            last_sent: now,
+            bytes: 0,
+            restarted,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Attaching {
     /// Index into `ancestors` being asked.
@@ -402,20 +419,8 @@ impl Relay {
         let mut parts = self.child_subtrees();
         for info in kids {
             let id = info.id;
-            self.children.insert(
-                id,
-                Child {
-                    info,
-                    sent: FixedBitSet::with_capacity(self.schedule.len()),
-                    cursor: 0,
-                    started: false,
-                    ready: false,
-                    last_heard: now,
-                    last_sent: now,
-                    bytes: 0,
-                    restarted: false,
-                },
-            );
+            self.children
+                .insert(id, Child::pending(info, self.schedule.len(), now, false));
             let start = self.start_for(parts.remove(&id).unwrap_or_default());
             self.control.push_back(Transmit::Control {
                 to: id,
@@ -848,20 +853,8 @@ impl Relay {
                     subtree.push(n.clone());
                 }
             }
-            self.children.insert(
-                id,
-                Child {
-                    info,
-                    sent: FixedBitSet::with_capacity(self.schedule.len()),
-                    cursor: 0,
-                    started: false,
-                    ready: false,
-                    last_heard: now,
-                    last_sent: now,
-                    bytes: 0,
-                    restarted: true,
-                },
-            );
+            self.children
+                .insert(id, Child::pending(info, self.schedule.len(), now, true));
             let start = self.start_for(subtree);
             self.control.push_back(Transmit::Control {
                 to: id,
