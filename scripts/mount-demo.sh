@@ -45,6 +45,6 @@ print('json from', json.__file__)
 print(json.dumps({'teesfs': 'works'}))
 "
 echo; echo "== byte-exact?"
-diff -r "$layer" "$mnt" >/dev/null && echo "diff -r: identical"
+diff -r --no-dereference "$layer" "$mnt" >/dev/null && echo "diff -r: identical"
 kill -TERM "$pid"; wait "$pid" || true; pid=""
 echo; echo "demo done; everything is cleaned up."

@@ -361,6 +361,21 @@ impl Filesystem for LayerFs {
         }
     }
 
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // Regular files answer no ioctls; isatty() probes (TCGETS) expect exactly ENOTTY.
+        reply.error(Errno::ENOTTY);
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let idx = self.tree.index();
         let blocks = idx.total_file_bytes().div_ceil(4096);
