@@ -168,21 +168,11 @@ impl Data {
                     };
                 }
                 let mut out = Vec::with_capacity((span.end - span.start) as usize);
-                let mut pos = span.start;
-                while pos < span.end {
-                    let slot = (pos / cs) as usize;
-                    let in_chunk = pos % cs;
-                    let take = (cs - in_chunk).min(span.end - pos) as usize;
+                for (slot, range) in pieces(&span, cs) {
                     match slots[slot].chunk_index() {
-                        None => out.resize(out.len() + take, 0),
-                        Some(ci) => {
-                            let chunk = self.cached(ci as u32)?;
-                            out.extend_from_slice(
-                                &chunk[in_chunk as usize..in_chunk as usize + take],
-                            );
-                        }
+                        None => out.resize(out.len() + range.len(), 0),
+                        Some(ci) => out.extend_from_slice(&self.cached(ci as u32)?[range]),
                     }
-                    pos += take as u64;
                 }
                 Some(Ok(ReadBytes::Owned(out)))
             }
@@ -237,19 +227,11 @@ impl Data {
             return r;
         }
         let mut out = Vec::with_capacity((span.end - span.start) as usize);
-        let mut pos = span.start;
-        while pos < span.end {
-            let slot = (pos / cs) as usize;
-            let in_chunk = pos % cs;
-            let take = (cs - in_chunk).min(span.end - pos) as usize;
+        for (slot, range) in pieces(&span, cs) {
             match slots[slot].chunk_index() {
-                None => out.resize(out.len() + take, 0),
-                Some(ci) => {
-                    let chunk = self.clone().chunk(ci as u32).await?;
-                    out.extend_from_slice(&chunk[in_chunk as usize..in_chunk as usize + take]);
-                }
+                None => out.resize(out.len() + range.len(), 0),
+                Some(ci) => out.extend_from_slice(&self.clone().chunk(ci as u32).await?[range]),
             }
-            pos += take as u64;
         }
         Ok(ReadBytes::Owned(out))
     }
@@ -386,6 +368,21 @@ impl Data {
         tmp.persist(&dest).map_err(|e| unavailable(e.error))?;
         Ok(dest)
     }
+}
+
+/// The pieces of `span` one per chunk slot: the slot and the byte range inside its chunk.
+fn pieces(span: &Span, cs: u64) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> {
+    let end = span.end;
+    std::iter::successors(Some(span.start), move |&pos| {
+        let next = (pos / cs + 1) * cs;
+        (next < end).then_some(next)
+    })
+    .filter(move |&pos| pos < end)
+    .map(move |pos| {
+        let in_chunk = (pos % cs) as usize;
+        let take = (cs - pos % cs).min(end - pos) as usize;
+        ((pos / cs) as usize, in_chunk..in_chunk + take)
+    })
 }
 
 /// Awaits all futures concurrently, keeping order.
