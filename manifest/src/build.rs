@@ -83,6 +83,10 @@ pub struct BuildReport {
     pub symlinks: u64,
     /// Extra names of already-seen files.
     pub hardlinks: u64,
+    /// Overlay whiteouts (names deleted in this layer), kept as whiteout entries.
+    pub whiteouts: u64,
+    /// Opaque directories (overlay's `overlay.opaque` xattr), kept as flagged directories.
+    pub opaque_dirs: u64,
     /// Entries the index cannot hold, reported rather than silently dropped.
     pub skipped: Vec<Skipped>,
     /// Bytes of regular-file content (logical sizes).
@@ -152,6 +156,20 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
+/// Whether `md` is an overlay whiteout: the character device 0/0.
+fn is_whiteout(md: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    md.file_type().is_char_device() && md.rdev() == 0
+}
+
+/// Whether a directory carries overlayfs's opaque mark (`trusted.` when the overlay was
+/// mounted by root, `user.` for overlays in user namespaces, as `teesfs run` makes).
+fn is_opaque(path: &Path) -> bool {
+    ["trusted.overlay.opaque", "user.overlay.opaque"]
+        .iter()
+        .any(|name| matches!(xattr::get(path, name), Ok(Some(v)) if v == b"y"))
+}
+
 fn meta_of(md: &std::fs::Metadata) -> Meta {
     Meta {
         mode: md.mode() & 0o7777,
@@ -206,10 +224,22 @@ pub fn build(
             (dir_stack[depth - 1], item.file_name().as_bytes().into())
         };
         let ft = md.file_type();
+        let mut flags = EntryFlags::default();
         let kind = if ft.is_dir() {
             report.dirs += 1;
             dir_stack.push(idx);
+            if depth > 0 && is_opaque(path) {
+                report.opaque_dirs += 1;
+                flags.0 |= EntryFlags::OPAQUE;
+            }
             EntryKind::Dir
+        } else if is_whiteout(&md) {
+            report.whiteouts += 1;
+            flags.0 |= EntryFlags::WHITEOUT;
+            EntryKind::File {
+                size: 0,
+                data: FileData::Inline(Box::default()),
+            }
         } else if ft.is_symlink() {
             report.symlinks += 1;
             let target = std::fs::read_link(path).map_err(io_err(path))?;
@@ -279,7 +309,7 @@ pub fn build(
             parent: EntryIdx(parent),
             name,
             meta: meta_of(&md),
-            flags: EntryFlags::default(),
+            flags,
             kind,
         });
     }

@@ -351,6 +351,19 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
                 });
             }
         };
+        let f = EntryFlags(flags);
+        if f.whiteout() && !matches!(kind, EntryKind::File { size: 0, .. }) {
+            return Err(Error::BadEntry {
+                entry: i,
+                reason: "a whiteout that is not an empty file entry".into(),
+            });
+        }
+        if f.opaque() && !matches!(kind, EntryKind::Dir) {
+            return Err(Error::BadEntry {
+                entry: i,
+                reason: "an opaque flag on something that is not a directory".into(),
+            });
+        }
         entries.push(Entry {
             parent: EntryIdx(parent as u32),
             name: name.into(),
@@ -432,6 +445,53 @@ mod tests {
                 assert_eq!((entry, parent, name.as_str()), (9, 1, "b"));
             }
             other => panic!("expected a duplicate name, got {other:?}"),
+        }
+    }
+
+    fn flagged(flags: u8, kind: EntryKind) -> Index {
+        let mut index = with_children(&[]);
+        let mut e = entry(0, "x", kind);
+        e.flags = EntryFlags(flags);
+        index.entries.push(e);
+        index
+    }
+
+    fn empty_file() -> EntryKind {
+        EntryKind::File {
+            size: 0,
+            data: FileData::Inline(Box::default()),
+        }
+    }
+
+    #[test]
+    fn whiteouts_and_opaque_dirs_round_trip() {
+        for index in [
+            flagged(EntryFlags::WHITEOUT, empty_file()),
+            flagged(EntryFlags::OPAQUE, EntryKind::Dir),
+        ] {
+            let decoded = decode(&encode(&index), &Limits::default()).expect("valid");
+            assert_eq!(decoded, index);
+        }
+    }
+
+    #[test]
+    fn misplaced_whiteout_and_opaque_flags_are_refused() {
+        let file = EntryKind::File {
+            size: 1,
+            data: FileData::Inline((*b"a").into()),
+        };
+        for index in [
+            flagged(EntryFlags::WHITEOUT, EntryKind::Dir),
+            flagged(EntryFlags::WHITEOUT, file),
+            flagged(EntryFlags::OPAQUE, empty_file()),
+        ] {
+            assert!(
+                matches!(
+                    decode(&encode(&index), &Limits::default()),
+                    Err(Error::BadEntry { entry: 2, .. })
+                ),
+                "{index:?}"
+            );
         }
     }
 }

@@ -72,12 +72,28 @@ pub struct EntryFlags(pub u8);
 impl EntryFlags {
     /// The entry belongs to the urgent set (needed to start the application).
     pub const URGENT: u8 = 1;
+    /// An overlay whiteout (an empty file entry): the name is deleted in this layer, and
+    /// lower layers' entries of that name are hidden. Shown as the character device 0/0
+    /// overlayfs uses for whiteouts.
+    pub const WHITEOUT: u8 = 2;
+    /// An opaque directory (directories only): lower layers' entries below it are hidden.
+    pub const OPAQUE: u8 = 4;
     /// All flag bits this version knows.
-    pub const KNOWN: u8 = Self::URGENT;
+    pub const KNOWN: u8 = Self::URGENT | Self::WHITEOUT | Self::OPAQUE;
 
     /// Whether the entry is in the urgent set.
     pub fn urgent(self) -> bool {
         self.0 & Self::URGENT != 0
+    }
+
+    /// Whether the entry is an overlay whiteout.
+    pub fn whiteout(self) -> bool {
+        self.0 & Self::WHITEOUT != 0
+    }
+
+    /// Whether the directory is opaque.
+    pub fn opaque(self) -> bool {
+        self.0 & Self::OPAQUE != 0
     }
 }
 

@@ -4,6 +4,7 @@
 //! - [`source`]: the [`source::ChunkSource`] interface and the local-store source.
 //! - [`net`]: QUIC transport with mutual TLS between cluster nodes.
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
+//! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //!
 //! The CLI in `main.rs` is a thin shell over this library and the `manifest`, `seeder` and
 //! `peertree` crates.
@@ -11,6 +12,7 @@
 pub mod fs;
 pub mod net;
 pub mod node;
+pub mod runenv;
 pub mod source;
 
 /// Errors of the node-side library.

@@ -35,6 +35,8 @@ enum Command {
     Push(Box<cmd::push::PushArgs>),
     /// Push the layer a job spec (manifest.toml) names to the job's nodes.
     Prefetch(cmd::prefetch::PrefetchArgs),
+    /// Run a command in the execution environment: the job's layer over "/", private writes.
+    Run(cmd::run::RunArgs),
     /// Run the node daemon: receive jobs, mount them, relay to children.
     Daemon(cmd::daemon::DaemonArgs),
     /// Show what a running daemon holds and does.
@@ -52,6 +54,20 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    // The init of `teesfs run`'s PID namespace: not a user command, so not in clap.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .get(1)
+        .is_some_and(|a| a == teesfs::runenv::INIT_SUBCOMMAND)
+    {
+        return match teesfs::runenv::init_main(&argv[2..]) {
+            Ok(never) => match never {},
+            Err(e) => {
+                eprintln!("teesfs run: {:#}", anyhow::Error::from(e));
+                std::process::ExitCode::from(125)
+            }
+        };
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Keygen(a) => cmd::keygen::run(a),
@@ -62,13 +78,19 @@ fn main() -> std::process::ExitCode {
         Command::Plan(a) => cmd::plan::run(a),
         Command::Push(a) => cmd::push::run(*a),
         Command::Prefetch(a) => cmd::prefetch::run(a),
+        Command::Run(a) => return exit_code(cmd::run::run(a)),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Lab(a) => cmd::lab::run(a),
     };
+    exit_code(result.map(|()| std::process::ExitCode::SUCCESS))
+}
+
+/// Maps a command's result to the process exit code, printing the error chain.
+fn exit_code(result: anyhow::Result<std::process::ExitCode>) -> std::process::ExitCode {
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("teesfs: error: {e:#}");
             std::process::ExitCode::FAILURE

@@ -96,6 +96,13 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         r.hardlinks,
         r.skipped.len()
     );
+    if r.whiteouts + r.opaque_dirs > 0 {
+        println!(
+            "  {} deletions (overlay whiteouts) and {} opaque directories kept: the names \
+             they hide stay hidden on the nodes",
+            r.whiteouts, r.opaque_dirs
+        );
+    }
     println!(
         "  {} of content ({} in sparse holes, {} inline)",
         util::bytes(r.file_bytes),

@@ -61,6 +61,18 @@ fn file_type(k: NodeKind) -> FileType {
         NodeKind::Dir => FileType::Directory,
         NodeKind::File => FileType::RegularFile,
         NodeKind::Symlink => FileType::Symlink,
+        NodeKind::Whiteout => FileType::CharDevice,
+    }
+}
+
+/// Answers an xattr request: the size when asked with 0, the value if it fits, else ERANGE.
+fn xattr_reply(value: &[u8], size: u32, reply: ReplyXattr) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if (size as usize) < value.len() {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
     }
 }
 
@@ -382,22 +394,28 @@ impl Filesystem for LayerFs {
         reply.statfs(blocks, 0, 0, idx.entries.len() as u64, 0, 4096, 255, 4096);
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::NO_XATTR);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let found = match self.tree.xattrs(Ino(ino.0)) {
+            Ok(list) => list.iter().find(|(n, _)| name.as_bytes() == n.as_bytes()),
+            Err(e) => return reply.error(err(&e)),
+        };
+        match found {
+            None => reply.error(Errno::NO_XATTR),
+            Some((_, v)) => xattr_reply(v, size, reply),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.tree.xattrs(Ino(ino.0)) {
+            Ok(list) => {
+                let mut names = Vec::new();
+                for (n, _) in list {
+                    names.extend_from_slice(n.as_bytes());
+                    names.push(0);
+                }
+                xattr_reply(&names, size, reply);
+            }
+            Err(e) => reply.error(err(&e)),
         }
     }
 

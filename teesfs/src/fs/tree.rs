@@ -41,6 +41,8 @@ pub enum NodeKind {
     File,
     /// Symbolic link.
     Symlink,
+    /// An overlay whiteout: the character device 0/0 (a name deleted in the layer).
+    Whiteout,
 }
 
 /// Attributes of an inode, independent of the FUSE crate.
@@ -146,6 +148,9 @@ impl Tree {
     fn kind_of(&self, e: EntryIdx) -> NodeKind {
         match self.index.entry(self.index.resolve(e)).kind {
             EntryKind::Dir => NodeKind::Dir,
+            EntryKind::File { .. } if self.index.entry(self.index.resolve(e)).flags.whiteout() => {
+                NodeKind::Whiteout
+            }
             EntryKind::File { .. } | EntryKind::Hardlink { .. } => NodeKind::File,
             EntryKind::Symlink { .. } => NodeKind::Symlink,
         }
@@ -167,6 +172,22 @@ impl Tree {
             .binary_search_by(|&c| self.index.entries[c as usize].name[..].cmp(name))
             .map_err(|_| FsError::NotFound)?;
         Ok(self.attr_of(self.index.resolve(EntryIdx(kids[pos]))))
+    }
+
+    /// The extended attributes of an inode, as (name, value) pairs: only overlayfs's
+    /// opaque mark on opaque directories (both the `trusted.` and the `user.` spelling, so
+    /// an overlay mounted by root or in a user namespace honours it).
+    pub fn xattrs(&self, ino: Ino) -> Result<&'static [(&'static str, &'static [u8])], FsError> {
+        const OPAQUE: &[(&str, &[u8])] = &[
+            ("trusted.overlay.opaque", b"y"),
+            ("user.overlay.opaque", b"y"),
+        ];
+        let e = self.entry(ino)?;
+        Ok(if self.index.entry(e).flags.opaque() {
+            OPAQUE
+        } else {
+            &[]
+        })
     }
 
     /// Attributes of an inode.

@@ -9,6 +9,7 @@ mod corruption;
 mod distribution;
 mod lab;
 mod roundtrip;
+mod run;
 mod slow_source;
 mod transport;
 mod util;

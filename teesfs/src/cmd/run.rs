@@ -1,0 +1,172 @@
+//! `teesfs run`: run a command (or a shell) in the execution environment, the node's "/"
+//! with the job's layer on top and a private place for writes.
+//!
+//! On a compute node the layer is the job's mount and writes land in a tmpfs that goes away
+//! with the command. On the login node, `--upper DIR` gives the user their own persistent
+//! layer instead: what they install or delete anywhere lands in DIR, which they publish.
+//! The mechanics are in `teesfs::runenv`.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use teesfs::runenv::{self, Outcome, RunSpec, Upper};
+
+use super::util;
+
+/// Arguments of `teesfs run`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  teesfs run -- python3 app.py             # on a node: the only job's layer over /
+  teesfs run --job 3f2a -- ./bin/solver    # a job by id (prefix of its directory name)
+  srun -N 128 teesfs run -- ./app          # under Slurm: the job pushed for $SLURM_JOB_ID
+  teesfs run --upper ~/layer               # login node: a shell whose changes land in ~/layer
+
+Inside, every top-level directory of / on the root file system is an overlay (the layer
+over the host's directory, writes to a tmpfs or to --upper); mount points such as /home,
+/scratch, /tmp, /run, /dev and /sys are the host's own, and /proc is new. The command runs as
+you, with no_new_privs, in new user, mount and PID namespaces; setuid bits give nothing.
+When it ends, every mount of the environment goes away and its exit status (or signal) is
+passed on.")]
+pub struct RunArgs {
+    /// The job whose layer to use: its id or a unique prefix (default: $TEESFS_JOB, then
+    /// the job pushed for $SLURM_JOB_ID, then the only job mounted on this node).
+    #[arg(long, value_name = "ID", conflicts_with = "layer")]
+    job: Option<String>,
+    /// Use this directory as the read-only layer instead of a job (e.g. a `teesfs mount`).
+    #[arg(long, value_name = "DIR")]
+    layer: Option<PathBuf>,
+    /// Keep writes in DIR (the user's own layer on the login node) instead of a tmpfs.
+    /// Without --job or --layer this is the login node's private environment.
+    #[arg(long, value_name = "DIR")]
+    upper: Option<PathBuf>,
+    /// Also bind this top-level directory from the host as it is (repeatable), like
+    /// /home and /tmp are (e.g. a site's /scratch on the root file system).
+    #[arg(long, value_name = "DIR")]
+    bind: Vec<PathBuf>,
+    /// Where the daemon mounts jobs.
+    #[arg(long, value_name = "DIR", default_value = "/run/teesfs/jobs")]
+    mount_root: PathBuf,
+    /// How long to wait for the job's layer to be mounted (the index may still be on its
+    /// way when the job is launched in advance).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    wait: Duration,
+    /// The command and its arguments (default: $SHELL).
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// Runs `teesfs run`; returns the process exit code (a signal is re-raised first).
+pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+    let layer = match (&args.layer, &args.job, &args.upper) {
+        (Some(l), _, _) => Some(l.clone()),
+        (None, None, Some(_)) => None,
+        (None, job, _) => Some(find_job(&args.mount_root, job.as_deref(), args.wait)?),
+    };
+    if let Some(u) = &args.upper {
+        std::fs::create_dir_all(u)
+            .with_context(|| format!("creating the upper directory {}", u.display()))?;
+    }
+    let command = if args.command.is_empty() {
+        vec![std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into())]
+    } else {
+        args.command.clone()
+    };
+    let spec = RunSpec {
+        layer,
+        upper: args.upper.clone().map_or(Upper::Tmpfs, Upper::Dir),
+        bind: args.bind.clone(),
+        command,
+        cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    let exe = std::env::current_exe().context("finding the teesfs binary")?;
+    match runenv::enter(&spec, &exe)? {
+        Outcome::Exited(c) => Ok(std::process::ExitCode::from(c.clamp(0, 255) as u8)),
+        Outcome::Signaled(s) => {
+            // Die of the same signal, so the shell or srun sees what the command saw.
+            if let Ok(sig) = nix::sys::signal::Signal::try_from(s) {
+                let _ = signal_hook::low_level::emulate_default_handler(sig as i32);
+            }
+            Ok(std::process::ExitCode::from((128 + s).clamp(0, 255) as u8))
+        }
+    }
+}
+
+/// The default job id from the environment: `$TEESFS_JOB`, else `$SLURM_JOB_ID` as pushed
+/// by the Slurm prolog (`teesfs push --job-id $SLURM_JOB_ID`).
+fn job_from_env() -> Option<String> {
+    if let Ok(j) = std::env::var("TEESFS_JOB")
+        && !j.is_empty()
+    {
+        return Some(j);
+    }
+    let slurm = std::env::var("SLURM_JOB_ID").ok()?;
+    let n: u64 = slurm.parse().ok()?;
+    Some(format!("{n:016x}"))
+}
+
+/// Finds the mount of `job` (or the default job) under `root`, waiting up to `wait` for it.
+fn find_job(root: &Path, job: Option<&str>, wait: Duration) -> anyhow::Result<PathBuf> {
+    let wanted = job.map(str::to_string).or_else(job_from_env);
+    let deadline = Instant::now() + wait;
+    loop {
+        let mounted = mounted_jobs(root);
+        let found: Vec<&PathBuf> = match &wanted {
+            Some(w) => mounted
+                .iter()
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(w.as_str()))
+                })
+                .collect(),
+            None => mounted.iter().collect(),
+        };
+        match (found.as_slice(), &wanted) {
+            ([one], _) => return Ok((*one).clone()),
+            ([], _) if Instant::now() < deadline => {}
+            ([], Some(w)) => bail!(
+                "no job {w:?} is mounted under {} after {} (is `teesfs daemon` running and \
+                 was the job pushed to this node? `teesfs status` lists jobs)",
+                root.display(),
+                util::duration(wait)
+            ),
+            ([], None) => bail!(
+                "no job is mounted under {} after {}; pass --job ID, or --upper DIR for the \
+                 login node's private environment",
+                root.display(),
+                util::duration(wait)
+            ),
+            (many, _) => bail!(
+                "{} jobs match under {}: {}; pass --job ID",
+                many.len(),
+                root.display(),
+                many.iter()
+                    .filter_map(|p| p.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Job directories under `root` that have a file system mounted on them.
+fn mounted_jobs(root: &Path) -> Vec<PathBuf> {
+    let Ok(root_md) = std::fs::metadata(root) else {
+        return Vec::new();
+    };
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.dev() != root_md.dev()))
+        .collect();
+    out.sort();
+    out
+}

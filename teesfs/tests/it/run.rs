@@ -1,0 +1,325 @@
+//! `teesfs run`: the execution environment. A command sees the layer (a real FUSE mount)
+//! over the host's "/", its writes stay in a tmpfs, a setuid file gives no privilege, the
+//! exit status and signals pass through, and nothing stays mounted. On the login node,
+//! `--upper DIR` captures installs and deletions, which publish and push carry to every node.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::cluster::Cluster;
+use crate::util::{Workspace, can_mount, teesfs_bin};
+
+/// An unprivileged uid without a passwd entry (nothing on the machine owns it).
+const USER: u32 = 4242;
+
+/// A directory on the host's root file system (not under /tmp or /home, which the
+/// environment binds as they are), removed on drop.
+struct HostDir(PathBuf);
+
+impl HostDir {
+    fn new(tag: &str) -> Self {
+        let p = PathBuf::from(format!("/opt/teesfs-it-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("host dir");
+        Self(p)
+    }
+}
+
+impl Drop for HostDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn mount_lines() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .map(|l| l.split(' ').nth(4).unwrap_or_default().to_string())
+        .collect()
+}
+
+/// `teesfs run ARGS -- sh -c SCRIPT` with its own temp dir (checked empty afterwards).
+fn run_sh(args: &[&str], script: &str, tmp: &Path, uid: Option<u32>) -> Output {
+    let mut c = Command::new(teesfs_bin());
+    c.arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .env("TMPDIR", tmp)
+        .current_dir("/");
+    if let Some(u) = uid {
+        c.uid(u).gid(u);
+    }
+    c.output().expect("run teesfs run")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn private_tmp(ws: &Workspace) -> PathBuf {
+    let t = ws.path().join("tmp");
+    std::fs::create_dir_all(&t).expect("tmp");
+    std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    t
+}
+
+fn assert_empty(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .expect("read tmp")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "teesfs run left {left:?} in {}",
+        dir.display()
+    );
+}
+
+/// A layer with a file under /opt, one under /usr/share and a setuid-root program.
+fn layer(ws: &Workspace, tag: &str) -> PathBuf {
+    let l = ws.path().join("layer");
+    let app = l.join(format!("opt/app-{tag}"));
+    std::fs::create_dir_all(&app).expect("layer");
+    std::fs::write(app.join("hello.txt"), "hello from the layer\n").expect("write");
+    let share = l.join(format!("usr/share/teesfs-it-{tag}"));
+    std::fs::create_dir_all(&share).expect("layer");
+    std::fs::write(share.join("data"), "shared\n").expect("write");
+    let suid = app.join("suid-id");
+    std::fs::copy("/usr/bin/id", &suid).expect("copy id");
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+    l
+}
+
+#[test]
+fn run_sees_the_layer_over_the_host_root_and_leaves_nothing_behind() {
+    if !can_mount() {
+        return;
+    }
+    let ws = Workspace::new();
+    let tag = format!("run{}", std::process::id());
+    let id = ws.publish(&layer(&ws, &tag));
+    let mnt = ws.mount(&id, "mnt", &[]);
+    let tmp = private_tmp(&ws);
+    let before = mount_lines();
+    let script = format!(
+        "cat /opt/app-{tag}/hello.txt && cat /usr/share/teesfs-it-{tag}/data \
+         && test -f /etc/os-release && test -x /bin/sh \
+         && echo written > /usr/share/teesfs-it-{tag}/new && cat /usr/share/teesfs-it-{tag}/new \
+         && echo $$ && test -d /proc/1 && grep -c . /proc/self/mountinfo >/dev/null"
+    );
+    let out = run_sh(
+        &["--layer", mnt.mountpoint.to_str().expect("utf8")],
+        &script,
+        &tmp,
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["hello from the layer", "shared", "written", "2"],
+        "layer files, host files and the write seen inside; the shell is pid 2 of a new \
+         PID namespace (init is 1)"
+    );
+    // The write stayed in the environment's tmpfs: neither the host nor the layer has it.
+    assert!(!Path::new(&format!("/usr/share/teesfs-it-{tag}")).exists());
+    assert!(
+        !mnt.mountpoint
+            .join(format!("usr/share/teesfs-it-{tag}/new"))
+            .exists()
+    );
+    assert_eq!(mount_lines(), before, "the environment's mounts are gone");
+    assert_empty(&tmp);
+}
+
+#[test]
+fn run_passes_exit_status_and_signals_through() {
+    let ws = Workspace::new();
+    let tmp = private_tmp(&ws);
+    let layer = ws.path().join("empty-layer");
+    std::fs::create_dir_all(&layer).expect("layer");
+    let l = ["--layer", layer.to_str().expect("utf8")];
+    let out = run_sh(&l, "exit 7", &tmp, None);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let out = run_sh(&l, "kill -TERM $$", &tmp, None);
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{out:?}");
+    let out = run_sh(&l, "true", &tmp, None);
+    assert!(out.status.success(), "{out:?}");
+
+    // A signal sent to `teesfs run` reaches the command.
+    let mut child = Command::new(teesfs_bin())
+        .args(["run", "--layer", layer.to_str().expect("utf8"), "--"])
+        .args([
+            "sh",
+            "-c",
+            "trap 'echo got-usr1; exit 3' USR1; echo ready; while :; do sleep 0.05; done",
+        ])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).expect("ready");
+    assert_eq!(line.trim(), "ready");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .expect("kill");
+    let status = child.wait().expect("wait");
+    line.clear();
+    std::io::BufRead::read_line(&mut stdout, &mut line).expect("read");
+    assert_eq!(line.trim(), "got-usr1");
+    assert_eq!(status.code(), Some(3));
+
+    let out = Command::new(teesfs_bin())
+        .args(["run", "--layer", layer.to_str().expect("utf8"), "--"])
+        .arg("/nonexistent/teesfs-it-command")
+        .env("TMPDIR", &tmp)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    assert!(text(&out.stderr).contains("/nonexistent/teesfs-it-command"));
+    assert_empty(&tmp);
+}
+
+#[test]
+fn run_gives_no_privilege_through_a_setuid_file_in_the_layer() {
+    if !can_mount() {
+        return;
+    }
+    let ws = Workspace::new();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let tag = format!("suid{}", std::process::id());
+    let id = ws.publish(&layer(&ws, &tag));
+    let mnt = ws.mount(&id, "mnt", &[]);
+    let tmp = private_tmp(&ws);
+    let suid = format!("/opt/app-{tag}/suid-id");
+    let md = std::fs::metadata(mnt.mountpoint.join(suid.trim_start_matches('/'))).expect("stat");
+    assert_eq!((md.mode() & 0o7777, md.uid()), (0o4755, 0), "setuid root in the mount");
+    let script = format!("stat -c '%a' {suid} && {suid} -u && {suid} -ru && id -u");
+    let out = run_sh(
+        &["--layer", mnt.mountpoint.to_str().expect("utf8")],
+        &script,
+        &tmp,
+        Some(USER),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    // The bit is there (so the test is not vacuous) and still gives nothing.
+    assert_eq!(lines[0], "4755", "the environment shows the setuid bit");
+    assert_eq!(
+        &lines[1..],
+        ["4242", "4242", "4242"],
+        "effective uid stays the user's"
+    );
+    assert_empty(&tmp);
+}
+
+#[test]
+fn login_environment_changes_reach_every_node() {
+    if !can_mount() {
+        return;
+    }
+    let cluster = Cluster::start(3, |_| Vec::new());
+    let ws = &cluster.ws;
+    let tmp = private_tmp(ws);
+    let tag = format!("up{}", std::process::id());
+    // A host file the user deletes in their environment, and a Debian package they install.
+    let host = HostDir::new(&tag);
+    std::fs::write(host.0.join("gone.txt"), "on the host\n").expect("host file");
+    let deb = build_deb(ws.path(), &tag);
+    let upper = ws.path().join("user-layer");
+    let pkg = format!("teesfs-it-{tag}");
+    let script = format!(
+        "dpkg -i {} >/dev/null && rm {}/gone.txt && /opt/{pkg}/hello",
+        deb.display(),
+        host.0.display()
+    );
+    let out = run_sh(
+        &["--upper", upper.to_str().expect("utf8")],
+        &script,
+        &tmp,
+        None,
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout).trim(), format!("hello from {pkg}"));
+    // The host is untouched; the layer holds the package and a whiteout for the deletion.
+    assert!(host.0.join("gone.txt").exists());
+    assert!(!Path::new(&format!("/opt/{pkg}")).exists());
+    let wh = std::fs::symlink_metadata(
+        upper
+            .join(host.0.strip_prefix("/").expect("abs"))
+            .join("gone.txt"),
+    )
+    .expect("whiteout in the user's layer");
+    assert!(wh.file_type().is_char_device() && wh.rdev() == 0, "{wh:?}");
+
+    let id = ws.publish(&upper);
+    let push = cluster
+        .push_cmd(&id, 3, &["--wait", "all"])
+        .output()
+        .expect("push");
+    assert!(push.status.success(), "{push:?}");
+    for i in 0..cluster.nodes.len() {
+        cluster.mount_of(i);
+        let jobs = cluster.nodes[i].dir.join("jobs");
+        let check = format!(
+            "/opt/{pkg}/hello && dpkg -s {pkg} | grep -c 'install ok installed' \
+             && if test -e {}/gone.txt; then echo present; else echo absent; fi",
+            host.0.display()
+        );
+        let out = run_sh(
+            &["--mount-root", jobs.to_str().expect("utf8")],
+            &check,
+            &tmp,
+            None,
+        );
+        assert!(out.status.success(), "node {i}: {out:?}");
+        assert_eq!(
+            text(&out.stdout).lines().collect::<Vec<_>>(),
+            [format!("hello from {pkg}").as_str(), "1", "absent"],
+            "node {i}"
+        );
+    }
+    assert_empty(&tmp);
+}
+
+/// A tiny Debian package installing `/opt/teesfs-it-<tag>/hello`.
+fn build_deb(dir: &Path, tag: &str) -> PathBuf {
+    let name = format!("teesfs-it-{tag}");
+    let root = dir.join("deb");
+    let bin = root.join(format!("opt/{name}"));
+    std::fs::create_dir_all(root.join("DEBIAN")).expect("deb dir");
+    std::fs::create_dir_all(&bin).expect("deb dir");
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        format!(
+            "Package: {name}\nVersion: 1.0\nArchitecture: all\n\
+             Maintainer: teesfs tests <tests@example.invalid>\nDescription: teesfs test package\n"
+        ),
+    )
+    .expect("control");
+    std::fs::write(
+        bin.join("hello"),
+        format!("#!/bin/sh\necho hello from {name}\n"),
+    )
+    .expect("hello");
+    std::fs::set_permissions(bin.join("hello"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let deb = dir.join(format!("{name}.deb"));
+    let out = Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-b"])
+        .arg(&root)
+        .arg(&deb)
+        .output()
+        .expect("dpkg-deb");
+    assert!(out.status.success(), "{out:?}");
+    deb
+}
