@@ -35,6 +35,8 @@ enum Command {
     Push(Box<cmd::push::PushArgs>),
     /// Push the layer a job spec (manifest.toml) names to the job's nodes.
     Prefetch(cmd::prefetch::PrefetchArgs),
+    /// Run a command once against a published layer and list what it used (the urgent set).
+    Record(cmd::record::RecordArgs),
     /// Run a command in the execution environment: the job's layer over "/", private writes.
     Run(cmd::run::RunArgs),
     /// Run the node daemon: receive jobs, mount them, relay to children.
@@ -78,6 +80,7 @@ fn main() -> std::process::ExitCode {
         Command::Plan(a) => cmd::plan::run(a),
         Command::Push(a) => cmd::push::run(*a),
         Command::Prefetch(a) => cmd::prefetch::run(a),
+        Command::Record(a) => cmd::record::run(a),
         Command::Run(a) => return exit_code(cmd::run::run(a)),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),

@@ -11,6 +11,7 @@ pub mod plan;
 pub mod prefetch;
 pub mod publish;
 pub mod push;
+pub mod record;
 pub mod run;
 pub mod sim;
 pub mod status;

@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
@@ -22,6 +22,7 @@ use manifest::{EntryKind, FileData};
 
 use super::FsError;
 use super::data::Data;
+use super::record::{Access, Recorder};
 use super::tree::{Attr, Ino, NodeKind, Tree};
 
 /// File handles with this bit set were opened for passthrough.
@@ -50,6 +51,7 @@ pub struct LayerFs {
     backing: BackingMap,
     next_fh: AtomicU64,
     ttl: Duration,
+    recorder: Option<Arc<Recorder>>,
 }
 
 fn err(e: &FsError) -> Errno {
@@ -62,6 +64,27 @@ fn file_type(k: NodeKind) -> FileType {
         NodeKind::File => FileType::RegularFile,
         NodeKind::Symlink => FileType::Symlink,
         NodeKind::Whiteout => FileType::CharDevice,
+    }
+}
+
+/// The attributes of a negative lookup answer: inode 0 tells the kernel "no such name".
+fn negative_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
     }
 }
 
@@ -119,7 +142,14 @@ impl LayerFs {
             next_fh: AtomicU64::new(1),
             // The layer is immutable: the kernel may cache names and attributes for good.
             ttl: Duration::from_secs(365 * 24 * 3600),
+            recorder: None,
         }
+    }
+
+    /// Records opens and failed lookups into `recorder` (`teesfs record`).
+    pub fn with_recorder(mut self, recorder: Option<Arc<Recorder>>) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     fn passthrough_candidate(&self, ino: Ino) -> Option<PassthroughConfig> {
@@ -163,6 +193,15 @@ impl Filesystem for LayerFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.tree.lookup(Ino(parent.0), name.as_bytes()) {
             Ok(a) => reply.entry(&self.ttl, &to_fuse(&a), Generation(0)),
+            Err(FsError::NotFound) => {
+                if let Some(r) = &self.recorder {
+                    r.note(Access::Absent(Ino(parent.0), name.as_bytes().into()));
+                }
+                // A name the layer lacks is answered from the index alone, and the kernel
+                // may remember the answer (inode 0 = a cached negative entry): the loader's
+                // and Python's path probing never waits on the network, nor asks twice.
+                reply.entry(&self.ttl, &negative_entry(), Generation(0));
+            }
             Err(e) => reply.error(err(&e)),
         }
     }
@@ -192,6 +231,9 @@ impl Filesystem for LayerFs {
         }
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             return reply.error(err(&FsError::ReadOnly));
+        }
+        if let Some(r) = &self.recorder {
+            r.note(Access::Opened(ino));
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let Some(cfg) = self.passthrough_candidate(ino) else {

@@ -5,10 +5,12 @@
 //!   cache, one in-flight fetch per chunk, and materialised files for passthrough.
 //! - [`fuse`]: the thin fuser adapter; the only place that speaks errno.
 //! - [`mount`](mod@mount): mounting, options, and clean unmount on signals.
+//! - [`record`]: what a program opens and probes, for `teesfs record`.
 
 pub mod data;
 pub mod fuse;
 pub mod mount;
+pub mod record;
 pub mod tree;
 
 /// Why a filesystem request failed. Mapped to errno in exactly one place ([`FsError::errno`]).

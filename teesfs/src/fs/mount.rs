@@ -23,6 +23,8 @@ pub struct MountConfig {
     pub passthrough: Option<PassthroughConfig>,
     /// FUSE worker threads.
     pub threads: usize,
+    /// Record opens and failed lookups (`teesfs record`).
+    pub recorder: Option<Arc<crate::fs::record::Recorder>>,
 }
 
 impl Default for MountConfig {
@@ -31,6 +33,7 @@ impl Default for MountConfig {
             cache_bytes: 256 << 20,
             passthrough: None,
             threads: 4,
+            recorder: None,
         }
     }
 }
@@ -133,7 +136,8 @@ pub fn mount(
         rt.handle().clone(),
         cfg.passthrough.clone(),
         passthrough_on.clone(),
-    );
+    )
+    .with_recorder(cfg.recorder.clone());
     let root = nix::unistd::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![

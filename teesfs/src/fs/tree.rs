@@ -138,6 +138,11 @@ impl Tree {
         &self.index
     }
 
+    /// The path of an inode relative to the layer root (empty for the root).
+    pub fn path(&self, ino: Ino) -> Result<Vec<u8>, FsError> {
+        Ok(self.index.path_of(self.entry(ino)?))
+    }
+
     /// Entry number for an inode, checked.
     pub fn entry(&self, ino: Ino) -> Result<EntryIdx, FsError> {
         ino.entry()

@@ -201,7 +201,11 @@ fn run_gives_no_privilege_through_a_setuid_file_in_the_layer() {
     let tmp = private_tmp(&ws);
     let suid = format!("/opt/app-{tag}/suid-id");
     let md = std::fs::metadata(mnt.mountpoint.join(suid.trim_start_matches('/'))).expect("stat");
-    assert_eq!((md.mode() & 0o7777, md.uid()), (0o4755, 0), "setuid root in the mount");
+    assert_eq!(
+        (md.mode() & 0o7777, md.uid()),
+        (0o4755, 0),
+        "setuid root in the mount"
+    );
     let script = format!("stat -c '%a' {suid} && {suid} -u && {suid} -ru && id -u");
     let out = run_sh(
         &["--layer", mnt.mountpoint.to_str().expect("utf8")],
@@ -322,4 +326,144 @@ fn build_deb(dir: &Path, tag: &str) -> PathBuf {
         .expect("dpkg-deb");
     assert!(out.status.success(), "{out:?}");
     deb
+}
+
+/// A small Python application: a main script importing a package (with a submodule) and a
+/// module that sits in the last of several search directories, plus files it never uses.
+fn python_app(root: &Path, tag: &str) -> PathBuf {
+    let app = root.join(format!("opt/app-{tag}"));
+    for d in ["lib0", "lib1", "lib2", "pkg_a", "unused"] {
+        std::fs::create_dir_all(app.join(d)).expect("mkdir");
+    }
+    std::fs::write(
+        app.join("main.py"),
+        format!(
+            "import sys\nsys.path[:0] = ['/opt/app-{tag}/lib0', '/opt/app-{tag}/lib1', \
+             '/opt/app-{tag}/lib2', '/opt/app-{tag}']\nimport pkg_a\nimport mymod\n\
+             print('answer', pkg_a.VALUE + mymod.VALUE)\n"
+        ),
+    )
+    .expect("main");
+    std::fs::write(app.join("pkg_a/__init__.py"), "from .sub import VALUE\n").expect("pkg");
+    std::fs::write(app.join("pkg_a/sub.py"), "VALUE = 40\n").expect("sub");
+    std::fs::write(app.join("lib2/mymod.py"), "VALUE = 2\n").expect("mymod");
+    std::fs::write(app.join("unused/never.py"), "raise SystemExit(1)\n").expect("unused");
+    std::fs::write(app.join("unused/data.bin"), crate::util::noise(6 << 20, 3)).expect("data");
+    app
+}
+
+#[test]
+fn record_lists_the_modules_a_python_application_imports_in_order() {
+    if !can_mount() {
+        return;
+    }
+    let ws = Workspace::new();
+    let tmp = private_tmp(&ws);
+    let tag = format!("rec{}", std::process::id());
+    let layer = ws.path().join("layer");
+    python_app(&layer, &tag);
+    let id = ws.publish(&layer);
+    let list = ws.path().join("urgent.list");
+    let out = Command::new(teesfs_bin())
+        .args(["record", "--store"])
+        .arg(ws.store())
+        .args(["--index", &id, "--trust"])
+        .arg(ws.pubkey())
+        .arg("-o")
+        .arg(&list)
+        .args(["--", "python3", &format!("/opt/app-{tag}/main.py")])
+        .env("TMPDIR", &tmp)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("record");
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).contains("answer 42"), "{out:?}");
+    let listed = std::fs::read_to_string(&list).expect("list");
+    let files: Vec<&str> = listed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('!'))
+        .collect();
+    let p = |f: &str| format!("opt/app-{tag}/{f}");
+    assert_eq!(
+        files,
+        [
+            p("main.py"),
+            p("pkg_a/__init__.py"),
+            p("pkg_a/sub.py"),
+            p("lib2/mymod.py")
+        ],
+        "{listed}"
+    );
+    assert!(!listed.contains("unused"), "{listed}");
+    assert_empty(&tmp);
+}
+
+#[test]
+fn absent_names_never_cause_demand_requests_and_early_opens_wait_for_their_data() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |_| Vec::new());
+    let tmp = private_tmp(&c.ws);
+    let tag = format!("neg{}", std::process::id());
+    let layer = c.ws.path().join("layer");
+    let app = python_app(&layer, &tag);
+    let id = c.ws.publish(&layer);
+    // Urgent: the application's code; the 6 MiB of data streams afterwards at 1 MiB/s.
+    let mut push = c
+        .push_cmd(
+            &id,
+            2,
+            &[
+                "--urgent",
+                &format!("opt/app-{tag}/*.py"),
+                "--urgent",
+                &format!("opt/app-{tag}/*/*.py"),
+                "--rate-limit",
+                "1MiB",
+            ],
+        )
+        .spawn()
+        .expect("push");
+    let leaf = 1;
+    let jobs = c.nodes[leaf].dir.join("jobs");
+    let jobs = jobs.to_str().expect("utf8");
+    // Launch in advance: `teesfs run` waits for the job's mount, then starts at once.
+    let probe = format!(
+        "python3 /opt/app-{tag}/main.py && for i in $(seq 200); do \
+         test -e /opt/app-{tag}/lib0/libnothere$i.so && exit 9; \
+         test -e /opt/app-{tag}/nothere$i/x && exit 9; done; echo probed"
+    );
+    let out = run_sh(&["--mount-root", jobs], &probe, &tmp, None);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        ["answer 42", "probed"]
+    );
+    let st = c.status(leaf);
+    let job = &st["jobs"][0];
+    assert!(
+        job["have"].as_u64() < job["chunks"].as_u64(),
+        "the data must still be streaming for this to test anything: {st}"
+    );
+    assert_eq!(
+        job["counters"]["wants_sent"].as_u64(),
+        Some(0),
+        "a lookup of an absent name (or of code that had arrived) asked the parent: {st}"
+    );
+    // A file of the hysteretic set opened early just waits for its data.
+    let out = run_sh(
+        &["--mount-root", jobs],
+        &format!("sha256sum < /opt/app-{tag}/unused/data.bin"),
+        &tmp,
+        None,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let want = Command::new("sha256sum")
+        .stdin(std::fs::File::open(app.join("unused/data.bin")).expect("data"))
+        .output()
+        .expect("sha256sum");
+    assert_eq!(text(&out.stdout), text(&want.stdout));
+    assert!(push.wait().expect("push").success());
+    assert_empty(&tmp);
 }
