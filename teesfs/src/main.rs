@@ -43,10 +43,42 @@ enum Command {
     Daemon(cmd::daemon::DaemonArgs),
     /// Show what a running daemon holds and does.
     Status(cmd::status::StatusArgs),
+    /// End a job on this node: unmount it and stop relaying it (the Slurm epilog).
+    Release(cmd::status::ReleaseArgs),
     /// Simulate deployments at scale with the shipping relay state machine.
     Sim(cmd::sim::SimArgs),
     /// An emulated cluster on this machine: namespaces, shaped links, real daemons.
     Lab(cmd::lab::LabArgs),
+    /// Write man pages and shell completions (used by packaging).
+    #[command(hide = true)]
+    GenerateDocs(GenerateArgs),
+}
+
+/// Arguments of the hidden `generate-docs` command.
+#[derive(Debug, clap::Args)]
+struct GenerateArgs {
+    /// Directory for man pages (teesfs.1, teesfs-<command>.1, ...).
+    #[arg(long, value_name = "DIR")]
+    man: std::path::PathBuf,
+    /// Directory for completions (teesfs.bash, _teesfs, teesfs.fish).
+    #[arg(long, value_name = "DIR")]
+    completions: std::path::PathBuf,
+}
+
+/// Writes the man pages and completions generated from the command line definition.
+fn generate_docs(a: GenerateArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    std::fs::create_dir_all(&a.man).context("creating the man page directory")?;
+    std::fs::create_dir_all(&a.completions).context("creating the completions directory")?;
+    let cmd = Cli::command();
+    clap_mangen::generate_to(cmd.clone(), &a.man).context("writing man pages")?;
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        clap_complete::generate_to(shell, &mut cmd.clone(), "teesfs", &a.completions)
+            .with_context(|| format!("writing {shell} completions"))?;
+    }
+    Ok(())
 }
 
 fn main() -> std::process::ExitCode {
@@ -84,8 +116,10 @@ fn main() -> std::process::ExitCode {
         Command::Run(a) => return exit_code(cmd::run::run(a)),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Release(a) => cmd::status::release(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Lab(a) => cmd::lab::run(a),
+        Command::GenerateDocs(a) => generate_docs(a),
     };
     exit_code(result.map(|()| std::process::ExitCode::SUCCESS))
 }

@@ -34,6 +34,10 @@ pub struct PrefetchArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// Use this number as the job id (the Slurm prolog passes $SLURM_JOB_ID); see
+    /// `teesfs push --help`.
+    #[arg(long, value_name = "N")]
+    job_id: Option<u64>,
 }
 
 /// Turns a spec into push arguments.
@@ -97,6 +101,7 @@ fn push_args(
         shared_store: spec.network.shared_store.clone(),
         rate_limit: None,
         quiet: args.quiet,
+        job_id: args.job_id,
     })
 }
 

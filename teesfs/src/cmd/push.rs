@@ -90,6 +90,11 @@ pub struct PushArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Use this number as the job id (e.g. $SLURM_JOB_ID, as the Slurm prolog does), so
+    /// nodes mount the layer at /run/teesfs/jobs/<id as 16 hex digits>, where `teesfs run`
+    /// and `teesfs release` find it from $SLURM_JOB_ID. Default: a fresh random id.
+    #[arg(long, value_name = "N")]
+    pub job_id: Option<u64>,
 }
 
 fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
@@ -175,19 +180,21 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
                 args.identity.display()
             )
         })?;
-    let job = JobId(u64::from_be_bytes(
-        blake3::hash(
-            &[
-                &index_id.0[..],
-                &std::process::id().to_be_bytes(),
-                &now_nanos().to_be_bytes(),
-            ]
-            .concat(),
+    let job = JobId(args.job_id.unwrap_or_else(|| {
+        u64::from_be_bytes(
+            blake3::hash(
+                &[
+                    &index_id.0[..],
+                    &std::process::id().to_be_bytes(),
+                    &now_nanos().to_be_bytes(),
+                ]
+                .concat(),
+            )
+            .as_bytes()[..8]
+                .try_into()
+                .expect("8 bytes"),
         )
-        .as_bytes()[..8]
-            .try_into()
-            .expect("8 bytes"),
-    ));
+    }));
     let timing = Timing {
         heartbeat_ms: args.heartbeat.as_millis().clamp(10, u32::MAX as u128) as u32,
         deadline_ms: args.deadline.as_millis().clamp(50, u32::MAX as u128) as u32,

@@ -92,3 +92,46 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Arguments of `teesfs release`.
+#[derive(Debug, clap::Args)]
+pub struct ReleaseArgs {
+    /// The job to end on this node: its id or a unique prefix (default: the job pushed for
+    /// $SLURM_JOB_ID, as the Slurm epilog uses it).
+    #[arg(long, value_name = "ID")]
+    job: Option<String>,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/teesfs/daemon.sock")]
+    control: PathBuf,
+}
+
+/// Runs `teesfs release`: the daemon unmounts the job and stops relaying it.
+pub fn release(args: ReleaseArgs) -> anyhow::Result<()> {
+    let job = match args.job {
+        Some(j) => j,
+        None => match std::env::var("SLURM_JOB_ID")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            Some(n) => format!("{n:016x}"),
+            None => anyhow::bail!("which job? pass --job ID (`teesfs status` lists them)"),
+        },
+    };
+    let mut s = UnixStream::connect(&args.control).with_context(|| {
+        format!(
+            "no daemon answers at {} (is `teesfs daemon` running? pass --control)",
+            args.control.display()
+        )
+    })?;
+    s.write_all(format!("release {job}\n").as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    let v: serde_json::Value = serde_json::from_str(&line).context("daemon reply is not JSON")?;
+    match v["released"].as_str() {
+        Some(id) => {
+            println!("released job {id}");
+            Ok(())
+        }
+        None => anyhow::bail!("{}", v["error"].as_str().unwrap_or("the daemon refused")),
+    }
+}

@@ -193,9 +193,14 @@ impl Daemon {
         let (r, mut w) = stream.into_split();
         let mut lines = BufReader::new(r).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            let reply = match line.trim() {
-                "status" => serde_json::to_string(&self.status()),
-                other => Ok(serde_json::json!({ "error": format!("unknown command {other:?}; try `status`") }).to_string()),
+            let line = line.trim();
+            let reply = match line.split_once(' ') {
+                None if line == "status" => serde_json::to_string(&self.status()),
+                Some(("release", job)) => Ok(self.release(job.trim()).await.to_string()),
+                _ => Ok(serde_json::json!({
+                    "error": format!("unknown command {line:?}; try `status` or `release JOB`")
+                })
+                .to_string()),
             }
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
             if w.write_all(reply.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
@@ -245,15 +250,43 @@ impl Daemon {
         }
     }
 
+    /// Ends a job on this node (the Slurm epilog's `teesfs release`): stops relaying it,
+    /// unmounts it and removes its mountpoint. Chunks stay in the store for later jobs.
+    /// `job` is the job id or a unique prefix of it.
+    async fn release(&self, job: &str) -> serde_json::Value {
+        let found: Vec<JobId> = lock(&self.jobs)
+            .keys()
+            .filter(|j| !job.is_empty() && j.to_string().starts_with(job))
+            .copied()
+            .collect();
+        let id = match found.as_slice() {
+            [one] => *one,
+            [] => return serde_json::json!({ "error": format!("no job {job:?} on this node") }),
+            _ => {
+                return serde_json::json!({ "error": format!("{job:?} matches {} jobs", found.len()) });
+            }
+        };
+        let Some(j) = lock(&self.jobs).remove(&id) else {
+            return serde_json::json!({ "error": format!("job {id} ended meanwhile") });
+        };
+        tracing::info!(job = %id, "releasing job");
+        Self::teardown(j).await;
+        serde_json::json!({ "released": id.to_string() })
+    }
+
+    async fn teardown(j: Arc<NodeJob>) {
+        j.core.close();
+        let m = lock(&j.mounted).take();
+        if let Some(m) = m {
+            let _ = tokio::task::spawn_blocking(move || drop(m)).await;
+        }
+        let _ = std::fs::remove_dir(&j.mountpoint);
+    }
+
     async fn shutdown(&self) {
         let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs).drain().map(|(_, j)| j).collect();
         for j in jobs {
-            j.core.close();
-            let m = lock(&j.mounted).take();
-            if let Some(m) = m {
-                let _ = tokio::task::spawn_blocking(move || drop(m)).await;
-            }
-            let _ = std::fs::remove_dir(&j.mountpoint);
+            Self::teardown(j).await;
         }
         self.peers.close();
         let _ = std::fs::remove_file(&self.cfg.control);

@@ -8,6 +8,7 @@ mod cluster;
 mod corruption;
 mod distribution;
 mod lab;
+mod packaging;
 mod roundtrip;
 mod run;
 mod slow_source;

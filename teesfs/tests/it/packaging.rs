@@ -1,0 +1,75 @@
+//! The Debian package: `scripts/package.sh` builds it from the test binary, and it installs
+//! into a throwaway node root (`teesfs run`'s overlay over "/" with a tmpfs for writes),
+//! with the binary, the systemd unit, the default config, the Slurm scripts, man pages and
+//! completions where Debian expects them. The host is untouched.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::util::{Workspace, teesfs_bin};
+
+const INSTALLED: &[&str] = &[
+    "/usr/bin/teesfs",
+    "/lib/systemd/system/teesfs-daemon.service",
+    "/etc/teesfs/daemon.env",
+    "/etc/teesfs/cluster",
+    "/etc/teesfs/trusted",
+    "/usr/share/teesfs/slurm/prolog-slurmctld.sh",
+    "/usr/share/teesfs/slurm/epilog.sh",
+    "/usr/share/man/man1/teesfs.1.gz",
+    "/usr/share/man/man1/teesfs-run.1.gz",
+    "/usr/share/bash-completion/completions/teesfs",
+    "/usr/share/zsh/vendor-completions/_teesfs",
+];
+
+#[test]
+fn the_debian_package_installs_into_a_clean_node_root() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: installing a package needs root (CI runs as root)");
+        return;
+    }
+    let ws = Workspace::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("bash")
+        .arg(repo.join("scripts/package.sh"))
+        .args(["--binary", teesfs_bin(), "--compression", "none", "--out"])
+        .arg(ws.path())
+        .output()
+        .expect("package.sh");
+    assert!(out.status.success(), "{out:?}");
+    let deb = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(deb.ends_with(".deb") && Path::new(&deb).exists(), "{deb}");
+
+    let host_before: Vec<bool> = INSTALLED.iter().map(|p| Path::new(p).exists()).collect();
+    let checks: Vec<String> = INSTALLED.iter().map(|p| format!("test -e {p}")).collect();
+    let script = format!(
+        "dpkg -i {deb} >/dev/null && {} && /usr/bin/teesfs --version \
+         && dpkg -s teesfs | grep -c 'install ok installed' \
+         && zcat /usr/share/man/man1/teesfs-run.1.gz | grep -c 'teesfs\\\\-run' >/dev/null \
+         && grep -q 'teesfs daemon' /lib/systemd/system/teesfs-daemon.service \
+         && dpkg -r teesfs >/dev/null && test ! -e /usr/bin/teesfs && echo removed",
+        checks.join(" && ")
+    );
+    let tmp = ws.path().join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    std::fs::create_dir_all(ws.path().join("empty")).expect("empty layer");
+    let out = Command::new(teesfs_bin())
+        .args(["run", "--layer"])
+        .arg(ws.path().join("empty"))
+        .args(["--", "sh", "-c", &script])
+        .env("TMPDIR", &tmp)
+        .current_dir("/")
+        .output()
+        .expect("teesfs run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("teesfs "), "{stdout}");
+    assert_eq!(&lines[1..], ["1", "removed"], "{stdout}");
+    let host_after: Vec<bool> = INSTALLED.iter().map(|p| Path::new(p).exists()).collect();
+    assert_eq!(host_before, host_after, "the host's files did not change");
+}
