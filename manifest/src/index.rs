@@ -70,7 +70,8 @@ pub struct Meta {
 pub struct EntryFlags(pub u8);
 
 impl EntryFlags {
-    /// The entry belongs to the urgent set (needed to start the application).
+    /// The entry belongs to the urgent set (needed to start the application). Always
+    /// equal to the entry being in [`Index::urgent`], which also gives the order.
     pub const URGENT: u8 = 1;
     /// All flag bits this version knows.
     pub const KNOWN: u8 = Self::URGENT;
@@ -181,9 +182,32 @@ pub struct Index {
     pub chunks: Vec<ChunkInfo>,
     /// Entries; parents always come before their children.
     pub entries: Vec<Entry>,
+    /// The urgent set in the order it is needed (the access order when it was recorded,
+    /// the load order of a dependency analysis): distinct entries, each with the
+    /// [`EntryFlags::URGENT`] flag, and no other entry has the flag. Set it with
+    /// [`Index::set_urgent`] to keep the two in step.
+    pub urgent: Vec<EntryIdx>,
 }
 
 impl Index {
+    /// Makes `list` the ordered urgent set: clears every entry's urgent flag, then flags
+    /// the listed entries. Later repeats of an entry are dropped (the first position wins).
+    ///
+    /// Panics if an entry index is out of range (callers pass indexes of this index).
+    pub fn set_urgent(&mut self, list: impl IntoIterator<Item = EntryIdx>) {
+        for e in &mut self.entries {
+            e.flags.0 &= !EntryFlags::URGENT;
+        }
+        self.urgent.clear();
+        for idx in list {
+            let flags = &mut self.entries[idx.get()].flags;
+            if !flags.urgent() {
+                flags.0 |= EntryFlags::URGENT;
+                self.urgent.push(idx);
+            }
+        }
+    }
+
     /// The entry at `idx`.
     pub fn entry(&self, idx: EntryIdx) -> &Entry {
         &self.entries[idx.get()]

@@ -301,6 +301,7 @@ mod tests {
                     },
                 ),
             ],
+            urgent: vec![],
         })
     }
 
