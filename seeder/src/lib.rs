@@ -5,8 +5,11 @@
 //!   and in shared-storage mode what nodes read directly).
 //! - [`publish`](mod@publish): turning a directory into chunks plus a signed index.
 //!
-//! Dependency analysis and push orchestration come later; nothing here talks to the network.
+//! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
+//!
+//! Nothing here talks to the network.
 
+pub mod deps;
 mod error;
 pub mod publish;
 pub mod store;
