@@ -15,5 +15,5 @@ pub mod publish;
 pub mod store;
 
 pub use error::Error;
-pub use publish::{Published, publish};
+pub use publish::{Published, publish, publish_with_urgent};
 pub use store::DirStore;
