@@ -9,6 +9,10 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+# Dependency-analysis tests: real programs (/usr/bin/curl, /usr/bin/python3) and gcc.
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+[ -x /usr/bin/curl ] || need+=(curl)
+[ -x /usr/bin/python3 ] || need+=(python3)
 if [ "${TEESFS_NEED_PIP:-0}" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
     need+=(python3-pip)
 fi

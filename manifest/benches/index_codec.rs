@@ -158,6 +158,7 @@ fn layer(inline_share: u64) -> Index {
         chunk_size: CHUNK,
         chunks,
         entries,
+        urgent: Vec::new(),
     }
 }
 

@@ -387,9 +387,68 @@ pub fn build(
             chunk_size: opts.chunk_size,
             chunks,
             entries,
+            urgent: Vec::new(),
         },
         report,
     ))
+}
+
+/// Makes `paths` the index's ordered urgent set (see [`Index::urgent`]).
+///
+/// Each path is relative to the layer root (a leading `/` is allowed and means the same),
+/// in the order the files are needed; a path named again keeps its first position. Every
+/// path must name an entry of the index, through directories only (a symlinked directory
+/// in the middle is refused, list the path behind it): an unknown path is an error naming
+/// the missing part, never silently dropped.
+pub fn set_urgent_paths<P: AsRef<Path>>(index: &mut Index, paths: &[P]) -> Result<(), Error> {
+    use std::collections::hash_map::Entry as Slot;
+    use std::path::Component;
+    let mut children: HashMap<(u32, &[u8]), u32> = HashMap::with_capacity(index.entries.len());
+    for (i, e) in index.entries.iter().enumerate().skip(1) {
+        if let Slot::Vacant(v) = children.entry((e.parent.0, &e.name[..])) {
+            v.insert(i as u32);
+        }
+    }
+    let mut list = Vec::with_capacity(paths.len());
+    for path in paths {
+        let path = path.as_ref();
+        let bad = |reason: String| Error::UnknownUrgentPath {
+            path: path.display().to_string(),
+            reason,
+        };
+        let mut cur = 0u32;
+        let mut walked = PathBuf::new();
+        for c in path.components() {
+            let name = match c {
+                Component::RootDir | Component::CurDir => continue,
+                Component::Normal(n) => n,
+                Component::ParentDir | Component::Prefix(_) => {
+                    return Err(bad("`..` is not allowed in a layer path".into()));
+                }
+            };
+            match index.entries[cur as usize].kind {
+                EntryKind::Dir => {}
+                EntryKind::Symlink { .. } => {
+                    return Err(bad(format!(
+                        "{} is a symlink; list the path behind it",
+                        walked.display()
+                    )));
+                }
+                _ => return Err(bad(format!("{} is not a directory", walked.display()))),
+            }
+            walked.push(name);
+            cur = *children
+                .get(&(cur, name.as_bytes()))
+                .ok_or_else(|| bad(format!("no entry {}", walked.display())))?;
+        }
+        if cur == 0 {
+            return Err(bad("the layer root itself cannot be urgent".into()));
+        }
+        list.push(EntryIdx(cur));
+    }
+    drop(children);
+    index.set_urgent(list);
+    Ok(())
 }
 
 fn process(

@@ -2,7 +2,11 @@
 //! references as table positions) and its strict decoder.
 //!
 //! Layout: magic `TEESIDX` + version byte; chunk size; chunk table (id, plain length,
-//! stored length); entry table (parent, name, kind, flags, metadata, kind payload).
+//! stored length); entry table (parent, name, kind, flags, metadata, kind payload);
+//! since version 2, the ordered urgent list (count, then entry positions).
+//!
+//! Version 1 (no urgent list) still decodes: its list is the flagged entries in entry
+//! order, which is what version 1 meant. The encoder always writes version 2.
 //! The decoder checks every field against [`Limits`] and the tree invariants before it
 //! returns, so consumers can index without further checks.
 
@@ -14,7 +18,9 @@ use crate::index::{
 use crate::wire::{Reader, Writer};
 
 const MAGIC: &[u8; 7] = b"TEESIDX";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The first version, without the urgent list.
+const VERSION_1: u8 = 1;
 
 const KIND_DIR: u8 = 0;
 const KIND_FILE: u8 = 1;
@@ -77,7 +83,60 @@ pub(crate) fn encode(index: &Index) -> Vec<u8> {
             EntryKind::Symlink { target } => w.bytes(target),
         }
     }
+    w.varint(index.urgent.len() as u64);
+    for e in &index.urgent {
+        w.varint(u64::from(e.0));
+    }
     w.buf
+}
+
+/// Reads the ordered urgent list (version 2) and checks it against the entries' flags:
+/// every position names an existing entry, no entry twice, and exactly the flagged
+/// entries are listed.
+fn decode_urgent(
+    r: &mut Reader<'_>,
+    entries: &[Entry],
+    limits: &Limits,
+) -> Result<Vec<EntryIdx>, Error> {
+    let n_entries = entries.len() as u64;
+    let count = r.bounded("urgent list length", limits.max_entries.min(n_entries))?;
+    // Each position takes at least one byte.
+    if count > r.remaining() as u64 {
+        return Err(Error::Truncated("urgent list"));
+    }
+    let mut seen = vec![false; entries.len()];
+    let mut list = Vec::with_capacity(count as usize);
+    for position in 0..count {
+        let entry = r.varint("urgent list entry")?;
+        let bad = |reason: String| Error::BadUrgentList {
+            position,
+            entry,
+            reason,
+        };
+        if entry >= n_entries {
+            return Err(bad(format!("the index has {n_entries} entries")));
+        }
+        if std::mem::replace(&mut seen[entry as usize], true) {
+            return Err(bad("listed twice".into()));
+        }
+        if !entries[entry as usize].flags.urgent() {
+            return Err(bad("the entry is not flagged urgent".into()));
+        }
+        list.push(EntryIdx(entry as u32));
+    }
+    let flagged = entries.iter().filter(|e| e.flags.urgent()).count() as u64;
+    if flagged != count {
+        let (i, _) = entries
+            .iter()
+            .enumerate()
+            .find(|(i, e)| e.flags.urgent() && !seen[*i])
+            .expect("more flagged entries than listed ones, so one is unlisted");
+        return Err(Error::BadEntry {
+            entry: i as u64,
+            reason: "flagged urgent but missing from the urgent list".into(),
+        });
+    }
+    Ok(list)
 }
 
 fn check_name(entry: u64, name: &[u8], limits: &Limits) -> Result<(), Error> {
@@ -153,7 +212,7 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
         return Err(Error::BadMagic { what: "index" });
     }
     let version = r.u8("version")?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_1 {
         return Err(Error::UnsupportedVersion {
             what: "index",
             version,
@@ -372,6 +431,14 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
             kind,
         });
     }
+    let urgent = if version == VERSION_1 {
+        (0..entries.len() as u32)
+            .map(EntryIdx)
+            .filter(|&i| entries[i.get()].flags.urgent())
+            .collect()
+    } else {
+        decode_urgent(&mut r, &entries, limits)?
+    };
     if r.remaining() != 0 {
         return Err(Error::TrailingBytes(r.remaining()));
     }
@@ -383,6 +450,7 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
         chunk_size,
         chunks,
         entries,
+        urgent,
     })
 }
 
@@ -411,6 +479,7 @@ mod tests {
             chunk_size: 4096,
             chunks: vec![],
             entries,
+            urgent: vec![],
         }
     }
 

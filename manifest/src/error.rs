@@ -100,6 +100,24 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The ordered urgent list names a missing entry, one entry twice, or an unflagged one.
+    #[error("urgent list position {position}: entry {entry}: {reason}")]
+    BadUrgentList {
+        /// Position in the list.
+        position: u64,
+        /// The entry it names.
+        entry: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A path given as urgent is not in the layer.
+    #[error("urgent path {path:?} is not in the layer: {reason}")]
+    UnknownUrgentPath {
+        /// The path as given.
+        path: String,
+        /// Which part is missing or why it cannot be used.
+        reason: String,
+    },
     /// The chunk table is inconsistent.
     #[error("chunk table entry {chunk}: {reason}")]
     BadChunkTable {

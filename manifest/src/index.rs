@@ -70,7 +70,8 @@ pub struct Meta {
 pub struct EntryFlags(pub u8);
 
 impl EntryFlags {
-    /// The entry belongs to the urgent set (needed to start the application).
+    /// The entry belongs to the urgent set (needed to start the application). Always
+    /// equal to the entry being in [`Index::urgent`], which also gives the order.
     pub const URGENT: u8 = 1;
     /// An overlay whiteout (an empty file entry): the name is deleted in this layer, and
     /// lower layers' entries of that name are hidden. Shown as the character device 0/0
@@ -197,9 +198,32 @@ pub struct Index {
     pub chunks: Vec<ChunkInfo>,
     /// Entries; parents always come before their children.
     pub entries: Vec<Entry>,
+    /// The urgent set in the order it is needed (the access order when it was recorded,
+    /// the load order of a dependency analysis): distinct entries, each with the
+    /// [`EntryFlags::URGENT`] flag, and no other entry has the flag. Set it with
+    /// [`Index::set_urgent`] to keep the two in step.
+    pub urgent: Vec<EntryIdx>,
 }
 
 impl Index {
+    /// Makes `list` the ordered urgent set: clears every entry's urgent flag, then flags
+    /// the listed entries. Later repeats of an entry are dropped (the first position wins).
+    ///
+    /// Panics if an entry index is out of range (callers pass indexes of this index).
+    pub fn set_urgent(&mut self, list: impl IntoIterator<Item = EntryIdx>) {
+        for e in &mut self.entries {
+            e.flags.0 &= !EntryFlags::URGENT;
+        }
+        self.urgent.clear();
+        for idx in list {
+            let flags = &mut self.entries[idx.get()].flags;
+            if !flags.urgent() {
+                flags.0 |= EntryFlags::URGENT;
+                self.urgent.push(idx);
+            }
+        }
+    }
+
     /// The entry at `idx`.
     pub fn entry(&self, idx: EntryIdx) -> &Entry {
         &self.entries[idx.get()]

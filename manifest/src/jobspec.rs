@@ -6,7 +6,9 @@
 //! index = "3a6a3941"              # its index id (or a unique prefix)
 //!
 //! [launch]
-//! command = ["python3", "app.py"] # what the job runs (for dependency analysis)
+//! command = ["python3", "app.py"] # what the job runs (informational: the urgent set of
+//!                                 # its dependencies is recorded in the signed index when
+//!                                 # publishing, `teesfs publish --urgent-exec python3`)
 //! urgent = ["bin/*", "app/**"]    # extra urgent paths, globs over layer paths
 //!
 //! [nodes]

@@ -20,7 +20,7 @@ pub mod jobspec;
 pub mod sign;
 mod wire;
 
-pub use build::{BuildOptions, BuildReport, ChunkSink, Skipped, build};
+pub use build::{BuildOptions, BuildReport, ChunkSink, Skipped, build, set_urgent_paths};
 pub use chunk::{decode_chunk, encode_chunk};
 pub use error::Error;
 pub use ids::{ChunkId, IndexId};

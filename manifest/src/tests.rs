@@ -28,7 +28,7 @@ fn sample() -> Index {
     let n = big.div_ceil(u64::from(cs));
     let mut slots = vec![Slot::HOLE; n as usize];
     slots[3] = Slot::chunk(0);
-    Index {
+    let mut index = Index {
         chunk_size: cs,
         chunks: vec![ChunkInfo {
             id: ChunkId::of(b"x"),
@@ -77,7 +77,11 @@ fn sample() -> Index {
                 },
             ),
         ],
-    }
+        urgent: vec![],
+    };
+    // Not in entry order: the list keeps the order the files are needed in.
+    index.set_urgent([EntryIdx(6), EntryIdx(2), EntryIdx(4)]);
+    index
 }
 
 fn sign_and_open(index: &Index) -> Result<Index, Error> {
@@ -98,6 +102,109 @@ fn round_trip_keeps_every_entry_kind() {
     let back = sign_and_open(&index).expect("valid index");
     assert_eq!(back, index);
     assert_eq!(back.path_of(EntryIdx(5)), b"dir/-hard");
+    assert_eq!(back.urgent, [EntryIdx(6), EntryIdx(2), EntryIdx(4)]);
+    let flagged: Vec<usize> = (0..back.entries.len())
+        .filter(|&i| back.entries[i].flags.urgent())
+        .collect();
+    assert_eq!(flagged, [2, 4, 6]);
+}
+
+#[test]
+fn urgent_list_out_of_range_or_repeated_is_refused() {
+    let mut index = sample();
+    index.urgent.push(EntryIdx(99));
+    match refused(index) {
+        Error::BadUrgentList {
+            position: 3,
+            entry: 99,
+            reason,
+        } => assert!(reason.contains("7 entries"), "{reason}"),
+        other => panic!("expected a bad urgent list, got {other}"),
+    }
+    let mut index = sample();
+    index.urgent.push(EntryIdx(2));
+    match refused(index) {
+        Error::BadUrgentList {
+            position: 3,
+            entry: 2,
+            reason,
+        } => assert!(reason.contains("twice"), "{reason}"),
+        other => panic!("expected a bad urgent list, got {other}"),
+    }
+    // Longer than the entry table (and than the limit allows).
+    let mut index = sample();
+    index.urgent = (0..8).map(|_| EntryIdx(2)).collect();
+    assert!(
+        matches!(
+            refused(index),
+            Error::LimitExceeded {
+                what: "urgent list length",
+                ..
+            }
+        ),
+        "the count is bounded by the entry count"
+    );
+}
+
+#[test]
+fn urgent_list_and_flags_must_agree() {
+    let mut index = sample();
+    index.urgent.push(EntryIdx(3));
+    assert!(matches!(
+        refused(index),
+        Error::BadUrgentList {
+            position: 3,
+            entry: 3,
+            ..
+        }
+    ));
+    let mut index = sample();
+    index.entries[3].flags.0 |= EntryFlags::URGENT;
+    assert!(matches!(refused(index), Error::BadEntry { entry: 3, .. }));
+}
+
+#[test]
+fn version_1_bodies_decode_with_the_flagged_entries_as_the_list() {
+    let index = sample();
+    let mut body = crate::codec::encode(&index);
+    // Version 2 appends the list: a count and one byte per (small) entry position.
+    body.truncate(body.len() - 1 - index.urgent.len());
+    body[7] = 1;
+    let back = crate::codec::decode(&body, &Limits::default()).expect("version 1 decodes");
+    assert_eq!(back.urgent, [EntryIdx(2), EntryIdx(4), EntryIdx(6)]);
+    assert_eq!(back.entries, index.entries);
+    body[7] = 3;
+    assert!(matches!(
+        crate::codec::decode(&body, &Limits::default()),
+        Err(Error::UnsupportedVersion { version: 3, .. })
+    ));
+}
+
+#[test]
+fn urgent_paths_resolve_in_order_and_unknown_ones_are_named() {
+    let mut index = sample();
+    crate::set_urgent_paths(
+        &mut index,
+        &["sparse", "/dir/-hard", "./empty", "sparse", "link"],
+    )
+    .expect("all exist");
+    assert_eq!(
+        index.urgent,
+        [EntryIdx(3), EntryIdx(5), EntryIdx(6), EntryIdx(4)]
+    );
+    assert!(!index.entries[2].flags.urgent(), "the old list is replaced");
+    assert_eq!(sign_and_open(&index).expect("valid"), index);
+    for (bad, says) in [
+        ("dir/nope", "no entry dir/nope"),
+        ("link/x", "link is a symlink"),
+        ("sparse/x", "sparse is not a directory"),
+        ("dir/../sparse", "`..`"),
+        ("/", "root"),
+    ] {
+        let err = crate::set_urgent_paths(&mut sample(), &[bad]).expect_err(bad);
+        let msg = err.to_string();
+        assert!(msg.contains(bad) && msg.contains(says), "{bad}: {msg}");
+    }
 }
 
 #[test]

@@ -38,4 +38,28 @@ pub enum Error {
     /// A chunk listed in the index is not in the store.
     #[error("chunk {0} is missing from the store")]
     MissingChunk(manifest::ChunkId),
+    /// A command to analyse is not in the view.
+    #[error("command {command:?} not found: {reason}")]
+    CommandNotFound {
+        /// The command as given.
+        command: String,
+        /// Where it was looked for.
+        reason: String,
+    },
+    /// A file that must run is neither ELF nor a usable `#!` script.
+    #[error("{path}: {reason}")]
+    NotExecutable {
+        /// The file (a view path).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An ELF file the loader would read is malformed.
+    #[error("{path}: {reason}")]
+    BadElf {
+        /// The file (a view path).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
 }

@@ -5,12 +5,15 @@
 //!   and in shared-storage mode what nodes read directly).
 //! - [`publish`](mod@publish): turning a directory into chunks plus a signed index.
 //!
-//! Dependency analysis and push orchestration come later; nothing here talks to the network.
+//! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
+//!
+//! Nothing here talks to the network.
 
+pub mod deps;
 mod error;
 pub mod publish;
 pub mod store;
 
 pub use error::Error;
-pub use publish::{Published, publish};
+pub use publish::{Published, publish, publish_with_urgent};
 pub use store::DirStore;

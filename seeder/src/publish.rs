@@ -1,7 +1,7 @@
 //! Publishing: build the index of a layer directory, store its new chunks, sign the index
 //! and store it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use manifest::build::BuildProgress;
@@ -32,11 +32,36 @@ pub fn publish(
     opts: &BuildOptions,
     progress: &dyn BuildProgress,
 ) -> Result<Published, Error> {
+    publish_with_urgent(layer, store, key, opts, &[], progress)
+}
+
+/// Publishes `layer` with `urgent` (paths relative to the layer root, in the order they
+/// are needed) as the index's urgent list. A path that is not in the layer is an error,
+/// found before any content is hashed.
+pub fn publish_with_urgent(
+    layer: &Path,
+    store: &DirStore,
+    key: &SecretKey,
+    opts: &BuildOptions,
+    urgent: &[PathBuf],
+    progress: &dyn BuildProgress,
+) -> Result<Published, Error> {
     let start = Instant::now();
     if !layer.is_dir() {
         return Err(Error::NotADirectory(layer.to_path_buf()));
     }
-    let (index, report) = manifest::build(layer, opts, store, progress)?;
+    for p in urgent {
+        let rel = p.strip_prefix("/").unwrap_or(p);
+        if std::fs::symlink_metadata(layer.join(rel)).is_err() {
+            return Err(manifest::Error::UnknownUrgentPath {
+                path: p.display().to_string(),
+                reason: format!("no such file in {}", layer.display()),
+            }
+            .into());
+        }
+    }
+    let (mut index, report) = manifest::build(layer, opts, store, progress)?;
+    manifest::set_urgent_paths(&mut index, urgent)?;
     let signed = SignedIndex::sign(&index, key, 3);
     let id = store.put_index(&signed)?;
     tracing::info!(%id, files = report.files, "published");

@@ -88,6 +88,12 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     );
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
+    let urgent_pos: std::collections::HashMap<EntryIdx, usize> = index
+        .urgent
+        .iter()
+        .enumerate()
+        .map(|(n, &e)| (e, n + 1))
+        .collect();
     for (i, e) in index.entries.iter().enumerate() {
         let idx = EntryIdx(i as u32);
         let path = String::from_utf8_lossy(&index.path_of(idx)).into_owned();
@@ -113,7 +119,10 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             ),
             EntryKind::Dir => (0, String::new()),
         };
-        let urgent = if e.flags.urgent() { " [urgent]" } else { "" };
+        let urgent = match urgent_pos.get(&idx) {
+            Some(n) => format!(" [urgent #{n}]"),
+            None => String::new(),
+        };
         let r = writeln!(
             out,
             "{} {:>5}:{:<5} {:>12} /{}{}{}",

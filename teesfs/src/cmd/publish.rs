@@ -12,6 +12,19 @@ use super::util;
 
 /// Arguments of `teesfs publish`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+The urgent set (the files every node receives first, in the order given) is recorded in the
+signed index:
+  --urgent-list FILE  one layer path per line in the order needed (as `teesfs record` writes
+                      it; `#` comments and `!absent` lines are skipped); unknown paths are errors
+  --urgent-exec CMD   the files CMD needs to start, found by dependency analysis against the
+                      layer over this machine's \"/\": the executable (via PATH unless a path;
+                      a relative path is taken from the layer root), #! interpreters (also
+                      `#!/usr/bin/env NAME`), PT_INTERP and the shared libraries as ld.so
+                      finds them (RPATH/RUNPATH with $ORIGIN, LD_LIBRARY_PATH and PATH of this
+                      shell, /etc/ld.so.cache, the system directories). Only files inside the
+                      layer are urgent; the host's are on every node already.
+The list's paths come first, then each --urgent-exec's in turn; a file keeps its first place.")]
 pub struct PublishArgs {
     /// The layer: a directory tree (for example the upper directory of the user's overlay).
     layer: PathBuf,
@@ -27,9 +40,54 @@ pub struct PublishArgs {
     /// zstd compression level for chunks (1 is fast; chunks are compressed once, here).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
+    /// Urgent paths from FILE, one layer path per line in the order needed (see below).
+    #[arg(long, value_name = "FILE")]
+    urgent_list: Option<PathBuf>,
+    /// Make the files CMD needs to start urgent, by dependency analysis (repeatable).
+    #[arg(long, value_name = "CMD")]
+    urgent_exec: Vec<std::ffi::OsString>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// The ordered urgent set from `--urgent-list` and `--urgent-exec`.
+fn urgent_paths(args: &PublishArgs) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    if let Some(list) = &args.urgent_list {
+        let text = std::fs::read(list)
+            .with_context(|| format!("reading --urgent-list {}", list.display()))?;
+        out.extend(seeder::deps::parse_urgent_list(&text));
+    }
+    if !args.urgent_exec.is_empty() {
+        use seeder::deps::{Analysis, Env, Platform, View};
+        let view = View::new(&args.layer, "/");
+        let mut a = Analysis::new(view, Env::from_process(), Platform::host());
+        for cmd in &args.urgent_exec {
+            let before = a.urgent().len();
+            a.add_command(cmd).with_context(|| {
+                format!(
+                    "--urgent-exec {}: dependency analysis against {} over /",
+                    cmd.to_string_lossy(),
+                    args.layer.display()
+                )
+            })?;
+            tracing::info!(
+                command = %cmd.to_string_lossy(),
+                files = a.urgent().len() - before,
+                "dependency analysis"
+            );
+        }
+        for m in a.missing() {
+            eprintln!(
+                "warning: {} needs {}, which is nowhere in the layer over / (the command would not start)",
+                m.needed_by.display(),
+                m.name
+            );
+        }
+        out.extend(a.urgent().iter().cloned());
+    }
+    Ok(out)
 }
 
 struct Bar(ProgressBar);
@@ -52,7 +110,8 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
             util::bytes(cs)
         );
     }
-    let key_path = args.key.unwrap_or_else(util::default_key_path);
+    let urgent = urgent_paths(&args)?;
+    let key_path = args.key.clone().unwrap_or_else(util::default_key_path);
     let key = util::load_secret(&key_path)?;
     let store = DirStore::create(&args.store)
         .with_context(|| format!("opening store {}", args.store.display()))?;
@@ -75,7 +134,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         b
     };
     let progress = Bar(bar);
-    let p = seeder::publish(&args.layer, &store, &key, &opts, &progress)
+    let p = seeder::publish_with_urgent(&args.layer, &store, &key, &opts, &urgent, &progress)
         .with_context(|| format!("publishing {}", args.layer.display()))?;
     progress.0.finish_and_clear();
 
@@ -109,6 +168,19 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         util::bytes(r.hole_bytes),
         util::bytes(r.inline_bytes)
     );
+    if !p.index.urgent.is_empty() {
+        let (order, n) = teesfs::node::push_order(&p.index, &|_| false);
+        let bytes: u64 = order[..n]
+            .iter()
+            .map(|&c| u64::from(p.index.chunks[c as usize].stored_len))
+            .sum();
+        println!(
+            "  urgent set: {} entries, {} chunks ({} stored)",
+            p.index.urgent.len(),
+            n,
+            util::bytes(bytes)
+        );
+    }
     println!(
         "  {} chunks, {} unique, {} new ({} written)",
         r.chunk_refs,

@@ -327,6 +327,7 @@ mod tests {
                     },
                 ),
             ],
+            urgent: vec![],
         })
     }
 

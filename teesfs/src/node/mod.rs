@@ -64,9 +64,11 @@ impl job::ChunkBytes for store::NodeStore {
     }
 }
 
-/// The push order of an index: chunks of urgent entries first (in entry order, which is
-/// the recorded access order when the urgent set came from `teesfs record`), then the rest.
-/// `extra_urgent` marks more entries urgent (e.g. from `manifest.toml` globs).
+/// The push order of an index: chunks of the urgent entries first, in the order of the
+/// index's urgent list (the recorded access order or the dependency analysis's load order),
+/// then chunks of entries `extra_urgent` marks (e.g. `manifest.toml` globs) in entry order,
+/// then the rest. A chunk is placed once, at its first use. Returns the order (chunk-table
+/// positions) and how many of its leading chunks are urgent.
 pub fn push_order(
     index: &manifest::Index,
     extra_urgent: &dyn Fn(&[u8]) -> bool,
@@ -75,18 +77,11 @@ pub fn push_order(
     let n = index.chunks.len();
     let mut placed = vec![false; n];
     let mut order = Vec::with_capacity(n);
-    let mut urgent_entries = Vec::new();
-    for (i, e) in index.entries.iter().enumerate() {
-        let idx = EntryIdx(i as u32);
-        if e.flags.urgent() || extra_urgent(&index.path_of(idx)) {
-            urgent_entries.push(index.resolve(idx));
-        }
-    }
     let mut add = |e: EntryIdx, order: &mut Vec<u32>| {
         if let EntryKind::File {
             data: FileData::Chunks(slots),
             ..
-        } = &index.entry(e).kind
+        } = &index.entry(index.resolve(e)).kind
         {
             for s in slots.iter() {
                 if let Some(c) = s.chunk_index()
@@ -98,8 +93,14 @@ pub fn push_order(
             }
         }
     };
-    for &e in &urgent_entries {
+    for &e in &index.urgent {
         add(e, &mut order);
+    }
+    for i in 0..index.entries.len() {
+        let idx = EntryIdx(i as u32);
+        if extra_urgent(&index.path_of(idx)) {
+            add(idx, &mut order);
+        }
     }
     let urgent = order.len();
     for i in 0..index.entries.len() {

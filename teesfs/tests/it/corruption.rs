@@ -167,6 +167,7 @@ fn crafted_index_with_bad_names_is_refused() {
                 flags: manifest::EntryFlags::default(),
                 kind: EntryKind::Dir,
             }],
+            urgent: vec![],
         };
         let mut e = index.entries[0].clone();
         e.name = bad.into();

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod corruption;
+mod deps;
 mod distribution;
 mod lab;
 mod packaging;
