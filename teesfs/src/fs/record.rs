@@ -101,6 +101,7 @@ mod tests {
                 e(1, "app", file()),
                 e(0, "top", file()),
             ],
+            urgent: vec![],
         })
     }
 

@@ -395,6 +395,42 @@ fn record_lists_the_modules_a_python_application_imports_in_order() {
         "{listed}"
     );
     assert!(!listed.contains("unused"), "{listed}");
+
+    // Published with the list, the signed index carries that order as the urgent set.
+    let out = ws.teesfs(&[
+        "publish",
+        layer.to_str().expect("utf8"),
+        "--store",
+        ws.store().to_str().expect("utf8"),
+        "--key",
+        ws.key().to_str().expect("utf8"),
+        "--quiet",
+        "--urgent-list",
+        list.to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let id2 = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("index ").map(str::to_string))
+        .expect("index id");
+    let out = ws.teesfs(&[
+        "inspect",
+        "--store",
+        ws.store().to_str().expect("utf8"),
+        "--index",
+        &id2,
+        "--trust",
+        ws.pubkey().to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let listing = text(&out.stdout);
+    for (n, f) in files.iter().enumerate() {
+        let line = listing
+            .lines()
+            .find(|l| l.contains(&format!("/{f} ")))
+            .unwrap_or_else(|| panic!("{f} not listed: {listing}"));
+        assert!(line.ends_with(&format!("[urgent #{}]", n + 1)), "{line}");
+    }
     assert_empty(&tmp);
 }
 
