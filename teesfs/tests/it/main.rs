@@ -8,6 +8,7 @@ mod cluster;
 mod corruption;
 mod distribution;
 mod lab;
+mod lab_slurm;
 mod roundtrip;
 mod slow_source;
 mod transport;
