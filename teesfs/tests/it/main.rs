@@ -8,7 +8,7 @@ mod cluster;
 mod corruption;
 mod distribution;
 mod lab;
-mod lab_slurm;
+mod lab_baselines;
 mod roundtrip;
 mod slow_source;
 mod transport;
