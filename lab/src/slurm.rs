@@ -118,7 +118,7 @@ pub fn slurm_conf(layout: &Layout, dir: &Path, munge_socket: &Path) -> String {
         "SlurmdTimeout=60",
         "InactiveLimit=0",
         "KillWait=2",
-        "MessageTimeout=30",
+        "MessageTimeout=100",
     ] {
         line(s.to_string());
     }
