@@ -13,6 +13,13 @@ command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -x /usr/bin/curl ] || need+=(curl)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# Baselines of `teesfs lab bench` and the lab's Slurm test: BitTorrent and real Slurm.
+command -v aria2c >/dev/null 2>&1 || need+=(aria2)
+command -v mktorrent >/dev/null 2>&1 || need+=(mktorrent)
+[ -x /usr/sbin/munged ] || command -v munged >/dev/null 2>&1 || need+=(munge)
+[ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
+command -v sbcast >/dev/null 2>&1 || need+=(slurm-client)
 if [ "${TEESFS_NEED_PIP:-0}" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
     need+=(python3-pip)
 fi
@@ -22,8 +29,20 @@ if [ ${#need[@]} -gt 0 ]; then
         exit 1
     fi
     echo "installing ${need[*]} ..."
+    # The lab runs its own munged, slurmctld and slurmd inside namespaces with generated
+    # configuration; the packages' services must not start on the host while installing.
+    policy=/usr/sbin/policy-rc.d
+    added_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        added_policy=1
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    if [ "$added_policy" = 1 ]; then
+        rm -f "$policy"
+    fi
 fi
 if [ ! -e /dev/fuse ] && [ "$(id -u)" -eq 0 ]; then
     modprobe fuse 2>/dev/null || true

@@ -1,8 +1,11 @@
-//! The deployment benchmark as a library: the same payload pushed by each method in turn
+//! The deployment benchmark as a library: the same payload deployed by each method in turn
 //! on one lab, several repetitions, fresh content each run (so no node starts warm), with
 //! time, uplink bytes and CPU per run and medians, ratios and lower bounds per method.
+//! Methods: teesfs pushes with each plan, and two real baselines, BitTorrent
+//! ([`crate::torrent`]) and Slurm's `sbcast` ([`crate::slurm`]).
 //!
-//! JSON format of [`BenchReport`] (version 1; fields are only ever added):
+//! JSON format of [`BenchReport`] (version 1; fields are only ever added; field meanings
+//! in docs/lab.md):
 //! ```text
 //! { "version": 1, "groups": 4, "group_size": 8, "payload_bytes": N, "stored_bytes": N,
 //!   "reps": 3, "lower_bound_s": 1.34, "min_uplink_bytes": N,
@@ -15,12 +18,14 @@
 //! Summary figures are medians over the repetitions.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::check_interrupt;
 use crate::cluster::{Lab, PushOptions};
 use crate::error::{LabError, Result};
+use crate::slurm::{JobId, Slurm};
 
 /// A distribution method the bench knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -36,16 +41,23 @@ pub enum Method {
     Flat,
     /// teesfs, one-to-all from the storage node's fat link (shared storage's traffic shape).
     Storage,
+    /// BitTorrent: aria2c on every node, seeded from the login node, the lab's tracker.
+    #[serde(rename = "bittorrent")]
+    Torrent,
+    /// Slurm's `sbcast` from the login node to an allocation over every node.
+    Sbcast,
 }
 
 impl Method {
     /// Every method, in table order.
-    pub const ALL: [Method; 5] = [
+    pub const ALL: [Method; 7] = [
         Method::Topo,
         Method::Random,
         Method::Hostlist,
         Method::Flat,
         Method::Storage,
+        Method::Torrent,
+        Method::Sbcast,
     ];
 
     /// Its name.
@@ -56,7 +68,14 @@ impl Method {
             Method::Hostlist => "hostlist",
             Method::Flat => "flat",
             Method::Storage => "storage",
+            Method::Torrent => "bittorrent",
+            Method::Sbcast => "sbcast",
         }
+    }
+
+    /// Whether it is a teesfs push (else a baseline).
+    pub fn is_teesfs(self) -> bool {
+        !matches!(self, Method::Torrent | Method::Sbcast)
     }
 
     /// Parses a name.
@@ -166,8 +185,60 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// How long one baseline distribution may take.
+const BASELINE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// One `sbcast` of `file` to every node of `job`, measured like a push: wall time until it
+/// returns (every node holds the file), kernel counters, CPU of every Slurm process and of
+/// the client; each node's copy is checked for size and removed.
+fn sbcast_run(
+    lab: &Lab,
+    slurm: &Slurm<'_>,
+    job: JobId,
+    file: &Path,
+    method: Method,
+    rep: usize,
+) -> Result<Run> {
+    let size = std::fs::metadata(file).map_err(LabError::io(file))?.len();
+    let name = format!("payload-{rep}.bin");
+    let up_before = lab.net().uplinks()?;
+    let root_before = lab.net().counters("login", "eth0")?;
+    let cpu_before = slurm.cpu_seconds() + crate::proc::children_cpu_seconds();
+    let t0 = Instant::now();
+    slurm.sbcast(job, file, &name, &[])?;
+    let all_s = t0.elapsed().as_secs_f64();
+    let cpu_s = slurm.cpu_seconds() + crate::proc::children_cpu_seconds() - cpu_before;
+    let up_after = lab.net().uplinks()?;
+    let root_after = lab.net().counters("login", "eth0")?;
+    for h in slurm.hosts() {
+        let copy = slurm.node_local(h).join(&name);
+        let got = std::fs::metadata(&copy).map(|m| m.len()).unwrap_or(0);
+        if got != size {
+            return Err(LabError::Command {
+                command: format!("sbcast to {h}"),
+                stderr: format!("{} holds {got} of {size} bytes", copy.display()),
+            });
+        }
+        let _ = std::fs::remove_file(&copy);
+    }
+    Ok(Run {
+        method,
+        rep,
+        all_s,
+        wall_s: all_s,
+        uplink_in_bytes: up_after
+            .iter()
+            .zip(&up_before)
+            .map(|(a, b)| a.since(*b).rx)
+            .sum(),
+        root_out_bytes: root_after.since(root_before).tx,
+        cpu_s: cpu_s.max(0.0),
+    })
+}
+
 /// Runs every method in `methods` `reps` times (order rotated each repetition) with a
-/// fresh `payload`-byte layer per run; `on_run` sees each run as it completes.
+/// fresh `payload`-byte layer per run; `on_run` sees each run as it completes. Slurm is
+/// started (and an allocation over every node made) only when `sbcast` is among them.
 pub fn run(
     lab: &Lab,
     methods: &[Method],
@@ -178,6 +249,13 @@ pub fn run(
     let mut runs = Vec::new();
     let mut stored = 0;
     let mut seed = 1;
+    let slurm = if methods.contains(&Method::Sbcast) {
+        let s = lab.start_slurm()?;
+        let job = s.allocate()?;
+        Some((s, job))
+    } else {
+        None
+    };
     for rep in 0..reps {
         for k in 0..methods.len() {
             check_interrupt()?;
@@ -185,22 +263,53 @@ pub fn run(
             let dir = lab.work().join("bench").join(format!("{}-{rep}", m.name()));
             write_payload(&dir, payload, seed)?;
             seed += 1;
-            let index = lab.publish(&dir)?;
-            let _ = std::fs::remove_dir_all(&dir);
-            let pr = lab.push(&m.push_options(&index))?;
-            stored = pr.report.total_bytes;
-            let r = Run {
-                method: m,
-                rep,
-                all_s: pr.report.all_complete_s.unwrap_or(f64::NAN),
-                wall_s: pr.wall_s,
-                uplink_in_bytes: pr.uplink_in(),
-                root_out_bytes: pr.root_link.tx,
-                cpu_s: pr.cpu_s,
+            let file = dir.join("payload.bin");
+            let r = match m {
+                Method::Torrent => {
+                    let tr = crate::torrent::distribute(lab, &file, BASELINE_TIMEOUT, false)?;
+                    Run {
+                        method: m,
+                        rep,
+                        all_s: tr.all_s,
+                        wall_s: tr.all_s,
+                        uplink_in_bytes: tr.uplink_in(),
+                        root_out_bytes: tr.root_link.tx,
+                        cpu_s: tr.cpu_s,
+                    }
+                }
+                Method::Sbcast => {
+                    let (s, job) = slurm.as_ref().ok_or_else(|| {
+                        LabError::Shape("sbcast needs Slurm, which did not start".into())
+                    })?;
+                    sbcast_run(lab, s, *job, &file, m, rep)?
+                }
+                _ => {
+                    let index = lab.publish(&dir)?;
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let pr = lab.push(&m.push_options(&index))?;
+                    stored = pr.report.total_bytes;
+                    Run {
+                        method: m,
+                        rep,
+                        all_s: pr.report.all_complete_s.unwrap_or(f64::NAN),
+                        wall_s: pr.wall_s,
+                        uplink_in_bytes: pr.uplink_in(),
+                        root_out_bytes: pr.root_link.tx,
+                        cpu_s: pr.cpu_s,
+                    }
+                }
             };
+            let _ = std::fs::remove_dir_all(&dir);
             on_run(&r);
             runs.push(r);
         }
+    }
+    if let Some((s, _)) = slurm {
+        s.down()?;
+    }
+    if stored == 0 {
+        // Only baselines ran: they move the payload itself.
+        stored = payload;
     }
     let l = lab.layout();
     let lower = l.lower_bound_s(stored);
@@ -251,7 +360,11 @@ mod tests {
         assert!(median(vec![f64::NAN]).is_nan());
         for m in Method::ALL {
             assert_eq!(Method::parse(m.name()), Some(m));
+            // The JSON spells methods as the command line does.
+            let json = serde_json::to_string(&m).expect("serialize");
+            assert_eq!(json, format!("\"{}\"", m.name()));
         }
+        assert!(Method::Topo.is_teesfs() && !Method::Sbcast.is_teesfs());
         let o = Method::Storage.push_options("ab");
         assert_eq!((o.strategy.as_str(), o.root.as_str()), ("flat", "storage"));
     }

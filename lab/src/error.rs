@@ -21,6 +21,16 @@ pub enum LabError {
         /// Why.
         source: std::io::Error,
     },
+    /// A program a baseline needs is not installed.
+    #[error(
+        "`{program}` is not installed: install the Debian package `{package}` (scripts/deps.sh does)"
+    )]
+    Missing {
+        /// The program.
+        program: String,
+        /// The Debian package that provides it.
+        package: String,
+    },
     /// A helper program ran and failed.
     #[error("`{command}` failed: {stderr}")]
     Command {

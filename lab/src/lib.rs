@@ -8,7 +8,9 @@
 //!   publishing and pushing as the login node, running programs from a node's mount;
 //! - [`report`]: the push report as `teesfs push --report` writes it, and the SVG timeline;
 //! - [`demo`]: push urgent-first and start an application on every node as it mounts;
-//! - [`bench`]: the same job by each method, with ratios.
+//! - [`bench`]: the same job by each method, with ratios;
+//! - [`slurm`]: real Slurm (munge, slurmctld, one slurmd per node) in a lab, and `sbcast`;
+//! - [`torrent`]: the BitTorrent baseline (a tracker, `mktorrent`, `aria2c` per node).
 //!
 //! Root is required. Every resource carries a unique `tlab…` prefix and is removed on drop,
 //! on error, on panic and on Ctrl-C (see [`catch_signals`]); [`clean`] removes what a
@@ -23,6 +25,8 @@ pub mod net;
 pub mod proc;
 pub mod report;
 mod sh;
+pub mod slurm;
+pub mod torrent;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -138,6 +138,30 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks as f64 / hz as f64
 }
 
+/// CPU seconds of process `pid` plus those of its children it has waited for (a daemon
+/// that forks a helper per request); 0 when it is gone.
+pub fn cpu_seconds_with_children(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    // utime, stime, cutime, cstime: fields 14 to 17.
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|s| s.parse::<u64>().ok())
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100)
+        .max(1);
+    ticks as f64 / hz as f64
+}
+
 /// CPU seconds of this process's waited-for children so far.
 pub fn children_cpu_seconds() -> f64 {
     use nix::sys::resource::{UsageWho, getrusage};

@@ -149,6 +149,11 @@ struct UpArgs {
     /// Tear down right after the push instead of waiting for Ctrl-C.
     #[arg(long)]
     exit: bool,
+    /// Also run real Slurm in the lab: munge, slurmctld on the login node, a slurmd in
+    /// every compute node (needs the Debian packages munge, slurmctld, slurmd,
+    /// slurm-client; see docs/lab.md).
+    #[arg(long)]
+    slurm: bool,
 }
 
 /// Runs `teesfs lab`.
@@ -215,6 +220,20 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let slurm = if a.slurm {
+        let s = lab.start_slurm()?;
+        let login = lab.layout().node("login").map(|n| n.netns.clone());
+        println!(
+            "slurm up on {} nodes; try: SLURM_CONF={} nsenter --net=/run/netns/{} srun -N {} hostname",
+            s.hosts().len(),
+            s.conf().display(),
+            login.unwrap_or_default(),
+            s.hosts().len()
+        );
+        Some(s)
+    } else {
+        None
+    };
     if !a.exit {
         if let Some(h) = lab.layout().compute().next()
             && let Some(pid) = lab.daemon_pid(&h.host)
@@ -229,6 +248,8 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+    // Consumes the Option, so no borrow of `lab` outlives this line.
+    slurm.map(lab::slurm::Slurm::down).transpose()?;
     lab.down()?;
     eprintln!("lab torn down");
     Ok(())

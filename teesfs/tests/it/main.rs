@@ -9,6 +9,7 @@ mod corruption;
 mod deps;
 mod distribution;
 mod lab;
+mod lab_baselines;
 mod packaging;
 mod roundtrip;
 mod run;
