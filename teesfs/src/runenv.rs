@@ -161,7 +161,11 @@ pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
             .tempdir()
             .map_err(sys("creating a staging directory in the temp dir"))?,
     );
-    let status_path = staging.path().with_extension("status");
+    // Beside the staging directory (not inside: that becomes a tmpfs), named after it so
+    // concurrent runs never share it.
+    let mut status_path = staging.path().as_os_str().to_owned();
+    status_path.push(".status");
+    let status_path = PathBuf::from(status_path);
     let status_guard = RemoveOnDrop(status_path.clone());
     std::fs::write(&status_path, b"").map_err(sys(format!(
         "creating the status file {}",

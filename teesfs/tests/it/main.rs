@@ -10,6 +10,7 @@ mod deps;
 mod distribution;
 mod lab;
 mod lab_baselines;
+mod lab_slurm;
 mod packaging;
 mod roundtrip;
 mod run;

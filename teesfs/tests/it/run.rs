@@ -149,6 +149,20 @@ fn run_passes_exit_status_and_signals_through() {
     assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{out:?}");
     let out = run_sh(&l, "true", &tmp, None);
     assert!(out.status.success(), "{out:?}");
+    // Concurrent runs sharing a temp dir keep their own status (srun starts many at once).
+    let codes: Vec<Option<i32>> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..6)
+            .map(|i| {
+                let l = &l;
+                let tmp = &tmp;
+                s.spawn(move || run_sh(l, &format!("sleep 0.2; exit {i}"), tmp, None))
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().expect("thread").status.code())
+            .collect()
+    });
+    assert_eq!(codes, (0..6).map(Some).collect::<Vec<_>>());
 
     // A signal sent to `teesfs run` reaches the command.
     let mut child = Command::new(teesfs_bin())
@@ -330,7 +344,7 @@ fn build_deb(dir: &Path, tag: &str) -> PathBuf {
 
 /// A small Python application: a main script importing a package (with a submodule) and a
 /// module that sits in the last of several search directories, plus files it never uses.
-fn python_app(root: &Path, tag: &str) -> PathBuf {
+pub(crate) fn python_app(root: &Path, tag: &str) -> PathBuf {
     let app = root.join(format!("opt/app-{tag}"));
     for d in ["lib0", "lib1", "lib2", "pkg_a", "unused"] {
         std::fs::create_dir_all(app.join(d)).expect("mkdir");
