@@ -7,6 +7,7 @@
 mod cluster;
 mod corruption;
 mod distribution;
+mod fuzz_corpus;
 mod lab;
 mod roundtrip;
 mod slow_source;
