@@ -10,6 +10,7 @@ mod distribution;
 mod fuzz_corpus;
 mod lab;
 mod roundtrip;
+mod security;
 mod slow_source;
 mod transport;
 mod util;
