@@ -1,8 +1,9 @@
 //! Attacks by local users and untrusted publishers against real daemons and real mounts
 //! (issue 8): another user cannot list, query or stop a job through the daemon's control
 //! socket; a setuid-root program in a layer runs without privilege; a daemon refuses a job
-//! whose index is signed by a key it does not trust. Each attack must fail with a clear error
-//! and leave the daemon serving.
+//! whose index is signed by a key it does not trust, and one that is not addressed to it or does
+//! not come from the parent it names. Each attack must fail with a clear error and leave the
+//! daemon serving.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -201,4 +202,88 @@ fn a_daemon_refuses_an_index_signed_by_a_key_it_does_not_trust() {
         log.contains("index rejected") && log.contains("not among the trusted keys"),
         "{log}"
     );
+}
+
+/// Sends one `Start` for `job` to node 0 of `c`, over a real connection as `from` (a host with
+/// a valid certificate of the cluster), naming `first` as the receiver and `parent` as its
+/// parent.
+async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, parent: &str) {
+    use peertree::NodeId;
+    use peertree::relay::{JobId, Msg, NodeInfo, Start, Timing};
+    use teesfs::net::{Identity, StreamKind, Transport};
+
+    let bytes = std::fs::read(c.ws.store().join("indexes").join(format!("{id}.idx")))
+        .expect("signed index");
+    let limits = manifest::Limits::default();
+    let index = manifest::SignedIndex::from_bytes(bytes.clone(), &limits)
+        .and_then(|s| s.decode(&limits))
+        .expect("index");
+    let (order, urgent) = teesfs::node::push_order(&index, &|_| false);
+    let identity = Identity::load(&c.creds, from).expect("identity");
+    let transport = Transport::bind("127.0.0.1:0".parse().expect("addr"), &identity).expect("bind");
+    let node = |id, host: &str, parent| NodeInfo {
+        id: NodeId(id),
+        host: host.to_owned(),
+        addr: if host == from {
+            transport.local_addr().to_string()
+        } else {
+            "127.0.0.1:9".to_owned()
+        },
+        parent: NodeId(parent),
+    };
+    let start = Start {
+        job: JobId(job),
+        index: bytes,
+        order,
+        urgent: urgent as u32,
+        subtree: vec![node(1, first, 0)],
+        ancestors: vec![node(0, parent, 0)],
+        timing: Timing::default(),
+        shared_store: None,
+    };
+    let addr = c.nodes[0].addr.parse().expect("daemon addr");
+    let conn = transport
+        .connect(addr, &c.nodes[0].host)
+        .await
+        .expect("connect");
+    let mut s = conn.open(StreamKind::Control).await.expect("stream");
+    let frame = teesfs::node::peers::frame(JobId(job), &Msg::Start(Box::new(start)));
+    s.send(&frame).await.expect("send");
+    s.finish().await.expect("delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_meant_for_another_node_or_not_from_its_parent_is_refused() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 3, 0);
+    let id = c.ws.publish(&src);
+    let log = || std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).expect("log");
+    let wait_log = |what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !log().contains(what) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {what:?} in {}",
+                log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+
+    // A validly signed job addressed to n02, delivered to n01.
+    send_start(&c, &id, "login", 1, "n02", "login").await;
+    wait_log("it was meant for");
+    // Addressed to n01, but the sender (n02, by its certificate) claims login is the parent.
+    send_start(&c, &id, "n02", 2, "n01", "login").await;
+    wait_log("it did not come from the parent it names");
+    assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(0));
+
+    // The same message from the parent it names is accepted: the checks above made the difference.
+    send_start(&c, &id, "login", 3, "n01", "login").await;
+    wait_log("job accepted");
+    assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(1));
 }
