@@ -21,5 +21,5 @@ for target in $(cargo fuzz list); do
     echo "fuzzing $target for ${secs}s"
     cargo fuzz run -O -a "$target" "$scratch/$target" "corpus/$target" "regressions/$target" -- \
         -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 2>&1 |
-        grep -v '^#' | tail -n 20
+        grep -v -e '^#' -e '^"' -e '^INFO' | tail -n 20
 done
