@@ -287,3 +287,38 @@ async fn a_start_meant_for_another_node_or_not_from_its_parent_is_refused() {
     wait_log("job accepted");
     assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(1));
 }
+
+#[test]
+fn keygen_revoke_writes_a_crl_that_nodes_enforce() {
+    let ws = Workspace::new();
+    let dir = ws.path().join("cluster");
+    let d = dir.to_str().expect("utf8");
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--nodes", "n[1-3]"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--revoke", "n[2-3]"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("revoked n2") && said.contains("revoked n3"),
+        "{said}"
+    );
+    assert!(dir.join("crl.pem").exists());
+    teesfs::net::Identity::load(&dir, "n1").expect("n1 still loads");
+    for host in ["n2", "n3"] {
+        let err = teesfs::net::Identity::load(&dir, host).expect_err("revoked host loaded");
+        assert!(err.to_string().contains("Revoked"), "{err}");
+    }
+    // Revoking a host without a certificate names the missing file and changes nothing.
+    let crl = std::fs::read(dir.join("crl.pem")).expect("crl");
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--revoke", "n9"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("n9.crt"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(dir.join("crl.pem")).expect("crl"), crl);
+    // Reissuing replaces only the revoked certificates.
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--nodes", "n[1-3]"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(4 file(s) written)"));
+    for host in ["n1", "n2", "n3"] {
+        teesfs::net::Identity::load(&dir, host).expect("loads after reissue");
+    }
+}
