@@ -2,7 +2,7 @@
 //! one JSON reply per line.
 //!
 //! Requests: `status` (the daemon and every job), `status <job id>` (one job), `stop <job id>`
-//! (leave the job on this node: unmount it and stop relaying it). The socket is open to every
+//! or `release <job id>` (leave the job on this node: unmount it and stop relaying it). The socket is open to every
 //! local user; the daemon learns the caller's uid from the kernel (`SO_PEERCRED`) and
 //! [`authorize`] decides: root may do anything, another user only per-job requests about jobs
 //! it owns. A job's owner is the uid that started it; until the job's start message carries it,
@@ -42,7 +42,8 @@ impl Request {
         match verb {
             "status" if !has_job => Ok(Request::Status),
             "status" => job("status").map(Request::Job),
-            "stop" => job("stop").map(Request::Stop),
+            // `release` is what the Slurm epilog's `teesfs release` sends.
+            "stop" | "release" => job(verb).map(Request::Stop),
             "" => Err("empty request; try `status`".into()),
             other => Err(format!(
                 "unknown command {other:?}; try `status`, `status JOB` or `stop JOB`"
@@ -104,6 +105,7 @@ mod tests {
             Ok(Request::Job(J))
         );
         assert_eq!(Request::parse("stop abc"), Ok(Request::Stop(J)));
+        assert_eq!(Request::parse("release abc"), Ok(Request::Stop(J)));
         for (bad, says) in [
             ("", "empty"),
             ("stop", "needs a job id"),
