@@ -7,3 +7,4 @@ bash scripts/deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+bash scripts/fuzz.sh

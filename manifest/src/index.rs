@@ -224,6 +224,19 @@ impl Index {
         }
     }
 
+    /// The uncompressed, unsigned body encoding of this index (what [`crate::SignedIndex`]
+    /// compresses and signs). For tools and fuzzing; published indexes are always signed.
+    pub fn encode_body(&self) -> Vec<u8> {
+        crate::codec::encode(self)
+    }
+
+    /// Strictly decodes an uncompressed body, checking every count and length against
+    /// `limits` and the tree invariants. The bytes are not authenticated: nodes only decode
+    /// bodies of indexes whose signature they verified first ([`crate::SignedIndex::open`]).
+    pub fn decode_body(body: &[u8], limits: &Limits) -> Result<Index, crate::Error> {
+        crate::codec::decode(body, limits)
+    }
+
     /// The entry at `idx`.
     pub fn entry(&self, idx: EntryIdx) -> &Entry {
         &self.entries[idx.get()]

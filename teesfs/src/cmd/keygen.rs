@@ -15,15 +15,32 @@ use super::util;
 /// With `--cluster DIR --nodes EXPR`: a cluster CA and one certificate per node (and the
 /// login node), for the mutual TLS every peer connection requires. Copy `ca.crt`,
 /// `<host>.crt` and `<host>.key` to each node's /etc/teesfs/cluster/; never copy `ca.key`.
+/// With `--cluster DIR --revoke EXPR`: revoke those nodes' certificates (`DIR/crl.pem`; copy it
+/// to every node and restart their daemons).
 #[derive(Debug, clap::Args)]
 pub struct KeygenArgs {
     /// Make cluster credentials in DIR instead of a publisher key (idempotent: the CA and
-    /// existing node certificates are kept).
-    #[arg(long, value_name = "DIR", requires = "nodes")]
+    /// existing node certificates are kept; revoked ones are replaced).
+    #[arg(long, value_name = "DIR", requires = "cluster_action")]
     cluster: Option<PathBuf>,
     /// With --cluster: the nodes to certify, as a Slurm hostlist (e.g. 'login,cn[0001-0128]').
-    #[arg(long, value_name = "EXPR")]
+    #[arg(long, value_name = "EXPR", group = "cluster_action")]
     nodes: Option<String>,
+    /// With --cluster: revoke the current certificates of these nodes (a Slurm hostlist) by
+    /// adding them to the cluster's revocation list DIR/crl.pem, which every node must get.
+    /// Peers refuse a revoked certificate in both directions. Re-run with --nodes to issue the
+    /// nodes fresh certificates.
+    #[arg(
+        long,
+        value_name = "EXPR",
+        group = "cluster_action",
+        requires = "cluster"
+    )]
+    revoke: Option<String>,
+    /// With --cluster --nodes: new node certificates expire after this many days (default:
+    /// never). Peers refuse expired certificates.
+    #[arg(long, value_name = "DAYS", requires = "nodes")]
+    valid_days: Option<u32>,
     /// Where to write the secret key (the public key goes beside it as `.pub`).
     /// Default: ~/.config/teesfs/publisher.key
     #[arg(long, value_name = "FILE")]
@@ -36,12 +53,31 @@ pub struct KeygenArgs {
 
 /// Runs `teesfs keygen`.
 pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
+    if let (Some(dir), Some(expr)) = (&args.cluster, &args.revoke) {
+        let hosts = peertree::hostlist::expand(expr)
+            .map_err(super::jobspec::explain)
+            .context("reading --revoke")?;
+        let serials = teesfs::net::revoke(dir, &hosts)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("revoking certificates in {}", dir.display()))?;
+        for (host, serial) in hosts.iter().zip(&serials) {
+            println!("revoked {host} (serial {serial})");
+        }
+        println!(
+            "Copy {} to every node's identity directory and restart the daemons.",
+            dir.join(teesfs::net::tls::CRL).display()
+        );
+        return Ok(());
+    }
     if let Some(dir) = &args.cluster {
         let expr = args.nodes.as_deref().unwrap_or_default();
         let hosts = peertree::hostlist::expand(expr)
             .map_err(super::jobspec::explain)
             .context("reading --nodes")?;
-        let written = teesfs::net::make_cluster(dir, &hosts)
+        let valid_for = args
+            .valid_days
+            .map(|d| std::time::Duration::from_secs(u64::from(d) * 86_400));
+        let written = teesfs::net::make_cluster_valid_for(dir, &hosts, valid_for)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("making cluster credentials in {}", dir.display()))?;
         println!(

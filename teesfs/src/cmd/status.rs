@@ -1,4 +1,7 @@
-//! `teesfs status`: ask a running daemon what it holds and does.
+//! `teesfs status`: ask a running daemon what it holds and does, or stop one job on it.
+//!
+//! Every local user may ask; the daemon answers root about everything and other users only
+//! about the jobs they own (see `teesfs::node::control`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -17,6 +20,13 @@ pub struct StatusArgs {
     /// Print the raw JSON.
     #[arg(long)]
     json: bool,
+    /// Only this job (its 16-hex-digit id). Needed by users other than root, who may see only
+    /// the jobs they own.
+    #[arg(long, value_name = "ID")]
+    job: Option<String>,
+    /// Stop the job given with --job on this node: unmount it and stop relaying it.
+    #[arg(long, requires = "job")]
+    stop: bool,
 }
 
 /// Runs `teesfs status`.
@@ -27,14 +37,30 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             args.control.display()
         )
     })?;
-    s.write_all(b"status\n")?;
+    let request = match (&args.job, args.stop) {
+        (Some(job), true) => format!("stop {job}\n"),
+        (Some(job), false) => format!("status {job}\n"),
+        (None, _) => "status\n".to_owned(),
+    };
+    s.write_all(request.as_bytes())?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;
+    let v: serde_json::Value = serde_json::from_str(&line).context("daemon reply is not JSON")?;
+    if let Some(e) = v["error"].as_str() {
+        anyhow::bail!("the daemon at {} refused: {e}", args.control.display());
+    }
     if args.json {
         print!("{line}");
         return Ok(());
     }
-    let v: serde_json::Value = serde_json::from_str(&line).context("daemon reply is not JSON")?;
+    if let Some(job) = v["stopped"].as_str() {
+        println!("stopped job {job}");
+        return Ok(());
+    }
+    if args.job.is_some() {
+        print_job(&v);
+        return Ok(());
+    }
     let u = |k: &str| v[k].as_u64().unwrap_or(0);
     println!(
         "{} listening on {}; store {} in {} chunks (budget {})",
@@ -49,6 +75,14 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         println!("no jobs");
     }
     for j in jobs {
+        print_job(&j);
+    }
+    Ok(())
+}
+
+/// One job's lines.
+fn print_job(j: &serde_json::Value) {
+    {
         let secs = |k: &str| {
             j[k].as_f64()
                 .map_or("-".to_string(), |s| format!("{s:.2} s"))
@@ -90,13 +124,12 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             c["chunks_out"]
         );
     }
-    Ok(())
 }
 
 /// Arguments of `teesfs release`.
 #[derive(Debug, clap::Args)]
 pub struct ReleaseArgs {
-    /// The job to end on this node: its id or a unique prefix (default: the job pushed for
+    /// The job to end on this node, its 16-hex-digit id (default: the job pushed for
     /// $SLURM_JOB_ID, as the Slurm epilog uses it).
     #[arg(long, value_name = "ID")]
     job: Option<String>,
@@ -105,7 +138,8 @@ pub struct ReleaseArgs {
     control: PathBuf,
 }
 
-/// Runs `teesfs release`: the daemon unmounts the job and stops relaying it.
+/// Runs `teesfs release`: `teesfs status --job ID --stop` with the job taken from
+/// `$SLURM_JOB_ID` when not given.
 pub fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     let job = match args.job {
         Some(j) => j,
@@ -117,21 +151,10 @@ pub fn release(args: ReleaseArgs) -> anyhow::Result<()> {
             None => anyhow::bail!("which job? pass --job ID (`teesfs status` lists them)"),
         },
     };
-    let mut s = UnixStream::connect(&args.control).with_context(|| {
-        format!(
-            "no daemon answers at {} (is `teesfs daemon` running? pass --control)",
-            args.control.display()
-        )
-    })?;
-    s.write_all(format!("release {job}\n").as_bytes())?;
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line)?;
-    let v: serde_json::Value = serde_json::from_str(&line).context("daemon reply is not JSON")?;
-    match v["released"].as_str() {
-        Some(id) => {
-            println!("released job {id}");
-            Ok(())
-        }
-        None => anyhow::bail!("{}", v["error"].as_str().unwrap_or("the daemon refused")),
-    }
+    run(StatusArgs {
+        control: args.control,
+        json: false,
+        job: Some(job),
+        stop: true,
+    })
 }

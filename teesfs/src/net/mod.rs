@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use stream::{FrameReceiver, FrameSender, StreamKind};
-pub use tls::{Identity, make_cluster};
+pub use tls::{Identity, make_cluster, make_cluster_valid_for, revoke};
 pub use transport::{CONNECT_TIMEOUT, Conn, Transport};
 
 /// Errors of the network layer.

@@ -5,6 +5,12 @@
 //! good for both TLS server and client authentication, because every node dials and is dialled.
 //! The CA may sign end-entity certificates only (path length 0).
 //!
+//! Revocation: [`revoke`] adds hosts' certificate serials to a CRL signed by the cluster CA,
+//! `crl.pem` in the cluster directory. [`Identity::load`] reads it when present and both
+//! verifiers (as server and as client) refuse a peer whose certificate it lists; nodes read it
+//! at start, so after revoking, copy `crl.pem` to every node's identity directory and restart
+//! their daemons. Expired (or not yet valid) certificates are refused by the same verifiers.
+//!
 //! Everything uses the `ring` crypto provider explicitly; nothing here reads or installs a
 //! process-wide default provider. This module touches files only in [`make_cluster`] and
 //! [`Identity::load`]; it opens no sockets.
@@ -17,15 +23,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, RevocationReason,
+    RevokedCertParams, SerialNumber,
 };
 use rustls::client::danger::ServerCertVerifier as _;
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{
+    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName, UnixTime,
+};
 
 use super::NetError;
 
@@ -36,6 +45,9 @@ pub const ALPN: &[u8] = b"teesfs/1";
 pub const CA_CERT: &str = "ca.crt";
 /// File name of the cluster CA private key inside a cluster directory.
 pub const CA_KEY: &str = "ca.key";
+/// File name of the certificate revocation list inside a cluster directory (optional; written
+/// by [`revoke`]).
+pub const CRL: &str = "crl.pem";
 
 /// A node's credentials: the cluster CA certificate, its own certificate (SAN = host name) and
 /// key, ready as rustls configurations.
@@ -60,7 +72,9 @@ impl fmt::Debug for Identity {
 }
 
 impl Identity {
-    /// Loads `dir/ca.crt`, `dir/<host>.crt` and `dir/<host>.key` (PEM) and checks them.
+    /// Loads `dir/ca.crt`, `dir/<host>.crt` and `dir/<host>.key` (PEM) and checks them; with
+    /// `dir/crl.pem` present, peers whose certificates it lists are refused (and so is this
+    /// host, if its own certificate was revoked).
     pub fn load(dir: &Path, host: &str) -> Result<Identity, NetError> {
         check_host(host)?;
         let ca_path = dir.join(CA_CERT);
@@ -81,23 +95,35 @@ impl Identity {
             reason: format!("not a usable CA certificate: {e}"),
         })?;
         let roots = Arc::new(roots);
+        let crl_path = dir.join(CRL);
+        let crls = if crl_path.exists() {
+            vec![read_crl(&crl_path)?]
+        } else {
+            Vec::new()
+        };
+        let verifier_err = |role: &str, e: rustls::server::VerifierBuilderError| match e {
+            rustls::server::VerifierBuilderError::InvalidCrl(e) => NetError::Credential {
+                path: crl_path.clone(),
+                reason: format!("not a usable revocation list: {e:?}"),
+            },
+            e => NetError::Credential {
+                path: ca_path.clone(),
+                reason: format!("cannot verify {role} with this CA: {e}"),
+            },
+        };
 
         let client_verifier =
             WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .with_crls(crls.clone())
+                .only_check_end_entity_revocation()
                 .build()
-                .map_err(|e| NetError::Credential {
-                    path: ca_path.clone(),
-                    reason: format!("cannot verify clients with this CA: {e}"),
-                })?;
-        let server_verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-            roots.clone(),
-            provider.clone(),
-        )
-        .build()
-        .map_err(|e| NetError::Credential {
-            path: ca_path.clone(),
-            reason: format!("cannot verify servers with this CA: {e}"),
-        })?;
+                .map_err(|e| verifier_err("clients", e))?;
+        let server_verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                .with_crls(crls)
+                .only_check_end_entity_revocation()
+                .build()
+                .map_err(|e| verifier_err("servers", e))?;
 
         // Check our own certificate the way peers will, to fail here with a clear message.
         let name = ServerName::try_from(host.to_owned())
@@ -127,12 +153,18 @@ impl Identity {
             .with_single_cert(vec![cert.clone()], key.clone_key())
             .map_err(key_mismatch)?;
         server.alpn_protocols = vec![ALPN.to_vec()];
+        // No session resumption: a resumed session skips certificate verification, so a peer
+        // whose certificate expired (or, before a restart, was revoked) could get back in with a
+        // ticket from before. Connections live for a whole job; full handshakes cost nothing.
+        server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        server.send_tls13_tickets = 0;
         let mut client = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
-            .with_root_certificates(roots)
+            .with_webpki_verifier(server_verifier)
             .with_client_auth_cert(vec![cert], key)
             .map_err(key_mismatch)?;
         client.alpn_protocols = vec![ALPN.to_vec()];
+        client.resumption = rustls::client::Resumption::disabled();
 
         Ok(Identity {
             host: host.to_owned(),
@@ -146,11 +178,22 @@ impl Identity {
 /// each host signed by it (`dir/<host>.crt`, `dir/<host>.key`; SAN = host name).
 ///
 /// Idempotent: an existing CA is reused and existing host certificate + key pairs are kept. A
-/// host with only one of its two files gets a fresh pair (a lone key or certificate is useless);
-/// a CA with only one of its two files is an error, because replacing it would orphan every
-/// certificate it signed. Key files are created with mode 0600, certificates 0644, each by an
-/// atomic rename. Returns the paths written, CA first.
+/// host with only one of its two files gets a fresh pair (a lone key or certificate is useless),
+/// and so does a host whose certificate `dir/crl.pem` revokes; a CA with only one of its two
+/// files is an error, because replacing it would orphan every certificate it signed. Key files
+/// are created with mode 0600, certificates 0644, each by an atomic rename. Returns the paths
+/// written, CA first. Host certificates never expire; see [`make_cluster_valid_for`].
 pub fn make_cluster(dir: &Path, hosts: &[String]) -> Result<Vec<PathBuf>, NetError> {
+    make_cluster_valid_for(dir, hosts, None)
+}
+
+/// [`make_cluster`], with newly issued host certificates valid from an hour ago (clock skew)
+/// for `valid_for` (`None`: no expiry). Peers refuse a certificate outside its validity.
+pub fn make_cluster_valid_for(
+    dir: &Path,
+    hosts: &[String],
+    valid_for: Option<std::time::Duration>,
+) -> Result<Vec<PathBuf>, NetError> {
     for host in hosts {
         check_host(host)?;
     }
@@ -165,19 +208,7 @@ pub fn make_cluster(dir: &Path, hosts: &[String]) -> Result<Vec<PathBuf>, NetErr
     let ca_cert = dir.join(CA_CERT);
     let ca_key = dir.join(CA_KEY);
     let issuer = match (ca_cert.exists(), ca_key.exists()) {
-        (true, true) => {
-            let key =
-                KeyPair::from_pem(&read_string(&ca_key)?).map_err(|e| NetError::Credential {
-                    path: ca_key.clone(),
-                    reason: format!("not a PEM private key: {e}"),
-                })?;
-            Issuer::from_ca_cert_pem(&read_string(&ca_cert)?, key).map_err(|e| {
-                NetError::Credential {
-                    path: ca_cert.clone(),
-                    reason: format!("not a PEM CA certificate: {e}"),
-                }
-            })?
-        }
+        (true, true) => load_issuer(dir)?,
         (false, false) => {
             let key = KeyPair::generate()?;
             let mut params = CertificateParams::default();
@@ -217,10 +248,14 @@ pub fn make_cluster(dir: &Path, hosts: &[String]) -> Result<Vec<PathBuf>, NetErr
         }
     };
 
+    let revoked = revoked_serials(dir)?;
     for host in hosts {
         let cert_path = dir.join(format!("{host}.crt"));
         let key_path = dir.join(format!("{host}.key"));
-        if cert_path.exists() && key_path.exists() {
+        if cert_path.exists()
+            && key_path.exists()
+            && !revoked.contains(&serial_of(&read_cert(&cert_path)?, &cert_path)?)
+        {
             continue;
         }
         let key = KeyPair::generate()?;
@@ -235,12 +270,119 @@ pub fn make_cluster(dir: &Path, hosts: &[String]) -> Result<Vec<PathBuf>, NetErr
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
         params.use_authority_key_identifier_extension = true;
+        if let Some(valid_for) = valid_for {
+            let now = time::OffsetDateTime::now_utc();
+            params.not_before = now - time::Duration::HOUR;
+            params.not_after = now + valid_for;
+        }
         let cert = params.signed_by(&key, &issuer)?;
         write_atomic(&key_path, key.serialize_pem().as_bytes(), 0o600, true)?;
         write_atomic(&cert_path, cert.pem().as_bytes(), 0o644, true)?;
         written.extend([cert_path, key_path]);
     }
     Ok(written)
+}
+
+/// Revokes the current certificates of `hosts`: adds their serial numbers to the cluster's
+/// revocation list `dir/crl.pem` (created if absent, signed by `dir/ca.key`; entries already
+/// there are kept and the CRL number goes up by one). Returns the revoked serials in hex.
+///
+/// Peers refuse a revoked certificate once they have the new `crl.pem` and restarted (it is
+/// read by [`Identity::load`]). Running [`make_cluster`] for a revoked host afterwards issues it
+/// a fresh certificate and key.
+pub fn revoke(dir: &Path, hosts: &[String]) -> Result<Vec<String>, NetError> {
+    let issuer = load_issuer(dir)?;
+    let crl_path = dir.join(CRL);
+    let now = time::OffsetDateTime::now_utc();
+    let mut revoked = Vec::new();
+    let mut crl_number = 1u64;
+    if crl_path.exists() {
+        let der = read_crl(&crl_path)?;
+        let (_, crl) = x509_parser::parse_x509_crl(&der).map_err(|e| NetError::Credential {
+            path: crl_path.clone(),
+            reason: format!("not a revocation list: {e}"),
+        })?;
+        crl_number += crl
+            .crl_number()
+            .and_then(|n| u64::try_from(n.clone()).ok())
+            .unwrap_or(0);
+        for entry in crl.iter_revoked_certificates() {
+            revoked.push(RevokedCertParams {
+                serial_number: SerialNumber::from_slice(entry.raw_serial()),
+                revocation_time: entry.revocation_date.to_datetime(),
+                reason_code: Some(RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            });
+        }
+    }
+    let mut serials = Vec::new();
+    for host in hosts {
+        check_host(host)?;
+        let path = dir.join(format!("{host}.crt"));
+        let serial = serial_of(&read_cert(&path)?, &path)?;
+        serials.push(hex::encode(&serial));
+        if !revoked.iter().any(|r| r.serial_number.as_ref() == serial) {
+            revoked.push(RevokedCertParams {
+                serial_number: SerialNumber::from_slice(&serial),
+                revocation_time: now,
+                reason_code: Some(RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            });
+        }
+    }
+    let params = CertificateRevocationListParams {
+        this_update: now - time::Duration::HOUR,
+        // Nodes do not enforce the CRL's own expiry; a far next update keeps it that way for
+        // other tools reading it too.
+        next_update: now + time::Duration::days(100 * 365),
+        crl_number: SerialNumber::from(crl_number),
+        issuing_distribution_point: None,
+        revoked_certs: revoked,
+        key_identifier_method: KeyIdMethod::Sha256,
+    };
+    let crl = params.signed_by(&issuer)?;
+    write_atomic(&crl_path, crl.pem()?.as_bytes(), 0o644, true)?;
+    Ok(serials)
+}
+
+/// The cluster CA as an issuer, from `dir/ca.crt` and `dir/ca.key`.
+fn load_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, NetError> {
+    let ca_cert = dir.join(CA_CERT);
+    let ca_key = dir.join(CA_KEY);
+    let key = KeyPair::from_pem(&read_string(&ca_key)?).map_err(|e| NetError::Credential {
+        path: ca_key.clone(),
+        reason: format!("not a PEM private key: {e}"),
+    })?;
+    Issuer::from_ca_cert_pem(&read_string(&ca_cert)?, key).map_err(|e| NetError::Credential {
+        path: ca_cert.clone(),
+        reason: format!("not a PEM CA certificate: {e}"),
+    })
+}
+
+/// The serial numbers `dir/crl.pem` revokes (none without the file).
+fn revoked_serials(dir: &Path) -> Result<Vec<Vec<u8>>, NetError> {
+    let path = dir.join(CRL);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let der = read_crl(&path)?;
+    let (_, crl) = x509_parser::parse_x509_crl(&der).map_err(|e| NetError::Credential {
+        path: path.clone(),
+        reason: format!("not a revocation list: {e}"),
+    })?;
+    Ok(crl
+        .iter_revoked_certificates()
+        .map(|r| r.raw_serial().to_vec())
+        .collect())
+}
+
+/// A certificate's serial number as its raw DER integer bytes.
+fn serial_of(der: &CertificateDer<'_>, path: &Path) -> Result<Vec<u8>, NetError> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| NetError::Credential {
+        path: path.to_owned(),
+        reason: format!("not an X.509 certificate: {e}"),
+    })?;
+    Ok(cert.raw_serial().to_vec())
 }
 
 /// The one crypto provider the net layer uses.
@@ -306,6 +448,13 @@ fn read_cert(path: &Path) -> Result<CertificateDer<'static>, NetError> {
     CertificateDer::from_pem_slice(&read(path)?).map_err(|e| NetError::Credential {
         path: path.to_owned(),
         reason: format!("not a PEM certificate: {e}"),
+    })
+}
+
+fn read_crl(path: &Path) -> Result<CertificateRevocationListDer<'static>, NetError> {
+    CertificateRevocationListDer::from_pem_slice(&read(path)?).map_err(|e| NetError::Credential {
+        path: path.to_owned(),
+        reason: format!("not a PEM revocation list: {e}"),
     })
 }
 

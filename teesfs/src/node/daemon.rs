@@ -58,6 +58,9 @@ struct NodeJob {
     mountpoint: PathBuf,
     started: Instant,
     phases: Mutex<[Option<f64>; 2]>,
+    /// The uid that started the job, who may query and stop it (see [`super::control`]).
+    /// `None` until the start message carries it: then only root may.
+    owner: Option<u32>,
 }
 
 /// A running daemon.
@@ -114,6 +117,8 @@ pub struct JobStatus {
     pub mountpoint: String,
     /// Whether the root declared the push finished.
     pub finished: bool,
+    /// The uid that owns the job (may query and stop it besides root), if known.
+    pub owner: Option<u32>,
     /// Traffic counters.
     pub counters: JobCounters,
 }
@@ -158,9 +163,11 @@ impl Daemon {
         let listener = match tokio::net::UnixListener::bind(&self.cfg.control) {
             Ok(l) => {
                 use std::os::unix::fs::PermissionsExt;
+                // Every local user may connect; each request is authorised by the caller's
+                // uid from the kernel (SO_PEERCRED), see `control_client`.
                 let _ = std::fs::set_permissions(
                     &self.cfg.control,
-                    std::fs::Permissions::from_mode(0o600),
+                    std::fs::Permissions::from_mode(0o666),
                 );
                 Some(l)
             }
@@ -190,56 +197,64 @@ impl Daemon {
     }
 
     async fn control_client(self: Arc<Self>, stream: tokio::net::UnixStream) {
+        use super::control::{JobOwner, Request, authorize};
+        let uid = match stream.peer_cred() {
+            Ok(cred) => cred.uid(),
+            Err(e) => {
+                tracing::warn!(error = %e, "control client without credentials; dropped");
+                return;
+            }
+        };
         let (r, mut w) = stream.into_split();
         let mut lines = BufReader::new(r).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            let line = line.trim();
-            let reply = match line.split_once(' ') {
-                None if line == "status" => serde_json::to_string(&self.status()),
-                Some(("release", job)) => Ok(self.release(job.trim()).await.to_string()),
-                _ => Ok(serde_json::json!({
-                    "error": format!("unknown command {line:?}; try `status` or `release JOB`")
-                })
-                .to_string()),
-            }
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            let error = |e: String| serde_json::json!({ "error": e }).to_string();
+            let reply = match Request::parse(&line) {
+                Err(e) => error(e),
+                Ok(req) => {
+                    let job = req.job().and_then(|j| lock(&self.jobs).get(&j).cloned());
+                    let owner = job
+                        .as_ref()
+                        .map_or(JobOwner::Unknown, |j| JobOwner::Owned(j.owner));
+                    match (authorize(uid, req, owner), req, job) {
+                        (Err(e), ..) => {
+                            tracing::warn!(uid, request = %line.trim(), "control request refused");
+                            error(e)
+                        }
+                        (Ok(()), Request::Status, _) => serde_json::to_string(&self.status())
+                            .unwrap_or_else(|e| error(e.to_string())),
+                        (Ok(()), Request::Job(_), Some(j)) => {
+                            serde_json::to_string(&job_status(&j))
+                                .unwrap_or_else(|e| error(e.to_string()))
+                        }
+                        (Ok(()), Request::Stop(id), Some(_)) => {
+                            tracing::info!(uid, job = %id, "job stopped on request");
+                            self.stop_job(id).await;
+                            serde_json::json!({ "stopped": id.to_string() }).to_string()
+                        }
+                        (Ok(()), _, None) => error("no such job".into()),
+                    }
+                }
+            };
             if w.write_all(reply.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
                 return;
             }
         }
     }
 
+    /// Leaves one job on this node: stops relaying it and unmounts it.
+    /// Ends a job on this node (`stop`/`release`, e.g. from the Slurm epilog): stops
+    /// relaying it, unmounts it and removes its mountpoint. Chunks stay in the store.
+    async fn stop_job(&self, job: JobId) {
+        let j = lock(&self.jobs).remove(&job);
+        if let Some(j) = j {
+            Self::teardown(j).await;
+        }
+    }
+
     /// The current state.
     pub fn status(&self) -> Status {
-        let jobs = lock(&self.jobs)
-            .values()
-            .map(|j| {
-                let (parent, children, have, chunks, finished) = j.core.relay(|r| {
-                    let host = |id| r.peer(id).map(|n| n.host.clone()).unwrap_or_default();
-                    (
-                        r.parent().map(host).unwrap_or_default(),
-                        r.children().map(host).collect(),
-                        r.have_count(),
-                        r.schedule().len(),
-                        r.finished(),
-                    )
-                });
-                let phases = *lock(&j.phases);
-                JobStatus {
-                    job: j.core.job.to_string(),
-                    index: j.core.index_id.to_hex(),
-                    parent,
-                    children,
-                    have,
-                    chunks,
-                    urgent_s: phases[0],
-                    all_s: phases[1],
-                    mountpoint: j.mountpoint.display().to_string(),
-                    finished,
-                    counters: j.core.counters(),
-                }
-            })
-            .collect();
+        let jobs = lock(&self.jobs).values().map(|j| job_status(j)).collect();
         Status {
             host: self.cfg.host.clone(),
             listen: self.local_addr().to_string(),
@@ -250,30 +265,7 @@ impl Daemon {
         }
     }
 
-    /// Ends a job on this node (the Slurm epilog's `teesfs release`): stops relaying it,
-    /// unmounts it and removes its mountpoint. Chunks stay in the store for later jobs.
-    /// `job` is the job id or a unique prefix of it.
-    async fn release(&self, job: &str) -> serde_json::Value {
-        let found: Vec<JobId> = lock(&self.jobs)
-            .keys()
-            .filter(|j| !job.is_empty() && j.to_string().starts_with(job))
-            .copied()
-            .collect();
-        let id = match found.as_slice() {
-            [one] => *one,
-            [] => return serde_json::json!({ "error": format!("no job {job:?} on this node") }),
-            _ => {
-                return serde_json::json!({ "error": format!("{job:?} matches {} jobs", found.len()) });
-            }
-        };
-        let Some(j) = lock(&self.jobs).remove(&id) else {
-            return serde_json::json!({ "error": format!("job {id} ended meanwhile") });
-        };
-        tracing::info!(job = %id, "releasing job");
-        Self::teardown(j).await;
-        serde_json::json!({ "released": id.to_string() })
-    }
-
+    /// Unmounts a job and removes its mountpoint (after it left the job table).
     async fn teardown(j: Arc<NodeJob>) {
         j.core.close();
         let m = lock(&j.mounted).take();
@@ -360,6 +352,7 @@ impl Daemon {
             mountpoint: mountpoint.clone(),
             started: Instant::now(),
             phases: Mutex::new([None, None]),
+            owner: None,
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
@@ -461,6 +454,35 @@ impl Router for Daemon {
         for j in jobs {
             j.core.on_unreachable(host);
         }
+    }
+}
+
+/// One job as `status` shows it.
+fn job_status(j: &NodeJob) -> JobStatus {
+    let (parent, children, have, chunks, finished) = j.core.relay(|r| {
+        let host = |id| r.peer(id).map(|n| n.host.clone()).unwrap_or_default();
+        (
+            r.parent().map(host).unwrap_or_default(),
+            r.children().map(host).collect(),
+            r.have_count(),
+            r.schedule().len(),
+            r.finished(),
+        )
+    });
+    let phases = *lock(&j.phases);
+    JobStatus {
+        job: j.core.job.to_string(),
+        index: j.core.index_id.to_hex(),
+        parent,
+        children,
+        have,
+        chunks,
+        urgent_s: phases[0],
+        all_s: phases[1],
+        mountpoint: j.mountpoint.display().to_string(),
+        finished,
+        owner: j.owner,
+        counters: j.core.counters(),
     }
 }
 

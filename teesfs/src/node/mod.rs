@@ -4,11 +4,13 @@
 //! - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
 //! - [`store`]: the node's budgeted, content-addressed chunk store.
 //! - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
+//! - [`control`]: the daemon's control requests and who may make them.
 //! - [`push`]: the login node as the root of a job's tree.
 //! - [`report`]: the push report (documented JSON).
 //!
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
 
+pub mod control;
 pub mod daemon;
 pub mod job;
 pub mod peers;

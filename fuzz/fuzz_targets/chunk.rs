@@ -1,0 +1,4 @@
+//! Fuzz target: see `teesfs_fuzz::checks::chunk`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| teesfs_fuzz::checks::chunk(data));

@@ -1,0 +1,324 @@
+//! Attacks by local users and untrusted publishers against real daemons and real mounts
+//! (issue 8): another user cannot list, query or stop a job through the daemon's control
+//! socket; a setuid-root program in a layer runs without privilege; a daemon refuses a job
+//! whose index is signed by a key it does not trust, and one that is not addressed to it or does
+//! not come from the parent it names. Each attack must fail with a clear error and leave the
+//! daemon serving.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::cluster::Cluster;
+use crate::util::{Workspace, can_mount, is_mounted, make_tree, teesfs_bin};
+
+/// The unprivileged user the attacks run as (`nobody`).
+const NOBODY: u32 = 65534;
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// Runs `teesfs args` as `nobody`.
+fn teesfs_as_nobody(args: &[&str]) -> Output {
+    Command::new(teesfs_bin())
+        .args(args)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .env_remove("TEESFS_CONFIG")
+        .output()
+        .expect("run teesfs as nobody")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A one-daemon cluster whose workspace other users can traverse (to reach the socket),
+/// with one pushed job; returns the cluster and the job id.
+fn cluster_with_a_job() -> (Cluster, String) {
+    let c = Cluster::start(1, |_| vec![]);
+    chmod(c.ws.path(), 0o755);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 10, 0);
+    let id = c.ws.publish(&src);
+    let out = c
+        .push_cmd(&id, 1, &["--width", "1"])
+        .output()
+        .expect("push");
+    assert!(out.status.success(), "push: {}", stderr(&out));
+    let mp = c.mount_of(0);
+    assert!(is_mounted(&mp));
+    let job = c.status(0)["jobs"][0]["job"]
+        .as_str()
+        .expect("job id")
+        .to_owned();
+    (c, job)
+}
+
+#[test]
+fn another_user_cannot_list_query_or_stop_a_job() {
+    if !can_mount() {
+        return;
+    }
+    let (c, job) = cluster_with_a_job();
+    let sock = c.nodes[0].control();
+    let sock = sock.to_str().expect("utf8");
+
+    let out = teesfs_as_nobody(&["status", "--control", sock]);
+    assert!(!out.status.success(), "nobody listed every job");
+    assert!(
+        stderr(&out).contains("only root may list every job"),
+        "{}",
+        stderr(&out)
+    );
+    for extra in [&[][..], &["--stop"][..]] {
+        let mut args = vec!["status", "--control", sock, "--job", &job];
+        args.extend(extra);
+        let out = teesfs_as_nobody(&args);
+        assert!(!out.status.success(), "nobody ran {args:?}");
+        let err = stderr(&out);
+        assert!(err.contains("refused") && err.contains("no job"), "{err}");
+        assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+    }
+    // Nothing changed: the job is still there and mounted.
+    let st = c.status(0);
+    assert_eq!(st["jobs"].as_array().map(Vec::len), Some(1), "{st}");
+    let mp = c.mount_of(0);
+
+    // Root may query and stop it.
+    let out =
+        c.ws.teesfs(&["status", "--json", "--control", sock, "--job", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let one: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(one["job"], job.as_str());
+    let out =
+        c.ws.teesfs(&["status", "--control", sock, "--job", &job, "--stop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(0));
+    assert!(!is_mounted(&mp), "a stopped job is unmounted");
+
+    // A request that is not one is answered with an error, not dropped silently.
+    let out = c.ws.teesfs(&["status", "--control", sock, "--job", "zz"]);
+    assert!(stderr(&out).contains("not a job id"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_setuid_root_program_in_a_layer_runs_without_privilege() {
+    if !can_mount() {
+        return;
+    }
+    let ws = Workspace::new();
+    chmod(ws.path(), 0o755);
+    let src = ws.path().join("layer");
+    std::fs::create_dir(&src).expect("layer dir");
+    chmod(&src, 0o755);
+    let prog = src.join("id");
+    std::fs::copy("/usr/bin/id", &prog).expect("copy /usr/bin/id");
+    nix::unistd::chown(&prog, Some(0.into()), Some(0.into())).expect("chown root");
+    chmod(&prog, 0o4755);
+    let id = ws.publish(&src);
+    let guard = ws.mount(&id, "mnt", &[]);
+    let mounted = guard.mountpoint.join("id");
+
+    // The layer really carries a setuid-root program...
+    let meta = std::fs::metadata(&mounted).expect("stat");
+    assert_eq!(meta.uid(), 0);
+    assert_ne!(meta.mode() & 0o4000, 0, "mode {:o}", meta.mode());
+    // ...and the mount is nosuid, so it runs with the caller's ids.
+    let euid = |path: &Path| {
+        let out = Command::new(path)
+            .arg("-u")
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .expect("run id as nobody");
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        euid(&mounted),
+        NOBODY.to_string(),
+        "setuid honoured in a layer"
+    );
+    // For the record: the same file outside the mount, where the file system may honour it.
+    eprintln!("euid of the source copy run as nobody: {}", euid(&prog));
+}
+
+#[test]
+fn a_daemon_refuses_an_index_signed_by_a_key_it_does_not_trust() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 5, 0);
+    // Another publisher: the root trusts it, the daemons do not.
+    let key = c.ws.path().join("intruder.key");
+    let out =
+        c.ws.teesfs(&["keygen", "--out", key.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = c.ws.teesfs(&[
+        "publish",
+        src.to_str().expect("utf8"),
+        "--store",
+        c.ws.store().to_str().expect("utf8"),
+        "--key",
+        key.to_str().expect("utf8"),
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("index ").map(|s| s.trim().to_owned()))
+        .expect("index id");
+    let out = c
+        .push_cmd(
+            &id,
+            2,
+            &[
+                "--width",
+                "2",
+                "--deadline",
+                "1s",
+                "--heartbeat",
+                "200ms",
+                "--timeout",
+                "20s",
+            ],
+        )
+        .arg("--trust")
+        .arg(key.with_extension("pub"))
+        .output()
+        .expect("push");
+    assert!(!out.status.success(), "a push nobody accepted succeeded");
+    for i in 0..2 {
+        let st = c.status(i);
+        assert_eq!(st["jobs"].as_array().map(Vec::len), Some(0), "{st}");
+    }
+    let log = std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).expect("log");
+    assert!(
+        log.contains("index rejected") && log.contains("not among the trusted keys"),
+        "{log}"
+    );
+}
+
+/// Sends one `Start` for `job` to node 0 of `c`, over a real connection as `from` (a host with
+/// a valid certificate of the cluster), naming `first` as the receiver and `parent` as its
+/// parent.
+async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, parent: &str) {
+    use peertree::NodeId;
+    use peertree::relay::{JobId, Msg, NodeInfo, Start, Timing};
+    use teesfs::net::{Identity, StreamKind, Transport};
+
+    let bytes = std::fs::read(c.ws.store().join("indexes").join(format!("{id}.idx")))
+        .expect("signed index");
+    let limits = manifest::Limits::default();
+    let index = manifest::SignedIndex::from_bytes(bytes.clone(), &limits)
+        .and_then(|s| s.decode(&limits))
+        .expect("index");
+    let (order, urgent) = teesfs::node::push_order(&index, &|_| false);
+    let identity = Identity::load(&c.creds, from).expect("identity");
+    let transport = Transport::bind("127.0.0.1:0".parse().expect("addr"), &identity).expect("bind");
+    let node = |id, host: &str, parent| NodeInfo {
+        id: NodeId(id),
+        host: host.to_owned(),
+        addr: if host == from {
+            transport.local_addr().to_string()
+        } else {
+            "127.0.0.1:9".to_owned()
+        },
+        parent: NodeId(parent),
+    };
+    let start = Start {
+        job: JobId(job),
+        index: bytes,
+        order,
+        urgent: urgent as u32,
+        subtree: vec![node(1, first, 0)],
+        ancestors: vec![node(0, parent, 0)],
+        timing: Timing::default(),
+        shared_store: None,
+    };
+    let addr = c.nodes[0].addr.parse().expect("daemon addr");
+    let conn = transport
+        .connect(addr, &c.nodes[0].host)
+        .await
+        .expect("connect");
+    let mut s = conn.open(StreamKind::Control).await.expect("stream");
+    let frame = teesfs::node::peers::frame(JobId(job), &Msg::Start(Box::new(start)));
+    s.send(&frame).await.expect("send");
+    s.finish().await.expect("delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_meant_for_another_node_or_not_from_its_parent_is_refused() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 3, 0);
+    let id = c.ws.publish(&src);
+    let log = || std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).expect("log");
+    let wait_log = |what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !log().contains(what) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {what:?} in {}",
+                log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+
+    // A validly signed job addressed to n02, delivered to n01.
+    send_start(&c, &id, "login", 1, "n02", "login").await;
+    wait_log("it was meant for");
+    // Addressed to n01, but the sender (n02, by its certificate) claims login is the parent.
+    send_start(&c, &id, "n02", 2, "n01", "login").await;
+    wait_log("it did not come from the parent it names");
+    assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(0));
+
+    // The same message from the parent it names is accepted: the checks above made the difference.
+    send_start(&c, &id, "login", 3, "n01", "login").await;
+    wait_log("job accepted");
+    assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn keygen_revoke_writes_a_crl_that_nodes_enforce() {
+    let ws = Workspace::new();
+    let dir = ws.path().join("cluster");
+    let d = dir.to_str().expect("utf8");
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--nodes", "n[1-3]"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--revoke", "n[2-3]"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("revoked n2") && said.contains("revoked n3"),
+        "{said}"
+    );
+    assert!(dir.join("crl.pem").exists());
+    teesfs::net::Identity::load(&dir, "n1").expect("n1 still loads");
+    for host in ["n2", "n3"] {
+        let err = teesfs::net::Identity::load(&dir, host).expect_err("revoked host loaded");
+        assert!(err.to_string().contains("Revoked"), "{err}");
+    }
+    // Revoking a host without a certificate names the missing file and changes nothing.
+    let crl = std::fs::read(dir.join("crl.pem")).expect("crl");
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--revoke", "n9"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("n9.crt"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(dir.join("crl.pem")).expect("crl"), crl);
+    // Reissuing replaces only the revoked certificates.
+    let out = ws.teesfs(&["keygen", "--cluster", d, "--nodes", "n[1-3]"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(4 file(s) written)"));
+    for host in ["n1", "n2", "n3"] {
+        teesfs::net::Identity::load(&dir, host).expect("loads after reissue");
+    }
+}
