@@ -39,6 +39,8 @@ enum Command {
     Daemon(cmd::daemon::DaemonArgs),
     /// Show what a running daemon holds and does.
     Status(cmd::status::StatusArgs),
+    /// Probe the job's tree: every edge's round trip, and where it stalls.
+    Health(Box<cmd::health::HealthArgs>),
     /// Simulate deployments at scale with the shipping relay state machine.
     Sim(cmd::sim::SimArgs),
     /// An emulated cluster on this machine: namespaces, shaped links, real daemons.
@@ -64,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Command::Prefetch(a) => cmd::prefetch::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Health(a) => cmd::health::run(*a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Lab(a) => cmd::lab::run(a),
     };

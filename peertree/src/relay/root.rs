@@ -188,6 +188,13 @@ impl Relay {
         for (p, c, b) in r.edge_bytes {
             self.events.push_back(Event::EdgeBytes(p, c, b));
         }
+        for (p, c, us) in r.edge_rtt {
+            self.events.push_back(Event::EdgeRtt(
+                p,
+                c,
+                std::time::Duration::from_micros(u64::from(us)),
+            ));
+        }
         self.root_check(now);
     }
 

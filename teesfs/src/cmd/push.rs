@@ -92,7 +92,7 @@ pub struct PushArgs {
     pub quiet: bool,
 }
 
-fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
+pub(super) fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading hosts file {}", path.display()))?;
     let mut map = HashMap::new();
@@ -371,7 +371,7 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     )
 }
 
-fn now_nanos() -> u128 {
+pub(super) fn now_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -393,7 +393,7 @@ fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> 
 }
 
 /// The root sends straight to every job node (the storage node itself runs no daemon).
-fn flat_without_storage(plan: &peertree::Plan) -> peertree::Plan {
+pub(super) fn flat_without_storage(plan: &peertree::Plan) -> peertree::Plan {
     let mut p = plan.clone();
     let storage: Vec<NodeId> = p
         .ids()

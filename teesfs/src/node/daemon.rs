@@ -1,7 +1,8 @@
 //! `teesfs daemon`: the node side. Accepts jobs from parents (verifying the index against
 //! the trusted publisher keys), mounts each job's layer read-only as soon as its index
 //! arrives, forwards to children, answers demand requests, and reports its state on a
-//! Unix control socket.
+//! Unix control socket. A health probe (`teesfs health`) is a job without index or chunks:
+//! it is answered and forwarded, never mounted, and dropped once the root finishes it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -58,6 +59,7 @@ struct NodeJob {
     mountpoint: PathBuf,
     started: Instant,
     phases: Mutex<[Option<f64>; 2]>,
+    probe: bool,
 }
 
 /// A running daemon.
@@ -208,6 +210,7 @@ impl Daemon {
     pub fn status(&self) -> Status {
         let jobs = lock(&self.jobs)
             .values()
+            .filter(|j| !j.probe)
             .map(|j| {
                 let (parent, children, have, chunks, finished) = j.core.relay(|r| {
                     let host = |id| r.peer(id).map(|n| n.host.clone()).unwrap_or_default();
@@ -278,6 +281,9 @@ impl Daemon {
         if start.ancestors.first().map(|n| n.host.as_str()) != Some(from_host) {
             return refuse("it did not come from the parent it names".into());
         }
+        if start.probe {
+            return self.start_probe(from_host, job, start);
+        }
         let (signed, index) = match SignedIndex::open(
             start.index.clone(),
             None,
@@ -327,6 +333,7 @@ impl Daemon {
             mountpoint: mountpoint.clone(),
             started: Instant::now(),
             phases: Mutex::new([None, None]),
+            probe: false,
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
@@ -389,6 +396,60 @@ impl Daemon {
                 }
             });
         }
+    }
+
+    /// A health probe: answer, forward to the children, and drop the job once the root
+    /// finished it (or, if it never hears so, after ten deadlines).
+    fn start_probe(&self, from_host: &str, job: JobId, start: Start) {
+        let schedule = Arc::new(Schedule::new(Vec::new(), 0, Vec::new()).expect("empty"));
+        let mut known = start.subtree.clone();
+        known.extend(start.ancestors.iter().cloned());
+        let lifetime = std::time::Duration::from_millis(u64::from(start.timing.deadline_ms) * 10);
+        let relay = match Relay::new_node(start, schedule, Instant::now()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(parent = %from_host, %job, "refusing probe: {e}");
+                return;
+            }
+        };
+        let (index, index_id) = super::health::empty_index();
+        let (core, mut events) = JobCore::new(
+            relay,
+            index,
+            index_id,
+            self.peers.clone(),
+            Arc::new(super::health::NoChunks),
+            &known,
+            super::job::JobKnobs::default(),
+        );
+        let nj = Arc::new(NodeJob {
+            core: core.clone(),
+            mounted: Mutex::new(None),
+            mountpoint: PathBuf::new(),
+            started: Instant::now(),
+            phases: Mutex::new([None, None]),
+            probe: true,
+        });
+        lock(&self.jobs).insert(job, nj);
+        tracing::debug!(%job, parent = %from_host, "health probe");
+        core.start();
+        let me = self.me.clone();
+        self.rt.spawn(async move {
+            let finished = async {
+                while let Some((_, ev)) = events.recv().await {
+                    if ev == Event::Finished {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(lifetime, finished).await;
+            // Let `Finished` reach the children before the job's tasks stop.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            core.close();
+            if let Some(d) = me.upgrade() {
+                lock(&d.jobs).remove(&job);
+            }
+        });
     }
 
     /// The mountpoint of a job, once mounted.

@@ -6,10 +6,12 @@
 //! - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
 //! - [`push`]: the login node as the root of a job's tree.
 //! - [`report`]: the push report (documented JSON).
+//! - [`health`]: `teesfs health`, an empty broadcast measuring every edge (documented JSON).
 //!
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
 
 pub mod daemon;
+pub mod health;
 pub mod job;
 pub mod peers;
 pub mod push;

@@ -7,6 +7,7 @@
 mod cluster;
 mod corruption;
 mod distribution;
+mod health;
 mod lab;
 mod roundtrip;
 mod slow_source;
