@@ -8,7 +8,9 @@
 //!   publishing and pushing as the login node, running programs from a node's mount;
 //! - [`report`]: the push report as `teesfs push --report` writes it, and the SVG timeline;
 //! - [`demo`]: push urgent-first and start an application on every node as it mounts;
-//! - [`bench`]: the same job by each method, with ratios.
+//! - [`bench`]: the same job by each method, with ratios;
+//! - [`fault`]: faults injected into a running lab (daemon crash, stop, link down) and
+//!   pushes left running while they happen.
 //!
 //! Root is required. Every resource carries a unique `tlab…` prefix and is removed on drop,
 //! on error, on panic and on Ctrl-C (see [`catch_signals`]); [`clean`] removes what a
@@ -18,6 +20,7 @@ pub mod bench;
 pub mod cluster;
 pub mod demo;
 pub mod error;
+pub mod fault;
 pub mod layout;
 pub mod net;
 pub mod proc;

@@ -22,6 +22,8 @@ struct Net {
     schedule: Arc<Schedule>,
     relays: BTreeMap<NodeId, Relay>,
     dead: HashSet<NodeId>,
+    /// Directed links that lose every message.
+    cut: HashSet<(NodeId, NodeId)>,
     liars: HashSet<NodeId>,
     queue: Vec<(Instant, u64, NodeId, NodeId, Item)>,
     seq: u64,
@@ -75,6 +77,7 @@ impl Net {
             schedule,
             relays,
             dead: HashSet::new(),
+            cut: HashSet::new(),
             liars: HashSet::new(),
             queue: Vec::new(),
             seq: 0,
@@ -125,7 +128,10 @@ impl Net {
         let due = self.queue.partition_point(|(t, ..)| *t <= self.now);
         let items: Vec<_> = self.queue.drain(..due).collect();
         for (_, _, from, to, item) in items {
-            if self.dead.contains(&to) || self.dead.contains(&from) {
+            if self.dead.contains(&to)
+                || self.dead.contains(&from)
+                || self.cut.contains(&(from, to))
+            {
                 continue;
             }
             match item {
@@ -538,4 +544,51 @@ fn a_probe_start_with_chunks_is_refused() {
     assert!(Relay::new_node((*start).clone(), empty, Instant::now()).is_ok());
     let one = Arc::new(Schedule::new(vec![0], 0, vec![10]).expect("one chunk"));
     assert!(Relay::new_node(*start, one, Instant::now()).is_err());
+}
+
+#[test]
+fn children_that_reattached_before_their_proxy_was_declared_dead_are_not_unreachable() {
+    let p = plan(3, 4, Strategy::Topo);
+    // Enough chunks that the proxy is still receiving when it dies.
+    let mut net = Net::new(&p, 2000, 10);
+    net.run_until(10_000, |n| n.relays.len() == p.len());
+    let proxy = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.parent[id.index()] == Some(p.root) && !p.children[id.index()].is_empty())
+        .expect("a proxy under the root");
+    let kids = p.children[proxy.index()].clone();
+    // The proxy goes silent towards its children first (they re-attach to the root while
+    // the proxy still hears them and still talks to the root), then dies.
+    for &k in &kids {
+        net.cut.insert((proxy, k));
+    }
+    net.run_until(10_000, |n| {
+        kids.iter().all(|&k| {
+            n.root_events
+                .iter()
+                .any(|e| matches!(e, Event::Attached(_, c) if *c == k))
+        })
+    });
+    assert!(
+        !net.root_events.contains(&Event::EdgeFailed(p.root, proxy)),
+        "the proxy is still alive at this point"
+    );
+    net.dead.insert(proxy);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    for &k in &kids {
+        assert!(
+            !net.root_events
+                .iter()
+                .any(|e| matches!(e, Event::Unreachable(_, c) if *c == k)),
+            "{k:?} re-attached and is not unreachable: {:?}",
+            net.root_events
+        );
+        assert!(
+            net.root_events.contains(&Event::NodeDone(k, Phase::All)),
+            "{k:?} done: {:?}",
+            net.root_events
+        );
+    }
+    assert_everyone_has_everything(&net, &p);
 }

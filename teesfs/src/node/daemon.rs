@@ -151,13 +151,14 @@ impl Daemon {
         self.peers.transport().local_addr()
     }
 
-    /// Serves the control socket until `shutdown` resolves, then unmounts every job.
-    pub async fn serve(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+    /// Opens the control socket (mode 0600), replacing a stale one. Open it before telling
+    /// anyone the daemon is up, so `teesfs status` works from then on.
+    pub fn open_control(&self) -> Option<tokio::net::UnixListener> {
         let _ = std::fs::remove_file(&self.cfg.control);
         if let Some(dir) = self.cfg.control.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let listener = match tokio::net::UnixListener::bind(&self.cfg.control) {
+        match tokio::net::UnixListener::bind(&self.cfg.control) {
             Ok(l) => {
                 use std::os::unix::fs::PermissionsExt;
                 let _ = std::fs::set_permissions(
@@ -170,7 +171,16 @@ impl Daemon {
                 tracing::error!(path = %self.cfg.control.display(), error = %e, "cannot open the control socket; `teesfs status` will not work");
                 None
             }
-        };
+        }
+    }
+
+    /// Serves the control socket (from [`Daemon::open_control`]) until `shutdown`
+    /// resolves, then unmounts every job.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: Option<tokio::net::UnixListener>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
         let this = self.clone();
         let control = async move {
             let Some(listener) = listener else {
@@ -493,8 +503,20 @@ impl Router for Daemon {
 }
 
 /// Detaches FUSE mounts under `root` left by a daemon that died without unmounting (their
-/// reads would fail with ENOTCONN forever).
+/// reads would fail with ENOTCONN forever), and removes the empty mountpoints of its jobs.
 fn clean_stale_mounts(root: &std::path::Path) {
+    detach_stale_mounts(root);
+    // No job runs yet: every directory left under the mount root is a dead job's.
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            if std::fs::remove_dir(e.path()).is_ok() {
+                tracing::info!(dir = %e.path().display(), "removed a stale job mountpoint");
+            }
+        }
+    }
+}
+
+fn detach_stale_mounts(root: &std::path::Path) {
     let Ok(root) = std::fs::canonicalize(root) else {
         return;
     };

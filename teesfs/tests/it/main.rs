@@ -9,6 +9,7 @@ mod corruption;
 mod distribution;
 mod health;
 mod lab;
+mod lab_faults;
 mod roundtrip;
 mod slow_source;
 mod transport;
