@@ -280,3 +280,75 @@ fn lab_a_stopped_proxy_is_reported_its_group_completes_and_it_resumes() {
     assert_push_reaches_everyone(&s);
     lab_down(s);
 }
+
+/// `teesfs health` from the login node's namespace: exit status and JSON report.
+fn health(s: &Scene, deadline: &str) -> (bool, serde_json::Value) {
+    let login = s.lab.layout().node("login").expect("login").clone();
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", login.netns))
+        .arg(teesfs_bin())
+        .args([
+            "health",
+            "--format",
+            "json",
+            "--nodes",
+            &s.lab.layout().hostlist(),
+        ])
+        .args(["--group-size", &s.lab.layout().spec.group_size.to_string()])
+        .arg("--identity")
+        .arg(s.lab.work().join("cluster"))
+        .arg("--hosts")
+        .arg(s.lab.work().join("hosts"))
+        .args([
+            "--listen",
+            &format!("{}:{}", login.addr(), lab::cluster::ROOT_PORT),
+        ])
+        .args(["--deadline", deadline])
+        .output()
+        .expect("teesfs health");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "health printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), json)
+}
+
+#[test]
+fn lab_health_names_a_cut_off_group_and_sees_it_again_after_link_up() {
+    if !can_lab() {
+        return;
+    }
+    let s = scene();
+    let (ok, r) = health(&s, "5s");
+    assert!(ok, "{r:#}");
+    assert_eq!(r["answered"].as_u64(), Some(8));
+    assert_eq!(r["edges"].as_array().map(Vec::len), Some(8), "{r:#}");
+
+    s.lab.link_down("n05", "eth0").expect("link down");
+    let (ok, r) = health(&s, "5s");
+    assert!(!ok, "a cut-off group fails the health check: {r:#}");
+    assert_eq!(r["answered"].as_u64(), Some(4));
+    assert_eq!(r["unreachable"], "n[05-08]");
+    let failures = r["failures"].as_array().expect("failures");
+    assert_eq!(failures.len(), 1, "{r:#}");
+    assert_eq!(
+        (
+            &failures[0]["parent"],
+            &failures[0]["child"],
+            &failures[0]["unreachable"]
+        ),
+        (&"login".into(), &"n05".into(), &"n[05-08]".into())
+    );
+    let (elapsed, deadline) = (r["elapsed_s"].as_f64(), r["deadline_s"].as_f64());
+    assert!(
+        elapsed.zip(deadline).is_some_and(|(e, d)| e <= d + 1.0),
+        "report after the deadline: {r:#}"
+    );
+
+    s.lab.link_up("n05", "eth0").expect("link up");
+    let (ok, r) = health(&s, "5s");
+    assert!(ok, "{r:#}");
+    lab_down(s);
+}
