@@ -358,19 +358,18 @@ pub fn report(
             });
         }
     }
-    let mut edges: Vec<EdgeRtt> = rtt
-        .iter()
+    // In plan order of the child (a node started by an ancestor after its parent died
+    // stays where the plan put it).
+    let mut measured: Vec<(&(NodeId, NodeId), &Duration)> = rtt.iter().collect();
+    measured.sort_by_key(|&(&(_, c), _)| pos.get(&c).copied().unwrap_or(usize::MAX));
+    let edges: Vec<EdgeRtt> = measured
+        .into_iter()
         .map(|(&(p, c), &d)| EdgeRtt {
             parent: host(p),
             child: host(c),
             rtt_ms: ms(d),
         })
         .collect();
-    edges.sort_by_key(|e| {
-        plan.ids()
-            .find(|&n| plan.host(n) == e.child)
-            .map_or(usize::MAX, |n| pos.get(&n).copied().unwrap_or(usize::MAX))
-    });
     let all: Vec<f64> = rtt.values().map(|&d| ms(d)).collect();
     HealthReport {
         version: 1,

@@ -325,6 +325,11 @@ fn lab_health_names_a_cut_off_group_and_sees_it_again_after_link_up() {
     assert!(ok, "{r:#}");
     assert_eq!(r["answered"].as_u64(), Some(8));
     assert_eq!(r["edges"].as_array().map(Vec::len), Some(8), "{r:#}");
+    eprintln!(
+        "lab health, all up: {:.3} s, rtt per edge {}",
+        r["elapsed_s"].as_f64().unwrap_or_default(),
+        r["rtt_ms"]
+    );
 
     s.lab.link_down("n05", "eth0").expect("link down");
     let (ok, r) = health(&s, "5s");
@@ -345,6 +350,11 @@ fn lab_health_names_a_cut_off_group_and_sees_it_again_after_link_up() {
     assert!(
         elapsed.zip(deadline).is_some_and(|(e, d)| e <= d + 1.0),
         "report after the deadline: {r:#}"
+    );
+    eprintln!(
+        "lab health, group cut off: reported after {:.3} s (deadline {} s)",
+        r["elapsed_s"].as_f64().unwrap_or_default(),
+        r["deadline_s"]
     );
 
     s.lab.link_up("n05", "eth0").expect("link up");
