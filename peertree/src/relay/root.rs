@@ -158,6 +158,15 @@ impl Relay {
             return;
         };
         root.grace = grace;
+        // Before the completions they came with: whoever stops at the last answer has every
+        // round trip.
+        for (p, c, us) in r.edge_rtt {
+            self.events.push_back(Event::EdgeRtt(
+                p,
+                c,
+                std::time::Duration::from_micros(u64::from(us)),
+            ));
+        }
         for (parent, node) in r.attached {
             if !root.member(node) {
                 continue;
@@ -208,13 +217,7 @@ impl Relay {
         for (p, c, b) in r.edge_bytes {
             self.events.push_back(Event::EdgeBytes(p, c, b));
         }
-        for (p, c, us) in r.edge_rtt {
-            self.events.push_back(Event::EdgeRtt(
-                p,
-                c,
-                std::time::Duration::from_micros(u64::from(us)),
-            ));
-        }
+
         self.root_check(now);
     }
 

@@ -50,8 +50,9 @@ pub struct HealthArgs {
     /// node, else its name and the bound port).
     #[arg(long, value_name = "ADDR")]
     pub advertise: Option<String>,
-    /// The report is out within this long; nodes silent by then count as unreachable.
-    /// A child silent for a fifth of it is given up and its children are asked directly.
+    /// Wait this long for answers (the report is out as soon as every node answered, else
+    /// at this deadline; nodes silent by then are reported). A child silent for a fifth of
+    /// it is routed around: its children are asked directly.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub deadline: Duration,
     /// Output format.
