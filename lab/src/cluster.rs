@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::error::{LabError, Result};
-use crate::layout::{LabSpec, Layout};
+use crate::layout::{LabSpec, Layout, NodeSpec};
 use crate::net::{Counters, Network};
 use crate::proc::{self, NodeProc};
 use crate::report::PushReport;
@@ -129,10 +129,12 @@ impl Drop for WorkDir {
 /// work directory, also during a panic.
 #[derive(Debug)]
 pub struct Lab {
-    daemons: Vec<NodeProc>,
+    pub(crate) daemons: Vec<NodeProc>,
     net: Network,
     teesfs: PathBuf,
     work: WorkDir,
+    /// How the daemons were started (to restart one the same way).
+    opts: LabOptions,
 }
 
 impl Lab {
@@ -157,6 +159,7 @@ impl Lab {
             net,
             teesfs: opts.teesfs.clone(),
             work,
+            opts: opts.clone(),
         };
         lab.credentials()?;
         lab.start_daemons(opts)?;
@@ -185,7 +188,7 @@ impl Lab {
         c
     }
 
-    fn run_teesfs(&self, args: &[&str]) -> Result<String> {
+    pub(crate) fn run_teesfs(&self, args: &[&str]) -> Result<String> {
         let out = sh::output(self.teesfs_cmd().args(args), "teesfs")?;
         if !out.status.success() {
             return Err(LabError::Command {
@@ -217,72 +220,88 @@ impl Lab {
         let nodes: Vec<_> = self.layout().compute().cloned().collect();
         let mut waiting = Vec::new();
         for node in &nodes {
-            let dir = self.work().join(&node.host);
-            std::fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
-            let log = dir.join("daemon.log");
-            let log_file = std::fs::File::create(&log).map_err(LabError::io(&log))?;
-            let mut cmd = proc::in_new_mounts(&node.netns, &self.teesfs.display().to_string());
-            cmd.arg("daemon")
-                .args(["--host", &node.host])
-                .arg("--listen")
-                .arg(format!("{}:{DAEMON_PORT}", node.addr()))
-                .arg("--identity")
-                .arg(self.work().join("cluster"))
-                .arg("--state-dir")
-                .arg(dir.join("state"))
-                .arg("--mount-root")
-                .arg(dir.join("jobs"))
-                .arg("--control")
-                .arg(dir.join("sock"))
-                .arg("--trust")
-                .arg(self.work().join("publisher.pub"))
-                .args(&opts.daemon_args)
-                .env("TEESFS_LOG", &opts.log)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(log_file);
-            let mut child = cmd.spawn().map_err(|source| LabError::Spawn {
-                program: "nsenter".into(),
-                source,
-            })?;
-            let out = child.stdout.take();
-            let (tx, rx) = mpsc::channel();
-            if let Some(out) = out {
-                std::thread::spawn(move || {
-                    let mut lines = BufReader::new(out).lines();
-                    if let Some(Ok(l)) = lines.next() {
-                        let _ = tx.send(l);
-                    }
-                    // Keep draining so the daemon never blocks on a full pipe.
-                    for _ in lines {}
-                });
-            }
-            self.daemons.push(NodeProc::new(&node.host, log, child));
+            let (daemon, rx) = self.spawn_daemon(node, opts)?;
+            self.daemons.push(daemon);
             waiting.push(rx);
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         for (rx, d) in waiting.iter().zip(&self.daemons) {
-            loop {
-                check_interrupt()?;
-                match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(line) if line.starts_with("listening on ") => break,
-                    Ok(line) => {
-                        return Err(LabError::Daemon {
-                            host: d.host.clone(),
-                            reason: format!("unexpected first line {line:?}"),
-                            log: d.log.clone(),
-                        });
-                    }
-                    Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
-                    Err(_) => {
-                        return Err(LabError::Daemon {
-                            host: d.host.clone(),
-                            reason: "no `listening on` line".into(),
-                            log: d.log.clone(),
-                        });
-                    }
+            wait_listening(rx, d, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Starts `node`'s daemon (not waiting for it): the process, and a channel that
+    /// receives its first line of output.
+    fn spawn_daemon(
+        &self,
+        node: &NodeSpec,
+        opts: &LabOptions,
+    ) -> Result<(NodeProc, mpsc::Receiver<String>)> {
+        let dir = self.work().join(&node.host);
+        std::fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
+        let log = dir.join("daemon.log");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(LabError::io(&log))?;
+        let mut cmd = proc::in_new_mounts(&node.netns, &self.teesfs.display().to_string());
+        cmd.arg("daemon")
+            .args(["--host", &node.host])
+            .arg("--listen")
+            .arg(format!("{}:{DAEMON_PORT}", node.addr()))
+            .arg("--identity")
+            .arg(self.work().join("cluster"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--mount-root")
+            .arg(dir.join("jobs"))
+            .arg("--control")
+            .arg(dir.join("sock"))
+            .arg("--trust")
+            .arg(self.work().join("publisher.pub"))
+            .args(&opts.daemon_args)
+            .env("TEESFS_LOG", &opts.log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file);
+        let mut child = cmd.spawn().map_err(|source| LabError::Spawn {
+            program: "nsenter".into(),
+            source,
+        })?;
+        let out = child.stdout.take();
+        let (tx, rx) = mpsc::channel();
+        if let Some(out) = out {
+            std::thread::spawn(move || {
+                let mut lines = BufReader::new(out).lines();
+                if let Some(Ok(l)) = lines.next() {
+                    let _ = tx.send(l);
                 }
-            }
+                // Keep draining so the daemon never blocks on a full pipe.
+                for _ in lines {}
+            });
+        }
+        Ok((NodeProc::new(&node.host, log, child), rx))
+    }
+
+    /// Starts `host`'s daemon again as [`Lab::up`] did (same directories, same address),
+    /// after stopping the running one if any, and waits until it listens.
+    pub fn restart_daemon(&mut self, host: &str) -> Result<()> {
+        let node = self
+            .layout()
+            .node(host)
+            .filter(|n| n.group.is_some())
+            .ok_or_else(|| LabError::Shape(format!("no compute node {host}")))?
+            .clone();
+        if let Some(d) = self.daemons.iter_mut().find(|d| d.host == host) {
+            d.stop(Duration::from_secs(5));
+        }
+        let (daemon, rx) = self.spawn_daemon(&node, &self.opts)?;
+        wait_listening(&rx, &daemon, Instant::now() + Duration::from_secs(60))?;
+        match self.daemons.iter_mut().find(|d| d.host == host) {
+            Some(d) => *d = daemon,
+            None => self.daemons.push(daemon),
         }
         Ok(())
     }
@@ -368,38 +387,7 @@ impl Lab {
             .node(&o.root)
             .ok_or_else(|| LabError::Shape(format!("no node {}", o.root)))?
             .clone();
-        let reports = self.work().join("reports");
-        std::fs::create_dir_all(&reports).map_err(LabError::io(&reports))?;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let report_path = reports.join(format!("{}-{stamp}.json", o.strategy));
-        let log_path = reports.join(format!("{}-{stamp}.log", o.strategy));
-        let log = std::fs::File::create(&log_path).map_err(LabError::io(&log_path))?;
-        let mut cmd = sh::command_in(&root.netns, "setpriv");
-        cmd.args(["--pdeathsig", "KILL", "--"])
-            .arg(&self.teesfs)
-            .args(["push", "--quiet", "--store", &self.path_str("store")])
-            .args(["--index", &o.index, "--nodes", &self.layout().hostlist()])
-            .args(["--group-size", &self.layout().spec.group_size.to_string()])
-            .args(["--identity", &self.path_str("cluster")])
-            .args(["--hosts", &self.path_str("hosts")])
-            .args(["--listen", &format!("{}:{ROOT_PORT}", root.addr())])
-            .args(["--trust", &self.path_str("publisher.pub")])
-            .args(["--strategy", &o.strategy, "--login", &o.root])
-            .args(["--wait", if o.wait_all { "all" } else { "urgent" }])
-            .args(["--timeout", &format!("{}s", o.timeout.as_secs().max(1))])
-            .arg("--report")
-            .arg(&report_path);
-        for g in &o.urgent {
-            cmd.args(["--urgent", g]);
-        }
-        cmd.args(&o.extra)
-            .env("TEESFS_CONFIG", self.work().join("config"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(LabError::io(&log_path))?)
-            .stderr(log);
+        let (mut cmd, report_path, log_path) = self.push_command(o, &root)?;
 
         let up_before = self.net.uplinks()?;
         let root_before = self.net.counters(&root.host, "eth0")?;
@@ -450,6 +438,49 @@ impl Lab {
         })
     }
 
+    /// The `teesfs push` command of `o` run on `root`, with where it writes its report and
+    /// its log.
+    pub(crate) fn push_command(
+        &self,
+        o: &PushOptions,
+        root: &NodeSpec,
+    ) -> Result<(Command, PathBuf, PathBuf)> {
+        let reports = self.work().join("reports");
+        std::fs::create_dir_all(&reports).map_err(LabError::io(&reports))?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let report_path = reports.join(format!("{}-{stamp}.json", o.strategy));
+        let log_path = reports.join(format!("{}-{stamp}.log", o.strategy));
+        let log = std::fs::File::create(&log_path).map_err(LabError::io(&log_path))?;
+        let mut cmd = sh::command_in(&root.netns, "setpriv");
+        cmd.args(["--pdeathsig", "KILL", "--"])
+            .arg(&self.teesfs)
+            .args(["push", "--quiet", "--store", &self.path_str("store")])
+            .args(["--index", &o.index, "--nodes", &self.layout().hostlist()])
+            .args(["--group-size", &self.layout().spec.group_size.to_string()])
+            .args(["--identity", &self.path_str("cluster")])
+            .args(["--hosts", &self.path_str("hosts")])
+            .args(["--listen", &format!("{}:{ROOT_PORT}", root.addr())])
+            .args(["--trust", &self.path_str("publisher.pub")])
+            .args(["--strategy", &o.strategy, "--login", &o.root])
+            .args(["--wait", if o.wait_all { "all" } else { "urgent" }])
+            .args(["--timeout", &format!("{}s", o.timeout.as_secs().max(1))])
+            .arg("--report")
+            .arg(&report_path);
+        for g in &o.urgent {
+            cmd.args(["--urgent", g]);
+        }
+        cmd.args(&o.extra)
+            .env("TEESFS_CONFIG", self.work().join("config"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(LabError::io(&log_path))?)
+            .stderr(log);
+
+        Ok((cmd, report_path, log_path))
+    }
+
     /// Stops every daemon and removes the network and work directory; errors are reported
     /// rather than ignored (Drop does the same silently).
     pub fn down(mut self) -> Result<()> {
@@ -473,6 +504,31 @@ impl Drop for Lab {
     fn drop(&mut self) {
         self.stop_daemons();
         // `net` and `work` drop after this, in field order: namespaces, then the directory.
+    }
+}
+
+/// Waits for a daemon's `listening on` line.
+fn wait_listening(rx: &mpsc::Receiver<String>, d: &NodeProc, deadline: Instant) -> Result<()> {
+    loop {
+        check_interrupt()?;
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if line.starts_with("listening on ") => return Ok(()),
+            Ok(line) => {
+                return Err(LabError::Daemon {
+                    host: d.host.clone(),
+                    reason: format!("unexpected first line {line:?}"),
+                    log: d.log.clone(),
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
+            Err(_) => {
+                return Err(LabError::Daemon {
+                    host: d.host.clone(),
+                    reason: "no `listening on` line".into(),
+                    log: d.log.clone(),
+                });
+            }
+        }
     }
 }
 

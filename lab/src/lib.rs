@@ -10,7 +10,9 @@
 //! - [`demo`]: push urgent-first and start an application on every node as it mounts;
 //! - [`bench`]: the same job by each method, with ratios;
 //! - [`slurm`]: real Slurm (munge, slurmctld, one slurmd per node) in a lab, and `sbcast`;
-//! - [`torrent`]: the BitTorrent baseline (a tracker, `mktorrent`, `aria2c` per node).
+//! - [`torrent`]: the BitTorrent baseline (a tracker, `mktorrent`, `aria2c` per node);
+//! - [`fault`]: faults injected into a running lab (daemon crash, stop, link down) and
+//!   pushes left running while they happen.
 //!
 //! Root is required. Every resource carries a unique `tlab…` prefix and is removed on drop,
 //! on error, on panic and on Ctrl-C (see [`catch_signals`]); [`clean`] removes what a
@@ -20,6 +22,7 @@ pub mod bench;
 pub mod cluster;
 pub mod demo;
 pub mod error;
+pub mod fault;
 pub mod layout;
 pub mod net;
 pub mod proc;

@@ -86,12 +86,25 @@ impl NodeProc {
         }
     }
 
-    /// Sends SIGTERM without waiting.
+    /// Sends SIGTERM without waiting (and SIGCONT, in case it was stopped).
     pub fn signal_stop(&self) {
-        if let Some(c) = &self.child
-            && let Ok(pid) = i32::try_from(c.id())
-        {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        self.signal(Signal::SIGTERM);
+        self.signal(Signal::SIGCONT);
+    }
+
+    /// Sends `sig`; false when it is not running.
+    pub fn signal(&self, sig: Signal) -> bool {
+        match &self.child {
+            Some(c) => i32::try_from(c.id()).is_ok_and(|pid| kill(Pid::from_raw(pid), sig).is_ok()),
+            None => false,
+        }
+    }
+
+    /// Kills it with SIGKILL, like a crash: no chance to clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 

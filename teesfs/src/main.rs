@@ -45,6 +45,8 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// End a job on this node: unmount it and stop relaying it (the Slurm epilog).
     Release(cmd::status::ReleaseArgs),
+    /// Probe the job's tree: every edge's round trip, and where it stalls.
+    Health(Box<cmd::health::HealthArgs>),
     /// Simulate deployments at scale with the shipping relay state machine.
     Sim(cmd::sim::SimArgs),
     /// An emulated cluster on this machine: namespaces, shaped links, real daemons.
@@ -117,6 +119,7 @@ fn main() -> std::process::ExitCode {
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Release(a) => cmd::status::release(a),
+        Command::Health(a) => cmd::health::run(*a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Lab(a) => cmd::lab::run(a),
         Command::GenerateDocs(a) => generate_docs(a),

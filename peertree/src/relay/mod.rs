@@ -14,7 +14,10 @@
 //! - reports completion facts, failed edges, liars and re-attachments up to the root;
 //! - declares a silent child failed after the deadline; a node whose parent is silent or
 //!   lied attaches to its nearest live ancestor, telling it what it already holds so
-//!   nothing is sent twice.
+//!   nothing is sent twice;
+//! - measures each edge's round trip (its child's `Start` handed to the transport, to the
+//!   child's first message back) and reports it up, so a health probe ([`Relay::new_probe_root`],
+//!   a job with no chunks) tells the root every edge's latency and every dead edge.
 //!
 //! Chunk contents never pass through here: the caller verifies and stores chunks, then calls
 //! [`Relay::handle_chunk`]; when the relay says "send chunk 12 to node 7" the caller reads the
@@ -155,6 +158,10 @@ pub enum Event {
     Attached(NodeId, NodeId),
     /// Root only: bytes pushed over an edge.
     EdgeBytes(NodeId, NodeId, u64),
+    /// Root only: the round trip of an edge `(parent, child)` as the parent measured it.
+    EdgeRtt(NodeId, NodeId, Duration),
+    /// The root declared the job finished (on every node, when it hears so).
+    Finished,
 }
 
 /// Who waits for a demanded chunk.
@@ -180,6 +187,9 @@ struct Child {
     /// Started from here after its planned parent failed: report the adoption when it
     /// first speaks.
     restarted: bool,
+    /// When its `Start` was handed to the transport, until its first answer (the edge's
+    /// round trip is measured from here).
+    start_sent: Option<Instant>,
 }
 
 impl Child {
@@ -195,6 +205,7 @@ impl Child {
             last_sent: now,
             bytes: 0,
             restarted,
+            start_sent: None,
         }
     }
 }
@@ -253,6 +264,10 @@ pub struct Relay {
     stats: RelayStats,
     root: Option<RootState>,
     shared_store: Option<String>,
+    /// A health probe: no chunks, every node answers at once.
+    probe: bool,
+    /// The job's owner (uid), passed down in every `Start`.
+    owner: Option<u32>,
 }
 
 fn ms(v: u32) -> Duration {
@@ -318,6 +333,40 @@ impl Relay {
         Ok(r)
     }
 
+    /// The root of a health probe: an empty broadcast down the planned tree (`nodes` as
+    /// for [`Relay::new_root`]). Every node answers as soon as its `Start` arrives; the
+    /// root emits [`Event::EdgeRtt`] per edge, [`Event::NodeDone`] per node that answered,
+    /// and failed edges as for a push.
+    pub fn new_probe_root(
+        job: JobId,
+        nodes: Vec<NodeInfo>,
+        timing: Timing,
+        now: Instant,
+    ) -> Result<Self, StartError> {
+        let me = nodes
+            .first()
+            .ok_or_else(|| StartError("empty plan".into()))?
+            .id;
+        let schedule = Arc::new(Schedule::new(Vec::new(), 0, Vec::new()).expect("empty"));
+        let root = RootState::new(&nodes, now);
+        let mut r = Self::blank(
+            job,
+            me,
+            timing,
+            schedule,
+            Arc::from(&[][..]),
+            nodes,
+            Vec::new(),
+            now,
+        );
+        r.probe = true;
+        r.local_done = [true, true];
+        r.root = Some(root);
+        r.adopt_planned_children(now);
+        r.root_check(now);
+        Ok(r)
+    }
+
     /// A node joining a job from a verified `Start` (the caller checked the index
     /// signature and built `schedule` from it).
     pub fn new_node(
@@ -338,6 +387,11 @@ impl Relay {
         if start.timing.deadline_ms == 0 || start.timing.heartbeat_ms == 0 {
             return Err(StartError("zero heartbeat or deadline".into()));
         }
+        if start.probe && (!schedule.is_empty() || !start.index.is_empty()) {
+            return Err(StartError("a probe carries no index and no chunks".into()));
+        }
+        let probe = start.probe;
+        let owner = start.owner;
         let shared = start.shared_store.clone();
         let index: Arc<[u8]> = start.index.into();
         let mut r = Self::blank(
@@ -351,6 +405,8 @@ impl Relay {
             now,
         );
         r.parent = Some(parent);
+        r.probe = probe;
+        r.owner = owner;
         if shared.is_some() {
             // Everything is readable from shared storage already.
             r.have.insert_range(..);
@@ -404,6 +460,8 @@ impl Relay {
             stats: RelayStats::default(),
             root: None,
             shared_store: None,
+            probe: false,
+            owner: None,
         }
     }
 
@@ -463,6 +521,8 @@ impl Relay {
             ancestors,
             timing: self.timing,
             shared_store: self.shared_store.clone(),
+            probe: self.probe,
+            owner: self.owner,
         }
     }
 
@@ -529,6 +589,21 @@ impl Relay {
         self.finished
     }
 
+    /// Sets the job's owner (root side; nodes take it from their `Start`).
+    pub fn set_owner(&mut self, uid: Option<u32>) {
+        self.owner = uid;
+    }
+
+    /// The job's owner (uid), if the push named one.
+    pub fn owner(&self) -> Option<u32> {
+        self.owner
+    }
+
+    /// Whether this job is a health probe (no chunks; drop it once finished).
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+
     /// Counters.
     pub fn stats(&self) -> RelayStats {
         self.stats
@@ -553,11 +628,16 @@ impl Relay {
             // The child has its Start (it speaks to us), so chunks sent now will not race
             // ahead of it on another stream.
             c.ready = true;
+            let mut fact = Report::default();
             if std::mem::take(&mut c.restarted) {
-                let fact = Report {
-                    attached: vec![(self.me, from)],
-                    ..Report::default()
-                };
+                fact.attached.push((self.me, from));
+            }
+            if let Some(sent) = c.start_sent.take() {
+                let us = now.saturating_duration_since(sent).as_micros();
+                fact.edge_rtt
+                    .push((self.me, from, us.min(u128::from(u32::MAX)) as u32));
+            }
+            if !fact.is_empty() {
                 self.absorb(now, fact);
             }
         }
@@ -613,6 +693,7 @@ impl Relay {
 
     fn finish(&mut self) {
         self.finished = true;
+        self.events.push_back(Event::Finished);
         let kids: Vec<NodeId> = self.children.keys().copied().collect();
         for id in kids {
             self.control.push_back(Transmit::Control {
@@ -670,6 +751,7 @@ impl Relay {
                     last_sent: now,
                     bytes: 0,
                     restarted: false,
+                    start_sent: None,
                 },
             );
         }
@@ -974,6 +1056,7 @@ impl Relay {
             {
                 c.started = true;
                 c.last_sent = now;
+                c.start_sent = Some(now);
             }
             if Some(*to) == self.parent() {
                 self.last_sent_parent = now;

@@ -90,6 +90,14 @@ pub struct Start {
     /// Shared-storage mode: the receiver reads every chunk from this store directory (a
     /// parallel file system) instead of waiting for them down the tree.
     pub shared_store: Option<String>,
+    /// A health probe: an empty broadcast. No index, no chunks (`index` and `order` are
+    /// empty); every node answers at once, the parent measuring the round trip, and the
+    /// receiver drops the job when the root finishes it.
+    pub probe: bool,
+    /// The uid of the user the job belongs to (who pushed it, or the Slurm job's user): on
+    /// every node they, and root, may query and stop it, and only they may enter its mount.
+    /// `None`: root only.
+    pub owner: Option<u32>,
 }
 
 /// Facts flowing up toward the root. Also serves as the child-to-parent heartbeat.
@@ -105,6 +113,10 @@ pub struct Report {
     pub attached: Vec<(NodeId, NodeId)>,
     /// Bytes pushed over an edge `(parent, child)`, sent once the child holds everything.
     pub edge_bytes: Vec<(NodeId, NodeId, u64)>,
+    /// Round trips `(parent, child, microseconds)` measured by the parent: from handing
+    /// the child's `Start` to the transport to the child's first message back (connection
+    /// setup included when there was no connection yet).
+    pub edge_rtt: Vec<(NodeId, NodeId, u32)>,
 }
 
 impl Report {
@@ -115,6 +127,7 @@ impl Report {
             && self.liars.is_empty()
             && self.attached.is_empty()
             && self.edge_bytes.is_empty()
+            && self.edge_rtt.is_empty()
     }
 
     /// Appends another report's facts.
@@ -124,6 +137,7 @@ impl Report {
         self.liars.extend(other.liars);
         self.attached.extend(other.attached);
         self.edge_bytes.extend(other.edge_bytes);
+        self.edge_rtt.extend(other.edge_rtt);
     }
 }
 
@@ -249,7 +263,8 @@ impl Msg {
 mod tests {
     use super::*;
 
-    /// The messages as they were encoded before `data` and `index` became byte strings.
+    /// The messages as they were encoded before `data` and `index` became byte strings
+    /// (with the fields added since, which are not byte strings).
     #[derive(Serialize)]
     enum OldMsg {
         Start(Box<OldStart>),
@@ -270,6 +285,8 @@ mod tests {
         ancestors: Vec<NodeInfo>,
         timing: Timing,
         shared_store: Option<String>,
+        probe: bool,
+        owner: Option<u32>,
     }
 
     #[test]
@@ -304,6 +321,8 @@ mod tests {
             ancestors: vec![],
             timing: Timing::default(),
             shared_store: None,
+            probe: false,
+            owner: Some(1000),
         })))
         .expect("encode");
         let new = Msg::Start(Box::new(Start {
@@ -315,6 +334,8 @@ mod tests {
             ancestors: vec![],
             timing: Timing::default(),
             shared_store: None,
+            probe: false,
+            owner: Some(1000),
         }));
         assert_eq!(new.encode(), old);
         assert_eq!(Msg::decode(&old).expect("decode"), new);
@@ -332,6 +353,7 @@ mod tests {
             Msg::Report(Report {
                 done: vec![(NodeId(3), Phase::All)],
                 failed: vec![(NodeId(1), NodeId(2))],
+                edge_rtt: vec![(NodeId(0), NodeId(1), 1234)],
                 ..Report::default()
             }),
             Msg::Attach {

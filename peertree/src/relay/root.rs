@@ -114,6 +114,24 @@ impl RootState {
         out
     }
 
+    /// The nodes hanging below `n` now (re-attachments moved some away from their planned
+    /// parent).
+    fn current_descendants(&self, n: NodeId) -> Vec<NodeId> {
+        let mut kids: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        for (&c, &p) in &self.current_parent {
+            kids.entry(p).or_default().push(c);
+        }
+        let mut out = Vec::new();
+        let mut stack = vec![n];
+        while let Some(x) = stack.pop() {
+            for &k in kids.get(&x).into_iter().flatten() {
+                out.push(k);
+                stack.push(k);
+            }
+        }
+        out
+    }
+
     /// A node is alive after all (it reported or re-attached).
     fn revive(&mut self, n: NodeId) {
         self.limbo.remove(&n);
@@ -140,6 +158,15 @@ impl Relay {
             return;
         };
         root.grace = grace;
+        // Before the completions they came with: whoever stops at the last answer has every
+        // round trip.
+        for (p, c, us) in r.edge_rtt {
+            self.events.push_back(Event::EdgeRtt(
+                p,
+                c,
+                std::time::Duration::from_micros(u64::from(us)),
+            ));
+        }
         for (parent, node) in r.attached {
             if !root.member(node) {
                 continue;
@@ -174,7 +201,9 @@ impl Relay {
             if root.fail(child) {
                 self.events.push_back(Event::EdgeFailed(parent, child));
             }
-            for d in root.descendants(child) {
+            // Only the nodes still hanging below it wait to re-attach: one that already
+            // moved to another parent (its own deadline ran out first) is not in limbo.
+            for d in root.current_descendants(child) {
                 let settled = root.done[Phase::All.index()].contains(d.index())
                     || root.failed.contains(d.index());
                 if !settled {
@@ -188,6 +217,7 @@ impl Relay {
         for (p, c, b) in r.edge_bytes {
             self.events.push_back(Event::EdgeBytes(p, c, b));
         }
+
         self.root_check(now);
     }
 

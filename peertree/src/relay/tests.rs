@@ -22,10 +22,14 @@ struct Net {
     schedule: Arc<Schedule>,
     relays: BTreeMap<NodeId, Relay>,
     dead: HashSet<NodeId>,
+    /// Directed links that lose every message.
+    cut: HashSet<(NodeId, NodeId)>,
     liars: HashSet<NodeId>,
     queue: Vec<(Instant, u64, NodeId, NodeId, Item)>,
     seq: u64,
     latency: Duration,
+    /// Extra one-way latency of every message to or from these nodes.
+    slow: HashMap<NodeId, Duration>,
     jitter: Option<ChaCha8Rng>,
     /// Chunks pushed per child per tick (0: no bulk traffic at all).
     rate: usize,
@@ -73,10 +77,12 @@ impl Net {
             schedule,
             relays,
             dead: HashSet::new(),
+            cut: HashSet::new(),
             liars: HashSet::new(),
             queue: Vec::new(),
             seq: 0,
             latency: Duration::from_millis(2),
+            slow: HashMap::new(),
             jitter: None,
             rate: 1,
             received: HashMap::new(),
@@ -86,9 +92,32 @@ impl Net {
         }
     }
 
+    /// A health probe of `plan`: no chunks at all.
+    fn new_probe(plan: &crate::Plan) -> Self {
+        let mut net = Self::new(plan, 0, 0);
+        let nodes = plan_nodes(plan, |h| format!("{h}:7000"));
+        let root = Relay::new_probe_root(
+            JobId(2),
+            nodes,
+            Timing {
+                heartbeat_ms: 100,
+                deadline_ms: 500,
+            },
+            net.now,
+        )
+        .expect("probe root");
+        net.relays.insert(net.root_id, root);
+        net
+    }
+
     fn send(&mut self, from: NodeId, to: NodeId, item: Item) {
         let extra = self.jitter.as_mut().map_or(0, |r| r.random_range(0..20u64));
-        let at = self.now + self.latency + Duration::from_millis(extra);
+        let slow = [from, to]
+            .iter()
+            .filter_map(|n| self.slow.get(n))
+            .copied()
+            .sum::<Duration>();
+        let at = self.now + self.latency + slow + Duration::from_millis(extra);
         self.seq += 1;
         self.queue.push((at, self.seq, from, to, item));
     }
@@ -99,7 +128,10 @@ impl Net {
         let due = self.queue.partition_point(|(t, ..)| *t <= self.now);
         let items: Vec<_> = self.queue.drain(..due).collect();
         for (_, _, from, to, item) in items {
-            if self.dead.contains(&to) || self.dead.contains(&from) {
+            if self.dead.contains(&to)
+                || self.dead.contains(&from)
+                || self.cut.contains(&(from, to))
+            {
                 continue;
             }
             match item {
@@ -366,4 +398,197 @@ fn schedules_must_be_permutations() {
     assert!(Schedule::new(vec![0, 5], 1, vec![1; 2]).is_err());
     assert!(Schedule::new(vec![1, 0], 3, vec![1; 2]).is_err());
     assert!(Schedule::new(vec![1, 0], 1, vec![1; 2]).is_ok());
+}
+
+/// The planned edges `(parent, child)` of a plan.
+fn edges(p: &crate::Plan) -> HashSet<(NodeId, NodeId)> {
+    p.ids()
+        .skip(1)
+        .map(|c| (p.parent[c.index()].expect("has parent"), c))
+        .collect()
+}
+
+fn rtts(net: &Net) -> HashMap<(NodeId, NodeId), Vec<Duration>> {
+    let mut out: HashMap<(NodeId, NodeId), Vec<Duration>> = HashMap::new();
+    for e in &net.root_events {
+        if let Event::EdgeRtt(p, c, d) = e {
+            out.entry((*p, *c)).or_default().push(*d);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_probe_completes_with_no_chunks_and_one_rtt_per_edge() {
+    let p = plan(3, 4, Strategy::Topo);
+    let mut net = Net::new_probe(&p);
+    // One leaf's links are slower: its edge, and only its edge, shows it.
+    let slow_leaf = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.children[id.index()].is_empty())
+        .expect("a leaf");
+    net.slow.insert(slow_leaf, Duration::from_millis(5));
+    net.run_until(10_000, |n| n.job_done(Phase::All));
+    net.run_until(1_000, |n| {
+        n.relays.len() == p.len() && n.relays.values().all(Relay::finished)
+    });
+    assert!(
+        net.received.is_empty(),
+        "a probe moved chunks: {:?}",
+        net.received
+    );
+    assert!(net.relays.values().all(Relay::is_probe));
+    let rtts = rtts(&net);
+    let keys: HashSet<(NodeId, NodeId)> = rtts.keys().copied().collect();
+    assert_eq!(keys, edges(&p), "one RTT per planned edge");
+    for (&(parent, child), got) in &rtts {
+        assert_eq!(got.len(), 1, "{parent:?} -> {child:?} measured {got:?}");
+        // Start one way, the child's first report back: two hops of the fake network.
+        let slow = if child == slow_leaf { 10 } else { 0 };
+        assert_eq!(
+            got[0],
+            Duration::from_millis(4 + slow),
+            "{parent:?} -> {child:?}"
+        );
+    }
+    for id in p.ids().skip(1) {
+        assert!(
+            net.root_events.contains(&Event::NodeDone(id, Phase::All)),
+            "{id:?} answered"
+        );
+    }
+    let progress = net.root().job_progress().expect("root");
+    assert_eq!(progress.failed, 0);
+    assert!(net.root_events.contains(&Event::Finished));
+}
+
+#[test]
+fn a_probe_reports_a_dead_proxy_as_the_failed_edge_and_its_children_answer() {
+    let p = plan(3, 4, Strategy::Topo);
+    let mut net = Net::new_probe(&p);
+    let proxy = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.parent[id.index()] == Some(p.root) && !p.children[id.index()].is_empty())
+        .expect("a proxy under the root");
+    net.dead.insert(proxy);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    assert!(net.root_events.contains(&Event::EdgeFailed(p.root, proxy)));
+    let rtts = rtts(&net);
+    assert!(
+        !rtts.keys().any(|&(_, c)| c == proxy),
+        "no RTT to a dead node"
+    );
+    for &k in &p.children[proxy.index()] {
+        // Started straight from the root once their parent was declared dead.
+        assert!(
+            rtts.contains_key(&(p.root, k)),
+            "{k:?} measured from the root"
+        );
+        assert!(net.root_events.contains(&Event::NodeDone(k, Phase::All)));
+    }
+    let progress = net.root().job_progress().expect("root");
+    assert_eq!(progress.failed, 1);
+}
+
+#[test]
+fn a_probe_reports_a_cut_off_group_as_unreachable_below_the_failed_edge() {
+    let p = plan(3, 4, Strategy::Topo);
+    let mut net = Net::new_probe(&p);
+    let proxy = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.parent[id.index()] == Some(p.root) && !p.children[id.index()].is_empty())
+        .expect("a proxy under the root");
+    let below = p.subtree(proxy);
+    for &n in &below {
+        net.dead.insert(n);
+    }
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    assert!(net.root_events.contains(&Event::EdgeFailed(p.root, proxy)));
+    for &n in below.iter().filter(|&&n| n != proxy) {
+        let parent = p.parent[n.index()].expect("has parent");
+        assert!(
+            net.root_events.contains(&Event::Unreachable(parent, n)),
+            "{n:?} unreachable below {parent:?}: {:?}",
+            net.root_events
+        );
+        assert!(!net.root_events.contains(&Event::NodeDone(n, Phase::All)));
+    }
+    let answered: HashSet<NodeId> = rtts(&net).keys().map(|&(_, c)| c).collect();
+    let alive: HashSet<NodeId> = p.ids().skip(1).filter(|n| !below.contains(n)).collect();
+    assert_eq!(
+        answered, alive,
+        "an RTT for every live node, none for the dead"
+    );
+    let progress = net.root().job_progress().expect("root");
+    assert_eq!(progress.failed, below.len());
+}
+
+#[test]
+fn a_probe_start_with_chunks_is_refused() {
+    let p = plan(1, 2, Strategy::Topo);
+    let nodes = plan_nodes(&p, |h| format!("{h}:7000"));
+    let mut root =
+        Relay::new_probe_root(JobId(3), nodes, Timing::default(), Instant::now()).expect("root");
+    let Some(Transmit::Control {
+        msg: Msg::Start(start),
+        ..
+    }) = root.poll_transmit(Instant::now())
+    else {
+        panic!("the probe root sends a Start first");
+    };
+    assert!(start.probe && start.index.is_empty() && start.order.is_empty());
+    let empty = Arc::new(Schedule::new(vec![], 0, vec![]).expect("empty"));
+    assert!(Relay::new_node((*start).clone(), empty, Instant::now()).is_ok());
+    let one = Arc::new(Schedule::new(vec![0], 0, vec![10]).expect("one chunk"));
+    assert!(Relay::new_node(*start, one, Instant::now()).is_err());
+}
+
+#[test]
+fn children_that_reattached_before_their_proxy_was_declared_dead_are_not_unreachable() {
+    let p = plan(3, 4, Strategy::Topo);
+    // Enough chunks that the proxy is still receiving when it dies.
+    let mut net = Net::new(&p, 2000, 10);
+    net.run_until(10_000, |n| n.relays.len() == p.len());
+    let proxy = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.parent[id.index()] == Some(p.root) && !p.children[id.index()].is_empty())
+        .expect("a proxy under the root");
+    let kids = p.children[proxy.index()].clone();
+    // The proxy goes silent towards its children first (they re-attach to the root while
+    // the proxy still hears them and still talks to the root), then dies.
+    for &k in &kids {
+        net.cut.insert((proxy, k));
+    }
+    net.run_until(10_000, |n| {
+        kids.iter().all(|&k| {
+            n.root_events
+                .iter()
+                .any(|e| matches!(e, Event::Attached(_, c) if *c == k))
+        })
+    });
+    assert!(
+        !net.root_events.contains(&Event::EdgeFailed(p.root, proxy)),
+        "the proxy is still alive at this point"
+    );
+    net.dead.insert(proxy);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    for &k in &kids {
+        assert!(
+            !net.root_events
+                .iter()
+                .any(|e| matches!(e, Event::Unreachable(_, c) if *c == k)),
+            "{k:?} re-attached and is not unreachable: {:?}",
+            net.root_events
+        );
+        assert!(
+            net.root_events.contains(&Event::NodeDone(k, Phase::All)),
+            "{k:?} done: {:?}",
+            net.root_events
+        );
+    }
+    assert_everyone_has_everything(&net, &p);
 }

@@ -102,7 +102,9 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 args.identity.display()
             )
         })?;
-        // Scripts and tests read this line to learn the bound address.
+        let control = daemon.open_control();
+        // Scripts and tests read this line to learn the bound address; the control socket
+        // is open by then.
         println!("listening on {} as {host}", daemon.local_addr());
         let shutdown = async {
             let mut term =
@@ -114,7 +116,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             }
             tracing::info!("shutting down: unmounting jobs");
         };
-        daemon.serve(shutdown).await;
+        daemon.serve(control, shutdown).await;
         anyhow::Ok(())
     })?;
     rt.shutdown_timeout(std::time::Duration::from_secs(2));

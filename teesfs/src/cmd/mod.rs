@@ -2,6 +2,7 @@
 //! Commands parse, call into the library crates, and print; they hold no protocol logic.
 
 pub mod daemon;
+pub mod health;
 pub mod inspect;
 pub mod jobspec;
 pub mod keygen;

@@ -38,6 +38,10 @@ pub struct PrefetchArgs {
     /// `teesfs push --help`.
     #[arg(long, value_name = "N")]
     job_id: Option<u64>,
+    /// The user the job belongs to on the nodes (the Slurm prolog passes $SLURM_JOB_UID);
+    /// see `teesfs push --help`.
+    #[arg(long, value_name = "UID")]
+    owner: Option<u32>,
 }
 
 /// Turns a spec into push arguments.
@@ -102,6 +106,7 @@ fn push_args(
         rate_limit: None,
         quiet: args.quiet,
         job_id: args.job_id,
+        owner: args.owner,
     })
 }
 

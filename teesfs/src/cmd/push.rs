@@ -95,9 +95,14 @@ pub struct PushArgs {
     /// and `teesfs release` find it from $SLURM_JOB_ID. Default: a fresh random id.
     #[arg(long, value_name = "N")]
     pub job_id: Option<u64>,
+    /// The user the job belongs to on the nodes (a uid, e.g. $SLURM_JOB_UID in the Slurm
+    /// prolog): only they (and root) may enter its mount, query or stop it. Default: you,
+    /// unless you are root (then root only).
+    #[arg(long, value_name = "UID")]
+    pub owner: Option<u32>,
 }
 
-fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
+pub(super) fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading hosts file {}", path.display()))?;
     let mut map = HashMap::new();
@@ -217,6 +222,11 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| hosts.get(&args.job.login).cloned()),
         rate_limit: args.rate_limit,
+        owner: match args.owner {
+            Some(u) => Some(u),
+            None if nix::unistd::getuid().is_root() => None,
+            None => Some(nix::unistd::getuid().as_raw()),
+        },
     };
     let n = plan.len() - 1;
     let bar = if args.quiet || !std::io::stderr().is_terminal() {
@@ -378,7 +388,7 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     )
 }
 
-fn now_nanos() -> u128 {
+pub(super) fn now_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -400,7 +410,7 @@ fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> 
 }
 
 /// The root sends straight to every job node (the storage node itself runs no daemon).
-fn flat_without_storage(plan: &peertree::Plan) -> peertree::Plan {
+pub(super) fn flat_without_storage(plan: &peertree::Plan) -> peertree::Plan {
     let mut p = plan.clone();
     let storage: Vec<NodeId> = p
         .ids()

@@ -25,6 +25,9 @@ pub struct MountConfig {
     pub threads: usize,
     /// Record opens and failed lookups (`teesfs record`).
     pub recorder: Option<Arc<crate::fs::record::Recorder>>,
+    /// Make the root directory this user's and closed to others (a job's owner): other
+    /// users cannot enter the mount; root and the owner see the layer as it is below it.
+    pub root_owner: Option<u32>,
 }
 
 impl Default for MountConfig {
@@ -34,6 +37,7 @@ impl Default for MountConfig {
             passthrough: None,
             threads: 4,
             recorder: None,
+            root_owner: None,
         }
     }
 }
@@ -121,7 +125,9 @@ pub fn mount(
             source,
         })?;
     let tree_chunk_size = index.chunk_size;
-    let tree = Arc::new(Tree::new(index));
+    let mut tree = Tree::new(index);
+    tree.set_root_owner(cfg.root_owner);
+    let tree = Arc::new(tree);
     let data = Arc::new(Data::new(tree.clone(), source, cfg.cache_bytes));
     if let Some(pt) = &cfg.passthrough {
         std::fs::create_dir_all(&pt.dir).map_err(|source| Error::Mount {

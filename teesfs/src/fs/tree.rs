@@ -84,6 +84,8 @@ pub struct Tree {
     start: Vec<u32>,
     children: Vec<u32>,
     nlink: Vec<u32>,
+    /// See [`Tree::set_root_owner`].
+    root_owner: Option<u32>,
 }
 
 impl Tree {
@@ -130,12 +132,19 @@ impl Tree {
             start,
             children,
             nlink,
+            root_owner: None,
         }
     }
 
     /// The underlying index.
     pub fn index(&self) -> &Index {
         &self.index
+    }
+
+    /// Makes the root directory `uid`'s with no access for group and others (`None`: as
+    /// the index says).
+    pub fn set_root_owner(&mut self, uid: Option<u32>) {
+        self.root_owner = uid;
     }
 
     /// The path of an inode relative to the layer root (empty for the root).
@@ -215,13 +224,17 @@ impl Tree {
             UNIX_EPOCH - Duration::from_secs(m.mtime.unsigned_abs())
                 + Duration::from_nanos(u64::from(m.mtime_nsec))
         };
+        let (uid, perm) = match self.root_owner {
+            Some(owner) if e.get() == 0 => (owner, (m.mode & 0o700) as u16),
+            _ => (m.uid, (m.mode & 0o7777) as u16),
+        };
         Attr {
             ino: Ino::of(e),
             kind: self.kind_of(e),
             size,
-            perm: (m.mode & 0o7777) as u16,
+            perm,
             nlink: self.nlink[e.get()],
-            uid: m.uid,
+            uid,
             gid: m.gid,
             mtime,
         }

@@ -390,6 +390,11 @@ impl Conn {
         self.inner.closed().await.to_string()
     }
 
+    /// Whether the connection is closed or lost already.
+    pub fn is_closed(&self) -> bool {
+        self.inner.close_reason().is_some()
+    }
+
     /// Closes the connection at once; data not yet acknowledged is abandoned (use
     /// [`FrameSender::finish`] first to make sure it arrived).
     pub fn close(&self) {

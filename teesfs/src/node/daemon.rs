@@ -1,7 +1,8 @@
 //! `teesfs daemon`: the node side. Accepts jobs from parents (verifying the index against
 //! the trusted publisher keys), mounts each job's layer read-only as soon as its index
 //! arrives, forwards to children, answers demand requests, and reports its state on a
-//! Unix control socket.
+//! Unix control socket. A health probe (`teesfs health`) is a job without index or chunks:
+//! it is answered and forwarded, never mounted, and dropped once the root finishes it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -61,6 +62,8 @@ struct NodeJob {
     /// The uid that started the job, who may query and stop it (see [`super::control`]).
     /// `None` until the start message carries it: then only root may.
     owner: Option<u32>,
+    /// A health probe: no index, never mounted, hidden from `status`.
+    probe: bool,
 }
 
 /// A running daemon.
@@ -154,13 +157,14 @@ impl Daemon {
         self.peers.transport().local_addr()
     }
 
-    /// Serves the control socket until `shutdown` resolves, then unmounts every job.
-    pub async fn serve(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+    /// Opens the control socket (mode 0600), replacing a stale one. Open it before telling
+    /// anyone the daemon is up, so `teesfs status` works from then on.
+    pub fn open_control(&self) -> Option<tokio::net::UnixListener> {
         let _ = std::fs::remove_file(&self.cfg.control);
         if let Some(dir) = self.cfg.control.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let listener = match tokio::net::UnixListener::bind(&self.cfg.control) {
+        match tokio::net::UnixListener::bind(&self.cfg.control) {
             Ok(l) => {
                 use std::os::unix::fs::PermissionsExt;
                 // Every local user may connect; each request is authorised by the caller's
@@ -175,7 +179,16 @@ impl Daemon {
                 tracing::error!(path = %self.cfg.control.display(), error = %e, "cannot open the control socket; `teesfs status` will not work");
                 None
             }
-        };
+        }
+    }
+
+    /// Serves the control socket (from [`Daemon::open_control`]) until `shutdown`
+    /// resolves, then unmounts every job.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: Option<tokio::net::UnixListener>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
         let this = self.clone();
         let control = async move {
             let Some(listener) = listener else {
@@ -254,7 +267,11 @@ impl Daemon {
 
     /// The current state.
     pub fn status(&self) -> Status {
-        let jobs = lock(&self.jobs).values().map(|j| job_status(j)).collect();
+        let jobs = lock(&self.jobs)
+            .values()
+            .filter(|j| !j.probe)
+            .map(|j| job_status(j))
+            .collect();
         Status {
             host: self.cfg.host.clone(),
             listen: self.local_addr().to_string(),
@@ -303,6 +320,9 @@ impl Daemon {
         if start.ancestors.first().map(|n| n.host.as_str()) != Some(from_host) {
             return refuse("it did not come from the parent it names".into());
         }
+        if start.probe {
+            return self.start_probe(from_host, job, start);
+        }
         let (signed, index) = match SignedIndex::open(
             start.index.clone(),
             None,
@@ -327,6 +347,7 @@ impl Daemon {
             },
             None => None,
         };
+        let owner = start.owner;
         let relay = match Relay::new_node(start, schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => return refuse(e.to_string()),
@@ -352,7 +373,8 @@ impl Daemon {
             mountpoint: mountpoint.clone(),
             started: Instant::now(),
             phases: Mutex::new([None, None]),
-            owner: None,
+            owner,
+            probe: false,
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
@@ -387,6 +409,7 @@ impl Daemon {
                     dir: self.cfg.state_dir.join("files"),
                     min_size: 64 << 10,
                 }),
+                root_owner: owner,
                 ..MountConfig::default()
             };
             let source: Arc<dyn crate::source::ChunkSource> = match shared {
@@ -415,6 +438,61 @@ impl Daemon {
                 }
             });
         }
+    }
+
+    /// A health probe: answer, forward to the children, and drop the job once the root
+    /// finished it (or, if it never hears so, after ten deadlines).
+    fn start_probe(&self, from_host: &str, job: JobId, start: Start) {
+        let schedule = Arc::new(Schedule::new(Vec::new(), 0, Vec::new()).expect("empty"));
+        let mut known = start.subtree.clone();
+        known.extend(start.ancestors.iter().cloned());
+        let lifetime = std::time::Duration::from_millis(u64::from(start.timing.deadline_ms) * 10);
+        let relay = match Relay::new_node(start, schedule, Instant::now()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(parent = %from_host, %job, "refusing probe: {e}");
+                return;
+            }
+        };
+        let (index, index_id) = super::health::empty_index();
+        let (core, mut events) = JobCore::new(
+            relay,
+            index,
+            index_id,
+            self.peers.clone(),
+            Arc::new(super::health::NoChunks),
+            &known,
+            super::job::JobKnobs::default(),
+        );
+        let nj = Arc::new(NodeJob {
+            core: core.clone(),
+            mounted: Mutex::new(None),
+            mountpoint: PathBuf::new(),
+            started: Instant::now(),
+            phases: Mutex::new([None, None]),
+            owner: None,
+            probe: true,
+        });
+        lock(&self.jobs).insert(job, nj);
+        tracing::debug!(%job, parent = %from_host, "health probe");
+        core.start();
+        let me = self.me.clone();
+        self.rt.spawn(async move {
+            let finished = async {
+                while let Some((_, ev)) = events.recv().await {
+                    if ev == Event::Finished {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(lifetime, finished).await;
+            // Let `Finished` reach the children before the job's tasks stop.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            core.close();
+            if let Some(d) = me.upgrade() {
+                lock(&d.jobs).remove(&job);
+            }
+        });
     }
 
     /// The mountpoint of a job, once mounted.
@@ -487,8 +565,20 @@ fn job_status(j: &NodeJob) -> JobStatus {
 }
 
 /// Detaches FUSE mounts under `root` left by a daemon that died without unmounting (their
-/// reads would fail with ENOTCONN forever).
+/// reads would fail with ENOTCONN forever), and removes the empty mountpoints of its jobs.
 fn clean_stale_mounts(root: &std::path::Path) {
+    detach_stale_mounts(root);
+    // No job runs yet: every directory left under the mount root is a dead job's.
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            if std::fs::remove_dir(e.path()).is_ok() {
+                tracing::info!(dir = %e.path().display(), "removed a stale job mountpoint");
+            }
+        }
+    }
+}
+
+fn detach_stale_mounts(root: &std::path::Path) {
     let Ok(root) = std::fs::canonicalize(root) else {
         return;
     };

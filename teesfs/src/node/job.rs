@@ -194,6 +194,12 @@ impl JobCore {
             self.transmit(t);
         }
         for e in events {
+            // A peer given up may come back as a new process: talk to it afresh.
+            if let Event::ChildFailed(peer) | Event::ParentLost(peer) = e
+                && let Some((host, _)) = self.peer_addr(peer)
+            {
+                self.peers.forget(&host);
+            }
             let _ = self.events.send((now, e));
         }
         for c in children {

@@ -7,11 +7,13 @@
 //! - [`control`]: the daemon's control requests and who may make them.
 //! - [`push`]: the login node as the root of a job's tree.
 //! - [`report`]: the push report (documented JSON).
+//! - [`health`]: `teesfs health`, an empty broadcast measuring every edge (documented JSON).
 //!
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
 
 pub mod control;
 pub mod daemon;
+pub mod health;
 pub mod job;
 pub mod peers;
 pub mod push;

@@ -209,8 +209,15 @@ impl Peers {
     fn link_cell(self: &Arc<Self>, host: &str, addr: &str) -> SharedConn {
         let mut links = lock(&self.links);
         if let Some(l) = links.get(host) {
-            // A failed link is replaced by a fresh attempt.
-            if !l.conn.borrow().as_ref().is_some_and(Result::is_err) {
+            // A failed or closed link, or one whose senders gave up, is replaced by a fresh
+            // attempt.
+            let dead = match l.conn.borrow().as_ref() {
+                None => false,
+                Some(Err(_)) => true,
+                Some(Ok(c)) => c.is_closed(),
+            } || l.control.is_closed()
+                || l.demand.is_closed();
+            if !dead {
                 return l.conn.clone();
             }
         }
@@ -252,6 +259,15 @@ impl Peers {
             _ => &link.control,
         };
         let _ = tx.send(frame);
+    }
+
+    /// Forgets the link to `host` (a peer declared dead): the next message to it opens a
+    /// fresh connection. A crashed and restarted peer never answers on the old one, and
+    /// QUIC would only notice at its idle timeout.
+    pub fn forget(&self, host: &str) {
+        if lock(&self.links).remove(host).is_some() {
+            tracing::debug!(peer = %host, "link forgotten");
+        }
     }
 
     /// Drops every connection.

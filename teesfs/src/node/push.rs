@@ -45,6 +45,8 @@ pub struct PushSpec {
     pub advertise: Option<String>,
     /// Cap on the root's bulk bytes per second to each child.
     pub rate_limit: Option<u64>,
+    /// The job's owner (uid) on the nodes; `None`: root only.
+    pub owner: Option<u32>,
 }
 
 /// Live progress for a progress bar.
@@ -123,6 +125,7 @@ pub async fn push(
     .map_err(|e| e.to_string())?;
     let mut relay = relay;
     relay.set_shared_store(spec.shared_store.clone());
+    relay.set_owner(spec.owner);
     let (core, mut events) = JobCore::new(
         relay,
         spec.index.clone(),

@@ -197,6 +197,11 @@ impl Cluster {
         self.nodes[i].addr = addr;
     }
 
+    /// Pid of node `i`'s daemon while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().map(Child::id)
+    }
+
     pub fn alive(&self, i: usize) -> bool {
         self.nodes[i].child.is_some()
     }

@@ -166,6 +166,8 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
                 ancestors: vec![node(0, 0)],
                 timing: Timing::default(),
                 shared_store: Some("/shared/store".into()),
+                probe: false,
+                owner: Some(1000),
             })),
         ),
         (
@@ -185,6 +187,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
                 liars: vec![(NodeId(0), NodeId(1))],
                 attached: vec![(NodeId(0), NodeId(2))],
                 edge_bytes: vec![(NodeId(0), NodeId(1), 1 << 30)],
+                edge_rtt: vec![(NodeId(0), NodeId(1), 1500)],
             }),
         ),
         ("ping", Msg::Ping),

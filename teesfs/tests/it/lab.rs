@@ -9,7 +9,7 @@ use lab::{Lab, LabOptions, LabSpec, PushOptions, Rates};
 
 use crate::util::teesfs_bin;
 
-fn can_lab() -> bool {
+pub(crate) fn can_lab() -> bool {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("SKIP: the lab needs root (network namespaces, tc, FUSE); CI runs as root");
         return false;
@@ -68,7 +68,7 @@ fn daemon_pids(lab: &Lab) -> Vec<u32> {
 }
 
 /// A layer of incompressible data, so stored bytes equal wire payload.
-fn random_layer(dir: &Path, mib: usize) -> PathBuf {
+pub(crate) fn random_layer(dir: &Path, mib: usize) -> PathBuf {
     let layer = dir.join("layer");
     std::fs::create_dir_all(layer.join("bin")).expect("layer dir");
     let mut state = 0x9e37_79b9_7f4a_7c15u64;

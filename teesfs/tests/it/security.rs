@@ -240,6 +240,8 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
         ancestors: vec![node(0, parent, 0)],
         timing: Timing::default(),
         shared_store: None,
+        probe: false,
+        owner: None,
     };
     let addr = c.nodes[0].addr.parse().expect("daemon addr");
     let conn = transport

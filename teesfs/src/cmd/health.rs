@@ -1,0 +1,305 @@
+//! `teesfs health`: probe the job's tree with an empty broadcast and report every edge's
+//! round trip and every edge where it stalled.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use peertree::Strategy;
+use peertree::relay::{JobId, NodeInfo, Timing, plan_nodes};
+use teesfs::net::Identity;
+use teesfs::node::health::{HealthReport, ProbeSpec, probe, report};
+
+use super::jobspec::JobArgs;
+use super::push::{flat_without_storage, load_hosts, now_nanos};
+use super::util;
+
+/// How to print the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people: totals, per-group round trips, failed edges.
+    Text,
+    /// For monitoring: the versioned JSON documented in teesfs/src/node/health.rs.
+    Json,
+}
+
+/// Arguments of `teesfs health`.
+///
+/// Sends an empty broadcast down the tree `teesfs push` would use for these nodes (same
+/// planning arguments), measures each edge's round trip, and reports the edges where it
+/// stalled with the unreachable nodes as a hostlist. Exits 0 only when every node answered.
+#[derive(Debug, clap::Args)]
+pub struct HealthArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Cluster credentials directory (ca.crt, <login>.crt, <login>.key).
+    #[arg(long, value_name = "DIR", default_value = "/etc/teesfs/cluster")]
+    pub identity: PathBuf,
+    /// File mapping host names to daemon addresses, one `host addr[:port]` per line
+    /// (default: resolve each host name, port --port).
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<PathBuf>,
+    /// Port the node daemons listen on.
+    #[arg(long, default_value_t = 7411)]
+    pub port: u16,
+    /// Where the root listens (nodes whose parent died answer here).
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub listen: SocketAddr,
+    /// How nodes reach the root, `host:port` (default: the --hosts entry of the login
+    /// node, else its name and the bound port).
+    #[arg(long, value_name = "ADDR")]
+    pub advertise: Option<String>,
+    /// Wait this long for answers (the report is out as soon as every node answered, else
+    /// at this deadline; nodes silent by then are reported). A child silent for a fifth of
+    /// it is routed around: its children are asked directly.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub deadline: Duration,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Text format: list every group (default: groups with failures and the 10 slowest).
+    #[arg(long)]
+    pub all_groups: bool,
+}
+
+/// Runs `teesfs health`.
+pub fn run(args: HealthArgs) -> anyhow::Result<()> {
+    if args.deadline < Duration::from_millis(250) {
+        bail!(
+            "--deadline {} is too short to hear from anyone; give at least 250ms",
+            util::duration(args.deadline)
+        );
+    }
+    let (_nodes, topology, mut plan) = args.job.plan()?;
+    if plan.strategy == Strategy::Storage {
+        // Shared-storage jobs have no tree: the root talks to every node itself.
+        plan = flat_without_storage(&plan);
+    }
+    let hosts = match &args.hosts {
+        Some(p) => load_hosts(p, args.port)?,
+        None => Default::default(),
+    };
+    let port = args.port;
+    let nodes: Vec<NodeInfo> = plan_nodes(&plan, |h| {
+        hosts
+            .get(h)
+            .cloned()
+            .unwrap_or_else(|| format!("{h}:{port}"))
+    });
+    let identity = Identity::load(&args.identity, &args.job.login)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            format!(
+                "loading the login node's credentials for `{}` from {} (teesfs keygen --cluster)",
+                args.job.login,
+                args.identity.display()
+            )
+        })?;
+    let job = JobId(u64::from_be_bytes(
+        blake3::hash(
+            &[
+                &b"health"[..],
+                &std::process::id().to_be_bytes(),
+                &now_nanos().to_be_bytes(),
+            ]
+            .concat(),
+        )
+        .as_bytes()[..8]
+            .try_into()
+            .expect("8 bytes"),
+    ));
+    let silence = (args.deadline / 5).max(Duration::from_millis(50));
+    let timing = Timing {
+        heartbeat_ms: (silence.as_millis() / 4).clamp(10, u32::MAX as u128) as u32,
+        deadline_ms: silence.as_millis().clamp(50, u32::MAX as u128) as u32,
+    };
+    let spec = ProbeSpec {
+        job,
+        nodes,
+        timing,
+        identity,
+        listen: args.listen,
+        advertise: args
+            .advertise
+            .clone()
+            .or_else(|| hosts.get(&args.job.login).cloned()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let outcome = rt
+        .block_on(probe(spec, args.deadline))
+        .map_err(anyhow::Error::msg)?;
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let rep = report(&plan, Some(&topology), job, args.deadline, &outcome);
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        Format::Text => print!("{}", render_text(&rep, args.all_groups)),
+    }
+    if !rep.ok {
+        bail!(
+            "{} of {} node(s) did not answer: {}",
+            rep.nodes - rep.answered,
+            rep.nodes,
+            rep.unreachable
+        );
+    }
+    Ok(())
+}
+
+fn stats(s: Option<teesfs::node::health::RttStats>) -> String {
+    s.map_or("-".into(), |s| {
+        format!("{:.2} / {:.2} / {:.2} ms", s.min, s.median, s.max)
+    })
+}
+
+/// Groups shown by default beside those with failures.
+const SLOWEST: usize = 10;
+
+/// The text report: totals, a bounded group table, every failed edge.
+fn render_text(r: &HealthReport, all_groups: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "health: {}/{} nodes answered in {:.2} s (deadline {}, {} plan from {})",
+        r.answered,
+        r.nodes,
+        r.elapsed_s,
+        util::duration(Duration::from_secs_f64(r.deadline_s)),
+        r.strategy,
+        r.root
+    );
+    let _ = writeln!(
+        out,
+        "  round trip per edge, min / median / max: {} over {} edges",
+        stats(r.rtt_ms),
+        r.edges.len()
+    );
+    if !r.groups.is_empty() {
+        let mut shown: Vec<&teesfs::node::health::GroupHealth> = r.groups.iter().collect();
+        if !all_groups && r.groups.len() > SLOWEST {
+            let mut slow: Vec<_> = r.groups.iter().filter(|g| g.answered == g.nodes).collect();
+            slow.sort_by(|a, b| {
+                let m = |g: &&teesfs::node::health::GroupHealth| g.rtt_ms.map_or(0.0, |s| s.max);
+                m(b).total_cmp(&m(a))
+            });
+            slow.truncate(SLOWEST);
+            shown = r
+                .groups
+                .iter()
+                .filter(|g| g.answered < g.nodes || slow.iter().any(|s| s.group == g.group))
+                .collect();
+        }
+        let _ = writeln!(
+            out,
+            "  {:>6}  {:<16} {:>9}  rtt min / median / max",
+            "group", "proxy", "answered"
+        );
+        for g in &shown {
+            let _ = writeln!(
+                out,
+                "  {:>6}  {:<16} {:>9}  {}",
+                g.group,
+                g.proxy,
+                format!("{}/{}", g.answered, g.nodes),
+                stats(g.rtt_ms)
+            );
+        }
+        if shown.len() < r.groups.len() {
+            let _ = writeln!(
+                out,
+                "  ... {} more groups, every node answered (--all-groups lists them, \
+                 --format json has every edge)",
+                r.groups.len() - shown.len()
+            );
+        }
+    }
+    for f in &r.failures {
+        let _ = writeln!(
+            out,
+            "  FAILED edge {} -> {}: {} node(s) unreachable: {}",
+            f.parent, f.child, f.count, f.unreachable
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use teesfs::node::health::{EdgeFailure, GroupHealth, RttStats};
+
+    use super::*;
+
+    /// A 10,000-node report: 1,250 groups of 8, one group cut off, one leaf dead.
+    fn big() -> HealthReport {
+        let groups: Vec<GroupHealth> = (0..1250)
+            .map(|g| GroupHealth {
+                group: g,
+                proxy: format!("cn{:05}", g * 8 + 1),
+                nodes: 8,
+                answered: match g {
+                    17 => 0,
+                    400 => 7,
+                    _ => 8,
+                },
+                rtt_ms: Some(RttStats {
+                    min: 0.2,
+                    median: 0.4,
+                    max: 0.5 + g as f64 / 1000.0,
+                }),
+            })
+            .collect();
+        HealthReport {
+            version: 1,
+            job: "0".into(),
+            root: "login".into(),
+            strategy: "topo".into(),
+            nodes: 10_000,
+            answered: 9_991,
+            ok: false,
+            deadline_s: 10.0,
+            elapsed_s: 3.0,
+            timed_out: false,
+            rtt_ms: RttStats::of(&[0.2, 0.4, 1.7]),
+            groups,
+            edges: Vec::new(),
+            failures: vec![
+                EdgeFailure {
+                    parent: "cn00001".into(),
+                    child: "cn00137".into(),
+                    unreachable: "cn[00137-00144]".into(),
+                    count: 8,
+                },
+                EdgeFailure {
+                    parent: "cn03201".into(),
+                    child: "cn03205".into(),
+                    unreachable: "cn03205".into(),
+                    count: 1,
+                },
+            ],
+            unreachable: "cn[00137-00144,03205]".into(),
+        }
+    }
+
+    #[test]
+    fn a_10000_node_report_fits_on_a_screen_and_lists_every_failure() {
+        let text = render_text(&big(), false);
+        let lines: Vec<&str> = text.lines().collect();
+        // Totals, header, the 2 damaged groups, the 10 slowest, the "more" line, 2 failures.
+        assert_eq!(lines.len(), 2 + 1 + 2 + SLOWEST + 1 + 2, "{text}");
+        assert!(text.contains("9991/10000 nodes answered"), "{text}");
+        assert!(
+            text.contains("FAILED edge cn00001 -> cn00137: 8 node(s) unreachable: cn[00137-00144]")
+        );
+        assert!(text.contains("FAILED edge cn03201 -> cn03205: 1 node(s) unreachable: cn03205"));
+        assert!(text.contains("1238 more groups"), "{text}");
+        // The slowest healthy group is shown, a fast one is not.
+        assert!(text.contains("cn09993"), "{text}");
+        assert!(!text.contains("cn00009 "), "{text}");
+        // Everything on request.
+        assert_eq!(render_text(&big(), true).lines().count(), 2 + 1 + 1250 + 2);
+    }
+}

@@ -1,0 +1,364 @@
+//! Failures in the middle of a push, end to end in the lab (namespaces, shaped links, real
+//! daemons, real FUSE mounts): a leaf crashes, a proxy crashes, a group's uplink goes down,
+//! a proxy is stopped (alive but silent). Each time every reachable node completes with a
+//! byte-exact mount, the report names the failed edge, and once the node is back (restarted
+//! daemon, link up, SIGCONT) a new push reaches every node; a restarted daemon carries no
+//! stale mount.
+//!
+//! Lab: 2 groups of 4 (`n01` proxies `n02`-`n04`, `n05` proxies `n06`-`n08`), an 8 MiB
+//! layer, the root capped at 2 MiB/s per child so the push is still in flight when the
+//! fault hits, a 1 s liveness deadline.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use lab::fault::PushEnd;
+use lab::{Lab, LabOptions, LabSpec, PushOptions, Rates};
+
+use crate::lab::{can_lab, random_layer};
+use crate::util::teesfs_bin;
+
+struct Scene {
+    lab: Lab,
+    layer: PathBuf,
+    index: String,
+    _tmp: tempfile::TempDir,
+}
+
+fn scene() -> Scene {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let layer = random_layer(tmp.path(), 8);
+    let spec = LabSpec {
+        groups: 2,
+        group_size: 4,
+        rates: Rates::default(),
+    };
+    let mut opts = LabOptions::new(teesfs_bin());
+    opts.keep_work = std::env::var_os("TEESFS_LAB_KEEP").is_some();
+    let lab = Lab::up(&spec, &opts).expect("lab up");
+    let index = lab.publish(&layer).expect("publish");
+    Scene {
+        lab,
+        layer,
+        index,
+        _tmp: tmp,
+    }
+}
+
+/// A push slow enough to be hit mid-flight, with quick failure detection.
+fn slow_push(index: &str) -> PushOptions {
+    let mut o = PushOptions::new(index);
+    o.timeout = Duration::from_secs(60);
+    o.extra = [
+        "--rate-limit",
+        "2MiB",
+        "--deadline",
+        "1s",
+        "--heartbeat",
+        "200ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    o
+}
+
+/// Waits until `host` holds part of the layer, but not all of it.
+fn wait_mid_push(lab: &Lab, host: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = lab.status(host).expect("status");
+        let job = &st["jobs"][0];
+        let (have, chunks) = (job["have"].as_u64(), job["chunks"].as_u64());
+        if let (Some(have), Some(chunks)) = (have, chunks)
+            && have >= 1
+        {
+            assert!(
+                have < chunks,
+                "{host} already holds the layer: the push is too fast to fault mid-flight"
+            );
+            return;
+        }
+        assert!(Instant::now() < deadline, "the push never reached {host}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `(kind, parent, child)` of every failure in the report.
+fn failures(end: &PushEnd) -> Vec<(String, String, String)> {
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let mut f: Vec<_> = end
+        .report
+        .failures
+        .iter()
+        .map(|f| (s(&f["kind"]), s(&f["parent"]), s(&f["child"])))
+        .collect();
+    f.sort();
+    f
+}
+
+fn edge(kind: &str, parent: &str, child: &str) -> (String, String, String) {
+    (kind.into(), parent.into(), child.into())
+}
+
+/// The failed push: non-zero exit, the whole layer on every node but `lost`, byte-exact.
+fn assert_survivors_complete(s: &Scene, end: &PushEnd, lost: &[&str]) {
+    assert!(!end.success, "a push with failures exits non-zero");
+    let r = &end.report;
+    assert!(
+        r.all_complete_s.is_some(),
+        "every reachable node completes: {r:?}"
+    );
+    for n in &r.per_node {
+        if lost.contains(&n.host.as_str()) {
+            continue;
+        }
+        assert!(n.all_s.is_some(), "{} completed: {r:?}", n.host);
+        assert_layer(s, &n.host, &r.job);
+    }
+}
+
+/// `host`'s mount of `job` equals the layer, byte for byte (read inside that node).
+fn assert_layer(s: &Scene, host: &str, job: &str) {
+    let mp = s.lab.mountpoint(host, job);
+    let out = s
+        .lab
+        .command_on(host, "diff")
+        .expect("command on node")
+        .args(["-r", "--no-dereference"])
+        .arg(&s.layer)
+        .arg(&mp)
+        .output()
+        .expect("diff");
+    assert!(
+        out.status.success(),
+        "{host}: mount of job {job} differs from the layer: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// After recovery: a fresh push reaches every node, each with an exact copy.
+fn assert_push_reaches_everyone(s: &Scene) -> String {
+    let mut o = PushOptions::new(&s.index);
+    o.timeout = Duration::from_secs(60);
+    o.extra = vec!["--deadline".into(), "2s".into()];
+    let run = s.lab.push(&o).expect("push after recovery succeeds");
+    let r = &run.report;
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    for n in &r.per_node {
+        assert!(n.all_s.is_some(), "{} completed: {r:?}", n.host);
+        assert_layer(s, &n.host, &r.job);
+    }
+    r.job.clone()
+}
+
+/// A restarted daemon: no job, and no FUSE mount of the lab in its namespace.
+fn assert_no_stale_mount(s: &Scene, host: &str) {
+    let st = s.lab.status(host).expect("status");
+    assert_eq!(st["jobs"].as_array().map(Vec::len), Some(0), "{st}");
+    let work = std::fs::canonicalize(s.lab.work()).expect("work dir");
+    let ours: Vec<PathBuf> = s
+        .lab
+        .fuse_mounts(host)
+        .expect("mounts")
+        .into_iter()
+        .filter(|m| m.starts_with(&work))
+        .collect();
+    assert!(ours.is_empty(), "{host} carries stale mounts: {ours:?}");
+    let jobs = s.lab.work().join(host).join("jobs");
+    let left: Vec<_> = std::fs::read_dir(&jobs)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{host} left mountpoints behind: {left:?}");
+}
+
+fn only_mount_is(s: &Scene, host: &str, job: &str) {
+    let work = std::fs::canonicalize(s.lab.work()).expect("work dir");
+    let ours: Vec<PathBuf> = s
+        .lab
+        .fuse_mounts(host)
+        .expect("mounts")
+        .into_iter()
+        .filter(|m| m.starts_with(&work))
+        .collect();
+    let want = std::fs::canonicalize(s.lab.work())
+        .expect("work")
+        .join(host)
+        .join("jobs")
+        .join(job);
+    assert_eq!(ours, vec![want], "{host} mounts only the new job");
+}
+
+fn lab_down(s: Scene) {
+    let Scene { lab, .. } = s;
+    lab.down().expect("lab down");
+}
+
+#[test]
+fn lab_a_leaf_crashing_mid_push_is_reported_and_can_be_pushed_to_again() {
+    if !can_lab() {
+        return;
+    }
+    let mut s = scene();
+    let push = s.lab.push_background(&slow_push(&s.index)).expect("push");
+    wait_mid_push(&s.lab, "n03");
+    s.lab.kill_daemon("n03").expect("kill n03");
+    let end = push.wait(Duration::from_secs(60)).expect("push ends");
+    assert_eq!(failures(&end), vec![edge("failed", "n01", "n03")]);
+    assert_survivors_complete(&s, &end, &["n03"]);
+
+    s.lab.restart_daemon("n03").expect("restart n03");
+    assert_no_stale_mount(&s, "n03");
+    let job = assert_push_reaches_everyone(&s);
+    only_mount_is(&s, "n03", &job);
+    lab_down(s);
+}
+
+#[test]
+fn lab_a_proxy_crashing_mid_push_is_reported_its_group_completes_and_it_comes_back() {
+    if !can_lab() {
+        return;
+    }
+    let mut s = scene();
+    let push = s.lab.push_background(&slow_push(&s.index)).expect("push");
+    wait_mid_push(&s.lab, "n05");
+    s.lab.kill_daemon("n05").expect("kill n05");
+    let end = push.wait(Duration::from_secs(60)).expect("push ends");
+    assert_eq!(failures(&end), vec![edge("failed", "login", "n05")]);
+    // n06-n08 lost their proxy and re-attached to the root.
+    assert_survivors_complete(&s, &end, &["n05"]);
+
+    s.lab.restart_daemon("n05").expect("restart n05");
+    assert_no_stale_mount(&s, "n05");
+    let job = assert_push_reaches_everyone(&s);
+    only_mount_is(&s, "n05", &job);
+    lab_down(s);
+}
+
+#[test]
+fn lab_a_group_cut_off_mid_push_is_reported_edge_by_edge_and_reached_after_link_up() {
+    if !can_lab() {
+        return;
+    }
+    let s = scene();
+    let push = s.lab.push_background(&slow_push(&s.index)).expect("push");
+    wait_mid_push(&s.lab, "n05");
+    s.lab.link_down("n05", "eth0").expect("link down");
+    let end = push.wait(Duration::from_secs(60)).expect("push ends");
+    assert_eq!(
+        failures(&end),
+        vec![
+            edge("failed", "login", "n05"),
+            edge("unreachable", "n05", "n06"),
+            edge("unreachable", "n05", "n07"),
+            edge("unreachable", "n05", "n08"),
+        ]
+    );
+    assert_survivors_complete(&s, &end, &["n05", "n06", "n07", "n08"]);
+
+    s.lab.link_up("n05", "eth0").expect("link up");
+    assert_push_reaches_everyone(&s);
+    lab_down(s);
+}
+
+#[test]
+fn lab_a_stopped_proxy_is_reported_its_group_completes_and_it_resumes() {
+    if !can_lab() {
+        return;
+    }
+    let s = scene();
+    let push = s.lab.push_background(&slow_push(&s.index)).expect("push");
+    wait_mid_push(&s.lab, "n05");
+    s.lab.pause_daemon("n05").expect("SIGSTOP n05");
+    let end = push.wait(Duration::from_secs(60));
+    s.lab.resume_daemon("n05").expect("SIGCONT n05");
+    let end = end.expect("push ends");
+    assert_eq!(failures(&end), vec![edge("failed", "login", "n05")]);
+    assert_survivors_complete(&s, &end, &["n05"]);
+
+    assert_push_reaches_everyone(&s);
+    lab_down(s);
+}
+
+/// `teesfs health` from the login node's namespace: exit status and JSON report.
+fn health(s: &Scene, deadline: &str) -> (bool, serde_json::Value) {
+    let login = s.lab.layout().node("login").expect("login").clone();
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", login.netns))
+        .arg(teesfs_bin())
+        .args([
+            "health",
+            "--format",
+            "json",
+            "--nodes",
+            &s.lab.layout().hostlist(),
+        ])
+        .args(["--group-size", &s.lab.layout().spec.group_size.to_string()])
+        .arg("--identity")
+        .arg(s.lab.work().join("cluster"))
+        .arg("--hosts")
+        .arg(s.lab.work().join("hosts"))
+        .args([
+            "--listen",
+            &format!("{}:{}", login.addr(), lab::cluster::ROOT_PORT),
+        ])
+        .args(["--deadline", deadline])
+        .output()
+        .expect("teesfs health");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "health printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), json)
+}
+
+#[test]
+fn lab_health_names_a_cut_off_group_and_sees_it_again_after_link_up() {
+    if !can_lab() {
+        return;
+    }
+    let s = scene();
+    let (ok, r) = health(&s, "5s");
+    assert!(ok, "{r:#}");
+    assert_eq!(r["answered"].as_u64(), Some(8));
+    assert_eq!(r["edges"].as_array().map(Vec::len), Some(8), "{r:#}");
+    eprintln!(
+        "lab health, all up: {:.3} s, rtt per edge {}",
+        r["elapsed_s"].as_f64().unwrap_or_default(),
+        r["rtt_ms"]
+    );
+
+    s.lab.link_down("n05", "eth0").expect("link down");
+    let (ok, r) = health(&s, "5s");
+    assert!(!ok, "a cut-off group fails the health check: {r:#}");
+    assert_eq!(r["answered"].as_u64(), Some(4));
+    assert_eq!(r["unreachable"], "n[05-08]");
+    let failures = r["failures"].as_array().expect("failures");
+    assert_eq!(failures.len(), 1, "{r:#}");
+    assert_eq!(
+        (
+            &failures[0]["parent"],
+            &failures[0]["child"],
+            &failures[0]["unreachable"]
+        ),
+        (&"login".into(), &"n05".into(), &"n[05-08]".into())
+    );
+    let (elapsed, deadline) = (r["elapsed_s"].as_f64(), r["deadline_s"].as_f64());
+    assert!(
+        elapsed.zip(deadline).is_some_and(|(e, d)| e <= d + 1.0),
+        "report after the deadline: {r:#}"
+    );
+    eprintln!(
+        "lab health, group cut off: reported after {:.3} s (deadline {} s)",
+        r["elapsed_s"].as_f64().unwrap_or_default(),
+        r["deadline_s"]
+    );
+
+    s.lab.link_up("n05", "eth0").expect("link up");
+    let (ok, r) = health(&s, "5s");
+    assert!(ok, "{r:#}");
+    lab_down(s);
+}
