@@ -37,6 +37,7 @@ use std::sync::{Arc, OnceLock};
 pub use cluster::{Lab, LabOptions, PushOptions, PushRun};
 pub use error::{LabError, Result};
 pub use layout::{LabSpec, Layout, Rates};
+pub use slurm::Slurm;
 
 /// Fails with [`LabError::NotRoot`] unless running as root.
 pub fn require_root() -> Result<()> {
