@@ -72,6 +72,10 @@ pub struct SimArgs {
     /// Connection set-up cost (default: the machine's).
     #[arg(long, value_parser = humantime::parse_duration)]
     setup: Option<Duration>,
+    /// Cores shared by all nodes for chunk processing (default: the machine's; `lab` has
+    /// 2, the others a CPU per node). 0: a CPU per node.
+    #[arg(long)]
+    cores: Option<u32>,
     /// Per-message latency (default: the machine's).
     #[arg(long, value_parser = humantime::parse_duration)]
     latency: Option<Duration>,
@@ -79,6 +83,14 @@ pub struct SimArgs {
     /// and millions of events).
     #[arg(long, default_value_t = 17_560)]
     max_one_to_all: usize,
+    /// Position in the machine (from 1) of the job's first node. 5 (default) makes the
+    /// first and last groups partial, as in the planner benchmarks; 1 gives whole groups.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    first: u64,
+    /// Mirror `teesfs lab bench`'s reference lab: the `lab` machine and its link rates,
+    /// 32 nodes as 4 whole groups of 8 (overrides --machine, --nodes and --first).
+    #[arg(long)]
+    lab: bool,
     /// Write one CSV row per simulation here.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
@@ -108,12 +120,18 @@ struct Row {
 }
 
 /// Runs `teesfs sim`.
-pub fn run(args: SimArgs) -> anyhow::Result<()> {
+pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
+    if args.lab {
+        args.machine = Machine::Lab;
+        args.nodes = vec![32];
+        args.first = 1;
+    }
     if args.nodes.is_empty() || args.strategy.is_empty() || args.payload.is_empty() {
         bail!("give at least one --nodes, --strategy and --payload");
     }
     let largest = args.nodes.iter().copied().max().unwrap_or(0);
-    let topology = machine_topology(args.machine, largest + 8)?;
+    let first = usize::try_from(args.first - 1).context("--first is too large")?;
+    let topology = machine_topology(args.machine, largest + first + 4)?;
     let mut network = match args.machine {
         Machine::Tianhe => Network::tianhe(),
         Machine::TwoLevel => Network::two_level(),
@@ -121,6 +139,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     network.setup = args.setup.unwrap_or(network.setup);
     network.latency = args.latency.unwrap_or(network.latency);
+    network.shared_cores = args.cores.unwrap_or(network.shared_cores);
     let all: Vec<String> = (0..topology.len())
         .map(|i| {
             topology
@@ -157,8 +176,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for (payload, n, strategy) in jobs {
         bar.set_message(format!("{n} nodes, {strategy}, {}", ByteSize::b(payload)));
-        // Contiguous jobs start mid-group (node 5), so the first and last groups are partial.
-        let job = &all[4..4 + n];
+        // Contiguous jobs from --first: by default mid-group (node 5), so the first and
+        // last groups are partial.
+        let job = &all[first..first + n];
         let plan = peertree::plan(&topology, job, strategy, &opts)
             .with_context(|| format!("planning {n} nodes with {strategy}"))?;
         let mut cfg = SimConfig::new(network.clone(), payload, args.chunk.as_u64());
