@@ -512,3 +512,54 @@ fn plot_uplink(path: &Path, rows: &[&Row], payload: u64) -> anyhow::Result<()> {
     root.present().map_err(plot_err)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimArgs,
+    }
+
+    /// `--lab` simulates the lab bench's scenario: 32 nodes in 4 whole groups on the lab
+    /// machine, so `topo` enters each group once (4 x the payload) at depth 2.
+    #[test]
+    fn lab_preset_is_four_whole_groups_on_the_lab_machine() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("lab.csv");
+        let csv_arg = path.to_str().expect("utf-8 path");
+        let cli = Cli::parse_from([
+            "sim",
+            "--lab",
+            "--strategy",
+            "topo,random",
+            "--csv",
+            csv_arg,
+        ]);
+        run(cli.args).expect("simulates");
+        let text = std::fs::read_to_string(&path).expect("csv written");
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').collect())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        let payload = 16u64 << 20;
+        for r in &rows {
+            assert_eq!((r[0], r[2]), ("lab", "32"), "{r:?}");
+            assert_eq!(r[14], (4 * payload).to_string(), "minimum uplink: 4 groups");
+        }
+        let topo = &rows[0];
+        assert_eq!((topo[3], topo[4]), ("topo", "2"));
+        assert_eq!(
+            topo[11],
+            (4 * payload).to_string(),
+            "topo enters each group once"
+        );
+        let random_up: u64 = rows[1][11].parse().expect("bytes");
+        assert!(random_up > 4 * payload);
+    }
+}
