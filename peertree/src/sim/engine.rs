@@ -149,6 +149,8 @@ pub struct Sim<'a> {
     dead: Vec<bool>,
     timer_at: Vec<u64>,
     cpu_busy: Vec<u64>,
+    /// Busy-until of each shared core ([`super::Network::shared_cores`]).
+    cores: Vec<u64>,
     busy_edges: HashSet<(NodeId, NodeId)>,
     /// When the connection between two hosts (smaller id first) is usable.
     conn_ready: HashMap<(NodeId, NodeId), u64>,
@@ -204,6 +206,7 @@ impl<'a> Sim<'a> {
         );
         let hosts = plan.len();
         let check = cfg.timing.heartbeat_ms.min(cfg.timing.deadline_ms).max(1);
+        let shared_cores = cfg.network.shared_cores as usize;
         let mut sim = Self {
             plan,
             links: Links::new(plan, topology, &cfg.network),
@@ -217,6 +220,7 @@ impl<'a> Sim<'a> {
             dead: vec![false; hosts],
             timer_at: vec![NEVER; hosts],
             cpu_busy: vec![0; hosts],
+            cores: vec![0; shared_cores],
             busy_edges: HashSet::new(),
             conn_ready: HashMap::new(),
             path: Vec::new(),
@@ -342,9 +346,17 @@ impl<'a> Sim<'a> {
                     return Ok(());
                 }
                 let bytes = u64::from(self.schedule.sizes[chunk as usize]);
-                let start = self.now.max(self.cpu_busy[to.index()]);
+                let mut start = self.now.max(self.cpu_busy[to.index()]);
+                // With shared cores, the first one to free up (lowest index on ties).
+                let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]);
+                if let Some(c) = core {
+                    start = start.max(self.cores[c]);
+                }
                 let done = start + self.cfg.network.chunk_ns(bytes);
                 self.cpu_busy[to.index()] = done;
+                if let Some(c) = core {
+                    self.cores[c] = done;
+                }
                 self.push(
                     done,
                     Ev::Processed {

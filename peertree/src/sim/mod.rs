@@ -58,6 +58,10 @@ pub struct Network {
     pub chunk_cost: Duration,
     /// Verify-and-store speed of a receiving node (blake3 and a write to the store).
     pub cpu_bw: f64,
+    /// Cores shared by every host for chunk processing (0: each host has its own CPU).
+    /// The lab runs all its nodes on one machine, so their processing queues for the
+    /// same cores.
+    pub shared_cores: u32,
     /// Modelled size of the signed index carried by every `Start`.
     pub index_bytes: u64,
     /// Bytes per subtree entry carried by a `Start`.
@@ -65,6 +69,9 @@ pub struct Network {
 }
 
 const GBIT: f64 = 1e9 / 8.0;
+
+/// Bytes per second of chunk processing per core in the lab (about 9 ms per MiB).
+const LAB_CPU_BW: f64 = (1u64 << 20) as f64 / 9.0e-3;
 
 impl Network {
     /// A Tianhe-like machine: 10 Gbit/s node NICs; groups of 8 whose proxy has a port and
@@ -84,6 +91,7 @@ impl Network {
             setup: Duration::from_millis(2),
             chunk_cost: Duration::from_micros(50),
             cpu_bw: 4.5e9,
+            shared_cores: 0,
             index_bytes: 1 << 20,
             node_info_bytes: 32,
         }
@@ -102,11 +110,16 @@ impl Network {
         }
     }
 
-    /// The lab's reference shape (DESIGN.md): slave links 100 Mbit/s, proxy port, uplink
-    /// and login link 400 Mbit/s; storage 1 Gbit/s.
+    /// The lab's reference shape (DESIGN.md, `lab::Rates::default`): slave links
+    /// 100 Mbit/s, proxy port, uplink and login link 400 Mbit/s; storage 1 Gbit/s. All
+    /// nodes share the box's 2 cores; a received chunk costs 50 us + 9 ms per MiB of CPU
+    /// (QUIC receive and send, blake3, store write: the lab's measured daemon CPU seconds
+    /// per chunk received, `teesfs lab bench`, topo, 16 MiB; BENCHMARKS.md).
     pub fn lab() -> Self {
         let m = 1e6 / 8.0;
         Self {
+            cpu_bw: LAB_CPU_BW,
+            shared_cores: 2,
             node_bw: 100.0 * m,
             port_bw: 400.0 * m,
             uplink_bw: 400.0 * m,

@@ -53,6 +53,7 @@ fn simple_net(latency: u64, setup: u64, cost: u64, index: u64) -> Network {
         setup: Duration::from_nanos(setup),
         chunk_cost: Duration::from_nanos(cost),
         cpu_bw: f64::INFINITY,
+        shared_cores: 0,
         index_bytes: index,
         node_info_bytes: 0,
     }
@@ -105,6 +106,27 @@ fn a_star_is_bound_by_the_root_nic() {
     let r = run(&plan, None, cfg);
     let expected = setup + n * index + n * m * MIB + lat + cost;
     assert_eq!(r.deploy, Duration::from_nanos(expected));
+}
+
+#[test]
+fn shared_cores_serialise_the_processing_of_all_nodes() {
+    // Processing (10 ms a chunk) dominates the links (1 ms a chunk). With one core for
+    // everyone, it works from the first arrival without a pause: n m chunks back to back.
+    // With a CPU per node, the nodes process side by side.
+    let (lat, setup, cost, index, m, n) = (10_000, 100_000, 10_000_000, 64 << 10, 4u64, 4u64);
+    let plan = custom(&vec![0; n as usize]);
+    let mut net = simple_net(lat, setup, cost, index);
+    net.shared_cores = 1;
+    let r = run(&plan, None, SimConfig::new(net.clone(), m * MIB, MIB));
+    let first = setup + n * index + MIB + lat;
+    assert_eq!(r.deploy, Duration::from_nanos(first + n * m * cost));
+    net.shared_cores = 2;
+    let two = run(&plan, None, SimConfig::new(net.clone(), m * MIB, MIB));
+    assert!(two.deploy < r.deploy);
+    assert!(two.deploy >= Duration::from_nanos(first + n * m * cost / 2));
+    net.shared_cores = 0;
+    let own = run(&plan, None, SimConfig::new(net, m * MIB, MIB));
+    assert!(own.deploy < two.deploy);
 }
 
 #[test]

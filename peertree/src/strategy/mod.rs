@@ -21,8 +21,9 @@ use crate::topology::{TopoId, Topology};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {
     /// Topology-aware, improved: every group in the job is entered exactly once (a group
-    /// without its proxy gets a deputy from its own members), and proxies are laid out so
-    /// that a proxy's children are its neighbours in topology order.
+    /// without its proxy borrows it when idle, or gets a deputy from its own members), no
+    /// host feeds more streams than its links carry at a node's rate, and proxies are laid
+    /// out so that a proxy's children are its neighbours in topology order.
     Topo,
     /// Topology-aware exactly as the paper's Algorithm 1 (proxies breadth first, slaves
     /// under their proxy, borrowed proxies, orphans at the last level).

@@ -8,11 +8,14 @@
 //! - `paper`: leaders breadth first under the root in job order; slaves under their leader;
 //!   orphans last, under hosts of the deepest levels, so each orphan enters its group's
 //!   uplink separately.
-//! - `improved`: an orphan group elects one member as **deputy**, which receives once and
-//!   feeds the rest inside the group, so every group's uplink carries the payload inbound
-//!   exactly once. Leaders are taken in topology order and laid out by recursive spans, so
-//!   a leader's children are its neighbours (fewer hops across super nodes and cabinets).
-//!   A leader keeps at least one slot for other leaders when `width > 1`.
+//! - `improved`: laid out so that every stream runs at a node's rate. A leader feeds its
+//!   slaves directly and at most [`uplink_fanout`] other groups (as does the login node);
+//!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
+//!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
+//!   receives once and feeds the rest of its group as a chain, so every group's uplink
+//!   carries the payload inbound exactly once. Leaders are taken in topology order and
+//!   laid out by recursive spans, so a leader's children are its neighbours (fewer hops
+//!   across super nodes and cabinets).
 
 use super::{Builder, Cursor};
 use crate::metrics::hops_between;
@@ -60,7 +63,14 @@ fn buckets(b: &Builder<'_>) -> Vec<Bucket> {
 }
 
 /// Splits buckets into led groups (proxy present or borrowed) and orphan groups.
-fn classify(b: &mut Builder<'_>, buckets: Vec<Bucket>) -> (Vec<Lead>, Vec<Vec<NodeId>>) {
+///
+/// The paper borrows an idle proxy when more than half the group is in the job; with
+/// `eager`, also when at least three of its nodes are (see [`improved`]).
+fn classify(
+    b: &mut Builder<'_>,
+    buckets: Vec<Bucket>,
+    eager: bool,
+) -> (Vec<Lead>, Vec<Vec<NodeId>>) {
     let mut leads = Vec::with_capacity(buckets.len());
     let mut orphans = Vec::new();
     for bucket in buckets {
@@ -74,7 +84,9 @@ fn classify(b: &mut Builder<'_>, buckets: Vec<Bucket>) -> (Vec<Lead>, Vec<Vec<No
         let group = b.topology.group(bucket.group);
         let proxy = group.proxy;
         let size = group.members.len();
-        if 2 * bucket.members.len() > size && b.opts.availability.is_idle(b.topology.host(proxy)) {
+        let n = bucket.members.len();
+        let worth = 2 * n > size || (eager && n >= 3);
+        if worth && b.opts.availability.is_idle(b.topology.host(proxy)) {
             let leader = b.borrow(proxy);
             leads.push(Lead {
                 leader,
@@ -110,7 +122,7 @@ fn hang_slaves(b: &mut Builder<'_>, leader: NodeId, slots: usize, slaves: &[Node
 pub(super) fn paper(b: &mut Builder<'_>) {
     let w = b.width();
     let buckets = buckets(b);
-    let (leads, orphan_groups) = classify(b, buckets);
+    let (leads, orphan_groups) = classify(b, buckets, false);
 
     // Leaders breadth first: each parent takes leaders until its leader slots are used.
     let mut queue = std::collections::VecDeque::new();
@@ -168,72 +180,63 @@ pub(super) fn paper(b: &mut Builder<'_>) {
     }
 }
 
-/// The improved variant: deputies for orphan groups, leaders laid out by spans, and the
-/// smallest depth budget the job fits in.
+/// The improved variant: one entry per group, laid out so that every edge can run at a
+/// node's full rate.
 ///
-/// With a budget `D`, a leader at depth `d <= D - 2` hands its slaves to one slave that
-/// fans out inside the group (one hop, same uplink traffic) and keeps the other slots for
-/// leaders, so more proxies fit near the root. Budgets are tried from the W-ary lower bound
-/// up; the first tree that fits is taken.
+/// The layout follows from the shape the planner assumes (a proxy's port and uplink each
+/// carry its whole group, a node's NIC one stream):
+/// - a leader feeds all its slaves directly (up to `width - 1`), as in the paper;
+/// - a leader and the login node feed at most [`uplink_fanout`] other groups (the width
+///   less a full group's slaves: 8 for groups of 8 and width 15), so no uplink is shared
+///   by more streams than it carries at full rate;
+/// - a group without its proxy borrows the proxy when it is idle and at least three of
+///   its nodes are in the job (the paper: more than half), since a deputy would otherwise
+///   feed two or more over one NIC; the remaining orphan groups get a deputy whose group
+///   hangs below it as a chain (one stream per NIC);
+/// - leaders are taken in topology order and laid out by recursive spans.
 pub(super) fn improved(b: &mut Builder<'_>) {
-    let n = b.job.len();
-    let w = b.width() as u64;
-    let (mut budget, mut reach, mut level) = (0u32, 0u64, 1u64);
-    while reach < n as u64 {
-        budget += 1;
-        level = level.saturating_mul(w);
-        reach = reach.saturating_add(level);
-        if w == 1 && budget as usize >= n {
-            break;
-        }
-    }
-    if w == 1 {
-        improved_within(b, None);
-        return;
-    }
-    for d in budget.max(1)..budget.max(1) + 6 {
-        let mut trial = b.clone();
-        improved_within(&mut trial, Some(d));
-        if trial.depth.iter().all(|x| *x <= d) {
-            *b = trial;
-            return;
-        }
-    }
-    improved_within(b, None);
-}
-
-fn improved_within(b: &mut Builder<'_>, budget: Option<u32>) {
     let w = b.width();
     let mut buckets = buckets(b);
     buckets.sort_by_key(|bk| bk.group);
-    let (leads, orphan_groups) = classify(b, buckets);
-    let slave_slots = |n: usize| if w > 1 { n.min(w - 1) } else { n.min(w) };
-    // Direct slaves of a leader at `depth`: few when the budget leaves room below them.
-    let direct = |n: usize, depth: u32| match budget {
-        Some(d) if n > 0 && depth + 2 <= d => n.div_ceil(w + 1).min(w - 1).max(1),
-        _ => slave_slots(n),
-    };
+    let largest = buckets
+        .iter()
+        .map(|bk| b.topology.group(bk.group).members.len())
+        .max()
+        .unwrap_or(1);
+    let fanout = uplink_fanout(w, largest);
+    let (leads, orphan_groups) = classify(b, buckets, true);
+    let direct = |n: usize| if w > 1 { n.min(w - 1) } else { n.min(w) };
+    // Children a host may have: the root `fanout`, a leader its direct slaves plus
+    // `fanout` leaders or deputies, anyone else one (its NIC carries one stream).
+    let mut cap = vec![1usize; b.hosts.len()];
+    cap[b.root().index()] = fanout.min(w);
+    for lead in &leads {
+        let d = direct(lead.slaves.len());
+        cap[lead.leader.index()] = d + (w - d).min(fanout);
+    }
 
     let mut stranded = Vec::new();
     let root = b.root();
-    spans(b, root, w, &leads, &direct, &mut stranded);
+    spans(b, root, cap[root.index()], &cap, &leads, &mut stranded);
     for lead in &leads {
-        let depth = b.depth[lead.leader.index()];
-        if depth != u32::MAX {
-            hang_slaves(
-                b,
-                lead.leader,
-                direct(lead.slaves.len(), depth),
-                &lead.slaves,
-            );
+        if b.depth[lead.leader.index()] != u32::MAX {
+            hang_slaves(b, lead.leader, direct(lead.slaves.len()), &lead.slaves);
         }
+    }
+    // Slaves that feed other slaves (groups wider than the tree) may keep doing so.
+    for (c, kids) in cap.iter_mut().zip(&b.children) {
+        *c = (*c).max(kids.len());
     }
 
     // Deputies: receive-only leaders of orphan groups, under the closest (fewest hops)
     // of the root and the nearest leaders with room on either side in topology order.
     let order: Vec<NodeId> = leads.iter().map(|l| l.leader).collect();
     let group_of = |b: &Builder<'_>, id: NodeId| b.topo[id.index()].map(|t| b.topology.group_of(t));
-    let usable = |b: &Builder<'_>, id: NodeId| b.depth[id.index()] != u32::MAX && b.spare(id) > 0;
+    // Within its fan-out (`cap`), or merely within the width.
+    let usable = |b: &Builder<'_>, id: NodeId| {
+        b.depth[id.index()] != u32::MAX && b.children[id.index()].len() < cap[id.index()]
+    };
+    let placed = |b: &Builder<'_>, id: NodeId| b.depth[id.index()] != u32::MAX && b.spare(id) > 0;
     let mut fallback: Option<Cursor> = None;
     // Stranded leaders (only when width 1 leaves leaders no slot) are proxies: first.
     let deputies = stranded
@@ -244,63 +247,76 @@ fn improved_within(b: &mut Builder<'_>, budget: Option<u32>) {
     for (deputy, rest) in deputies {
         let g = group_of(b, deputy);
         let pos = order.partition_point(|l| group_of(b, *l) < g);
-        let right = order[pos..]
-            .iter()
-            .take(NEAR)
-            .find(|l| usable(b, **l))
-            .copied();
-        let left = order[..pos]
-            .iter()
-            .rev()
-            .take(NEAR)
-            .find(|l| usable(b, **l))
-            .copied();
-        // A nearby slave can be fewer hops away than the root when there are upper levels.
-        let near_slave = |b: &Builder<'_>, l: Option<&NodeId>| {
-            l.and_then(|l| {
-                b.children[l.index()]
-                    .iter()
-                    .copied()
-                    .find(|c| usable(b, *c))
-            })
+        let near = |b: &Builder<'_>, ok: &dyn Fn(&Builder<'_>, NodeId) -> bool| {
+            let right = order[pos..].iter().take(NEAR).find(|l| ok(b, **l));
+            let left = order[..pos].iter().rev().take(NEAR).find(|l| ok(b, **l));
+            // A nearby slave can be fewer hops away than the root when there are upper
+            // levels.
+            let slave = |l: Option<&NodeId>| {
+                l.and_then(|l| b.children[l.index()].iter().find(|c| ok(b, **c)))
+            };
+            [
+                right.copied(),
+                left.copied(),
+                Some(b.root()).filter(|r| ok(b, *r)),
+                prev.filter(|p| ok(b, *p)),
+                slave(order.get(pos)).copied(),
+                slave(pos.checked_sub(1).and_then(|i| order.get(i))).copied(),
+            ]
         };
-        let candidates = [
-            right,
-            left,
-            Some(b.root()).filter(|r| usable(b, *r)),
-            prev.filter(|p| usable(b, *p)),
-            near_slave(b, order.get(pos)),
-            near_slave(b, pos.checked_sub(1).and_then(|i| order.get(i))),
-        ];
         let dt = b.topo[deputy.index()];
-        let best = candidates.into_iter().flatten().min_by_key(|p| {
-            (
-                hops_between(b.topology, b.topo[p.index()], dt),
-                b.depth[p.index()],
-            )
-        });
+        // Fewest hops first (every byte pays them); among those a parent within its
+        // fan-out, then the shallowest.
+        let best = near(b, &usable)
+            .into_iter()
+            .chain(near(b, &placed))
+            .flatten()
+            .min_by_key(|p| {
+                (
+                    hops_between(b.topology, b.topo[p.index()], dt),
+                    !usable(b, *p),
+                    b.depth[p.index()],
+                )
+            });
         match best {
             Some(p) => b.attach(p, deputy),
             None => fallback
                 .get_or_insert_with(|| Cursor::new(b.bfs()))
                 .place(b, deputy),
         }
-        hang_slaves(b, deputy, slave_slots(rest.len()), rest);
-        prev = Some(deputy);
+        // The rest of the group as a chain below the deputy.
+        let mut tail = deputy;
+        for &m in rest {
+            b.attach(tail, m);
+            tail = m;
+        }
+        prev = Some(tail);
     }
+}
+
+/// Other groups a leader (or the login node) feeds: the width less a full group's slaves,
+/// since the planner's width counts a proxy's slaves plus the groups its uplink carries at
+/// a node's rate (W = 15 = 7 + 8 on Tianhe). At least 2 so the tree of leaders is not a
+/// chain when groups are as wide as the tree.
+fn uplink_fanout(width: usize, group_size: usize) -> usize {
+    width
+        .saturating_sub(group_size.saturating_sub(1))
+        .max(2)
+        .min(width)
 }
 
 /// How far either side of its group a deputy looks for a leader with room.
 const NEAR: usize = 16;
 
 /// Places `leads` below `parent` (which has `slots` free): split into `slots` contiguous
-/// spans, each span's first leader a child of `parent` and the parent of the rest of it.
+/// spans, each span's first leader a child of `parent` and the parent of the rest of it,
+/// with as many slots as its `cap` leaves beside its direct slaves.
 fn spans<'l>(
     b: &mut Builder<'_>,
     parent: NodeId,
     slots: usize,
+    cap: &[usize],
     leads: &'l [Lead],
-    slave_slots: &dyn Fn(usize, u32) -> usize,
     stranded: &mut Vec<(NodeId, &'l [NodeId])>,
 ) {
     if leads.is_empty() {
@@ -310,6 +326,7 @@ fn spans<'l>(
         stranded.extend(leads.iter().map(|l| (l.leader, l.slaves.as_slice())));
         return;
     }
+    let w = b.width();
     let k = slots.min(leads.len());
     let cuts = cut_points(b, leads, k);
     let mut start = 0;
@@ -318,8 +335,13 @@ fn spans<'l>(
         start = end;
         let head = &span[0];
         b.attach(parent, head.leader);
-        let own = b.width() - slave_slots(head.slaves.len(), b.depth[head.leader.index()]);
-        spans(b, head.leader, own, &span[1..], slave_slots, stranded);
+        let direct = if w > 1 {
+            head.slaves.len().min(w - 1)
+        } else {
+            head.slaves.len().min(w)
+        };
+        let own = cap[head.leader.index()].saturating_sub(direct);
+        spans(b, head.leader, own, cap, &span[1..], stranded);
     }
 }
 

@@ -159,6 +159,69 @@ fn a_group_wider_than_the_tree_stays_inside_its_group() {
     }
 }
 
+/// The bandwidth-aware layout on a Tianhe-like job (groups of 8, width 15, starting inside
+/// a group): every stream runs at a node's rate. The login node and each leader feed at
+/// most 8 other groups (its uplink carries 8 node streams), every slave hangs under its own
+/// proxy, and the partial first group (4 nodes) borrows its idle proxy instead of making one
+/// slave feed three.
+#[test]
+fn topo_never_shares_a_link_beyond_its_rate() {
+    let topology = cluster(1096, 8);
+    let nodes = hosts("cn[0005-1084]");
+    let p = plan(&topology, &nodes, Strategy::Topo, &PlanOptions::default()).expect("ok");
+    let borrowed: Vec<&str> = p.borrowed.iter().map(|b| p.host(*b)).collect();
+    assert_eq!(borrowed, ["cn0001"]);
+    assert_eq!(p.children[p.root.index()].len(), 8);
+    for id in p.ids() {
+        let Some(t) = p.topo[id.index()] else {
+            continue;
+        };
+        let group = topology.group_of(t);
+        let foreign = p.children[id.index()]
+            .iter()
+            .filter(|c| p.topo[c.index()].map(|ct| topology.group_of(ct)) != Some(group))
+            .count();
+        if topology.is_proxy(t) {
+            assert!(foreign <= 8, "{} feeds {foreign} groups", p.host(id));
+        } else {
+            assert!(
+                p.children[id.index()].is_empty(),
+                "{} feeds others",
+                p.host(id)
+            );
+            let parent = p.parent[id.index()].expect("non-root");
+            assert_eq!(p.topo[parent.index()], Some(topology.group(group).proxy));
+        }
+    }
+    // 136 groups, 8 + 64 reachable at depths 1-2: leaders down to depth 3, slaves 4.
+    assert_eq!(p.depth(), 4);
+    let m = measure(&p, &topology, MIB16);
+    assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+}
+
+/// A group whose proxy is busy keeps its traffic inside: a deputy receives once and the
+/// rest of the group follows as a chain (one stream per node NIC).
+#[test]
+fn an_orphan_group_is_a_chain_below_its_deputy() {
+    let topology = cluster(4 * 8, 8);
+    let nodes = hosts("cn[0002-0032]");
+    let busy = PlanOptions {
+        availability: Availability::Busy(["cn0001".to_owned()].into()),
+        ..PlanOptions::default()
+    };
+    let p = plan(&topology, &nodes, Strategy::Topo, &busy).expect("ok");
+    assert!(p.borrowed.is_empty());
+    let mut at = p.find("cn0002").expect("deputy");
+    for next in ["cn0003", "cn0004", "cn0005", "cn0006", "cn0007", "cn0008"] {
+        let kids: Vec<&str> = p.children[at.index()].iter().map(|c| p.host(*c)).collect();
+        assert_eq!(kids, [next]);
+        at = p.find(next).expect("in job");
+    }
+    assert!(p.children[at.index()].is_empty());
+    let m = measure(&p, &topology, MIB16);
+    assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -178,9 +241,16 @@ proptest! {
     /// The improved tree enters every group exactly once and never costs more uplink bytes
     /// or hop-bytes than the random tree (any seed) or Slurm's hostlist tree.
     ///
+    /// With upper levels the model charges a login edge 2 + levels hops but an edge between
+    /// two proxies of one unit 2, so a tree that happens to hang neighbouring proxies under
+    /// each other (random's shuffle can) undercuts the shallow fan-out `topo` keeps for
+    /// speed by up to `levels` hops per login edge: the comparison allows that much. (The
+    /// earlier, unconditional form of this property was false for `topo` before and after
+    /// the bandwidth-aware layout: 3 leaders under the login node, random nesting one.)
+    ///
     /// Not covered: width 1 (a chain: its order decides, not the tree), and widths below 8
-    /// with upper levels, where the model charges a login edge 2 + levels hops and a chain
-    /// of neighbouring proxies can undercut the shallow tree `topo` builds.
+    /// with upper levels, where a chain of neighbouring proxies can undercut the shallow
+    /// tree `topo` builds by more.
     #[test]
     fn topo_never_costs_more_than_random_or_hostlist(mut case in case()) {
         case.width = case.width.max(if case.levels { 8 } else { 2 });
@@ -188,12 +258,15 @@ proptest! {
         let nodes = case.nodes();
         let opts = case.options();
         let m = |s| measure(&plan(&topology, &nodes, s, &opts).expect("ok"), &topology, MIB16);
-        let topo = m(Strategy::Topo);
+        let topo_plan = plan(&topology, &nodes, Strategy::Topo, &opts).expect("ok");
+        let topo = measure(&topo_plan, &topology, MIB16);
         prop_assert_eq!(topo.uplink_bytes, topo.min_uplink_bytes);
+        let login_edges = topo_plan.children[topo_plan.root.index()].len() as u64;
+        let slack = MIB16 * topology.levels().len() as u64 * login_edges;
         for other in [Strategy::Random, Strategy::Hostlist] {
             let o = m(other);
             prop_assert!(topo.uplink_bytes <= o.uplink_bytes, "{} uplink {} < {}", other, o.uplink_bytes, topo.uplink_bytes);
-            prop_assert!(topo.hop_bytes <= o.hop_bytes, "{} hop-bytes {} < {}", other, o.hop_bytes, topo.hop_bytes);
+            prop_assert!(topo.hop_bytes <= o.hop_bytes + slack, "{} hop-bytes {} < {}", other, o.hop_bytes, topo.hop_bytes);
         }
     }
 }

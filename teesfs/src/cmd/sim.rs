@@ -72,6 +72,10 @@ pub struct SimArgs {
     /// Connection set-up cost (default: the machine's).
     #[arg(long, value_parser = humantime::parse_duration)]
     setup: Option<Duration>,
+    /// Cores shared by all nodes for chunk processing (default: the machine's; `lab` has
+    /// 2, the others a CPU per node). 0: a CPU per node.
+    #[arg(long)]
+    cores: Option<u32>,
     /// Per-message latency (default: the machine's).
     #[arg(long, value_parser = humantime::parse_duration)]
     latency: Option<Duration>,
@@ -79,6 +83,14 @@ pub struct SimArgs {
     /// and millions of events).
     #[arg(long, default_value_t = 17_560)]
     max_one_to_all: usize,
+    /// Position in the machine (from 1) of the job's first node. 5 (default) makes the
+    /// first and last groups partial, as in the planner benchmarks; 1 gives whole groups.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    first: u64,
+    /// Mirror `teesfs lab bench`'s reference lab: the `lab` machine and its link rates,
+    /// 32 nodes as 4 whole groups of 8 (overrides --machine, --nodes and --first).
+    #[arg(long)]
+    lab: bool,
     /// Write one CSV row per simulation here.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
@@ -108,12 +120,18 @@ struct Row {
 }
 
 /// Runs `teesfs sim`.
-pub fn run(args: SimArgs) -> anyhow::Result<()> {
+pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
+    if args.lab {
+        args.machine = Machine::Lab;
+        args.nodes = vec![32];
+        args.first = 1;
+    }
     if args.nodes.is_empty() || args.strategy.is_empty() || args.payload.is_empty() {
         bail!("give at least one --nodes, --strategy and --payload");
     }
     let largest = args.nodes.iter().copied().max().unwrap_or(0);
-    let topology = machine_topology(args.machine, largest + 8)?;
+    let first = usize::try_from(args.first - 1).context("--first is too large")?;
+    let topology = machine_topology(args.machine, largest + first + 4)?;
     let mut network = match args.machine {
         Machine::Tianhe => Network::tianhe(),
         Machine::TwoLevel => Network::two_level(),
@@ -121,6 +139,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     network.setup = args.setup.unwrap_or(network.setup);
     network.latency = args.latency.unwrap_or(network.latency);
+    network.shared_cores = args.cores.unwrap_or(network.shared_cores);
     let all: Vec<String> = (0..topology.len())
         .map(|i| {
             topology
@@ -157,8 +176,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for (payload, n, strategy) in jobs {
         bar.set_message(format!("{n} nodes, {strategy}, {}", ByteSize::b(payload)));
-        // Contiguous jobs start mid-group (node 5), so the first and last groups are partial.
-        let job = &all[4..4 + n];
+        // Contiguous jobs from --first: by default mid-group (node 5), so the first and
+        // last groups are partial.
+        let job = &all[first..first + n];
         let plan = peertree::plan(&topology, job, strategy, &opts)
             .with_context(|| format!("planning {n} nodes with {strategy}"))?;
         let mut cfg = SimConfig::new(network.clone(), payload, args.chunk.as_u64());
@@ -491,4 +511,55 @@ fn plot_uplink(path: &Path, rows: &[&Row], payload: u64) -> anyhow::Result<()> {
         .map_err(plot_err)?;
     root.present().map_err(plot_err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimArgs,
+    }
+
+    /// `--lab` simulates the lab bench's scenario: 32 nodes in 4 whole groups on the lab
+    /// machine, so `topo` enters each group once (4 x the payload) at depth 2.
+    #[test]
+    fn lab_preset_is_four_whole_groups_on_the_lab_machine() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("lab.csv");
+        let csv_arg = path.to_str().expect("utf-8 path");
+        let cli = Cli::parse_from([
+            "sim",
+            "--lab",
+            "--strategy",
+            "topo,random",
+            "--csv",
+            csv_arg,
+        ]);
+        run(cli.args).expect("simulates");
+        let text = std::fs::read_to_string(&path).expect("csv written");
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').collect())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        let payload = 16u64 << 20;
+        for r in &rows {
+            assert_eq!((r[0], r[2]), ("lab", "32"), "{r:?}");
+            assert_eq!(r[14], (4 * payload).to_string(), "minimum uplink: 4 groups");
+        }
+        let topo = &rows[0];
+        assert_eq!((topo[3], topo[4]), ("topo", "2"));
+        assert_eq!(
+            topo[11],
+            (4 * payload).to_string(),
+            "topo enters each group once"
+        );
+        let random_up: u64 = rows[1][11].parse().expect("bytes");
+        assert!(random_up > 4 * payload);
+    }
 }
