@@ -8,7 +8,8 @@
 # SlurmUser, name a layer signed by a publisher key in /etc/teesfs/trusted, and the login
 # node's credentials must be in /etc/teesfs/cluster (or the spec's [network] identity).
 # Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID as 16 hex digits>, where
-# `srun teesfs run -- CMD` finds it. A failed push fails the prolog, so Slurm requeues or
+# `srun teesfs run -- CMD` finds it; the job's user ($SLURM_JOB_UID) owns it there: only
+# they (and root) can enter the mount, query or release it. A failed push fails the prolog, so Slurm requeues or
 # cancels the job rather than start it on nodes without its software.
 set -u
 [ -r /etc/teesfs/slurm.env ] && . /etc/teesfs/slurm.env
@@ -27,7 +28,10 @@ esac
 
 mkdir -p "$LOGDIR" 2>/dev/null
 log="$LOGDIR/job-$SLURM_JOB_ID.log"
-if "$TEESFS" prefetch "$spec" --nodes "$SLURM_JOB_NODELIST" --job-id "$SLURM_JOB_ID" \
+owner=""
+[ -n "${SLURM_JOB_UID:-}" ] && owner="--owner $SLURM_JOB_UID"
+# shellcheck disable=SC2086 # $owner is empty or two words
+if "$TEESFS" prefetch "$spec" --nodes "$SLURM_JOB_NODELIST" --job-id "$SLURM_JOB_ID" $owner \
     --quiet --report "$LOGDIR/job-$SLURM_JOB_ID.json" >"$log" 2>&1; then
     exit 0
 fi

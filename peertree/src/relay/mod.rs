@@ -283,6 +283,11 @@ impl Relay {
     /// Shared-storage mode: nodes read from this store directory instead of the tree.
     pub fn set_shared_store(&mut self, path: Option<String>) {
         self.shared_store = path;
+        self.refresh_queued_starts();
+    }
+
+    /// Rewrites the `Start`s queued for my children after a job-wide setting changed.
+    fn refresh_queued_starts(&mut self) {
         let mut parts = self.child_subtrees();
         let kids: Vec<NodeId> = self.children.keys().copied().collect();
         for k in kids {
@@ -592,6 +597,7 @@ impl Relay {
     /// Sets the job's owner (root side; nodes take it from their `Start`).
     pub fn set_owner(&mut self, uid: Option<u32>) {
         self.owner = uid;
+        self.refresh_queued_starts();
     }
 
     /// The job's owner (uid), if the push named one.

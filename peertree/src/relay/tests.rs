@@ -592,3 +592,19 @@ fn children_that_reattached_before_their_proxy_was_declared_dead_are_not_unreach
     }
     assert_everyone_has_everything(&net, &p);
 }
+
+#[test]
+fn the_owner_set_at_the_root_reaches_every_node() {
+    let p = plan(3, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 6, 2);
+    let root_id = net.root_id;
+    net.relays
+        .get_mut(&root_id)
+        .expect("root")
+        .set_owner(Some(4242));
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    assert_eq!(net.relays.len(), p.len(), "every node started");
+    for (id, r) in &net.relays {
+        assert_eq!(r.owner(), Some(4242), "{id:?}");
+    }
+}

@@ -324,3 +324,119 @@ fn keygen_revoke_writes_a_crl_that_nodes_enforce() {
         teesfs::net::Identity::load(&dir, host).expect("loads after reissue");
     }
 }
+
+/// The owner of a job (`push --owner UID`, the Slurm prolog's `$SLURM_JOB_UID`) may query
+/// it, enter its mount and run in it; another user may do none of these.
+#[test]
+fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
+    if !can_mount() {
+        return;
+    }
+    const OWNER: u32 = 4242;
+    let c = Cluster::start(1, |_| vec![]);
+    chmod(c.ws.path(), 0o755);
+    chmod(&c.nodes[0].dir, 0o755);
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(src.join("opt/owned")).expect("layer");
+    std::fs::write(src.join("opt/owned/data.txt"), "the owner's data\n").expect("write");
+    let id = c.ws.publish(&src);
+    let out = c
+        .push_cmd(&id, 1, &["--width", "1", "--owner", &OWNER.to_string()])
+        .output()
+        .expect("push");
+    assert!(out.status.success(), "push: {}", stderr(&out));
+    let mp = c.mount_of(0);
+    chmod(mp.parent().expect("jobs dir"), 0o755);
+    let job = c.status(0)["jobs"][0]["job"]
+        .as_str()
+        .expect("job id")
+        .to_owned();
+    let sock = c.nodes[0].control();
+    let sock = sock.to_str().expect("utf8");
+    let as_user = |uid: u32, program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .uid(uid)
+            .gid(uid)
+            .env_remove("TEESFS_CONFIG")
+            .env("TMPDIR", "/tmp")
+            .current_dir("/")
+            .output()
+            .expect("run as user")
+    };
+    let data = mp.join("opt/owned/data.txt");
+    let data = data.to_str().expect("utf8");
+
+    let md = std::fs::metadata(&mp).expect("stat mount");
+    assert_eq!(
+        (md.uid(), md.mode() & 0o777),
+        (OWNER, 0o700),
+        "the mount's root"
+    );
+    // Another user: the mount is closed, the control socket says there is no such job.
+    let out = as_user(NOBODY, "cat", &[data]);
+    assert!(!out.status.success(), "nobody read the owner's layer");
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_user(
+        NOBODY,
+        teesfs_bin(),
+        &["status", "--control", sock, "--job", &job],
+    );
+    assert!(
+        !out.status.success() && stderr(&out).contains("no job"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The owner: reads the mount, queries the job, runs in it.
+    let out = as_user(OWNER, "cat", &[data]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "the owner's data\n",
+        "{}",
+        stderr(&out)
+    );
+    let out = as_user(
+        OWNER,
+        teesfs_bin(),
+        &["status", "--json", "--control", sock, "--job", &job],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let jobs = mp
+        .parent()
+        .expect("jobs dir")
+        .to_str()
+        .expect("utf8")
+        .to_owned();
+    let out = as_user(
+        OWNER,
+        teesfs_bin(),
+        &[
+            "run",
+            "--mount-root",
+            &jobs,
+            "--",
+            "sh",
+            "-c",
+            "cat /opt/owned/data.txt; id -u",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("the owner's data\n{OWNER}\n"),
+        "{}",
+        stderr(&out)
+    );
+    // ... and may stop it.
+    let out = as_user(
+        OWNER,
+        teesfs_bin(),
+        &["release", "--control", sock, "--job", &job],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!is_mounted(&mp));
+}
