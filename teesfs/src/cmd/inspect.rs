@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use manifest::{EntryIdx, EntryKind, FileData, Limits, SignedIndex};
 use seeder::DirStore;
 
@@ -69,15 +68,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     };
-    let trusted = util::load_trust(&args.trust)?;
-    let id = store.resolve_index(prefix)?;
-    let (_, index) = SignedIndex::open(
-        store.get_index(&id)?,
-        Some(id),
-        &trusted,
-        &Limits::default(),
-    )
-    .with_context(|| format!("opening index {id}"))?;
+    let (id, _, index) = util::open_trusted_index(&store, prefix, &args.trust)?;
     println!(
         "index {id}: {} entries, {} of files, {} unique chunks ({} stored), chunk size {}",
         index.entries.len(),

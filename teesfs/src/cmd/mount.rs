@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use manifest::{Limits, SignedIndex};
 use seeder::DirStore;
 use teesfs::fs::fuse::PassthroughConfig;
 use teesfs::fs::mount::{MountConfig, mount};
@@ -53,16 +52,9 @@ pub struct MountArgs {
 
 /// Runs `teesfs mount`.
 pub fn run(args: MountArgs) -> anyhow::Result<()> {
-    let trusted = util::load_trust(&args.trust)?;
     let store = DirStore::open(&args.store)?;
-    let id = store.resolve_index(&args.index)?;
-    let (_, index) = SignedIndex::open(
-        store.get_index(&id)?,
-        Some(id),
-        &trusted,
-        &Limits::default(),
-    )
-    .with_context(|| format!("refusing to mount index {id}"))?;
+    let (id, _, index) = util::open_trusted_index(&store, &args.index, &args.trust)
+        .context("refusing to mount it")?;
     let root = nix::unistd::geteuid().is_root();
     let passthrough = (args.passthrough == Passthrough::Auto && root).then(|| PassthroughConfig {
         dir: args.materialize_dir.clone(),

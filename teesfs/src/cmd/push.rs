@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use manifest::{Limits, SignedIndex};
 use peertree::relay::{JobId, NodeInfo, Phase, Timing, plan_nodes};
 use peertree::{NodeId, Strategy};
 use seeder::DirStore;
@@ -136,16 +135,9 @@ pub(super) fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<St
 /// Runs `teesfs push`.
 pub fn run(args: PushArgs) -> anyhow::Result<()> {
     let store = DirStore::open(&args.store)?;
-    let index_id = store.resolve_index(&args.index)?;
-    let signed_bytes = store.get_index(&index_id)?;
-    let trusted = util::load_trust(&args.trust)?;
-    let (_, index) = SignedIndex::open(
-        signed_bytes.clone(),
-        Some(index_id),
-        &trusted,
-        &Limits::default(),
-    )
-    .with_context(|| format!("index {index_id} does not verify; nodes would refuse it"))?;
+    let (index_id, signed_bytes, index) =
+        util::open_trusted_index(&store, &args.index, &args.trust)
+            .context("nodes would refuse it")?;
     let (_nodes, topology, mut plan) = args.job.plan()?;
     let shared = match (plan.strategy, &args.shared_store) {
         (Strategy::Storage, Some(p)) => Some(p.display().to_string()),

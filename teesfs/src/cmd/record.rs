@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use manifest::{Limits, SignedIndex};
 use seeder::DirStore;
 use teesfs::fs::mount::{MountConfig, mount};
 use teesfs::fs::record::{Recorder, Recording};
@@ -51,16 +50,9 @@ pub struct RecordArgs {
 
 /// Runs `teesfs record`.
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
-    let trusted = util::load_trust(&args.trust)?;
     let store = DirStore::open(&args.store)?;
-    let id = store.resolve_index(&args.index)?;
-    let (_, index) = SignedIndex::open(
-        store.get_index(&id)?,
-        Some(id),
-        &trusted,
-        &Limits::default(),
-    )
-    .with_context(|| format!("refusing to record against index {id}"))?;
+    let (id, _, index) = util::open_trusted_index(&store, &args.index, &args.trust)
+        .context("refusing to record against it")?;
     let tree = Tree::new(index.clone());
     let mountpoint = tempfile::Builder::new()
         .prefix("teesfs-record.")

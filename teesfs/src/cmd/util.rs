@@ -98,3 +98,24 @@ pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
         })
         .collect()
 }
+
+/// Resolves `prefix` in `store` and opens that index, checking its signature against the
+/// trusted keys (`--trust` files, or the defaults of [`load_trust`]). Returns the id, the
+/// signed bytes and the decoded index.
+pub fn open_trusted_index(
+    store: &seeder::DirStore,
+    prefix: &str,
+    trust: &[PathBuf],
+) -> anyhow::Result<(manifest::IndexId, Vec<u8>, manifest::Index)> {
+    let trusted = load_trust(trust)?;
+    let id = store.resolve_index(prefix)?;
+    let bytes = store.get_index(&id)?;
+    let (_, index) = manifest::SignedIndex::open(
+        bytes.clone(),
+        Some(id),
+        &trusted,
+        &manifest::Limits::default(),
+    )
+    .with_context(|| format!("index {id} does not verify"))?;
+    Ok((id, bytes, index))
+}

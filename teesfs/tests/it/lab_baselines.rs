@@ -4,24 +4,12 @@
 //! (the project's tracker, `mktorrent`, `aria2c` on every node: every node ends with a
 //! byte-exact copy and no client is left).
 
-use std::path::Path;
 use std::time::Duration;
 
 use lab::{Lab, LabOptions, LabSpec, Rates};
 
+use crate::lab::can_lab;
 use crate::util::teesfs_bin;
-
-fn can_lab() -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: the lab needs root (network namespaces, tc, FUSE); CI runs as root");
-        return false;
-    }
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIP: this kernel has no /dev/fuse");
-        return false;
-    }
-    true
-}
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))

@@ -12,19 +12,8 @@ use std::time::Duration;
 
 use lab::{Lab, LabOptions, LabSpec, Rates};
 
+use crate::lab::can_lab;
 use crate::util::teesfs_bin;
-
-fn can_lab() -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: the lab needs root (network namespaces, tc, FUSE); CI runs as root");
-        return false;
-    }
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIP: this kernel has no /dev/fuse");
-        return false;
-    }
-    true
-}
 
 fn sorted_lines(s: &str) -> Vec<String> {
     let mut v: Vec<String> = s.lines().map(|l| l.trim().to_string()).collect();
