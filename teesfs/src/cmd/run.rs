@@ -111,6 +111,11 @@ fn job_from_env() -> Option<String> {
 /// Finds the mount of `job` (or the default job) under `root`, waiting up to `wait` for it.
 fn find_job(root: &Path, job: Option<&str>, wait: Duration) -> anyhow::Result<PathBuf> {
     let wanted = job.map(str::to_string).or_else(job_from_env);
+    if let Some(w) = &wanted
+        && (w.is_empty() || w.len() > 16 || !w.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        bail!("{w:?} is not a job id: up to 16 hex digits (`teesfs status` lists the jobs)");
+    }
     let deadline = Instant::now() + wait;
     loop {
         let mounted = mounted_jobs(root);
@@ -129,7 +134,8 @@ fn find_job(root: &Path, job: Option<&str>, wait: Duration) -> anyhow::Result<Pa
             ([], _) if Instant::now() < deadline => {}
             ([], Some(w)) => bail!(
                 "no job {w:?} is mounted under {} after {} (is `teesfs daemon` running and \
-                 was the job pushed to this node? `teesfs status` lists jobs)",
+                 was the job pushed to this node? Under Slurm the prolog pushes it with \
+                 --job-id $SLURM_JOB_ID; otherwise pass --job ID. `teesfs status` lists jobs)",
                 root.display(),
                 util::duration(wait)
             ),

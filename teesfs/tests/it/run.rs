@@ -517,3 +517,45 @@ fn absent_names_never_cause_demand_requests_and_early_opens_wait_for_their_data(
     assert!(push.wait().expect("push").success());
     assert_empty(&tmp);
 }
+
+#[test]
+fn run_names_what_is_wrong_with_its_arguments() {
+    let ws = Workspace::new();
+    let check = |args: &[&str], want: &str| {
+        let out = Command::new(teesfs_bin())
+            .arg("run")
+            .args(args)
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("TEESFS_JOB")
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = text(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    };
+    let jobs = ws.path().join("jobs");
+    std::fs::create_dir_all(&jobs).expect("jobs");
+    let jobs = jobs.to_str().expect("utf8");
+    check(&["--job", "zz", "--", "true"], "\"zz\" is not a job id");
+    check(
+        &[
+            "--mount-root",
+            jobs,
+            "--job",
+            "00ab",
+            "--wait",
+            "0s",
+            "--",
+            "true",
+        ],
+        "no job \"00ab\" is mounted",
+    );
+    check(
+        &["--mount-root", jobs, "--wait", "0s", "--", "true"],
+        "no job is mounted",
+    );
+    check(
+        &["--layer", "/nonexistent/teesfs-layer", "--", "true"],
+        "/nonexistent/teesfs-layer is not a directory",
+    );
+}
