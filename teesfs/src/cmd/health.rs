@@ -1,18 +1,15 @@
 //! `teesfs health`: probe the job's tree with an empty broadcast and report every edge's
 //! round trip and every edge where it stalled.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use peertree::Strategy;
-use peertree::relay::{JobId, NodeInfo, Timing, plan_nodes};
-use teesfs::net::Identity;
+use peertree::relay::{JobId, Timing};
 use teesfs::node::health::{HealthReport, ProbeSpec, probe, report};
 
-use super::jobspec::JobArgs;
-use super::push::{flat_without_storage, load_hosts, now_nanos};
+use super::jobspec::{JobArgs, RootArgs, RootContact};
+use super::push::{flat_without_storage, now_nanos};
 use super::util;
 
 /// How to print the report.
@@ -33,23 +30,8 @@ pub enum Format {
 pub struct HealthArgs {
     #[command(flatten)]
     pub job: JobArgs,
-    /// Cluster credentials directory (ca.crt, <login>.crt, <login>.key).
-    #[arg(long, value_name = "DIR", default_value = "/etc/teesfs/cluster")]
-    pub identity: PathBuf,
-    /// File mapping host names to daemon addresses, one `host addr[:port]` per line
-    /// (default: resolve each host name, port --port).
-    #[arg(long, value_name = "FILE")]
-    pub hosts: Option<PathBuf>,
-    /// Port the node daemons listen on.
-    #[arg(long, default_value_t = 7411)]
-    pub port: u16,
-    /// Where the root listens (nodes whose parent died answer here).
-    #[arg(long, default_value = "0.0.0.0:0")]
-    pub listen: SocketAddr,
-    /// How nodes reach the root, `host:port` (default: the --hosts entry of the login
-    /// node, else its name and the bound port).
-    #[arg(long, value_name = "ADDR")]
-    pub advertise: Option<String>,
+    #[command(flatten)]
+    pub root: RootArgs,
     /// Wait this long for answers (the report is out as soon as every node answered, else
     /// at this deadline; nodes silent by then are reported). A child silent for a fifth of
     /// it is routed around: its children are asked directly.
@@ -76,26 +58,11 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
         // Shared-storage jobs have no tree: the root talks to every node itself.
         plan = flat_without_storage(&plan);
     }
-    let hosts = match &args.hosts {
-        Some(p) => load_hosts(p, args.port)?,
-        None => Default::default(),
-    };
-    let port = args.port;
-    let nodes: Vec<NodeInfo> = plan_nodes(&plan, |h| {
-        hosts
-            .get(h)
-            .cloned()
-            .unwrap_or_else(|| format!("{h}:{port}"))
-    });
-    let identity = Identity::load(&args.identity, &args.job.login)
-        .map_err(anyhow::Error::msg)
-        .with_context(|| {
-            format!(
-                "loading the login node's credentials for `{}` from {} (teesfs keygen --cluster)",
-                args.job.login,
-                args.identity.display()
-            )
-        })?;
+    let RootContact {
+        nodes,
+        identity,
+        advertise,
+    } = args.root.contact(&plan, &args.job.login)?;
     let job = JobId(u64::from_be_bytes(
         blake3::hash(
             &[
@@ -119,11 +86,8 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
         nodes,
         timing,
         identity,
-        listen: args.listen,
-        advertise: args
-            .advertise
-            .clone()
-            .or_else(|| hosts.get(&args.job.login).cloned()),
+        listen: args.root.listen,
+        advertise,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,12 +1,15 @@
 //! The job description shared by commands that plan a tree (`plan`, `push`): which nodes,
 //! which topology, which strategy, and turning planner errors into advice.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
+use peertree::relay::{NodeInfo, plan_nodes};
 use peertree::topology::{ProxyPick, Topology};
 use peertree::{Availability, Plan, PlanOptions, Strategy, hostlist};
+use teesfs::net::Identity;
 
 /// Arguments that describe a job's nodes and how to plan its tree.
 #[derive(Debug, Clone, clap::Args)]
@@ -151,4 +154,100 @@ pub fn explain(e: peertree::Error) -> anyhow::Error {
         ),
         _ => anyhow!(e),
     }
+}
+
+/// How the login node, the root of the tree, reaches the node daemons and is reached by
+/// them; shared by `push` and `health`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RootArgs {
+    /// Cluster credentials directory (ca.crt, <login>.crt, <login>.key).
+    #[arg(long, value_name = "DIR", default_value = "/etc/teesfs/cluster")]
+    pub identity: PathBuf,
+    /// File mapping host names to daemon addresses, one `host addr[:port]` per line
+    /// (default: resolve each host name, port --port).
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<PathBuf>,
+    /// Port the node daemons listen on.
+    #[arg(long, default_value_t = 7411)]
+    pub port: u16,
+    /// Where the root listens (nodes whose parent died re-attach or answer here).
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub listen: SocketAddr,
+    /// How nodes reach the root, `host:port` (default: the --hosts entry of the login
+    /// node, else its name and the bound port).
+    #[arg(long, value_name = "ADDR")]
+    pub advertise: Option<String>,
+}
+
+/// What the root needs to contact a plan's nodes.
+pub struct RootContact {
+    /// The plan's nodes with their addresses, root first.
+    pub nodes: Vec<NodeInfo>,
+    /// The login node's credentials.
+    pub identity: Identity,
+    /// How nodes reach the root.
+    pub advertise: Option<String>,
+}
+
+impl RootArgs {
+    /// Addresses for the plan's nodes and the login node's (`login`) credentials.
+    pub fn contact(&self, plan: &Plan, login: &str) -> anyhow::Result<RootContact> {
+        let hosts = match &self.hosts {
+            Some(p) => load_hosts(p, self.port)?,
+            None => HashMap::new(),
+        };
+        let port = self.port;
+        let nodes = plan_nodes(plan, |h| {
+            hosts
+                .get(h)
+                .cloned()
+                .unwrap_or_else(|| format!("{h}:{port}"))
+        });
+        let identity = Identity::load(&self.identity, login)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| {
+                format!(
+                    "loading the login node's credentials for `{login}` from {} (teesfs keygen --cluster)",
+                    self.identity.display()
+                )
+            })?;
+        let advertise = self.advertise.clone().or_else(|| hosts.get(login).cloned());
+        Ok(RootContact {
+            nodes,
+            identity,
+            advertise,
+        })
+    }
+}
+
+/// Reads a hosts file: `host address[:port]` per line, `#` comments.
+fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading hosts file {}", path.display()))?;
+    let mut map = HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let (Some(host), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
+            bail!(
+                "{}:{}: expected `host address[:port]`, got {line:?}",
+                path.display(),
+                n + 1
+            );
+        };
+        let addr = if addr.parse::<SocketAddr>().is_ok()
+            || addr
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            addr.to_string()
+        } else {
+            format!("{addr}:{port}")
+        };
+        map.insert(host.to_string(), addr);
+    }
+    Ok(map)
 }

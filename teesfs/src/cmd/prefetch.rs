@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use manifest::JobSpec;
 
-use super::jobspec::JobArgs;
+use super::jobspec::{JobArgs, RootArgs};
 use super::push::{PushArgs, Wait};
 
 /// Arguments of `teesfs prefetch`.
@@ -85,16 +85,18 @@ fn push_args(
             login: n.login.clone().unwrap_or_else(|| "login".into()),
             storage: "storage".into(),
         },
-        identity: spec
-            .network
-            .identity
-            .as_ref()
-            .map(rel)
-            .unwrap_or_else(|| PathBuf::from("/etc/teesfs/cluster")),
-        hosts: spec.network.hosts.as_ref().map(rel),
-        port: spec.network.port.unwrap_or(7411),
-        listen: args.listen,
-        advertise: None,
+        root: RootArgs {
+            identity: spec
+                .network
+                .identity
+                .as_ref()
+                .map(rel)
+                .unwrap_or_else(|| PathBuf::from("/etc/teesfs/cluster")),
+            hosts: spec.network.hosts.as_ref().map(rel),
+            port: spec.network.port.unwrap_or(7411),
+            listen: args.listen,
+            advertise: None,
+        },
         wait,
         report: args.report.clone(),
         urgent: spec.launch.urgent.clone(),

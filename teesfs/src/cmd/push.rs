@@ -1,22 +1,19 @@
 //! `teesfs push`: plan the tree for a job, act as its root, and report.
 
-use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use peertree::relay::{JobId, NodeInfo, Phase, Timing, plan_nodes};
+use peertree::relay::{JobId, Phase, Timing};
 use peertree::{NodeId, Strategy};
 use seeder::DirStore;
-use teesfs::net::Identity;
 use teesfs::node::push::{PushSpec, push, report};
 use teesfs::node::report::PushReport;
 
-use super::jobspec::JobArgs;
+use super::jobspec::{JobArgs, RootArgs, RootContact};
 use super::util;
 
 /// What to wait for before returning.
@@ -39,23 +36,8 @@ pub struct PushArgs {
     pub index: String,
     #[command(flatten)]
     pub job: JobArgs,
-    /// Cluster credentials directory (ca.crt, <login>.crt, <login>.key).
-    #[arg(long, value_name = "DIR", default_value = "/etc/teesfs/cluster")]
-    pub identity: PathBuf,
-    /// File mapping host names to daemon addresses, one `host addr[:port]` per line
-    /// (default: resolve each host name, port --port).
-    #[arg(long, value_name = "FILE")]
-    pub hosts: Option<PathBuf>,
-    /// Port the node daemons listen on.
-    #[arg(long, default_value_t = 7411)]
-    pub port: u16,
-    /// Where the root listens (for re-attaching nodes).
-    #[arg(long, default_value = "0.0.0.0:0")]
-    pub listen: SocketAddr,
-    /// How nodes reach the root, `host:port` (default: the --hosts entry of the login
-    /// node, else its name and the bound port).
-    #[arg(long, value_name = "ADDR")]
-    pub advertise: Option<String>,
+    #[command(flatten)]
+    pub root: RootArgs,
     /// Return once every node holds the urgent set (the rest keeps streaming from a
     /// background copy of this command), or once every node holds the whole layer.
     #[arg(long, value_enum, default_value_t = Wait::All)]
@@ -101,37 +83,6 @@ pub struct PushArgs {
     pub owner: Option<u32>,
 }
 
-pub(super) fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading hosts file {}", path.display()))?;
-    let mut map = HashMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mut parts = line.split_whitespace();
-        let (Some(host), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
-            bail!(
-                "{}:{}: expected `host address[:port]`, got {line:?}",
-                path.display(),
-                n + 1
-            );
-        };
-        let addr = if addr.parse::<SocketAddr>().is_ok()
-            || addr
-                .rsplit_once(':')
-                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        {
-            addr.to_string()
-        } else {
-            format!("{addr}:{port}")
-        };
-        map.insert(host.to_string(), addr);
-    }
-    Ok(map)
-}
-
 /// Runs `teesfs push`.
 pub fn run(args: PushArgs) -> anyhow::Result<()> {
     let store = DirStore::open(&args.store)?;
@@ -151,32 +102,17 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         // Nodes read from the file system: the root only tells each node to start.
         plan = flat_without_storage(&plan);
     }
-    let hosts = match &args.hosts {
-        Some(p) => load_hosts(p, args.port)?,
-        None => HashMap::new(),
-    };
-    let port = args.port;
-    let nodes: Vec<NodeInfo> = plan_nodes(&plan, |h| {
-        hosts
-            .get(h)
-            .cloned()
-            .unwrap_or_else(|| format!("{h}:{port}"))
-    });
     let globs = build_globs(&args.urgent)?;
     let order = teesfs::node::push_order(&index, &|p: &[u8]| {
         globs
             .as_ref()
             .is_some_and(|g| g.is_match(String::from_utf8_lossy(p).as_ref()))
     });
-    let identity = Identity::load(&args.identity, &args.job.login)
-        .map_err(anyhow::Error::msg)
-        .with_context(|| {
-            format!(
-                "loading the login node's credentials for `{}` from {} (teesfs keygen --cluster)",
-                args.job.login,
-                args.identity.display()
-            )
-        })?;
+    let RootContact {
+        nodes,
+        identity,
+        advertise,
+    } = args.root.contact(&plan, &args.job.login)?;
     let job = JobId(args.job_id.unwrap_or_else(|| {
         u64::from_be_bytes(
             blake3::hash(
@@ -207,12 +143,9 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         order: order.clone(),
         timing,
         identity,
-        listen: args.listen,
+        listen: args.root.listen,
         shared_store: shared,
-        advertise: args
-            .advertise
-            .clone()
-            .or_else(|| hosts.get(&args.job.login).cloned()),
+        advertise,
         rate_limit: args.rate_limit,
         owner: match args.owner {
             Some(u) => Some(u),
