@@ -240,10 +240,15 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             rep.failures.len()
         );
     }
+    // A background copy that completed leaves no log behind (a failed one keeps it).
+    if let Some(log) = std::env::var_os(SERVE_ENV) {
+        let _ = std::fs::remove_file(log);
+    }
     Ok(())
 }
 
-/// Set in the environment of the background copy that keeps serving after the urgent set.
+/// Set (to its log file) in the environment of the background copy that keeps serving
+/// after the urgent set.
 const SERVE_ENV: &str = "TEESFS_PUSH_SERVE";
 
 /// One JSON line to the foreground process (which may have gone: errors are ignored).
@@ -263,7 +268,7 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     let log = std::env::temp_dir().join(format!("teesfs-push-{}.log", std::process::id()));
     let mut child = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
-        .env(SERVE_ENV, "1")
+        .env(SERVE_ENV, &log)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?)
@@ -289,8 +294,8 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
             }
             if event == "urgent" {
                 println!(
-                    "the rest of the layer keeps streaming in the background (pid {}, log {}); \
-                     nodes fetch anything they need first on demand",
+                    "the rest of the layer keeps streaming in the background (pid {}, log {}, \
+                     removed when it completes); nodes fetch anything they need first on demand",
                     child.id(),
                     log.display()
                 );

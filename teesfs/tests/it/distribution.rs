@@ -414,9 +414,20 @@ fn wait_urgent_returns_early_and_the_rest_keeps_streaming() {
     for i in 0..4 {
         assert_same_tree(&src, &c.mount_of(i));
     }
+    let log = stdout
+        .split(", log ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .map(std::path::PathBuf::from)
+        .expect("background log path");
     wait_for("the background push to exit", 30, || {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
     });
+    assert!(
+        !log.exists(),
+        "a completed background push removes its log {}",
+        log.display()
+    );
 }
 
 #[test]
