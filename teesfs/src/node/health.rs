@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use super::job::{ChunkBytes, JobCore, JobKnobs};
 use super::peers::{Peers, Router};
+use super::push::RootRouter;
 use crate::net::{Identity, Transport};
 
 /// The chunk store of a probe: holds nothing, takes nothing.
@@ -90,19 +91,6 @@ pub struct ProbeOutcome {
     pub elapsed_s: f64,
     /// Whether the wait ended at the deadline (rather than with every node answered).
     pub timed_out: bool,
-}
-
-struct RootRouter(Arc<JobCore>);
-
-impl Router for RootRouter {
-    fn deliver(&self, from_host: &str, job: JobId, msg: peertree::relay::Msg) {
-        if job == self.0.job {
-            self.0.on_message(from_host, msg);
-        }
-    }
-    fn unreachable(&self, host: &str) {
-        self.0.on_unreachable(host);
-    }
 }
 
 /// Runs the root of a probe until every node answered, or until `deadline`. A node the

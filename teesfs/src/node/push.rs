@@ -77,7 +77,8 @@ pub struct Outcome {
     pub timed_out: bool,
 }
 
-struct RootRouter(Arc<JobCore>);
+/// Routes the messages of a root's one job to it (push and health probes).
+pub(super) struct RootRouter(pub(super) Arc<JobCore>);
 
 impl Router for RootRouter {
     fn deliver(&self, from_host: &str, job: JobId, msg: peertree::relay::Msg) {
