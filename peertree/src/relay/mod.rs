@@ -320,6 +320,19 @@ impl Relay {
         timing: Timing,
         now: Instant,
     ) -> Result<Self, StartError> {
+        Self::root(job, nodes, index, schedule, timing, now, false)
+    }
+
+    /// The root of a job: it holds every chunk and adopts its planned children.
+    fn root(
+        job: JobId,
+        nodes: Vec<NodeInfo>,
+        index: Arc<[u8]>,
+        schedule: Arc<Schedule>,
+        timing: Timing,
+        now: Instant,
+        probe: bool,
+    ) -> Result<Self, StartError> {
         let me = nodes
             .first()
             .ok_or_else(|| StartError("empty plan".into()))?
@@ -332,6 +345,7 @@ impl Relay {
         r.have_count = r.schedule.len();
         r.urgent_have = r.schedule.urgent;
         r.local_done = [true, true];
+        r.probe = probe;
         r.root = Some(root);
         r.adopt_planned_children(now);
         r.root_check(now);
@@ -348,28 +362,8 @@ impl Relay {
         timing: Timing,
         now: Instant,
     ) -> Result<Self, StartError> {
-        let me = nodes
-            .first()
-            .ok_or_else(|| StartError("empty plan".into()))?
-            .id;
         let schedule = Arc::new(Schedule::new(Vec::new(), 0, Vec::new()).expect("empty"));
-        let root = RootState::new(&nodes, now);
-        let mut r = Self::blank(
-            job,
-            me,
-            timing,
-            schedule,
-            Arc::from(&[][..]),
-            nodes,
-            Vec::new(),
-            now,
-        );
-        r.probe = true;
-        r.local_done = [true, true];
-        r.root = Some(root);
-        r.adopt_planned_children(now);
-        r.root_check(now);
-        Ok(r)
+        Self::root(job, nodes, Arc::from(&[][..]), schedule, timing, now, true)
     }
 
     /// A node joining a job from a verified `Start` (the caller checked the index
