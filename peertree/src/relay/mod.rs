@@ -6,6 +6,10 @@
 //!
 //! What a relay does:
 //! - forwards `Start` (its children's part of the plan plus the signed index) to each child;
+//!   the root first sends each child, and each grandchild with children, a small
+//!   `Prepare` (its part of the plan, no index), which every node passes on the same way
+//!   at once ([`forward_prepare`]), so connections are set up two levels ahead of the
+//!   `Start`s instead of one after another;
 //! - pushes chunks to each child in the root's order (urgent set first) as soon as it holds
 //!   them (cut-through); the transport pulls them with [`Relay::poll_bulk`] when a link has
 //!   room, so a slow child never makes a node buffer the layer;
@@ -34,7 +38,9 @@ use std::time::{Duration, Instant};
 
 use fixedbitset::FixedBitSet;
 
-pub use msg::{JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Report, Start, Timing, WireError};
+pub use msg::{
+    JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, Report, Start, Timing, WireError,
+};
 use root::RootState;
 
 use crate::plan::NodeId;
@@ -474,6 +480,16 @@ impl Relay {
             .cloned()
             .collect();
         let mut parts = self.child_subtrees();
+        // The root starts the wave of `Prepare`s, ahead of every `Start`; below it the
+        // caller passes them on ([`forward_prepare`]) as they arrive.
+        if self.root.is_some() {
+            for (to, p) in prepares_for(self.me, &self.subtree) {
+                self.control.push_back(Transmit::Control {
+                    to: to.id,
+                    msg: Msg::Prepare(p),
+                });
+            }
+        }
         for info in kids {
             let id = info.id;
             self.children
@@ -486,25 +502,9 @@ impl Relay {
         }
     }
 
-    /// The planned subtree of each of my planned children, in one pass over mine (a
-    /// per-child scan made a flat plan's root quadratic in the job size).
+    /// The planned subtree of each of my planned children.
     fn child_subtrees(&self) -> HashMap<NodeId, Vec<NodeInfo>> {
-        let mut owner: HashMap<NodeId, NodeId> = HashMap::new();
-        let mut parts: HashMap<NodeId, Vec<NodeInfo>> = HashMap::new();
-        for n in self.subtree.iter().skip(1) {
-            let under = if n.parent == self.me {
-                Some(n.id)
-            } else if n.id != n.parent {
-                owner.get(&n.parent).copied()
-            } else {
-                None
-            };
-            if let Some(child) = under {
-                owner.insert(n.id, child);
-                parts.entry(child).or_default().push(n.clone());
-            }
-        }
-        parts
+        split_subtree(self.me, &self.subtree)
     }
 
     /// The `Start` for one of my planned children, given its subtree: it and my ancestry.
@@ -647,7 +647,7 @@ impl Relay {
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Msg) {
         self.touch(from, now);
         match msg {
-            Msg::Start(_) | Msg::Chunk { .. } => {}
+            Msg::Start(_) | Msg::Chunk { .. } | Msg::Prepare(_) => {}
             Msg::Ping => {}
             Msg::Want { chunk } => self.on_want(now, Waiter::Child(from), chunk),
             Msg::Report(mut r) => {
@@ -1137,6 +1137,74 @@ impl Relay {
         }
         t
     }
+}
+
+/// The planned subtree of each of `me`'s planned children (each child first), in one pass
+/// over `subtree` (`me` first, parents before children). A per-child scan made a flat
+/// plan's root quadratic in the job size.
+fn split_subtree(me: NodeId, subtree: &[NodeInfo]) -> HashMap<NodeId, Vec<NodeInfo>> {
+    let mut owner: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut parts: HashMap<NodeId, Vec<NodeInfo>> = HashMap::new();
+    for n in subtree.iter().skip(1) {
+        let under = if n.parent == me {
+            Some(n.id)
+        } else if n.id != n.parent {
+            owner.get(&n.parent).copied()
+        } else {
+            None
+        };
+        if let Some(child) = under {
+            owner.insert(n.id, child);
+            parts.entry(child).or_default().push(n.clone());
+        }
+    }
+    parts
+}
+
+/// What a node that received a [`Msg::Prepare`] for a job it has not joined yet sends on
+/// ([`prepares_for`] of the subtree it was given). The caller hands each to the transport
+/// at once, which is what opens the connections early, and passes on only the first
+/// `Prepare` of a job it gets (a node with children hears from its grandparent and then its
+/// parent). A node that already runs the job ignores `Prepare`s.
+pub fn forward_prepare(prepare: &Prepare) -> Result<Vec<(NodeInfo, Prepare)>, StartError> {
+    let me = prepare
+        .subtree
+        .first()
+        .ok_or_else(|| StartError("empty prepare".into()))?
+        .id;
+    Ok(prepares_for(me, &prepare.subtree))
+}
+
+/// The `Prepare`s of a node with planned `subtree` (`me` first): one to each child, then
+/// one to each grandchild that has children of its own. The second kind makes the wave go
+/// down two levels per connection set-up: a grandchild starts connecting to its children
+/// while its parent is still connecting to it. Leaves get theirs from their parent only;
+/// they have nobody to connect to.
+pub fn prepares_for(me: NodeId, subtree: &[NodeInfo]) -> Vec<(NodeInfo, Prepare)> {
+    let mut parts = split_subtree(me, subtree);
+    let mut out = Vec::new();
+    let mut second = Vec::new();
+    for child in subtree
+        .iter()
+        .skip(1)
+        .filter(|n| n.parent == me && n.id != me)
+    {
+        let part = parts.remove(&child.id).unwrap_or_default();
+        let mut below = split_subtree(child.id, &part);
+        for g in part
+            .iter()
+            .skip(1)
+            .filter(|n| n.parent == child.id && n.id != child.id)
+        {
+            let sub = below.remove(&g.id).unwrap_or_default();
+            if sub.len() > 1 {
+                second.push((g.clone(), Prepare { subtree: sub }));
+            }
+        }
+        out.push((child.clone(), Prepare { subtree: part }));
+    }
+    out.extend(second);
+    out
 }
 
 /// The plan as relay node records, root first, parents before children (breadth first).

@@ -174,6 +174,21 @@ pub enum Msg {
     Adopted,
     /// Root to everyone, down the tree: the push is over; stop liveness checks.
     Finished,
+    /// Parent (and grandparent) to child, ahead of the child's `Start`: who is below the
+    /// child, so that it connects to its own children (and passes them theirs) while its
+    /// own connection and `Start` are still on the way. Connection set-ups then overlap
+    /// instead of adding up level by level. A hint only: a node that never gets one
+    /// connects when its `Start` arrives, as before. See
+    /// [`crate::relay::forward_prepare`].
+    Prepare(Prepare),
+}
+
+/// The content of [`Msg::Prepare`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prepare {
+    /// The receiver's planned subtree, the receiver first, parents before children (as in
+    /// its `Start`).
+    pub subtree: Vec<NodeInfo>,
 }
 
 /// `Vec<u8>` fields as one byte string instead of a sequence of `u8`s. In postcard both are
@@ -360,6 +375,14 @@ mod tests {
                 have: vec![u64::MAX, 5],
             },
             Msg::Finished,
+            Msg::Prepare(Prepare {
+                subtree: vec![NodeInfo {
+                    id: NodeId(4),
+                    host: "cn4".into(),
+                    addr: "10.0.0.4:7070".into(),
+                    parent: NodeId(1),
+                }],
+            }),
         ];
         for m in msgs {
             assert_eq!(Msg::decode(&m.encode()).expect("valid"), m);

@@ -533,11 +533,18 @@ fn a_probe_start_with_chunks_is_refused() {
     let mut root =
         Relay::new_probe_root(JobId(3), nodes, Timing::default(), Instant::now()).expect("root");
     let Some(Transmit::Control {
+        msg: Msg::Prepare(_),
+        ..
+    }) = root.poll_transmit(Instant::now())
+    else {
+        panic!("the probe root sends a Prepare first");
+    };
+    let Some(Transmit::Control {
         msg: Msg::Start(start),
         ..
     }) = root.poll_transmit(Instant::now())
     else {
-        panic!("the probe root sends a Start first");
+        panic!("then the Start");
     };
     assert!(start.probe && start.index.is_empty() && start.order.is_empty());
     let empty = Arc::new(Schedule::new(vec![], 0, vec![]).expect("empty"));
@@ -607,4 +614,105 @@ fn the_owner_set_at_the_root_reaches_every_node() {
     for (id, r) in &net.relays {
         assert_eq!(r.owner(), Some(4242), "{id:?}");
     }
+}
+
+#[test]
+fn the_prepare_wave_gives_every_node_its_planned_subtree_ahead_of_its_start() {
+    // The root sends `Prepare`s (children and grandchildren with children) before any
+    // `Start`; passing on the first `Prepare` a node gets with `forward_prepare` reaches
+    // every node of the plan, each with the subtree its `Start` will carry. A node with
+    // children below the root's children hears first from its grandparent, two levels per
+    // hop, and then once more from its parent; a leaf only from its parent.
+    let p = plan(6, 4, Strategy::Topo);
+    let depth = |mut id: NodeId| {
+        let mut d = 0u32;
+        while let Some(up) = p.parent[id.index()] {
+            id = up;
+            d += 1;
+        }
+        d
+    };
+    assert!(
+        p.ids().map(depth).max() >= Some(3),
+        "a plan deep enough to matter"
+    );
+    let nodes = plan_nodes(&p, |h| format!("{h}:7000"));
+    let schedule = Arc::new(Schedule::new(vec![0], 1, vec![10]).expect("one chunk"));
+    let mut root = Relay::new_root(
+        JobId(5),
+        nodes,
+        Arc::from(&b"index"[..]),
+        schedule,
+        Timing::default(),
+        Instant::now(),
+    )
+    .expect("root");
+    let mut starts: HashMap<NodeId, Vec<NodeInfo>> = HashMap::new();
+    // (from, to, prepare, hop count from the root)
+    let mut wave = std::collections::VecDeque::new();
+    while let Some(t) = root.poll_transmit(Instant::now()) {
+        match t {
+            Transmit::Control {
+                to,
+                msg: Msg::Prepare(pr),
+            } => {
+                assert!(starts.is_empty(), "a Prepare after a Start");
+                wave.push_back((root.me(), to, pr, 1));
+            }
+            Transmit::Control {
+                to,
+                msg: Msg::Start(s),
+            } => {
+                starts.insert(to, s.subtree.clone());
+            }
+            _ => {}
+        }
+    }
+    let mut first: HashMap<NodeId, (NodeId, Vec<NodeInfo>, u32)> = HashMap::new();
+    let mut heard: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+    while let Some((from, to, pr, hops)) = wave.pop_front() {
+        assert_eq!(pr.subtree[0].id, to, "a Prepare names its receiver first");
+        heard.entry(to).or_default().push(from);
+        if let Some((_, sub, _)) = first.get(&to) {
+            assert_eq!(sub, &pr.subtree, "every Prepare of a node says the same");
+            continue;
+        }
+        for (next, fwd) in forward_prepare(&pr).expect("well formed") {
+            wave.push_back((to, next.id, fwd, hops + 1));
+        }
+        first.insert(to, (from, pr.subtree, hops));
+    }
+    assert_eq!(first.len(), p.len() - 1, "every node but the root");
+    for (id, sub) in &starts {
+        assert_eq!(&first[id].1, sub, "the Start's subtree");
+    }
+    for (id, (from, subtree, hops)) in &first {
+        // Itself and exactly its descendants in the plan.
+        let mut below = vec![*id];
+        let mut i = 0;
+        while i < below.len() {
+            below.extend(p.children[below[i].index()].iter().copied());
+            i += 1;
+        }
+        let mut got: Vec<NodeId> = subtree.iter().map(|n| n.id).collect();
+        got.sort();
+        below.sort();
+        assert_eq!(got, below);
+        let d = depth(*id);
+        let parent = p.parent[id.index()].expect("not the root");
+        let leaf = p.children[id.index()].is_empty();
+        if d >= 2 && !leaf {
+            let grandparent = p.parent[parent.index()].expect("depth 2");
+            assert!(*from == grandparent || *from == parent);
+            let mut both = heard[id].clone();
+            both.sort();
+            let mut want = vec![grandparent, parent];
+            want.sort();
+            assert_eq!(both, want, "{id:?} hears from its grandparent and parent");
+            assert_eq!(*hops, d.div_ceil(2), "two levels per hop");
+        } else {
+            assert_eq!(heard[id], vec![parent], "{id:?} hears from its parent only");
+        }
+    }
+    assert!(forward_prepare(&Prepare { subtree: vec![] }).is_err());
 }

@@ -112,7 +112,7 @@ pub struct SimReport {
     pub uplink_out: u64,
     /// Chunk bytes over the core.
     pub core_bytes: u64,
-    /// Modelled bytes of `Start` messages (index and subtrees).
+    /// Modelled bytes of `Start` and `Prepare` messages (index and subtrees).
     pub start_bytes: u64,
     /// Chunks received by push.
     pub pushed: u64,
@@ -147,6 +147,8 @@ pub struct Sim<'a> {
     schedule: Arc<Schedule>,
     relays: Vec<Option<Relay>>,
     dead: Vec<bool>,
+    /// Hosts that passed a `Prepare` on.
+    prepared: Vec<bool>,
     timer_at: Vec<u64>,
     cpu_busy: Vec<u64>,
     /// Busy-until of each shared core ([`super::Network::shared_cores`]).
@@ -218,6 +220,7 @@ impl<'a> Sim<'a> {
             schedule,
             relays: (0..hosts).map(|_| None).collect(),
             dead: vec![false; hosts],
+            prepared: vec![false; hosts],
             timer_at: vec![NEVER; hosts],
             cpu_busy: vec![0; hosts],
             cores: vec![0; shared_cores],
@@ -318,6 +321,19 @@ impl<'a> Sim<'a> {
         match ev {
             Ev::Deliver { from, to, msg } => {
                 if self.dead[to.index()] || self.dead[from.index()] {
+                    return Ok(());
+                }
+                if let Msg::Prepare(p) = &msg {
+                    // A hint for a node not yet in the job: pass it on at once, which
+                    // starts the set-up of the connections to its children.
+                    if self.relays[to.index()].is_none() && !self.prepared[to.index()] {
+                        self.prepared[to.index()] = true;
+                        let fwd = crate::relay::forward_prepare(p)
+                            .map_err(|e| Error::SimSetup(e.to_string()))?;
+                        for (child, p) in fwd {
+                            self.depart_after_setup(to, child.id, Out::Control(Msg::Prepare(p)));
+                        }
+                    }
                     return Ok(());
                 }
                 match &mut self.relays[to.index()] {
@@ -534,8 +550,12 @@ impl<'a> Sim<'a> {
                 if self.dead[to.index()] {
                     return;
                 }
-                let arrive = if let Msg::Start(s) = &msg {
-                    let bytes = self.cfg.network.start_bytes(s.subtree.len());
+                let bytes = match &msg {
+                    Msg::Start(s) => Some(self.cfg.network.start_bytes(s.subtree.len())),
+                    Msg::Prepare(p) => Some(self.cfg.network.prepare_bytes(p.subtree.len())),
+                    _ => None,
+                };
+                let arrive = if let Some(bytes) = bytes {
                     self.start_bytes += bytes;
                     self.links.path(from, to, &mut self.path);
                     self.links.transfer(&self.path, self.now, bytes, false) + lat

@@ -11,6 +11,8 @@
 //! - per-chunk processing on the receiver (verify and store) before it can forward;
 //! - the index transfer: `Start` messages are sized as the modelled index plus the subtree
 //!   they carry, while the relays themselves get a tiny dummy index so 68,160 of them fit;
+//!   the `Prepare` ahead of each `Start` as its subtree alone, and a host passes its
+//!   `Prepare`s on as soon as one arrives, as the daemon does;
 //! - failures: nodes killed at a time stop acting and everything to or from them is lost.
 //!
 //! Bulk flows one chunk at a time per edge: a parent is asked for the next chunk for a
@@ -140,7 +142,12 @@ impl Network {
     /// Modelled size of a `Start` carrying `subtree` entries (the push order is part of
     /// the index).
     pub fn start_bytes(&self, subtree: usize) -> u64 {
-        self.index_bytes + self.node_info_bytes * subtree as u64
+        self.index_bytes + self.prepare_bytes(subtree)
+    }
+
+    /// Modelled size of a `Prepare` carrying `subtree` entries.
+    pub fn prepare_bytes(&self, subtree: usize) -> u64 {
+        self.node_info_bytes * subtree as u64
     }
 }
 

@@ -84,15 +84,25 @@ fn a_chain_pipelines_chunks_hop_by_hop() {
 }
 
 #[test]
-fn a_chain_with_slow_setup_waits_for_each_hop() {
-    // When set-up dominates, node j is ready at j (setup + Start + latency) + latency and
-    // then receives the whole payload at link speed.
+fn a_chain_with_slow_setup_waits_for_the_prepare_wave() {
+    // When set-up s dominates, the connections come from the `Prepare` wave, which goes
+    // two levels per (s + latency): hosts 1 and 2 hear from the root at s + l, hosts 3 and
+    // 4 at 2 (s + l) (host 5, a leaf, only from its parent). Host j's connection to its
+    // child is up s after it heard. So host 4 is connected at 3s + 2l and holds its
+    // `Start` at 3s + 3l + index, as its parent's `Start` came earlier. It then receives
+    // the payload at link speed from its answer on (l + m chunk times + l + processing),
+    // and the leaf, connected already, trails it by one store-and-forward of the last
+    // chunk (chunk time + l + processing). Without the wave every hop waited for its own
+    // set-up and `Start` in turn: 5 (s + index + l) + l, 8.9 ms more here.
     let (lat, setup, cost, index, m, d) = (10_000, 5_000_000, 50_000, 4096, 8u64, 5u64);
     let plan = custom(&(0..d as usize).collect::<Vec<_>>());
     let cfg = SimConfig::new(simple_net(lat, setup, cost, index), m * MIB, MIB);
     let r = run(&plan, None, cfg);
-    let ready = d * (setup + index + lat) + lat;
-    assert_eq!(r.deploy, Duration::from_nanos(ready + m * MIB + lat + cost));
+    let start4 = 3 * setup + 3 * lat + index;
+    let expected = start4 + lat + m * MIB + lat + cost + MIB + lat + cost;
+    assert_eq!(r.deploy, Duration::from_nanos(expected));
+    let old = d * (setup + index + lat) + lat + m * MIB + lat + cost;
+    assert!(r.deploy + Duration::from_millis(8) < Duration::from_nanos(old));
 }
 
 #[test]

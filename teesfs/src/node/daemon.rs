@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use manifest::{Limits, PublicKey, SignedIndex};
-use peertree::relay::{Event, JobId, Msg, Phase, Relay, Schedule, Start};
+use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Schedule, Start};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -22,7 +22,7 @@ use super::store::NodeStore;
 use crate::Error;
 use crate::fs::fuse::PassthroughConfig;
 use crate::fs::mount::{MountConfig, Mounted, mount};
-use crate::net::{Identity, Transport};
+use crate::net::{Identity, StreamKind, Transport};
 
 /// How a daemon runs.
 #[derive(Debug, Clone)]
@@ -72,9 +72,15 @@ pub struct Daemon {
     peers: Arc<Peers>,
     store: Arc<NodeStore>,
     jobs: Mutex<HashMap<JobId, Arc<NodeJob>>>,
+    /// Jobs whose `Prepare` this node passed on (the newest few): a node with children
+    /// gets one from its grandparent and one from its parent, and passes on the first.
+    prepared: Mutex<std::collections::VecDeque<JobId>>,
     rt: tokio::runtime::Handle,
     me: Weak<Daemon>,
 }
+
+/// How many passed-on `Prepare`s a daemon remembers.
+const PREPARED_KEPT: usize = 1024;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -143,6 +149,7 @@ impl Daemon {
             peers: peers.clone(),
             store,
             jobs: Mutex::new(HashMap::new()),
+            prepared: Mutex::new(std::collections::VecDeque::new()),
             rt: tokio::runtime::Handle::current(),
             me: me.clone(),
         });
@@ -440,6 +447,43 @@ impl Daemon {
         }
     }
 
+    /// A `Prepare` for a job this node has not joined yet: pass one on to each planned
+    /// child now, which opens the connections to them while the `Start` (with its index)
+    /// is still arriving. Only connections and small messages come of it: the job itself
+    /// starts with a verified `Start`, as ever.
+    fn prepare_job(&self, from_host: &str, job: JobId, prepare: Prepare) {
+        if lock(&self.jobs).contains_key(&job) {
+            return;
+        }
+        if prepare.subtree.first().map(|n| n.host.as_str()) != Some(self.cfg.host.as_str()) {
+            tracing::warn!(%job, parent = %from_host, "ignoring a prepare meant for another node");
+            return;
+        }
+        {
+            let mut seen = lock(&self.prepared);
+            if seen.contains(&job) {
+                return;
+            }
+            if seen.len() == PREPARED_KEPT {
+                seen.pop_front();
+            }
+            seen.push_back(job);
+        }
+        let forward = match peertree::relay::forward_prepare(&prepare) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(%job, parent = %from_host, "ignoring a prepare: {e}");
+                return;
+            }
+        };
+        tracing::debug!(%job, parent = %from_host, children = forward.len(), "prepare");
+        for (child, p) in forward {
+            let frame = super::peers::frame(job, &Msg::Prepare(p));
+            self.peers
+                .send(&child.host, &child.addr, StreamKind::Control, frame);
+        }
+    }
+
     /// A health probe: answer, forward to the children, and drop the job once the root
     /// finished it (or, if it never hears so, after ten deadlines).
     fn start_probe(&self, from_host: &str, job: JobId, start: Start) {
@@ -514,11 +558,20 @@ impl Daemon {
 
 impl Router for Daemon {
     fn deliver(&self, from_host: &str, job: JobId, msg: Msg) {
-        if let Msg::Start(start) = msg {
-            if let Some(d) = self.me.upgrade() {
-                d.start_job(from_host, job, *start);
+        match msg {
+            Msg::Start(start) => {
+                if let Some(d) = self.me.upgrade() {
+                    d.start_job(from_host, job, *start);
+                }
+                return;
             }
-            return;
+            Msg::Prepare(prepare) => {
+                if let Some(d) = self.me.upgrade() {
+                    d.prepare_job(from_host, job, prepare);
+                }
+                return;
+            }
+            _ => {}
         }
         let j = lock(&self.jobs).get(&job).cloned();
         match j {

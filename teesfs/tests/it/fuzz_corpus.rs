@@ -15,7 +15,7 @@ use manifest::{
     SignedIndex, Slot,
 };
 use peertree::NodeId;
-use peertree::relay::{JobId, Msg, NodeInfo, Phase, Report, Start, Timing};
+use peertree::relay::{JobId, Msg, NodeInfo, Phase, Prepare, Report, Start, Timing};
 
 #[path = "../../../fuzz/src/checks.rs"]
 #[allow(dead_code, missing_docs)]
@@ -199,6 +199,12 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
         ),
         ("adopted", Msg::Adopted),
         ("finished", Msg::Finished),
+        (
+            "prepare",
+            Msg::Prepare(Prepare {
+                subtree: vec![node(1, 0), node(2, 1), node(3, 2)],
+            }),
+        ),
     ]
 }
 

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::cluster::Cluster;
+use crate::transport::within;
 use crate::util::{Workspace, can_mount, is_mounted, make_tree, teesfs_bin};
 
 /// The unprivileged user the attacks run as (`nobody`).
@@ -439,4 +440,98 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!is_mounted(&mp));
+}
+
+/// A `Prepare` makes a daemon connect to the children it names, and to the grandchildren
+/// that have children of their own, and pass each its part at once, before any `Start`
+/// (that is what overlaps connection set-ups); one naming another node as its receiver is
+/// ignored, and neither starts a job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connections() {
+    use peertree::NodeId;
+    use peertree::relay::{JobId, Msg, NodeInfo, Prepare};
+    use teesfs::net::{Identity, StreamKind, Transport};
+
+    // Three daemons so that n02 and n03 have certificates; the test listens as both.
+    let c = Cluster::start(3, |_| vec![]);
+    let bind = |host: &str| {
+        let id = Identity::load(&c.creds, host).expect("identity");
+        Transport::bind("127.0.0.1:0".parse().expect("addr"), &id).expect("bind")
+    };
+    // The test plays the login node (the sender), n02 (a child) and n03 (its child).
+    let login = bind("login");
+    let child = bind("n02");
+    let grandchild = bind("n03");
+    let info = |id, host: &str, addr: String, parent| NodeInfo {
+        id: NodeId(id),
+        host: host.to_owned(),
+        addr,
+        parent: NodeId(parent),
+    };
+    let n01 = info(1, &c.nodes[0].host, c.nodes[0].addr.clone(), 0);
+    let n02 = info(2, "n02", child.local_addr().to_string(), 1);
+    let n03 = info(3, "n03", grandchild.local_addr().to_string(), 2);
+    let n04 = info(4, "n04", "127.0.0.1:9".into(), 3);
+    let send = |job: u64, subtree: Vec<NodeInfo>| {
+        let login = &login;
+        let addr = c.nodes[0].addr.parse().expect("daemon addr");
+        let host = c.nodes[0].host.clone();
+        async move {
+            let conn = login.connect(addr, &host).await.expect("connect");
+            let mut s = conn.open(StreamKind::Control).await.expect("stream");
+            let frame = teesfs::node::peers::frame(JobId(job), &Msg::Prepare(Prepare { subtree }));
+            s.send(&frame).await.expect("send");
+            s.finish().await.expect("delivered");
+        }
+    };
+    let first_frame = |t: &Transport| {
+        let t = t.clone();
+        async move {
+            let conn = within("n01 connects", t.accept())
+                .await
+                .expect("a connection");
+            // The link opens its other streams too, in no set order.
+            let mut rx = loop {
+                let (kind, rx) = within("a stream", conn.accept_stream())
+                    .await
+                    .expect("stream");
+                if kind == StreamKind::Control {
+                    break rx;
+                }
+            };
+            let frame = within("a frame", rx.recv())
+                .await
+                .expect("recv")
+                .expect("a frame");
+            (conn.peer_host().to_owned(), frame)
+        }
+    };
+
+    // Misaddressed: names n02 as the receiver. Ignored, and said so.
+    send(7, vec![n02.clone(), n03.clone(), n04.clone()]).await;
+    let log = || std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).expect("log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !log().contains("prepare meant for another node") {
+        assert!(std::time::Instant::now() < deadline, "{}", log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    // Addressed to n01, whose child n02 has the child n03, which has the leaf n04.
+    send(8, vec![n01, n02.clone(), n03.clone(), n04.clone()]).await;
+    for (t, want) in [
+        (&child, vec![n02, n03.clone(), n04.clone()]),
+        (&grandchild, vec![n03, n04]),
+    ] {
+        let (from, frame) = first_frame(t).await;
+        assert_eq!(from, c.nodes[0].host, "the connection is from n01");
+        let (job, msg) = teesfs::node::peers::unframe(&frame).expect("valid frame");
+        assert_eq!(job, JobId(8));
+        assert_eq!(
+            msg,
+            Msg::Prepare(Prepare { subtree: want }),
+            "the receiver's part of the plan, nothing else"
+        );
+    }
+    // Nothing was started: a job needs a verified `Start`.
+    assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(0));
 }

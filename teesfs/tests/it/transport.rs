@@ -38,7 +38,7 @@ fn bind(dir: &Path, host: &str) -> Transport {
 }
 
 /// Fails the test instead of hanging it.
-async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(30), fut)
         .await
         .unwrap_or_else(|_| panic!("timed out: {what}"))
