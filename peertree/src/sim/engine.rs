@@ -19,7 +19,7 @@ use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
 use super::SimConfig;
-use super::net::{Links, Res};
+use super::net::{Links, Res, transfer_ns};
 use crate::error::{Error, Result};
 use crate::plan::{NodeId, Plan, Role};
 use crate::relay::{Event, JobId, Msg, Phase, Relay, Schedule, Transmit, plan_nodes};
@@ -36,6 +36,8 @@ enum Ev {
         to: NodeId,
         chunk: u32,
         push: bool,
+        /// Link directions it crossed.
+        hops: u32,
     },
     /// The receiver verified and stored a chunk.
     Processed {
@@ -114,6 +116,8 @@ pub struct SimReport {
     pub core_bytes: u64,
     /// Modelled bytes of `Start` and `Prepare` messages (index and subtrees).
     pub start_bytes: u64,
+    /// Chunk bytes times the link directions each crossed (what the lab's kernel forwards).
+    pub link_bytes: u64,
     /// Chunks received by push.
     pub pushed: u64,
     /// Chunks received answering demands.
@@ -166,6 +170,7 @@ pub struct Sim<'a> {
     job_done: [Option<u64>; 2],
     events: u64,
     start_bytes: u64,
+    link_bytes: u64,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -236,6 +241,7 @@ impl<'a> Sim<'a> {
             job_done: [None, None],
             events: 0,
             start_bytes: 0,
+            link_bytes: 0,
         };
         // The relays get a tiny dummy index; its modelled size is in `start_bytes`.
         let index: Arc<[u8]> = Arc::from(vec![0u8; 64]);
@@ -357,18 +363,20 @@ impl<'a> Sim<'a> {
                 to,
                 chunk,
                 push,
+                hops,
             } => {
                 if self.dead[to.index()] || self.dead[from.index()] {
                     return Ok(());
                 }
                 let bytes = u64::from(self.schedule.sizes[chunk as usize]);
+                let forwarding = transfer_ns(bytes * u64::from(hops), self.cfg.network.link_cpu_bw);
                 let mut start = self.now.max(self.cpu_busy[to.index()]);
                 // With shared cores, the first one to free up (lowest index on ties).
                 let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]);
                 if let Some(c) = core {
                     start = start.max(self.cores[c]);
                 }
-                let done = start + self.cfg.network.chunk_ns(bytes);
+                let done = start + self.cfg.network.chunk_ns(bytes) + forwarding;
                 self.cpu_busy[to.index()] = done;
                 if let Some(c) = core {
                     self.cores[c] = done;
@@ -568,6 +576,8 @@ impl<'a> Sim<'a> {
                 let bytes = u64::from(self.schedule.sizes[chunk as usize]);
                 self.links.path(from, to, &mut self.path);
                 let fin = self.links.transfer(&self.path, self.now, bytes, true);
+                let hops = self.path.len() as u32;
+                self.link_bytes += bytes * u64::from(hops);
                 if push {
                     self.push(fin, Ev::TxDone { from, to });
                 }
@@ -578,6 +588,7 @@ impl<'a> Sim<'a> {
                         to,
                         chunk,
                         push,
+                        hops,
                     },
                 );
             }
@@ -644,6 +655,7 @@ impl<'a> Sim<'a> {
             uplink_out: self.links.uplink_out(),
             core_bytes: self.links.core_bytes(),
             start_bytes: self.start_bytes,
+            link_bytes: self.link_bytes,
             pushed: self.pushed_rx.iter().map(|&c| u64::from(c)).sum(),
             demand: self.demand_rx,
             duplicates,

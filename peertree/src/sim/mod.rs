@@ -60,6 +60,12 @@ pub struct Network {
     pub chunk_cost: Duration,
     /// Verify-and-store speed of a receiving node (blake3 and a write to the store).
     pub cpu_bw: f64,
+    /// Kernel forwarding: bytes per second a core moves across one link direction
+    /// (`f64::INFINITY`: free). A received chunk's processing grows by its bytes times the
+    /// link directions it crossed at this speed. The lab's links are veth pairs, bridges
+    /// and tbf qdiscs on the same box, so every hop costs its CPU; a real network's
+    /// switches do not cost the hosts anything.
+    pub link_cpu_bw: f64,
     /// Cores shared by every host for chunk processing (0: each host has its own CPU).
     /// The lab runs all its nodes on one machine, so their processing queues for the
     /// same cores.
@@ -72,8 +78,12 @@ pub struct Network {
 
 const GBIT: f64 = 1e9 / 8.0;
 
-/// Bytes per second of chunk processing per core in the lab (about 9 ms per MiB).
-const LAB_CPU_BW: f64 = (1u64 << 20) as f64 / 9.0e-3;
+/// Bytes per second of chunk processing per core in the lab (5.3 ms per MiB).
+const LAB_CPU_BW: f64 = (1u64 << 20) as f64 / 5.3e-3;
+
+/// Bytes per second a core forwards across one of the lab's link directions (2.5 ms per
+/// MiB per hop).
+const LAB_LINK_CPU_BW: f64 = (1u64 << 20) as f64 / 2.5e-3;
 
 impl Network {
     /// A Tianhe-like machine: 10 Gbit/s node NICs; groups of 8 whose proxy has a port and
@@ -93,6 +103,7 @@ impl Network {
             setup: Duration::from_millis(2),
             chunk_cost: Duration::from_micros(50),
             cpu_bw: 4.5e9,
+            link_cpu_bw: f64::INFINITY,
             shared_cores: 0,
             index_bytes: 1 << 20,
             node_info_bytes: 32,
@@ -114,13 +125,17 @@ impl Network {
 
     /// The lab's reference shape (DESIGN.md, `lab::Rates::default`): slave links
     /// 100 Mbit/s, proxy port, uplink and login link 400 Mbit/s; storage 1 Gbit/s. All
-    /// nodes share the box's 2 cores; a received chunk costs 50 us + 9 ms per MiB of CPU
-    /// (QUIC receive and send, blake3, store write: the lab's measured daemon CPU seconds
-    /// per chunk received, `teesfs lab bench`, topo, 16 MiB; BENCHMARKS.md).
+    /// nodes share the box's 2 cores. A received chunk costs 50 us + 5.3 ms per MiB of CPU
+    /// (QUIC receive and send, blake3, the store write), plus 2.5 ms per MiB for each link
+    /// direction it crossed (the kernel moving it through veth pairs, bridges and tbf
+    /// qdiscs). Both fitted to the daemons' CPU seconds in `teesfs lab bench` on a quiet
+    /// box, 16 MiB: `topo`, `random` and `hostlist` move the same 496 MiB over 2.2, 4.8
+    /// and 3.3 link directions on average and took 5.4, 8.7 and 7.0 s (BENCHMARKS.md).
     pub fn lab() -> Self {
         let m = 1e6 / 8.0;
         Self {
             cpu_bw: LAB_CPU_BW,
+            link_cpu_bw: LAB_LINK_CPU_BW,
             shared_cores: 2,
             node_bw: 100.0 * m,
             port_bw: 400.0 * m,

@@ -53,6 +53,7 @@ fn simple_net(latency: u64, setup: u64, cost: u64, index: u64) -> Network {
         setup: Duration::from_nanos(setup),
         chunk_cost: Duration::from_nanos(cost),
         cpu_bw: f64::INFINITY,
+        link_cpu_bw: f64::INFINITY,
         shared_cores: 0,
         index_bytes: index,
         node_info_bytes: 0,
@@ -81,6 +82,22 @@ fn a_chain_pipelines_chunks_hop_by_hop() {
     let expected = t0 + d as u64 * (chunk_t + lat + cost) + (m - 1) * chunk_t;
     assert_eq!(r.deploy, Duration::from_nanos(expected));
     assert_eq!(r.pushed, m * d as u64);
+}
+
+#[test]
+fn kernel_forwarding_costs_cpu_per_link_crossed() {
+    // The lab's links are on the box: with `link_cpu_bw`, each chunk's processing grows by
+    // its bytes times the link directions crossed (on the core: sender NIC, core, receiver
+    // NIC, so 3) at that speed. Same chain as above, one chunk.
+    let (lat, setup, cost, index, d) = (10_000, 100_000, 50_000, 4096, 3);
+    let plan = custom(&(0..d).collect::<Vec<_>>());
+    let mut net = simple_net(lat, setup, cost, index);
+    net.link_cpu_bw = 1e9;
+    let r = run(&plan, None, SimConfig::new(net, MIB, MIB));
+    let t0 = setup + index + 2 * lat;
+    let expected = t0 + d as u64 * (MIB + lat + cost + 3 * MIB);
+    assert_eq!(r.deploy, Duration::from_nanos(expected));
+    assert_eq!(r.link_bytes, 3 * d as u64 * MIB);
 }
 
 #[test]

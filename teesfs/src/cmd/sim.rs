@@ -326,7 +326,7 @@ fn csv(rows: &[Row], machine: Machine) -> String {
     let mut out = String::from(
         "machine,payload_bytes,nodes,strategy,depth,deploy_s,urgent_s,root_done_s,lower_bound_s,\
          deploy_over_bound,deploy_over_topo,uplink_in_bytes,uplink_out_bytes,uplink_over_topo,\
-         min_uplink_bytes,core_bytes,start_bytes,killed,failed_edges,unreachable,incomplete,\
+         min_uplink_bytes,core_bytes,start_bytes,link_bytes,killed,failed_edges,unreachable,incomplete,\
          events,wall_s\n",
     );
     let machine = format!("{machine:?}").to_lowercase();
@@ -335,7 +335,7 @@ fn csv(rows: &[Row], machine: Machine) -> String {
         let rep = &r.report;
         let _ = writeln!(
             out,
-            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}",
+            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}",
             r.payload,
             r.nodes,
             r.strategy,
@@ -352,6 +352,7 @@ fn csv(rows: &[Row], machine: Machine) -> String {
             r.min_uplink,
             rep.core_bytes,
             rep.start_bytes,
+            rep.link_bytes,
             rep.killed,
             rep.failed_edges.len(),
             rep.unreachable.len(),
