@@ -193,6 +193,8 @@ struct Child {
     /// Started from here after its planned parent failed: report the adoption when it
     /// first speaks.
     restarted: bool,
+    /// Not planned here: it attached here, or was restarted from here and answered.
+    adopted: bool,
     /// When its `Start` was handed to the transport, until its first answer (the edge's
     /// round trip is measured from here).
     start_sent: Option<Instant>,
@@ -211,6 +213,7 @@ impl Child {
             last_sent: now,
             bytes: 0,
             restarted,
+            adopted: false,
             start_sent: None,
         }
     }
@@ -264,6 +267,10 @@ pub struct Relay {
     report: Report,
     /// Completion facts of my subtree, re-sent after re-attaching.
     done_log: Vec<(NodeId, Phase)>,
+    /// Failed edges in my subtree, re-sent after re-attaching: a report sent to a parent
+    /// that died before passing it on is lost, and the root would wait for the node in it
+    /// for ever.
+    failed_log: Vec<(NodeId, NodeId)>,
     wants: HashMap<u32, Vec<Waiter>>,
     asked: HashSet<u32>,
     finished: bool,
@@ -459,6 +466,7 @@ impl Relay {
             events: VecDeque::new(),
             report: Report::default(),
             done_log: Vec::new(),
+            failed_log: Vec::new(),
             wants: HashMap::new(),
             asked: HashSet::new(),
             finished: false,
@@ -630,6 +638,7 @@ impl Relay {
             c.ready = true;
             let mut fact = Report::default();
             if std::mem::take(&mut c.restarted) {
+                c.adopted = true;
                 fact.attached.push((self.me, from));
             }
             if let Some(sent) = c.start_sent.take() {
@@ -663,6 +672,7 @@ impl Relay {
                         }
                     }
                     r.edge_bytes.extend(edge);
+                    self.failed_log.extend(r.failed.iter().copied());
                     self.absorb(now, r);
                 }
             }
@@ -675,8 +685,18 @@ impl Relay {
                     self.parent = Some(from);
                     self.parent_heard = now;
                     self.events.push_back(Event::Reattached(from));
-                    // The old parent may have died before passing these on.
+                    // The old parent may have died before passing these on. Children
+                    // that re-attached here are announced again first, so that the root
+                    // takes failures below them from here.
                     self.report.done.extend(self.done_log.iter().copied());
+                    self.report.failed.extend(self.failed_log.iter().copied());
+                    let me = self.me;
+                    self.report.attached.extend(
+                        self.children
+                            .iter()
+                            .filter(|(_, c)| c.adopted)
+                            .map(|(&id, _)| (me, id)),
+                    );
                     let asked: Vec<u32> = self.asked.iter().copied().collect();
                     for chunk in asked {
                         self.send_want(chunk);
@@ -751,6 +771,7 @@ impl Relay {
                     last_sent: now,
                     bytes: 0,
                     restarted: false,
+                    adopted: true,
                     start_sent: None,
                 },
             );
@@ -907,6 +928,7 @@ impl Relay {
         for waiters in self.wants.values_mut() {
             waiters.retain(|w| *w != Waiter::Child(child));
         }
+        self.failed_log.push((self.me, child));
         let fact = Report {
             failed: vec![(self.me, child)],
             ..Report::default()

@@ -313,3 +313,33 @@ fn upper_level_uplinks_slow_traffic_between_units() {
     let thin = time(Network::tianhe().node_bw / 4.0);
     assert!(thin > open * 2, "thin {thin:?} vs open {open:?}");
 }
+
+#[test]
+fn a_failure_reported_to_a_parent_that_then_dies_still_reaches_the_root() {
+    // G dies; its parent C reports the failed edge to its own parent P, which dies before
+    // passing it on. C re-attaches higher up and must say it again, or the root waits for
+    // G for ever (this stalled 4,000-node simulations with 10 nodes killed at 20 ms).
+    let (topo, plan) = tianhe(20, Strategy::Topo);
+    let (p, c, g) = plan
+        .ids()
+        .skip(1)
+        .find_map(|p| {
+            plan.children[p.index()]
+                .iter()
+                .find_map(|&c| plan.children[c.index()].first().map(|&g| (p, c, g)))
+        })
+        .expect("three levels below the root");
+    let mut cfg = SimConfig::new(Network::tianhe(), 16 * MIB, MIB);
+    cfg.timing = crate::relay::Timing {
+        heartbeat_ms: 20,
+        deadline_ms: 100,
+    };
+    cfg.limit = Duration::from_secs(20);
+    let mut sim = Sim::new(&plan, Some(&topo), cfg, Instant::now()).expect("set up");
+    sim.kill(Duration::from_millis(3), vec![g]);
+    sim.kill(Duration::from_millis(60), vec![p]);
+    let r = sim.run().expect("the root completes the job");
+    assert!(r.incomplete.is_empty(), "{:?}", r.incomplete);
+    assert!(r.failed_edges.contains(&(c, g)), "{r:?}");
+    assert!(r.attached.iter().any(|&(_, n)| n == c), "{r:?}");
+}
