@@ -315,11 +315,9 @@ fn a_dead_proxy_is_reported_and_its_children_reattach() {
     assert_eq!(progress.failed, 1);
 }
 
-#[test]
-fn a_cut_off_group_is_reported_edge_by_edge() {
-    let p = plan(3, 4, Strategy::Topo);
-    let mut net = Net::new(&p, 10, 3);
-    // Kill a proxy and every node below it before anything starts.
+/// Kills a proxy under the root and every node below it before anything starts; returns
+/// the proxy and its subtree (itself included).
+fn cut_off_a_group(net: &mut Net, p: &crate::Plan) -> (NodeId, Vec<NodeId>) {
     let proxy = p
         .ids()
         .skip(1)
@@ -329,6 +327,14 @@ fn a_cut_off_group_is_reported_edge_by_edge() {
     for &n in &below {
         net.dead.insert(n);
     }
+    (proxy, below)
+}
+
+#[test]
+fn a_cut_off_group_is_reported_edge_by_edge() {
+    let p = plan(3, 4, Strategy::Topo);
+    let mut net = Net::new(&p, 10, 3);
+    let (proxy, below) = cut_off_a_group(&mut net, &p);
     net.run_until(100_000, |n| n.job_done(Phase::All));
     assert!(net.root_events.contains(&Event::EdgeFailed(p.root, proxy)));
     for &n in below.iter().filter(|&&n| n != proxy) {
@@ -496,15 +502,7 @@ fn a_probe_reports_a_dead_proxy_as_the_failed_edge_and_its_children_answer() {
 fn a_probe_reports_a_cut_off_group_as_unreachable_below_the_failed_edge() {
     let p = plan(3, 4, Strategy::Topo);
     let mut net = Net::new_probe(&p);
-    let proxy = p
-        .ids()
-        .skip(1)
-        .find(|&id| p.parent[id.index()] == Some(p.root) && !p.children[id.index()].is_empty())
-        .expect("a proxy under the root");
-    let below = p.subtree(proxy);
-    for &n in &below {
-        net.dead.insert(n);
-    }
+    let (proxy, below) = cut_off_a_group(&mut net, &p);
     net.run_until(100_000, |n| n.job_done(Phase::All));
     assert!(net.root_events.contains(&Event::EdgeFailed(p.root, proxy)));
     for &n in below.iter().filter(|&&n| n != proxy) {

@@ -86,6 +86,19 @@ fn spawn_daemon(
     (child, addr)
 }
 
+/// `push_cmd` extras for a push nobody will accept: two children per node, and it gives up
+/// after a 1 s deadline instead of waiting for the default liveness timing.
+pub const QUICK_GIVE_UP: [&str; 8] = [
+    "--width",
+    "2",
+    "--deadline",
+    "1s",
+    "--heartbeat",
+    "200ms",
+    "--timeout",
+    "20s",
+];
+
 impl Cluster {
     /// `n` daemons named n01..; `extra(i)` adds arguments to daemon `i`.
     pub fn start(n: usize, extra: impl Fn(usize) -> Vec<String>) -> Self {

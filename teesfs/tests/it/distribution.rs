@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, QUICK_GIVE_UP};
 use crate::util::{assert_same_tree, can_mount, make_tree, noise};
 
 fn push_ok(c: &Cluster, index: &str, group: usize, extra: &[&str]) -> serde_json::Value {
@@ -476,20 +476,7 @@ fn a_root_with_another_clusters_certificate_is_refused() {
     ]);
     assert!(out.status.success());
     let out = c
-        .push_cmd(
-            &id,
-            2,
-            &[
-                "--width",
-                "2",
-                "--deadline",
-                "1s",
-                "--heartbeat",
-                "200ms",
-                "--timeout",
-                "20s",
-            ],
-        )
+        .push_cmd(&id, 2, &QUICK_GIVE_UP)
         .arg("--identity")
         .arg(&other)
         .output()

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, QUICK_GIVE_UP};
 use crate::transport::within;
 use crate::util::{Workspace, can_mount, is_mounted, make_tree, teesfs_bin};
 
@@ -175,20 +175,7 @@ fn a_daemon_refuses_an_index_signed_by_a_key_it_does_not_trust() {
         .find_map(|l| l.strip_prefix("index ").map(|s| s.trim().to_owned()))
         .expect("index id");
     let out = c
-        .push_cmd(
-            &id,
-            2,
-            &[
-                "--width",
-                "2",
-                "--deadline",
-                "1s",
-                "--heartbeat",
-                "200ms",
-                "--timeout",
-                "20s",
-            ],
-        )
+        .push_cmd(&id, 2, &QUICK_GIVE_UP)
         .arg("--trust")
         .arg(key.with_extension("pub"))
         .output()
