@@ -35,6 +35,14 @@ pub enum Error {
     /// A network or TLS problem.
     #[error("network: {0}")]
     Net(String),
+    /// The directory for passthrough copies cannot be used safely.
+    #[error("passthrough copies directory {}: {problem}", dir.display())]
+    CopiesDir {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// What is wrong and what to do.
+        problem: String,
+    },
 }
 
 impl Error {

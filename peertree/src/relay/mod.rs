@@ -239,6 +239,8 @@ pub struct RelayStats {
     pub pushed: u64,
     /// Chunks sent answering demands.
     pub demand_served: u64,
+    /// Chunks this node held and then lost from its store (evicted or unreadable).
+    pub lost: u64,
 }
 
 /// One node's relay state for one job.
@@ -273,6 +275,12 @@ pub struct Relay {
     failed_log: Vec<(NodeId, NodeId)>,
     wants: HashMap<u32, Vec<Waiter>>,
     asked: HashSet<u32>,
+    /// Chunks held once and lost since: asked for again with [`Msg::Lost`], because the
+    /// parent believes they are here.
+    lost: HashSet<u32>,
+    /// How many of `lost` are urgent. A phase is complete when every chunk of it arrived
+    /// once, held now or lost since: a store smaller than the layer still completes.
+    lost_urgent: usize,
     finished: bool,
     stats: RelayStats,
     root: Option<RootState>,
@@ -469,6 +477,8 @@ impl Relay {
             failed_log: Vec::new(),
             wants: HashMap::new(),
             asked: HashSet::new(),
+            lost: HashSet::new(),
+            lost_urgent: 0,
             finished: false,
             stats: RelayStats::default(),
             root: None,
@@ -659,6 +669,14 @@ impl Relay {
             Msg::Start(_) | Msg::Chunk { .. } | Msg::Prepare(_) => {}
             Msg::Ping => {}
             Msg::Want { chunk } => self.on_want(now, Waiter::Child(from), chunk),
+            Msg::Lost { chunk } => {
+                if let Some(c) = self.children.get_mut(&from)
+                    && (chunk as usize) < self.schedule.len()
+                {
+                    c.sent.set(chunk as usize, false);
+                }
+                self.on_want(now, Waiter::Child(from), chunk);
+            }
             Msg::Report(mut r) => {
                 if self.children.contains_key(&from) {
                     let mut edge = None;
@@ -817,10 +835,12 @@ impl Relay {
             && self.root.is_none()
         {
             self.stats.wants_sent += 1;
-            self.control.push_back(Transmit::Control {
-                to: p,
-                msg: Msg::Want { chunk },
-            });
+            let msg = if self.lost.contains(&chunk) {
+                Msg::Lost { chunk }
+            } else {
+                Msg::Want { chunk }
+            };
+            self.control.push_back(Transmit::Control { to: p, msg });
         }
     }
 
@@ -841,6 +861,52 @@ impl Relay {
     /// A blocked local read needs `chunk`.
     pub fn handle_local_want(&mut self, now: Instant, chunk: u32) {
         self.on_want(now, Waiter::Local, chunk);
+    }
+
+    /// The store no longer holds `chunk` (evicted over its budget, deleted, unreadable):
+    /// the relay stops counting it as held, so the store and the relay agree. It is asked
+    /// for again at once if a child still needs it (its push would stall behind it) or
+    /// somebody waits for it; otherwise when somebody next wants it. The root cannot fetch
+    /// anything: a chunk lost there stays lost.
+    pub fn handle_lost(&mut self, _now: Instant, chunk: u32) {
+        let i = chunk as usize;
+        if i >= self.schedule.len() || !self.have.contains(i) {
+            return;
+        }
+        self.have.set(i, false);
+        self.have_count -= 1;
+        if self.schedule.urgent_chunk(chunk) {
+            self.urgent_have -= 1;
+        }
+        self.stats.lost += 1;
+        if self.root.is_some() {
+            return;
+        }
+        if self.lost.insert(chunk) && self.schedule.urgent_chunk(chunk) {
+            self.lost_urgent += 1;
+        }
+        let needed =
+            self.wants.contains_key(&chunk) || self.children.values().any(|c| !c.sent.contains(i));
+        if needed && self.asked.insert(chunk) {
+            self.send_want(chunk);
+        }
+    }
+
+    /// The transport was told to send `chunk` to `child` (by push or answering a demand)
+    /// but the store could not produce it: the chunk counts as lost here and goes to the
+    /// child as a demand answer once it is back.
+    pub fn handle_unsent(&mut self, now: Instant, child: NodeId, chunk: u32) {
+        let i = chunk as usize;
+        if i >= self.schedule.len() {
+            return;
+        }
+        if let Some(c) = self.children.get_mut(&child) {
+            c.sent.set(i, false);
+        }
+        self.handle_lost(now, chunk);
+        if self.children.contains_key(&child) {
+            self.on_want(now, Waiter::Child(child), chunk);
+        }
     }
 
     /// A chunk arrived from `from`; `valid` says whether it matched its id (the caller
@@ -879,6 +945,9 @@ impl Relay {
         if self.schedule.urgent_chunk(chunk) {
             self.urgent_have += 1;
         }
+        if self.lost.remove(&chunk) && self.schedule.urgent_chunk(chunk) {
+            self.lost_urgent -= 1;
+        }
         self.asked.remove(&chunk);
         if let Some(waiters) = self.wants.remove(&chunk) {
             for w in waiters {
@@ -892,8 +961,8 @@ impl Relay {
 
     fn check_local_done(&mut self) {
         let reached = [
-            self.urgent_have == self.schedule.urgent,
-            self.have_count == self.schedule.len(),
+            self.urgent_have + self.lost_urgent == self.schedule.urgent,
+            self.have_count + self.lost.len() == self.schedule.len(),
         ];
         for phase in Phase::BOTH {
             let i = phase.index();

@@ -181,6 +181,13 @@ pub enum Msg {
     /// connects when its `Start` arrives, as before. See
     /// [`crate::relay::forward_prepare`].
     Prepare(Prepare),
+    /// Child to parent: I held this chunk and lost it (evicted over the store budget, or
+    /// unreadable), so send it again although you sent it once. A plain `Want` for a chunk
+    /// the parent already sent is not answered: the parent takes it to be on its way.
+    Lost {
+        /// Position in the chunk table.
+        chunk: u32,
+    },
 }
 
 /// The content of [`Msg::Prepare`].
@@ -365,6 +372,7 @@ mod tests {
                 data: vec![1, 2, 3],
             },
             Msg::Want { chunk: 9 },
+            Msg::Lost { chunk: 9 },
             Msg::Report(Report {
                 done: vec![(NodeId(3), Phase::All)],
                 failed: vec![(NodeId(1), NodeId(2))],

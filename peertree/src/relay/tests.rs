@@ -714,3 +714,104 @@ fn the_prepare_wave_gives_every_node_its_planned_subtree_ahead_of_its_start() {
     }
     assert!(forward_prepare(&Prepare { subtree: vec![] }).is_err());
 }
+
+/// Issue 13 item 1: a chunk the store evicted after the push still had its `have` bit, so a
+/// read of it asked nobody and waited for ever. Now the relay hears of the loss, and a read
+/// fetches it again, from the grandparent when the parent lost it too.
+#[test]
+fn an_evicted_chunk_is_fetched_again_from_the_tree_when_read() {
+    let p = plan(2, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 12, 3);
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    let leaf = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.children[id.index()].is_empty() && p.parent[id.index()] != Some(net.root_id))
+        .expect("a leaf under a proxy");
+    let parent = p.parent[leaf.index()].expect("has a parent");
+    let chunk = 4;
+    let now = net.now;
+    for id in [leaf, parent] {
+        let r = net.relays.get_mut(&id).expect("started");
+        r.handle_lost(now, chunk);
+        assert!(
+            !r.has(chunk),
+            "{id:?} no longer counts the lost chunk as held"
+        );
+        assert_eq!(r.have_count(), net.schedule.len() - 1);
+    }
+    // Nobody needs it yet (every child has it): losing it asks for nothing.
+    net.step();
+    assert!(net.wants.is_empty(), "a loss alone fetches nothing");
+    let now = net.now;
+    net.relays
+        .get_mut(&leaf)
+        .expect("started")
+        .handle_local_want(now, chunk);
+    net.run_until(10_000, |n| n.relays[&leaf].has(chunk));
+    assert!(
+        net.relays[&parent].has(chunk),
+        "the parent fetched it again on the way"
+    );
+    assert_eq!(net.relays[&leaf].stats().lost, 1);
+    assert_eq!(net.relays[&leaf].have_count(), net.schedule.len());
+}
+
+/// A chunk the transport could not read back to forward (gone from the store between
+/// arriving and being pushed) must still reach the child: its push would otherwise stall
+/// behind it for ever.
+#[test]
+fn a_chunk_that_vanished_before_forwarding_still_reaches_the_child() {
+    let p = plan(2, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 12, 3);
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    let (proxy, child) = p
+        .ids()
+        .skip(1)
+        .find_map(|id| p.children[id.index()].first().map(|&c| (id, c)))
+        .expect("a node with a child");
+    let chunk = 2;
+    let now = net.now;
+    // The child lost it and asks again; the proxy's store cannot produce it either.
+    net.relays
+        .get_mut(&child)
+        .expect("started")
+        .handle_lost(now, chunk);
+    net.relays
+        .get_mut(&proxy)
+        .expect("started")
+        .handle_unsent(now, child, chunk);
+    assert!(!net.relays[&proxy].has(chunk));
+    net.run_until(10_000, |n| {
+        n.relays[&proxy].has(chunk) && n.relays[&child].has(chunk)
+    });
+}
+
+/// A store smaller than the layer drops chunks while the push still runs; the node must
+/// still report its phases complete (every chunk arrived once), or the push never ends.
+#[test]
+fn a_node_that_loses_chunks_during_the_push_still_completes_its_phases() {
+    let p = plan(1, 4, Strategy::Topo);
+    let mut net = Net::new(&p, 10, 3);
+    let leaf = p.ids().last().expect("a node");
+    let mut dropped = 0;
+    for _ in 0..20_000 {
+        if net.job_done(Phase::All) {
+            break;
+        }
+        net.step();
+        // The leaf keeps at most 2 chunks, like a 2-chunk store budget.
+        let now = net.now;
+        if let Some(r) = net.relays.get_mut(&leaf) {
+            let held: Vec<u32> = (0..10).filter(|&c| r.has(c)).collect();
+            for &c in held.iter().skip(2) {
+                r.handle_lost(now, c);
+                dropped += 1;
+            }
+        }
+    }
+    assert!(net.job_done(Phase::All), "the push never completed");
+    assert!(dropped > 0);
+    assert!(net.relays[&leaf].local_done(Phase::All));
+    assert!(net.relays[&leaf].have_count() <= 2);
+}

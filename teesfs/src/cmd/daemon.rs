@@ -37,6 +37,15 @@ pub struct DaemonArgs {
     /// Never use FUSE passthrough (it is used by default when running as root).
     #[arg(long)]
     no_passthrough: bool,
+    /// Bytes of passthrough copies (whole files under <state-dir>/files) kept at once;
+    /// copies no process has open are evicted beyond it.
+    #[arg(long, default_value = "1GiB", value_parser = util::parse_size)]
+    copies_budget: u64,
+    /// How long a read of a chunk that has not arrived waits before failing with EIO
+    /// (and a log line). The tree re-fetches lost chunks and routes around dead parents
+    /// well within it.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    read_timeout: std::time::Duration,
     /// Trusted publisher public key (repeatable); default as `teesfs verify --help` says.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
@@ -78,6 +87,8 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         store_budget: args.store_budget,
         cache_bytes: args.cache,
         passthrough: root && !args.no_passthrough,
+        copies_budget: args.copies_budget,
+        read_timeout: args.read_timeout,
         trusted,
         mount: !args.no_mount,
         knobs: teesfs::node::job::JobKnobs {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use seeder::DirStore;
+use teesfs::fs::copies::Copies;
 use teesfs::fs::fuse::PassthroughConfig;
 use teesfs::fs::mount::{MountConfig, mount};
 use teesfs::source::StoreSource;
@@ -42,9 +43,17 @@ pub struct MountArgs {
     /// Serve complete files through kernel passthrough (near native speed).
     #[arg(long, value_enum, default_value_t = Passthrough::Auto)]
     passthrough: Passthrough,
-    /// Where files are materialised for passthrough (memory-backed by default).
+    /// Where files are materialised for passthrough (memory-backed by default). Each mount
+    /// uses a private directory `mount-PID` in it (0700), removed at exit; DIR itself must
+    /// not be writable by other users unless it is sticky (like /tmp).
     #[arg(long, value_name = "DIR", default_value = "/run/teesfs/files")]
     materialize_dir: PathBuf,
+    /// Bytes of passthrough copies kept at once (copies not open are evicted).
+    #[arg(long, default_value = "1GiB", value_parser = util::parse_size)]
+    copies_budget: u64,
+    /// How long a read waits for a missing chunk before failing with EIO.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    read_timeout: Duration,
     /// Files below this size are always served by the daemon.
     #[arg(long, default_value = "64KiB", value_parser = util::parse_size)]
     passthrough_min: u64,
@@ -56,13 +65,21 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
     let (id, _, index) = util::open_trusted_index(&store, &args.index, &args.trust)
         .context("refusing to mount it")?;
     let root = nix::unistd::geteuid().is_root();
-    let passthrough = (args.passthrough == Passthrough::Auto && root).then(|| PassthroughConfig {
-        dir: args.materialize_dir.clone(),
-        min_size: args.passthrough_min,
-    });
+    let passthrough = if args.passthrough == Passthrough::Auto && root {
+        let dir = args
+            .materialize_dir
+            .join(format!("mount-{}", std::process::id()));
+        Some(PassthroughConfig {
+            copies: Copies::open(&dir, args.copies_budget)?,
+            min_size: args.passthrough_min,
+        })
+    } else {
+        None
+    };
     let cfg = MountConfig {
         cache_bytes: args.cache,
         passthrough,
+        read_timeout: args.read_timeout,
         ..MountConfig::default()
     };
     // Catch signals before the mount exists, so a signal at any moment after it is

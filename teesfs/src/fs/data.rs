@@ -2,18 +2,27 @@
 //! before a byte is used, caching plain chunks in a byte-bounded LRU, and keeping at most
 //! one fetch in flight per chunk however many readers wait for it.
 //!
-//! Also materialises whole files into a local cache directory so the FUSE layer can hand
-//! them to the kernel for passthrough reads.
+//! Every fetch is bounded in time ([`Data::with_read_timeout`]): a chunk that cannot be
+//! had within the bound fails the read with EIO and an error line, so no reader waits for
+//! ever inside FUSE (fuser answers the kernel's interrupts with ENOSYS, so a waiting read
+//! ends only when the daemon answers it).
+//!
+//! Also materialises whole files into the [`Copies`] directory so the FUSE layer can hand
+//! them to the kernel for passthrough reads, and checks a copy against the index before a
+//! mount first uses it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use manifest::{EntryIdx, EntryKind, FileData, decode_chunk};
 use tokio::sync::OnceCell;
 
 use super::FsError;
+use super::copies::{Copies, CopyUser, Lease, verify_copy};
 use super::tree::Tree;
 use crate::source::ChunkSource;
 
@@ -41,7 +50,19 @@ pub struct Data {
     cache: Mutex<Lru>,
     inflight: Mutex<HashMap<u32, Shared>>,
     stats: Mutex<DataStats>,
+    read_timeout: Duration,
+    /// This mount, towards the copies it uses.
+    copy_user: CopyUser,
+    /// Copies this mount has checked against its index (or made itself).
+    verified: Mutex<HashSet<String>>,
 }
+
+/// How long a read waits for a chunk by default before failing with EIO: long enough for
+/// the tree to notice a dead parent (seconds) and re-attach, short enough that a reader is
+/// never stuck for good.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+static NEXT_COPY_USER: AtomicU64 = AtomicU64::new(1);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind, still usable.
@@ -101,7 +122,22 @@ impl Data {
             }),
             inflight: Mutex::new(HashMap::new()),
             stats: Mutex::new(DataStats::default()),
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            copy_user: CopyUser(NEXT_COPY_USER.fetch_add(1, Ordering::Relaxed)),
+            verified: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Bounds every chunk fetch to `t`; a fetch that takes longer fails with
+    /// [`FsError::TimedOut`] (EIO).
+    pub fn with_read_timeout(mut self, t: Duration) -> Self {
+        self.read_timeout = t;
+        self
+    }
+
+    /// This mount, towards the copies it uses (release them with [`Copies::release`]).
+    pub fn copy_user(&self) -> CopyUser {
+        self.copy_user
     }
 
     /// Counters so far.
@@ -285,10 +321,23 @@ impl Data {
             .get(ci as usize)
             .ok_or(FsError::Invalid)?;
         lock(&self.stats).fetches += 1;
-        let stored = self.source.fetch(info).await.map_err(|e| {
-            tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
-            FsError::Unavailable(e)
-        })?;
+        let stored = match tokio::time::timeout(self.read_timeout, self.source.fetch(info)).await {
+            Ok(r) => r.map_err(|e| {
+                tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
+                FsError::Unavailable(e)
+            })?,
+            Err(_) => {
+                tracing::error!(
+                    chunk = %info.id.short(),
+                    waited_s = self.read_timeout.as_secs_f64(),
+                    "a read waited too long for a chunk and fails with EIO; check the node's parent with `teesfs status` and the tree with `teesfs health`"
+                );
+                return Err(FsError::TimedOut {
+                    chunk: info.id.short(),
+                    waited: self.read_timeout,
+                });
+            }
+        };
         decode_chunk(&stored, &info.id, info.plain_len).map_err(|e| {
             lock(&self.stats).corrupt += 1;
             tracing::error!(chunk = %info.id, error = %e, "refusing a corrupt chunk: reads of it fail with EIO");
@@ -308,34 +357,60 @@ impl Data {
         }
     }
 
-    /// Writes the whole verified file into `dir` (once; later calls reuse it) and returns
-    /// its path. The name is a digest of the file's chunk list, so equal files share it.
+    /// The whole verified file as a copy in `copies`, leased for one open file: an
+    /// existing copy is checked against the index before this mount first uses it (and
+    /// made again if it fails); a new one is written from verified chunks. The copy's name
+    /// is a digest of the file's chunk list, so equal files share it.
     pub async fn materialize(
         self: Arc<Self>,
         file: EntryIdx,
-        dir: &Path,
-    ) -> Result<PathBuf, FsError> {
+        copies: &Arc<Copies>,
+    ) -> Result<(Lease, PathBuf), FsError> {
         let (size, data) = self.file(file)?;
         let FileData::Chunks(slots) = data else {
             return Err(FsError::Invalid);
         };
         let idx = self.tree.index();
+        let pieces: Vec<Option<manifest::ChunkId>> = slots
+            .iter()
+            .map(|s| s.chunk_index().map(|ci| idx.chunks[ci].id))
+            .collect();
         let mut h = blake3::Hasher::new();
         h.update(&size.to_le_bytes());
-        for s in slots.iter() {
-            match s.chunk_index() {
-                Some(ci) => h.update(&idx.chunks[ci].id.0),
-                None => h.update(&[0u8; 32]),
-            };
+        for p in &pieces {
+            h.update(p.as_ref().map_or(&[0u8; 32], |id| &id.0));
         }
-        let dest = dir.join(h.finalize().to_hex().as_str());
-        if dest.exists() {
-            return Ok(dest);
+        let name = h.finalize().to_hex().to_string();
+        let cs = u64::from(idx.chunk_size);
+        if let Some((lease, path)) = copies.lease(&name, self.copy_user) {
+            if lock(&self.verified).contains(&name) {
+                return Ok((lease, path));
+            }
+            let check = path.clone();
+            let checked =
+                tokio::task::spawn_blocking(move || verify_copy(&check, size, cs, &pieces))
+                    .await
+                    .map_err(|e| FsError::Unavailable(format!("copy check task: {e}")))?;
+            match checked {
+                Ok(()) => {
+                    lock(&self.verified).insert(name);
+                    return Ok((lease, path));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "a passthrough copy does not match the index; making it again");
+                    drop(lease);
+                    copies.discard(&name);
+                }
+            }
+        }
+        if !copies.reserve(size) {
+            return Err(FsError::Unavailable(
+                "no room for a passthrough copy within the copies budget".into(),
+            ));
         }
         let unavailable = |e: std::io::Error| FsError::Unavailable(format!("materialising: {e}"));
-        let tmp = tempfile::NamedTempFile::new_in(dir).map_err(unavailable)?;
+        let tmp = tempfile::NamedTempFile::new_in(copies.temp_dir()).map_err(unavailable)?;
         tmp.as_file().set_len(size).map_err(unavailable)?;
-        let cs = u64::from(idx.chunk_size);
         // Fetch and verify a window of chunks at once so every core decodes and reads
         // overlap decoding; this file is written by this task alone, as chunks complete.
         // Returning early (an error) drops the set, which cancels the fetches left.
@@ -365,8 +440,10 @@ impl Data {
                 .write_all_at(&plain, at)
                 .map_err(unavailable)?;
         }
-        tmp.persist(&dest).map_err(|e| unavailable(e.error))?;
-        Ok(dest)
+        tmp.persist(copies.dir().join(&name))
+            .map_err(|e| unavailable(e.error))?;
+        lock(&self.verified).insert(name.clone());
+        Ok(copies.add(&name, size, self.copy_user))
     }
 }
 

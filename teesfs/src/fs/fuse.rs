@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
@@ -21,6 +20,7 @@ use fuser::{
 use manifest::{EntryKind, FileData};
 
 use super::FsError;
+use super::copies::{Copies, Lease};
 use super::data::Data;
 use super::record::{Access, Recorder};
 use super::tree::{Attr, Ino, NodeKind, Tree};
@@ -28,15 +28,16 @@ use super::tree::{Attr, Ino, NodeKind, Tree};
 /// File handles with this bit set were opened for passthrough.
 const PASSTHROUGH_FH: u64 = 1 << 63;
 
-/// Open passthrough backing files by inode, with their open counts: the kernel requires one
-/// backing id per inode for as long as any handle to it is open.
-type BackingMap = Arc<Mutex<HashMap<u64, (Arc<BackingId>, u32)>>>;
+/// Open passthrough backing files by inode, with their open counts and the lease that keeps
+/// their copy from eviction: the kernel requires one backing id per inode for as long as
+/// any handle to it is open.
+type BackingMap = Arc<Mutex<HashMap<u64, (Arc<BackingId>, u32, Lease)>>>;
 
 /// How to serve complete files.
 #[derive(Clone, Debug)]
 pub struct PassthroughConfig {
-    /// Where materialised files are kept.
-    pub dir: PathBuf,
+    /// Where materialised files are kept, and their budget.
+    pub copies: Arc<Copies>,
     /// Files smaller than this are served by the daemon (materialising costs an open).
     pub min_size: u64,
 }
@@ -239,7 +240,7 @@ impl Filesystem for LayerFs {
         let Some(cfg) = self.passthrough_candidate(ino) else {
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
         };
-        if let Some((id, count)) = lock(&self.backing).get_mut(&ino.0) {
+        if let Some((id, count, _)) = lock(&self.backing).get_mut(&ino.0) {
             *count += 1;
             return reply.opened_passthrough(
                 FileHandle(fh | PASSTHROUGH_FH),
@@ -255,11 +256,13 @@ impl Filesystem for LayerFs {
             .expect("getattr succeeded, so the inode exists");
         self.rt.spawn(async move {
             let opened = async {
-                let path = data.materialize(entry, &cfg.dir).await?;
-                std::fs::File::open(&path).map_err(|e| FsError::Unavailable(e.to_string()))
+                let (lease, path) = data.materialize(entry, &cfg.copies).await?;
+                let file = std::fs::File::open(&path)
+                    .map_err(|e| FsError::Unavailable(e.to_string()))?;
+                Ok::<_, FsError>((lease, file))
             }
             .await;
-            let file = match opened {
+            let (lease, file) = match opened {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(error = %e, "passthrough unavailable; serving from the daemon");
@@ -267,14 +270,14 @@ impl Filesystem for LayerFs {
                 }
             };
             let mut map = lock(&backing);
-            if let Some((id, count)) = map.get_mut(&ino.0) {
+            if let Some((id, count, _)) = map.get_mut(&ino.0) {
                 *count += 1;
                 return reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), id);
             }
             match reply.open_backing(&file) {
                 Ok(id) => {
                     let id = Arc::new(id);
-                    map.insert(ino.0, (id.clone(), 1));
+                    map.insert(ino.0, (id.clone(), 1, lease));
                     reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), &id);
                 }
                 Err(e) => {
@@ -327,7 +330,7 @@ impl Filesystem for LayerFs {
     ) {
         if fh.0 & PASSTHROUGH_FH != 0 {
             let mut map = lock(&self.backing);
-            if let Some((_, count)) = map.get_mut(&ino.0) {
+            if let Some((_, count, _)) = map.get_mut(&ino.0) {
                 *count -= 1;
                 if *count == 0 {
                     map.remove(&ino.0);

@@ -1,12 +1,15 @@
 //! The read-only layer filesystem.
 //!
 //! - [`tree`]: pure navigation over an index (lookup, attributes, listings).
+//! - [`copies`]: materialised files for passthrough: a private directory, a budget, and
+//!   a check before each mount's first use.
 //! - [`data`]: file contents: chunk fetch through a [`crate::source::ChunkSource`], verify,
 //!   cache, one in-flight fetch per chunk, and materialised files for passthrough.
 //! - [`fuse`]: the thin fuser adapter; the only place that speaks errno.
 //! - [`mount`](mod@mount): mounting, options, and clean unmount on signals.
 //! - [`record`]: what a program opens and probes, for `teesfs record`.
 
+pub mod copies;
 pub mod data;
 pub mod fuse;
 pub mod mount;
@@ -37,6 +40,14 @@ pub enum FsError {
     /// A chunk could not be fetched.
     #[error("chunk unavailable: {0}")]
     Unavailable(String),
+    /// A chunk did not arrive within the read bound.
+    #[error("chunk {chunk} did not arrive within {} s", .waited.as_secs())]
+    TimedOut {
+        /// The chunk (short id).
+        chunk: String,
+        /// How long the read waited.
+        waited: std::time::Duration,
+    },
 }
 
 impl FsError {
@@ -48,7 +59,7 @@ impl FsError {
             FsError::IsDir => libc::EISDIR,
             FsError::Invalid => libc::EINVAL,
             FsError::ReadOnly => libc::EROFS,
-            FsError::Corrupt(_) | FsError::Unavailable(_) => libc::EIO,
+            FsError::Corrupt(_) | FsError::Unavailable(_) | FsError::TimedOut { .. } => libc::EIO,
         }
     }
 }

@@ -28,6 +28,8 @@ pub struct MountConfig {
     /// Make the root directory this user's and closed to others (a job's owner): other
     /// users cannot enter the mount; root and the owner see the layer as it is below it.
     pub root_owner: Option<u32>,
+    /// How long a read waits for a chunk before failing with EIO.
+    pub read_timeout: std::time::Duration,
 }
 
 impl Default for MountConfig {
@@ -38,6 +40,7 @@ impl Default for MountConfig {
             threads: 4,
             recorder: None,
             root_owner: None,
+            read_timeout: super::data::DEFAULT_READ_TIMEOUT,
         }
     }
 }
@@ -48,6 +51,7 @@ pub struct Mounted {
     mountpoint: PathBuf,
     data: Arc<Data>,
     passthrough_on: Arc<AtomicBool>,
+    passthrough: Option<PassthroughConfig>,
     rt: Option<tokio::runtime::Runtime>,
 }
 
@@ -92,6 +96,11 @@ impl Mounted {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
+        // The mount is gone (or detached with files still open, whose copies stay until
+        // closed): its copies go unless another mount uses them.
+        if let Some(pt) = self.passthrough.take() {
+            pt.copies.release(self.data.copy_user());
+        }
         result.map_err(|source| Error::Mount {
             mountpoint: self.mountpoint.clone(),
             source,
@@ -128,13 +137,9 @@ pub fn mount(
     let mut tree = Tree::new(index);
     tree.set_root_owner(cfg.root_owner);
     let tree = Arc::new(tree);
-    let data = Arc::new(Data::new(tree.clone(), source, cfg.cache_bytes));
-    if let Some(pt) = &cfg.passthrough {
-        std::fs::create_dir_all(&pt.dir).map_err(|source| Error::Mount {
-            mountpoint: pt.dir.clone(),
-            source,
-        })?;
-    }
+    let data = Arc::new(
+        Data::new(tree.clone(), source, cfg.cache_bytes).with_read_timeout(cfg.read_timeout),
+    );
     let passthrough_on = Arc::new(AtomicBool::new(false));
     let fs = LayerFs::new(
         tree,
@@ -174,6 +179,7 @@ pub fn mount(
         mountpoint: mountpoint.to_path_buf(),
         data,
         passthrough_on,
+        passthrough: cfg.passthrough.clone(),
         rt: Some(rt),
     })
 }

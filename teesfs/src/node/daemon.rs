@@ -20,6 +20,7 @@ use super::job::{JobCore, JobCounters};
 use super::peers::{Peers, Router};
 use super::store::NodeStore;
 use crate::Error;
+use crate::fs::copies::Copies;
 use crate::fs::fuse::PassthroughConfig;
 use crate::fs::mount::{MountConfig, Mounted, mount};
 use crate::net::{Identity, StreamKind, Transport};
@@ -43,6 +44,10 @@ pub struct DaemonConfig {
     pub cache_bytes: u64,
     /// Serve complete files through FUSE passthrough (root only).
     pub passthrough: bool,
+    /// Byte budget of the passthrough copies.
+    pub copies_budget: u64,
+    /// How long a read waits for a chunk before failing with EIO.
+    pub read_timeout: std::time::Duration,
     /// Trusted publisher keys.
     pub trusted: Vec<PublicKey>,
     /// The control socket.
@@ -71,6 +76,8 @@ pub struct Daemon {
     cfg: DaemonConfig,
     peers: Arc<Peers>,
     store: Arc<NodeStore>,
+    /// Passthrough copies of every job (`None` without passthrough).
+    copies: Option<Arc<Copies>>,
     jobs: Mutex<HashMap<JobId, Arc<NodeJob>>>,
     /// Jobs whose `Prepare` this node passed on (the newest few): a node with children
     /// gets one from its grandparent and one from its parent, and passes on the first.
@@ -143,11 +150,21 @@ impl Daemon {
             &cfg.state_dir.join("store"),
             cfg.store_budget,
         )?);
+        // Copies from an earlier run are removed here, never served.
+        let copies = if cfg.passthrough && cfg.mount {
+            Some(Copies::open(
+                &cfg.state_dir.join("files"),
+                cfg.copies_budget,
+            )?)
+        } else {
+            None
+        };
         let peers = Peers::new(transport);
         let daemon = Arc::new_cyclic(|me| Self {
             cfg,
             peers: peers.clone(),
             store,
+            copies,
             jobs: Mutex::new(HashMap::new()),
             prepared: Mutex::new(std::collections::VecDeque::new()),
             rt: tokio::runtime::Handle::current(),
@@ -385,6 +402,14 @@ impl Daemon {
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
+        let layer: u64 = index.chunks.iter().map(|c| u64::from(c.stored_len)).sum();
+        if layer > self.cfg.store_budget {
+            tracing::warn!(
+                layer_bytes = layer,
+                store_budget = self.cfg.store_budget,
+                "the layer is larger than the store budget: chunks are evicted and read again from the tree while its root lives; raise --store-budget"
+            );
+        }
         core.start();
 
         let nj2 = nj.clone();
@@ -412,11 +437,12 @@ impl Daemon {
         if self.cfg.mount {
             let cfg = MountConfig {
                 cache_bytes: self.cfg.cache_bytes,
-                passthrough: self.cfg.passthrough.then(|| PassthroughConfig {
-                    dir: self.cfg.state_dir.join("files"),
+                passthrough: self.copies.clone().map(|copies| PassthroughConfig {
+                    copies,
                     min_size: 64 << 10,
                 }),
                 root_owner: owner,
+                read_timeout: self.cfg.read_timeout,
                 ..MountConfig::default()
             };
             let source: Arc<dyn crate::source::ChunkSource> = match shared {

@@ -7,7 +7,12 @@
 //! - one **pump** task per child pulls the next chunk with `poll_bulk` and writes it to the
 //!   child's bulk stream, so QUIC flow control is the back-pressure;
 //! - one **timer** task calls `handle_timeout` when the relay asks;
-//! - incoming chunks are verified against the index before the relay hears of them.
+//! - incoming chunks are verified against the index before the relay hears of them;
+//! - a chunk the store drops (evicted, unreadable) is reported to the relay as lost, at
+//!   once when the store announces it and whenever a read or a send finds it missing, so a
+//!   reader never waits for a chunk the relay believes it holds; a waiting reader gets the
+//!   chunk's bytes straight from the message that brought them, even if the store cannot
+//!   keep them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -29,7 +34,14 @@ pub trait ChunkBytes: Send + Sync + 'static {
     fn contains(&self, id: &ChunkId) -> bool;
     /// Keeps a verified chunk (nodes only; the root never receives chunks).
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()>;
+    /// Chunks the store drops from now on (evicted or lost), if it ever drops any.
+    fn watch_losses(&self) -> Option<mpsc::UnboundedReceiver<ChunkId>> {
+        None
+    }
 }
+
+/// A reader waiting for a chunk: it gets the chunk's stored bytes.
+type Waiter = oneshot::Sender<Arc<[u8]>>;
 
 /// A timestamped relay event.
 pub type TimedEvent = (Instant, Event);
@@ -57,6 +69,8 @@ pub struct JobCounters {
     pub demand_served: u64,
     /// Chunks received twice.
     pub duplicates: u64,
+    /// Chunks held once and then dropped by the store (evicted or unreadable).
+    pub lost: u64,
 }
 
 /// Per-job behaviour knobs.
@@ -86,7 +100,7 @@ pub struct JobCore {
     peers: Arc<Peers>,
     bytes: Arc<dyn ChunkBytes>,
     chunk_of: HashMap<ChunkId, u32>,
-    waiters: Mutex<HashMap<u32, Vec<oneshot::Sender<()>>>>,
+    waiters: Mutex<HashMap<u32, Vec<Waiter>>>,
     pump_wake: Notify,
     timer_wake: Notify,
     pumps: Mutex<HashSet<NodeId>>,
@@ -94,6 +108,7 @@ pub struct JobCore {
     counters: Mutex<JobCounters>,
     rt: tokio::runtime::Handle,
     closed: std::sync::atomic::AtomicBool,
+    closing: tokio::sync::watch::Sender<bool>,
     knobs: JobKnobs,
 }
 
@@ -141,6 +156,7 @@ impl JobCore {
             counters: Mutex::new(JobCounters::default()),
             rt: tokio::runtime::Handle::current(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            closing: tokio::sync::watch::Sender::new(false),
             knobs,
         });
         (core, rx)
@@ -150,12 +166,39 @@ impl JobCore {
     pub fn start(self: &Arc<Self>) {
         let this = self.clone();
         self.rt.spawn(async move { this.timer().await });
+        if let Some(losses) = self.bytes.watch_losses() {
+            let this = Arc::downgrade(self);
+            let closing = self.closing.subscribe();
+            self.rt.spawn(Self::follow_losses(this, losses, closing));
+        }
         self.with_relay(|_, _| ());
+    }
+
+    /// Tells the relay of every chunk of this job the store drops, until the job closes.
+    async fn follow_losses(
+        this: std::sync::Weak<Self>,
+        mut losses: mpsc::UnboundedReceiver<ChunkId>,
+        mut closing: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                id = losses.recv() => {
+                    let (Some(id), Some(core)) = (id, this.upgrade()) else { return };
+                    if let Some(&chunk) = core.chunk_of.get(&id) {
+                        core.with_relay(|r, now| r.handle_lost(now, chunk));
+                    }
+                }
+                _ = closing.wait_for(|&c| c) => return,
+            }
+        }
     }
 
     /// Stops the job's tasks (connections stay, they are shared).
     pub fn close(&self) {
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.closing.send_replace(true);
+        // Readers waiting for a chunk get an error now instead of waiting for their bound.
+        lock(&self.waiters).clear();
         self.pump_wake.notify_waiters();
         self.timer_wake.notify_waiters();
     }
@@ -171,6 +214,7 @@ impl JobCore {
         c.wants_sent = stats.wants_sent;
         c.demand_served = stats.demand_served;
         c.duplicates = stats.duplicates;
+        c.lost = stats.lost;
         c
     }
 
@@ -239,7 +283,11 @@ impl JobCore {
             }
             Transmit::DemandChunk { to, chunk } => {
                 let Some(data) = self.chunk_bytes(chunk) else {
-                    tracing::error!(chunk, "a demanded chunk vanished from the store");
+                    tracing::warn!(
+                        chunk,
+                        "a demanded chunk is no longer in the store; fetching it again for the child"
+                    );
+                    self.with_relay(|r, now| r.handle_unsent(now, to, chunk));
                     return;
                 };
                 let msg = Msg::Chunk {
@@ -314,7 +362,11 @@ impl JobCore {
                 Err(()) => return,
                 Ok(Some(chunk)) => {
                     let Some(data) = self.chunk_bytes(chunk) else {
-                        tracing::error!(chunk, "a chunk to forward vanished from the store");
+                        tracing::warn!(
+                            chunk,
+                            "a chunk to forward is no longer in the store; fetching it again for the child"
+                        );
+                        self.with_relay(|r, now| r.handle_unsent(now, child, chunk));
                         continue;
                     };
                     let msg = Msg::Chunk {
@@ -393,6 +445,8 @@ impl JobCore {
         if valid {
             if let Err(e) = self.bytes.put(&info.id, data) {
                 tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
+                // Readers waiting for it still get it; the relay does not count it as held.
+                self.wake(chunk, data);
                 return;
             }
             let mut c = lock(&self.counters);
@@ -403,9 +457,17 @@ impl JobCore {
             tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
         }
         self.with_relay(|r, now| r.handle_chunk(now, from, chunk, valid));
-        if valid && let Some(ws) = lock(&self.waiters).remove(&chunk) {
+        if valid {
+            self.wake(chunk, data);
+        }
+    }
+
+    /// Hands a verified chunk to the readers waiting for it.
+    fn wake(&self, chunk: u32, data: &[u8]) {
+        if let Some(ws) = lock(&self.waiters).remove(&chunk) {
+            let data: Arc<[u8]> = Arc::from(data);
             for w in ws {
-                let _ = w.send(());
+                let _ = w.send(data.clone());
             }
         }
     }
@@ -417,25 +479,39 @@ impl JobCore {
         }
     }
 
-    /// Waits until chunk `id` is in the store, asking the tree for it.
+    /// The stored bytes of chunk `id`: from the store, or asked of the tree and awaited.
+    /// A chunk the relay counts as held but the store cannot produce is reported lost
+    /// first, so it is fetched again instead of awaited for ever. The caller bounds the
+    /// wait (dropping the future gives up).
     pub async fn want(self: &Arc<Self>, id: &ChunkId) -> Result<Vec<u8>, String> {
         let Some(&chunk) = self.chunk_of.get(id) else {
             return Err(format!("chunk {id} is not part of job {}", self.job));
         };
-        loop {
-            if let Some(b) = self.bytes.get(id) {
-                return Ok(b);
+        if let Some(b) = self.bytes.get(id) {
+            return Ok(b);
+        }
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiters = lock(&self.waiters);
+            let list = waiters.entry(chunk).or_default();
+            // Readers that gave up (timed out) leave closed senders behind.
+            list.retain(|w| !w.is_closed());
+            list.push(tx);
+        }
+        // It may have arrived between the check and the registration.
+        if let Some(b) = self.bytes.get(id) {
+            return Ok(b);
+        }
+        self.with_relay(|r, now| {
+            if r.has(chunk) {
+                tracing::warn!(chunk = %id.short(), job = %self.job, "a chunk counted as held is not in the store (evicted or unreadable); fetching it again");
+                r.handle_lost(now, chunk);
             }
-            let (tx, rx) = oneshot::channel();
-            lock(&self.waiters).entry(chunk).or_default().push(tx);
-            // It may have arrived between the check and the registration.
-            if let Some(b) = self.bytes.get(id) {
-                return Ok(b);
-            }
-            self.with_relay(|r, now| r.handle_local_want(now, chunk));
-            if rx.await.is_err() {
-                return Err("job closed while waiting for a chunk".into());
-            }
+            r.handle_local_want(now, chunk);
+        });
+        match rx.await {
+            Ok(data) => Ok(data.to_vec()),
+            Err(_) => Err("job closed while waiting for a chunk".into()),
         }
     }
 

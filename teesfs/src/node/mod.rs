@@ -66,6 +66,9 @@ impl job::ChunkBytes for store::NodeStore {
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
         store::NodeStore::put(self, id, stored)
     }
+    fn watch_losses(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<ChunkId>> {
+        Some(self.watch())
+    }
 }
 
 /// The push order of an index: chunks of the urgent entries first, in the order of the

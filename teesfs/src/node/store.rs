@@ -1,9 +1,15 @@
 //! The node's chunk store: verified chunks as files in a memory-backed directory (diskless
 //! nodes are the norm), content-addressed so jobs share identical chunks, with a byte
 //! budget enforced by evicting the least recently used chunk.
+//!
+//! The store and the relays of the jobs using it must agree on what is held: every chunk
+//! the store drops (evicted, or found missing or unreadable) is announced to the watchers
+//! ([`NodeStore::watch`]), so a relay never believes it holds a chunk the store lost.
 
 use std::path::Path;
 use std::sync::Mutex;
+
+use tokio::sync::mpsc;
 
 use manifest::{ChunkId, ChunkSink};
 use seeder::DirStore;
@@ -20,6 +26,7 @@ pub struct NodeStore {
     dir: DirStore,
     budget: u64,
     lru: Mutex<Lru>,
+    watchers: Mutex<Vec<mpsc::UnboundedSender<ChunkId>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -58,6 +65,7 @@ impl NodeStore {
             dir: store,
             budget,
             lru: Mutex::new(lru),
+            watchers: Mutex::new(Vec::new()),
         };
         s.evict();
         Ok(s)
@@ -83,11 +91,43 @@ impl NodeStore {
         lock(&self.lru).map.contains(id)
     }
 
-    /// A chunk's stored bytes (touching it in the LRU), or `None`.
+    /// A chunk's stored bytes (touching it in the LRU), or `None`. A listed chunk that
+    /// cannot be read (deleted behind the store's back, I/O error, out of file
+    /// descriptors) is dropped from the store and announced as lost, so that it is
+    /// fetched again instead of being believed held.
     pub fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
         // Touch it in the LRU first; a chunk the store does not list is not served.
         lock(&self.lru).map.get(id)?;
-        self.dir.get_chunk(id).ok()
+        match self.dir.get_chunk(id) {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                tracing::warn!(chunk = %id.short(), error = %e, "a stored chunk cannot be read; dropping it so that it is fetched again");
+                let dropped = {
+                    let mut l = lock(&self.lru);
+                    l.map.pop(id).inspect(|len| l.bytes -= len).is_some()
+                };
+                if dropped {
+                    let _ = std::fs::remove_file(self.dir.chunk_path(id));
+                    self.announce(&[*id]);
+                }
+                None
+            }
+        }
+    }
+
+    /// Every chunk the store drops from now on (evicted or lost) is sent here. A watcher
+    /// goes away when its receiver is dropped.
+    pub fn watch(&self) -> mpsc::UnboundedReceiver<ChunkId> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&self.watchers).push(tx);
+        rx
+    }
+
+    fn announce(&self, gone: &[ChunkId]) {
+        if gone.is_empty() {
+            return;
+        }
+        lock(&self.watchers).retain(|w| gone.iter().all(|id| w.send(*id).is_ok()));
     }
 
     /// Stores a chunk the caller has verified.
@@ -107,14 +147,20 @@ impl NodeStore {
     }
 
     fn evict(&self) {
-        let mut l = lock(&self.lru);
-        while l.bytes > self.budget {
-            let Some((id, len)) = l.map.pop_lru() else {
-                break;
-            };
-            l.bytes -= len;
-            tracing::debug!(chunk = %id.short(), "evicting chunk over the store budget");
-            let _ = std::fs::remove_file(self.dir.chunk_path(&id));
+        let mut gone = Vec::new();
+        {
+            let mut l = lock(&self.lru);
+            while l.bytes > self.budget {
+                let Some((id, len)) = l.map.pop_lru() else {
+                    break;
+                };
+                l.bytes -= len;
+                tracing::debug!(chunk = %id.short(), "evicting chunk over the store budget");
+                let _ = std::fs::remove_file(self.dir.chunk_path(&id));
+                gone.push(id);
+            }
         }
+        // Outside the lock: a watcher may read the store.
+        self.announce(&gone);
     }
 }

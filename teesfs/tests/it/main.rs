@@ -14,6 +14,7 @@ mod lab;
 mod lab_baselines;
 mod lab_faults;
 mod lab_slurm;
+mod local_state;
 mod packaging;
 mod roundtrip;
 mod run;

@@ -11,17 +11,22 @@ pub fn teesfs_bin() -> &'static str {
     env!("CARGO_BIN_EXE_teesfs")
 }
 
-/// Whether FUSE mounts can be made here; prints why not when they cannot.
+/// Whether FUSE mounts can be made here; prints why not when they cannot. Under CI
+/// (`CI` set) a test that cannot run fails instead: CI runs as root with /dev/fuse.
 pub fn can_mount() -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: needs root to mount FUSE without fusermount (CI runs as root)");
-        return false;
-    }
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIP: this kernel has no /dev/fuse");
-        return false;
-    }
-    true
+    let why = if !nix::unistd::geteuid().is_root() {
+        "needs root to mount FUSE without fusermount (CI runs as root)"
+    } else if !Path::new("/dev/fuse").exists() {
+        "this kernel has no /dev/fuse"
+    } else {
+        return true;
+    };
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "cannot run under CI: {why}"
+    );
+    eprintln!("SKIP: {why}");
+    false
 }
 
 /// A test workspace: a temp dir with a publisher key and a store.

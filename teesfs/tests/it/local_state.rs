@@ -1,0 +1,293 @@
+//! Issue 13, items 1 and 2: the node's store and its passthrough copies against the relay
+//! and the index. Real daemons, real QUIC, real FUSE mounts.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::cluster::Cluster;
+use crate::util::{can_mount, noise};
+
+/// Reads `path` on another thread; panics if the read takes longer than `limit` (a hang
+/// must fail the test, not stall the suite; the cluster's teardown ends the stuck read).
+fn read_within(path: &Path, limit: Duration) -> std::io::Result<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    let p = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read(&p));
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("reading {} hung for {limit:?}", path.display()))
+}
+
+fn push_all(c: &Cluster, id: &str, extra: &[&str]) {
+    let mut args = vec!["--width", "1", "--wait", "all"];
+    args.extend_from_slice(extra);
+    let out = c.push_cmd(id, c.nodes.len(), &args).output().expect("push");
+    assert!(out.status.success(), "push: {out:?}");
+}
+
+/// Three incompressible files of 1.05 MiB (3.1 MiB, 4+ chunks of 1 MiB) and a small one.
+fn layer(c: &Cluster) -> (PathBuf, Vec<(&'static str, Vec<u8>)>) {
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let files = vec![
+        ("a.bin", noise(1_100_000, 11)),
+        ("b.bin", noise(1_100_000, 12)),
+        ("c.bin", noise(1_100_000, 13)),
+        ("small.txt", b"small\n".repeat(10)),
+    ];
+    for (name, data) in &files {
+        std::fs::write(src.join(name), data).expect("write");
+    }
+    (src, files)
+}
+
+fn daemon_log(c: &Cluster, i: usize) -> String {
+    std::fs::read_to_string(c.nodes[i].dir.join("daemon.log")).unwrap_or_default()
+}
+
+/// The issue's reproduction: a store budget (2 MiB) smaller than the layer (3.1 MiB). The
+/// store evicted chunks the relay still counted as held, so a read of one asked nobody and
+/// hung in D state for ever. Now the relay hears of every eviction (`status` agrees with
+/// the store) and a read fetches the chunk again from the parent (here n01, with the
+/// default budget, which holds everything), although the parent had sent it once.
+#[test]
+fn an_evicted_chunk_is_fetched_again_instead_of_hanging_the_read() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |i| {
+        if i == 1 {
+            vec!["--store-budget".into(), "2MiB".into()]
+        } else {
+            vec![]
+        }
+    });
+    let (_, files) = layer(&c);
+    let id = c.ws.publish(&c.ws.path().join("layer"));
+    push_all(&c, &id, &[]);
+    let st = c.status(1);
+    let job = &st["jobs"][0];
+    let held = st["store_chunks"].as_u64().expect("store chunks");
+    let have = job["have"].as_u64().expect("have");
+    assert!(
+        have <= held && have < job["chunks"].as_u64().expect("chunks"),
+        "the relay counts {have} chunks held, the store holds {held}: {st}"
+    );
+    assert!(job["counters"]["lost"].as_u64() > Some(0), "{st}");
+    let mp = c.mount_of(1);
+    for (name, data) in &files {
+        let got = read_within(&mp.join(name), Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name} differs");
+    }
+    let st = c.status(1);
+    assert!(
+        st["jobs"][0]["counters"]["wants_sent"].as_u64() > Some(0),
+        "the lost chunks came back on demand: {st}"
+    );
+}
+
+/// A read that cannot be served (the chunk is gone from every store that could give it,
+/// and the root has left) fails with EIO within the read bound and says so in the log,
+/// instead of waiting for ever where not even SIGKILL ends the reader.
+#[test]
+fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |_| vec!["--read-timeout".into(), "2s".into()]);
+    let (_, files) = layer(&c);
+    let id = c.ws.publish(&c.ws.path().join("layer"));
+    push_all(&c, &id, &[]);
+    let mp = c.mount_of(1);
+    // The chunk files vanish behind the stores' backs (what an I/O error or an operator's
+    // rm does); the root (the push) has exited, so nobody can give them back.
+    for i in 0..2 {
+        let chunks = c.nodes[i].dir.join("state/store/chunks");
+        for shard in std::fs::read_dir(&chunks).expect("store").flatten() {
+            for f in std::fs::read_dir(shard.path()).expect("shard").flatten() {
+                std::fs::remove_file(f.path()).expect("rm chunk");
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let err = read_within(&mp.join("a.bin"), Duration::from_secs(30))
+        .expect_err("the chunk cannot be had: the read must fail");
+    let waited = t0.elapsed();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(15),
+        "failed after {waited:?} (bound 2 s)"
+    );
+    let log = daemon_log(&c, 1);
+    assert!(
+        log.contains("waited too long for a chunk"),
+        "the daemon says why the read failed: {log}"
+    );
+    assert!(
+        log.contains("not in the store"),
+        "the loss is logged when found: {log}"
+    );
+    // Inline data in the index still reads.
+    let small = read_within(&mp.join("small.txt"), Duration::from_secs(10)).expect("small");
+    assert_eq!(small, files[3].1);
+}
+
+fn copies_dir(c: &Cluster, i: usize) -> PathBuf {
+    c.nodes[i].dir.join("state/files")
+}
+
+fn copies(c: &Cluster, i: usize) -> Vec<PathBuf> {
+    std::fs::read_dir(copies_dir(c, i))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// A byte flipped in a passthrough copy under the state directory was served to a new job
+/// and again after a daemon restart. Now a copy is checked before each job's first use
+/// (and made again when it fails), copies from an earlier run are removed at start, and a
+/// job's copies go when it is released.
+#[test]
+fn a_tampered_passthrough_copy_is_never_served_to_a_new_job_or_after_a_restart() {
+    if !can_mount() {
+        return;
+    }
+    let mut c = Cluster::start(1, |_| vec![]);
+    let (_, files) = layer(&c);
+    let id = c.ws.publish(&c.ws.path().join("layer"));
+    let (name, data) = &files[0];
+    push_all(&c, &id, &["--job-id", "101"]);
+    let mp = c.mount_of(0);
+    assert!(read_within(&mp.join(name), Duration::from_secs(30)).expect("read") == *data);
+    let dir = copies_dir(&c, 0);
+    let mode = std::fs::metadata(&dir)
+        .expect("copies dir")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "copies live in a private directory");
+    let made = copies(&c, 0);
+    assert_eq!(made.len(), 1, "one copy for the passthrough file: {made:?}");
+    // Tamper with it (as root could, or a bug) and start a second job on the same layer.
+    let flip = |p: &Path| {
+        let mut b = std::fs::read(p).expect("copy");
+        b[1000] ^= 0x55;
+        std::fs::write(p, b).expect("tamper");
+    };
+    flip(&made[0]);
+    push_all(&c, &id, &["--job-id", "102"]);
+    let st = c.status(0);
+    let mp2 = st["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["job"].as_str().is_some_and(|s| s.ends_with("66")))
+        .and_then(|j| j["mountpoint"].as_str())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("job 102 (0x66) in {st}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !crate::util::is_mounted(&mp2) {
+        assert!(Instant::now() < deadline, "job 102 never mounted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let got = read_within(&mp2.join(name), Duration::from_secs(30)).expect("read job 102");
+    assert!(got == *data, "the new job got the tampered copy's bytes");
+    assert!(
+        daemon_log(&c, 0).contains("does not match the index"),
+        "the bad copy is reported"
+    );
+    // Tamper again, restart the daemon: the copy is gone before anything can serve it.
+    let again = copies(&c, 0);
+    assert_eq!(again.len(), 1);
+    flip(&again[0]);
+    c.restart(0);
+    assert!(
+        copies(&c, 0).is_empty(),
+        "copies from the earlier run are removed at start"
+    );
+}
+
+/// Copies are removed when their job is released, and count against a budget: with a
+/// budget of one file, reading three files one after another keeps at most one copy.
+#[test]
+fn passthrough_copies_are_budgeted_and_removed_with_their_job() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(1, |_| vec!["--copies-budget".into(), "1200KiB".into()]);
+    let (_, files) = layer(&c);
+    let id = c.ws.publish(&c.ws.path().join("layer"));
+    push_all(&c, &id, &["--job-id", "7"]);
+    let mp = c.mount_of(0);
+    for (name, data) in &files[..3] {
+        let got = read_within(&mp.join(name), Duration::from_secs(30)).expect("read");
+        assert!(got == *data, "{name}");
+        let held = copies(&c, 0);
+        let bytes: u64 = held
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum();
+        assert!(bytes <= 1200 << 10, "{bytes} bytes of copies: {held:?}");
+    }
+    assert!(!copies(&c, 0).is_empty(), "the last file read has its copy");
+    let out = c.ws.teesfs(&[
+        "status",
+        "--control",
+        c.nodes[0].control().to_str().expect("utf8"),
+        "--job",
+        "7",
+        "--stop",
+    ]);
+    assert!(out.status.success(), "release: {out:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !copies(&c, 0).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "copies left after release: {:?}",
+            copies(&c, 0)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// With a world-writable --materialize-dir another user planted content that a root
+/// mount then served. Such a directory is refused now, naming it.
+#[test]
+fn a_world_writable_materialize_dir_is_refused() {
+    if !can_mount() {
+        return;
+    }
+    let ws = crate::util::Workspace::new();
+    let src = ws.path().join("layer");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join("f.bin"), noise(200_000, 3)).expect("write");
+    let id = ws.publish(&src);
+    let open = ws.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let mnt = ws.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let out = std::process::Command::new(crate::util::teesfs_bin())
+        .arg("mount")
+        .arg(&mnt)
+        .arg("--store")
+        .arg(ws.store())
+        .args(["--index", &id, "--trust"])
+        .arg(ws.pubkey())
+        .arg("--materialize-dir")
+        .arg(&open)
+        .output()
+        .expect("run mount");
+    assert!(
+        !out.status.success(),
+        "mounted with a world-writable copies dir"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(open.to_str().expect("utf8")) && err.contains("written by others"),
+        "{err}"
+    );
+    assert!(!crate::util::is_mounted(&mnt));
+}
