@@ -24,8 +24,10 @@ use crate::index::{
 /// Where new chunks go (the publisher's store). Must be safe to call from many threads and
 /// idempotent: the same chunk may be offered twice at once.
 pub trait ChunkSink: Sync {
-    /// Stored length of a chunk that is already present, or `None`.
-    fn stored_len(&self, id: &ChunkId) -> Option<u32>;
+    /// Stored length of a chunk that is already present **and intact** (it decodes to
+    /// `plain_len` bytes hashing to `id`), or `None`: then the builder puts it again,
+    /// replacing whatever is there.
+    fn stored_len(&self, id: &ChunkId, plain_len: u32) -> Option<u32>;
     /// Stores a chunk in its encoded form.
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()>;
 }
@@ -51,6 +53,9 @@ pub struct BuildOptions {
     pub inline_max: u32,
     /// zstd level for chunks (default 1: compress once, fast).
     pub zstd_level: i32,
+    /// Publish files with extended attributes or ACLs (which the index cannot keep) with
+    /// a warning, instead of refusing them.
+    pub ignore_xattrs: bool,
 }
 
 impl Default for BuildOptions {
@@ -59,6 +64,7 @@ impl Default for BuildOptions {
             chunk_size: 1 << 20,
             inline_max: 2048,
             zstd_level: 1,
+            ignore_xattrs: false,
         }
     }
 }
@@ -170,6 +176,58 @@ fn is_opaque(path: &Path) -> bool {
         .any(|name| matches!(xattr::get(path, name), Ok(Some(v)) if v == b"y"))
 }
 
+/// A file's size and times: any write changes the mtime or ctime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(md: &std::fs::Metadata) -> Self {
+        Self {
+            size: md.len(),
+            ino: md.ino(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        }
+    }
+}
+
+/// Extended attributes the index keeps in its own way (overlay whiteouts and opaque
+/// directories) or that carry no access rights of the layer (SELinux labels are the
+/// node's policy).
+fn xattr_is_kept(name: &str) -> bool {
+    name.starts_with("trusted.overlay.")
+        || name.starts_with("user.overlay.")
+        || name == "security.selinux"
+}
+
+/// Refuses (or, with `ignore_xattrs`, warns about) attributes an index cannot keep.
+fn check_xattrs(path: &Path, opts: &BuildOptions) -> Result<(), Error> {
+    let Ok(names) = xattr::list(path) else {
+        // No xattr support on this file system: nothing can be lost.
+        return Ok(());
+    };
+    for name in names {
+        let name = name.to_string_lossy().into_owned();
+        if xattr_is_kept(&name) {
+            continue;
+        }
+        if opts.ignore_xattrs {
+            tracing::warn!(path = %path.display(), attribute = %name, "dropping an extended attribute the index cannot keep (--ignore-xattrs)");
+        } else {
+            return Err(Error::Xattr {
+                path: path.to_path_buf(),
+                name,
+            });
+        }
+    }
+    Ok(())
+}
+
 fn meta_of(md: &std::fs::Metadata) -> Meta {
     Meta {
         mode: md.mode() & 0o7777,
@@ -188,8 +246,20 @@ pub fn build(
     progress: &dyn BuildProgress,
 ) -> Result<(Index, BuildReport), Error> {
     let mut report = BuildReport::default();
+    // A layer given as a symlink to a directory is that directory (walking the link
+    // itself would make the root a symlink entry).
+    let resolved;
+    let root = if std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink()) {
+        resolved = root.canonicalize().map_err(io_err(root))?;
+        resolved.as_path()
+    } else {
+        root
+    };
     let mut entries: Vec<Entry> = Vec::new();
     let mut paths: HashMap<u32, PathBuf> = HashMap::new();
+    // What each file looked like before its content was read: compared afterwards, so a
+    // file written while it was published is never signed as half old, half new.
+    let mut stamps: HashMap<u32, Stamp> = HashMap::new();
     let mut work: Vec<Work> = Vec::new();
     let mut seen_inodes: HashMap<(u64, u64), u32> = HashMap::new();
     let mut dir_stack: Vec<u32> = Vec::new();
@@ -224,6 +294,7 @@ pub fn build(
             (dir_stack[depth - 1], item.file_name().as_bytes().into())
         };
         let ft = md.file_type();
+        check_xattrs(path, opts)?;
         let mut flags = EntryFlags::default();
         let kind = if ft.is_dir() {
             report.dirs += 1;
@@ -267,6 +338,7 @@ pub fn build(
             let size = md.len();
             report.file_bytes += size;
             paths.insert(idx, path.to_path_buf());
+            stamps.insert(idx, Stamp::of(&md));
             if size <= u64::from(opts.inline_max) {
                 work.push(Work::Inline { entry: idx, size });
             } else {
@@ -327,6 +399,13 @@ pub fn build(
         .par_iter()
         .map(|w| process(w, &paths, opts, sink, progress))
         .collect::<Result<_, _>>()?;
+    for (idx, before) in &stamps {
+        let path = &paths[idx];
+        let after = std::fs::symlink_metadata(path).map_err(io_err(path))?;
+        if Stamp::of(&after) != *before {
+            return Err(Error::FileChanged { path: path.clone() });
+        }
+    }
 
     // Assemble in work order, which follows entry order, so the chunk table and hence the
     // index id are deterministic for an unchanged tree.
@@ -502,7 +581,7 @@ fn process(
                         return Ok(Outcome::Hole);
                     }
                     let id = ChunkId::of(buf);
-                    if let Some(stored_len) = sink.stored_len(&id) {
+                    if let Some(stored_len) = sink.stored_len(&id, len) {
                         return Ok(Outcome::Chunk {
                             id,
                             plain_len: len,

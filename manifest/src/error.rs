@@ -170,6 +170,21 @@ pub enum Error {
     /// A key file is malformed.
     #[error("invalid key file: {0}")]
     BadKey(String),
+    /// A file changed (size, mtime or ctime) while it was being read.
+    #[error("{} changed while it was being published", path.display())]
+    FileChanged {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A file carries an extended attribute or ACL that an index cannot keep: publishing
+    /// without it could widen access (an ACL that denied someone) or drop a capability.
+    #[error("{} has the extended attribute {name:?}, which an index cannot keep (dropping an ACL can widen access); remove it (setfacl -b / setfattr -x) or publish with --ignore-xattrs", path.display())]
+    Xattr {
+        /// The file.
+        path: PathBuf,
+        /// The attribute.
+        name: String,
+    },
     /// Reading the layer failed.
     #[error("cannot read {path}: {source}")]
     Io {

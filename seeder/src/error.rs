@@ -38,6 +38,24 @@ pub enum Error {
     /// A chunk listed in the index is not in the store.
     #[error("chunk {0} is missing from the store")]
     MissingChunk(manifest::ChunkId),
+    /// A chunk in the store does not decode to its id (damaged, truncated or planted).
+    #[error("chunk {id} in the store ({}) is bad: {reason}; publish the layer again to replace it", path.display())]
+    BadChunk {
+        /// The chunk.
+        id: manifest::ChunkId,
+        /// Its file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file kept changing while it was published.
+    #[error("{} kept changing while it was published ({attempts} attempts); publish it when it is not being written", path.display())]
+    ChangedWhilePublished {
+        /// The file.
+        path: PathBuf,
+        /// Attempts made.
+        attempts: u32,
+    },
     /// A command to analyse is not in the view.
     #[error("command {command:?} not found: {reason}")]
     CommandNotFound {

@@ -5,12 +5,14 @@
 //!   and in shared-storage mode what nodes read directly).
 //! - [`publish`](mod@publish): turning a directory into chunks plus a signed index.
 //!
+//! - [`files`]: bounded reads of files named by users or found in stores.
 //! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
 //!
 //! Nothing here talks to the network.
 
 pub mod deps;
 mod error;
+pub mod files;
 pub mod publish;
 pub mod store;
 

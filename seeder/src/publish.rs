@@ -1,5 +1,9 @@
 //! Publishing: build the index of a layer directory, store its new chunks, sign the index
 //! and store it.
+//!
+//! Nothing is signed that was not checked: a file that changed while it was read is read
+//! again (a few times, then the publish fails naming it), and every chunk the index lists
+//! must decode to its id from the store before the index is signed.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -8,6 +12,9 @@ use manifest::build::BuildProgress;
 use manifest::{BuildOptions, BuildReport, Index, IndexId, SecretKey, SignedIndex};
 
 use crate::{DirStore, Error};
+
+/// How often a layer is read before a file that keeps changing fails the publish.
+const PUBLISH_ATTEMPTS: u32 = 3;
 
 /// The result of a publish.
 #[derive(Debug)]
@@ -60,7 +67,23 @@ pub fn publish_with_urgent(
             .into());
         }
     }
-    let (mut index, report) = manifest::build(layer, opts, store, progress)?;
+    let mut attempt = 1;
+    let (mut index, report) = loop {
+        match manifest::build(layer, opts, store, progress) {
+            Err(manifest::Error::FileChanged { path }) if attempt < PUBLISH_ATTEMPTS => {
+                tracing::warn!(path = %path.display(), attempt, "a file changed while it was published; reading the layer again");
+                attempt += 1;
+            }
+            Err(manifest::Error::FileChanged { path }) => {
+                return Err(Error::ChangedWhilePublished {
+                    path,
+                    attempts: attempt,
+                });
+            }
+            other => break other?,
+        }
+    };
+    store.verify_chunks(&index)?;
     manifest::set_urgent_paths(&mut index, urgent)?;
     let signed = SignedIndex::sign(&index, key, 3);
     let id = store.put_index(&signed)?;

@@ -46,6 +46,11 @@ pub struct PublishArgs {
     /// Make the files CMD needs to start urgent, by dependency analysis (repeatable).
     #[arg(long, value_name = "CMD")]
     urgent_exec: Vec<std::ffi::OsString>,
+    /// Publish files that carry extended attributes or ACLs, dropping those (with a
+    /// warning per file). Without it they are refused: dropping an ACL that denied someone
+    /// would widen access on the nodes.
+    #[arg(long)]
+    ignore_xattrs: bool,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -55,7 +60,7 @@ pub struct PublishArgs {
 fn urgent_paths(args: &PublishArgs) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     if let Some(list) = &args.urgent_list {
-        let text = std::fs::read(list)
+        let text = seeder::files::read_limited(list, 64 << 20, seeder::files::Symlinks::Follow)
             .with_context(|| format!("reading --urgent-list {}", list.display()))?;
         out.extend(seeder::deps::parse_urgent_list(&text));
     }
@@ -118,6 +123,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     let opts = BuildOptions {
         chunk_size: cs as u32,
         zstd_level: args.level,
+        ignore_xattrs: args.ignore_xattrs,
         ..BuildOptions::default()
     };
     let bar = if args.quiet {

@@ -41,7 +41,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     }
     let mut bad = 0usize;
     for id in ids {
-        let bytes = store.get_index(&id)?;
+        let bytes = store.get_index_for(&id, &trusted)?;
         let (signed, index) = match SignedIndex::open(bytes, Some(id), &trusted, &Limits::default())
         {
             Ok(x) => x,

@@ -20,5 +20,6 @@ mod roundtrip;
 mod run;
 mod security;
 mod slow_source;
+mod store_integrity;
 mod transport;
 mod util;
