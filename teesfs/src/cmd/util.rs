@@ -109,7 +109,7 @@ pub fn open_trusted_index(
 ) -> anyhow::Result<(manifest::IndexId, Vec<u8>, manifest::Index)> {
     let trusted = load_trust(trust)?;
     let id = store.resolve_index(prefix)?;
-    let bytes = store.get_index_for(&id, &trusted)?;
+    let bytes = store.get_index(&id)?;
     let (_, index) = manifest::SignedIndex::open(
         bytes.clone(),
         Some(id),

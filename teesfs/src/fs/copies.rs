@@ -31,6 +31,8 @@ struct Copy {
     size: u64,
     open: u32,
     users: HashSet<CopyUser>,
+    /// Every user was released while it was open: it goes when its last lease does.
+    orphan: bool,
 }
 
 #[derive(Debug)]
@@ -62,15 +64,29 @@ pub struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let mut st = lock(&self.copies.state);
-        if let Some(c) = st.files.peek_mut(&self.name) {
-            c.open = c.open.saturating_sub(1);
+        let Some(c) = st.files.peek_mut(&self.name) else {
+            return;
+        };
+        c.open = c.open.saturating_sub(1);
+        if c.open == 0 && c.orphan {
+            if let Some(c) = st.files.pop(&self.name) {
+                st.bytes -= c.size;
+            }
+            drop(st);
+            let _ = std::fs::remove_file(self.copies.path(&self.name));
         }
     }
 }
 
 impl Drop for Copies {
     fn drop(&mut self) {
-        // Copies are removed with their mounts; the directory goes too once empty.
+        // Nobody can lease these any more (a kernel that still has one open keeps its own
+        // reference); the directory goes too once empty.
+        let st = lock(&self.state);
+        for (name, _) in st.files.iter() {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
+        drop(st);
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
@@ -192,6 +208,7 @@ impl Copies {
         let c = st.files.get_mut(name)?;
         c.open += 1;
         c.users.insert(user);
+        c.orphan = false;
         Some((
             Lease {
                 copies: self.clone(),
@@ -246,6 +263,7 @@ impl Copies {
                         size,
                         open: 0,
                         users: HashSet::new(),
+                        orphan: false,
                     },
                 );
             }
@@ -271,7 +289,7 @@ impl Copies {
     }
 
     /// `user` is gone (its job released, its mount ended): its copies that no other user
-    /// shares and nobody has open are removed.
+    /// shares are removed, at once or when the last file open on one is closed.
     pub fn release(&self, user: CopyUser) {
         let mut gone = Vec::new();
         {
@@ -281,7 +299,11 @@ impl Copies {
                 let Some(c) = st.files.peek_mut(&name) else {
                     continue;
                 };
-                if !c.users.remove(&user) || !c.users.is_empty() || c.open > 0 {
+                if !c.users.remove(&user) || !c.users.is_empty() {
+                    continue;
+                }
+                if c.open > 0 {
+                    c.orphan = true;
                     continue;
                 }
                 if let Some(c) = st.files.pop(&name) {
@@ -425,13 +447,16 @@ mod tests {
         assert!(c.dir().join("shared").exists());
         assert!(c.dir().join("open").exists());
         drop(held);
+        assert!(
+            !c.dir().join("open").exists(),
+            "an orphan goes with its last lease"
+        );
         c.release(CopyUser(2));
         assert!(!c.dir().join("shared").exists());
-        assert_eq!(
-            c.len(),
-            1,
-            "the open one stays until its user is released again"
-        );
+        assert!(c.is_empty());
+        let dir = c.dir().to_path_buf();
+        drop(c);
+        assert!(!dir.exists(), "the directory goes with the registry");
     }
 
     #[test]

@@ -375,13 +375,15 @@ impl Data {
             .iter()
             .map(|s| s.chunk_index().map(|ci| idx.chunks[ci].id))
             .collect();
+        let cs = u64::from(idx.chunk_size);
+        // Holes take no memory in the copy: the budget counts the bytes of chunks.
+        let cost = (pieces.iter().flatten().count() as u64 * cs).min(size);
         let mut h = blake3::Hasher::new();
         h.update(&size.to_le_bytes());
         for p in &pieces {
             h.update(p.as_ref().map_or(&[0u8; 32], |id| &id.0));
         }
         let name = h.finalize().to_hex().to_string();
-        let cs = u64::from(idx.chunk_size);
         if let Some((lease, path)) = copies.lease(&name, self.copy_user) {
             if lock(&self.verified).contains(&name) {
                 return Ok((lease, path));
@@ -403,7 +405,7 @@ impl Data {
                 }
             }
         }
-        if !copies.reserve(size) {
+        if !copies.reserve(cost) {
             return Err(FsError::Unavailable(
                 "no room for a passthrough copy within the copies budget".into(),
             ));
@@ -443,7 +445,7 @@ impl Data {
         tmp.persist(copies.dir().join(&name))
             .map_err(|e| unavailable(e.error))?;
         lock(&self.verified).insert(name.clone());
-        Ok(copies.add(&name, size, self.copy_user))
+        Ok(copies.add(&name, cost, self.copy_user))
     }
 }
 

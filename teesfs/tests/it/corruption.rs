@@ -141,7 +141,7 @@ fn tampered_index_and_wrong_key_are_refused() {
     let err = mount_error(&ws, &id, &ws.path().join("other.pub"));
     assert!(err.contains("not among the trusted keys"), "{err}");
 
-    let path = ws.store().join("indexes").join(format!("{id}.idx"));
+    let path = ws.index_file(&id);
     let mut bytes = std::fs::read(&path).expect("index");
     let last = bytes.len() - 1;
     bytes[last] ^= 0x10;

@@ -38,11 +38,22 @@ fn generated_tree_round_trips_with_passthrough() {
     let guard = ws.mount(&id, "mnt", &["--passthrough-min", "1KiB"]);
     assert!(guard.banner.contains("passthrough on"), "{}", guard.banner);
     assert_same_tree(&src, &guard.mountpoint);
-    // Passthrough files were materialised from verified chunks.
-    let files = std::fs::read_dir(ws.path().join("mnt-files"))
+    // Passthrough files were materialised from verified chunks, in the mount's own
+    // private directory, which goes with the mount.
+    let dirs: Vec<_> = std::fs::read_dir(ws.path().join("mnt-files"))
         .expect("materialise dir")
-        .count();
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "one private directory per mount: {dirs:?}");
+    let files = std::fs::read_dir(&dirs[0]).expect("copies").count();
     assert!(files >= 2, "expected materialised files, found {files}");
+    drop(guard);
+    assert!(
+        !dirs[0].exists(),
+        "the mount's copies go with it: {:?}",
+        std::fs::read_dir(&dirs[0]).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
 }
 
 #[test]

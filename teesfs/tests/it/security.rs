@@ -200,8 +200,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
     use peertree::relay::{JobId, Msg, NodeInfo, Start, Timing};
     use teesfs::net::{Identity, StreamKind, Transport};
 
-    let bytes = std::fs::read(c.ws.store().join("indexes").join(format!("{id}.idx")))
-        .expect("signed index");
+    let bytes = std::fs::read(c.ws.index_file(id)).expect("signed index");
     let limits = manifest::Limits::default();
     let index = manifest::SignedIndex::from_bytes(bytes.clone(), &limits)
         .and_then(|s| s.decode(&limits))

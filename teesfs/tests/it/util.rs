@@ -63,6 +63,21 @@ impl Workspace {
         self.path().join("store")
     }
 
+    /// The file of signed index `id` (the only signer's).
+    pub fn index_file(&self, id: &str) -> PathBuf {
+        let dir = self.store().join("indexes");
+        std::fs::read_dir(&dir)
+            .expect("indexes")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(id) && n.ends_with(".idx"))
+            })
+            .unwrap_or_else(|| panic!("no index file for {id} in {}", dir.display()))
+    }
+
     pub fn teesfs(&self, args: &[&str]) -> std::process::Output {
         Command::new(teesfs_bin())
             .args(args)
