@@ -401,9 +401,15 @@ pub fn build(
         .collect::<Result<_, _>>()?;
     for (idx, before) in &stamps {
         let path = &paths[idx];
-        let after = std::fs::symlink_metadata(path).map_err(io_err(path))?;
+        let after = std::fs::symlink_metadata(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                changed(path)
+            } else {
+                io_err(path)(e)
+            }
+        })?;
         if Stamp::of(&after) != *before {
-            return Err(Error::FileChanged { path: path.clone() });
+            return Err(changed(path));
         }
     }
 
@@ -541,8 +547,9 @@ fn process(
         Work::Inline { entry, size } => {
             let path = &paths[&entry];
             let mut buf = Vec::with_capacity(size as usize);
-            File::open(path)
-                .and_then(|f| f.take(size + 1).read_to_end(&mut buf))
+            open_walked(path)?
+                .take(size + 1)
+                .read_to_end(&mut buf)
                 .map_err(io_err(path))?;
             if buf.len() as u64 != size {
                 return Err(changed(path));
@@ -557,7 +564,7 @@ fn process(
             sparse,
         } => {
             let path = &paths[&entry];
-            let file = File::open(path).map_err(io_err(path))?;
+            let file = open_walked(path)?;
             let off = pos * u64::from(opts.chunk_size);
             // A file with all its blocks has no holes: skip the lseek (one syscall per
             // chunk, a tenth of the work for a small file). All-zero chunks are still
@@ -610,11 +617,33 @@ thread_local! {
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// A file that shrank, grew or went away while it was read: [`Error::FileChanged`], which
+/// a publisher answers by reading the layer again.
 fn changed(path: &Path) -> Error {
-    Error::Io {
+    Error::FileChanged {
         path: path.to_path_buf(),
-        source: std::io::Error::other("the file changed size while it was being published"),
     }
+}
+
+/// Opens a regular file found by the walk. One deleted or replaced by a symlink since is a
+/// change, not an I/O failure; one replaced by a FIFO does not block the open (and fails
+/// the stamp check after reading).
+fn open_walked(path: &Path) -> Result<File, Error> {
+    use nix::fcntl::OFlag;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32)
+            {
+                changed(path)
+            } else {
+                io_err(path)(e)
+            }
+        })
 }
 
 /// Whether `[off, off+len)` lies entirely in a hole, by `SEEK_DATA`.
@@ -624,5 +653,195 @@ fn is_hole(file: &File, off: u64, len: u32) -> bool {
         Ok(data) => data as u64 >= off + u64::from(len),
         Err(nix::errno::Errno::ENXIO) => true,
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A sink that keeps chunks in memory.
+    #[derive(Default)]
+    struct Mem(Mutex<HashMap<ChunkId, Vec<u8>>>);
+
+    impl ChunkSink for Mem {
+        fn stored_len(&self, id: &ChunkId, _plain_len: u32) -> Option<u32> {
+            let m = self.0.lock().expect("lock");
+            m.get(id).map(|b| b.len() as u32)
+        }
+        fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+            self.0.lock().expect("lock").insert(*id, stored.to_vec());
+            Ok(())
+        }
+    }
+
+    /// Appends to `file` the first time any content is read: a file written in place while
+    /// it is being published.
+    struct WriteOnce {
+        file: PathBuf,
+        done: AtomicBool,
+    }
+
+    impl BuildProgress for WriteOnce {
+        fn advance(&self, _bytes: u64) {
+            if !self.done.swap(true, Ordering::SeqCst) {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.file)
+                    .expect("open");
+                f.write_all(&[1u8; 4096]).expect("append");
+            }
+        }
+    }
+
+    fn opts() -> BuildOptions {
+        BuildOptions {
+            chunk_size: 64 << 10,
+            ..BuildOptions::default()
+        }
+    }
+
+    fn noise(len: usize) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| blake3::hash(&i.to_le_bytes()).as_bytes()[0])
+            .collect()
+    }
+
+    #[test]
+    fn a_file_changed_while_it_is_read_is_an_error_naming_it() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let file = t.path().join("busy.bin");
+        std::fs::write(&file, noise(300_000)).expect("write");
+        let progress = WriteOnce {
+            file: file.clone(),
+            done: AtomicBool::new(false),
+        };
+        match build(t.path(), &opts(), &Mem::default(), &progress) {
+            Err(Error::FileChanged { path }) => assert_eq!(path, file),
+            other => panic!("a torn read was not noticed: {other:?}"),
+        }
+        // Unchanged since, it builds.
+        build(t.path(), &opts(), &Mem::default(), &NoProgress).expect("build");
+    }
+
+    #[test]
+    fn a_file_deleted_while_the_layer_is_read_is_a_change_not_an_io_error() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let file = t.path().join("gone.bin");
+        std::fs::write(&file, noise(100_000)).expect("write");
+        struct Remove(PathBuf);
+        impl BuildProgress for Remove {
+            fn total(&self, _bytes: u64) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        match build(t.path(), &opts(), &Mem::default(), &Remove(file.clone())) {
+            Err(Error::FileChanged { path }) => assert_eq!(path, file),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_layer_path_that_is_a_symlink_to_a_directory_builds_the_directory() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = t.path().join("layer");
+        std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+        std::fs::write(dir.join("sub/f.txt"), b"hello").expect("write");
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+        let (via_link, _) = build(&link, &opts(), &Mem::default(), &NoProgress).expect("build");
+        let (direct, _) = build(&dir, &opts(), &Mem::default(), &NoProgress).expect("build");
+        assert!(matches!(via_link.entries[0].kind, EntryKind::Dir));
+        assert_eq!(via_link.entries.len(), 3, "root, sub, sub/f.txt");
+        assert_eq!(via_link, direct);
+    }
+
+    /// Sets an attribute, or says why this file system or user cannot (CI runs as root on
+    /// a file system with ACLs and capabilities; elsewhere the test skips).
+    fn try_set(path: &Path, name: &str, value: &[u8]) -> bool {
+        match xattr::set(path, name, value) {
+            Ok(()) => true,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "cannot set {name} under CI: {e}"
+                );
+                eprintln!("SKIP: cannot set {name} here: {e}");
+                false
+            }
+        }
+    }
+
+    fn refused_attribute(root: &Path) -> (PathBuf, String) {
+        match build(root, &opts(), &Mem::default(), &NoProgress) {
+            Err(Error::Xattr { path, name }) => (path, name),
+            other => panic!("an attribute the index cannot keep was dropped: {other:?}"),
+        }
+    }
+
+    /// An ACL that denied someone was dropped silently: the published file was open to
+    /// them through its group bits.
+    #[test]
+    fn a_file_with_an_acl_is_refused_naming_the_file_and_the_acl() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let f = t.path().join("private.txt");
+        std::fs::write(&f, b"secret").expect("write");
+        // user::rw- user:nobody:--- group::r-- mask::r-- other::---
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (0x01u16, 6u16, u32::MAX),
+            (0x02, 0, 65534),
+            (0x04, 4, u32::MAX),
+            (0x10, 4, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ] {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        if !try_set(&f, "system.posix_acl_access", &acl) {
+            return;
+        }
+        let (path, name) = refused_attribute(t.path());
+        assert_eq!((path, name.as_str()), (f, "system.posix_acl_access"));
+        let o = BuildOptions {
+            ignore_xattrs: true,
+            ..opts()
+        };
+        build(t.path(), &o, &Mem::default(), &NoProgress).expect("dropped when asked");
+    }
+
+    #[test]
+    fn a_file_capability_is_refused_naming_the_file() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let f = t.path().join("ping");
+        std::fs::write(&f, b"#!/bin/sh\n").expect("write");
+        // vfs_cap_data revision 2, effective, permitted = CAP_NET_RAW.
+        let mut cap = (0x0200_0000u32 | 1).to_le_bytes().to_vec();
+        for word in [1u32 << 13, 0, 0, 0] {
+            cap.extend(word.to_le_bytes());
+        }
+        if !try_set(&f, "security.capability", &cap) {
+            return;
+        }
+        let (path, name) = refused_attribute(t.path());
+        assert_eq!((path, name.as_str()), (f, "security.capability"));
+    }
+
+    #[test]
+    fn overlay_marks_are_not_refused() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let d = t.path().join("opaque");
+        std::fs::create_dir(&d).expect("mkdir");
+        if !try_set(&d, "user.overlay.opaque", b"y") {
+            return;
+        }
+        let (index, report) =
+            build(t.path(), &opts(), &Mem::default(), &NoProgress).expect("build");
+        assert_eq!(report.opaque_dirs, 1);
+        assert!(index.entries[1].flags.opaque());
     }
 }

@@ -60,7 +60,8 @@ digest_id!(
     "chunk id"
 );
 digest_id!(
-    /// Identity of an index: blake3 of its compressed body (what the publisher signed).
+    /// Identity of an index: blake3 of its publisher key and compressed body (content and
+    /// signer; see [`crate::sign`]).
     IndexId,
     "index id"
 );

@@ -3,8 +3,8 @@
 //! A published layer is two things: a set of **chunks** (fixed-size slices of file contents,
 //! each addressed by the blake3 of its plain bytes and stored zstd-compressed or raw), and one
 //! **index** that lists every entry of the tree (directories, files, symlinks, hard links) with
-//! its metadata and chunk list. The index is encoded compactly, compressed, addressed by the
-//! blake3 of its compressed body, and signed with the publisher's ed25519 key.
+//! its metadata and chunk list. The index is encoded compactly, compressed, signed with the
+//! publisher's ed25519 key, and addressed by the blake3 of that key and the compressed body.
 //!
 //! This crate owns the formats and their strict decoders, plus a builder that walks a
 //! directory and produces chunks and an index. It does no I/O except the builder's reads of

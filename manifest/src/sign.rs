@@ -1,9 +1,14 @@
 //! Publisher keys and the signed index envelope.
 //!
 //! Envelope layout: magic `TEESSIG` + version, the publisher's ed25519 public key (32 bytes),
-//! the signature (64 bytes), then the zstd-compressed index body. The index id is the blake3
-//! of that compressed body; the signature covers a domain tag and the id, so a verified
-//! envelope pins every byte of the index.
+//! the signature (64 bytes), then the zstd-compressed index body. The signature covers a
+//! domain tag and the blake3 of the compressed body, so a verified envelope pins every byte
+//! of the index.
+//!
+//! The index id is the blake3 of the publisher key followed by the compressed body: it names
+//! content **and** signer. The same layer signed with two keys has two ids (two files in a
+//! store), so an id given to `mount` or `push` always means one envelope, the one its
+//! publisher printed, and nodes that trust only that key accept it.
 
 use std::io::Read;
 
@@ -133,8 +138,9 @@ impl SignedIndex {
         let body = codec::encode(index);
         let compressed = zstd::bulk::compress(&body, zstd_level)
             .expect("compressing an in-memory buffer cannot fail");
-        let id = IndexId::of(&compressed);
-        let sig = key.0.sign(&signed_message(&id));
+        let sig = key
+            .0
+            .sign(&signed_message(blake3::hash(&compressed).as_bytes()));
         let mut bytes = Vec::with_capacity(HEADER_LEN + compressed.len());
         bytes.extend_from_slice(MAGIC);
         bytes.push(VERSION);
@@ -175,9 +181,13 @@ impl SignedIndex {
         &self.bytes
     }
 
-    /// The index id (blake3 of the compressed body).
+    /// The index id: blake3 of the publisher key (as named in the envelope) and the
+    /// compressed body, so one layer signed by two keys has two ids.
     pub fn id(&self) -> IndexId {
-        IndexId::of(&self.bytes[HEADER_LEN..])
+        let mut h = blake3::Hasher::new();
+        h.update(&self.bytes[8..40]);
+        h.update(&self.bytes[HEADER_LEN..]);
+        IndexId(*h.finalize().as_bytes())
     }
 
     /// The publisher key named in the envelope (not yet trusted).
@@ -194,7 +204,10 @@ impl SignedIndex {
         sig.copy_from_slice(&self.bytes[40..104]);
         let sig = ed25519_dalek::Signature::from_bytes(&sig);
         key.0
-            .verify_strict(&signed_message(&self.id()), &sig)
+            .verify_strict(
+                &signed_message(blake3::hash(&self.bytes[HEADER_LEN..]).as_bytes()),
+                &sig,
+            )
             .map_err(|_| Error::BadSignature { key: key.to_hex() })?;
         if !trusted.contains(&key) {
             return Err(Error::UntrustedKey { key: key.to_hex() });
@@ -242,9 +255,89 @@ impl SignedIndex {
     }
 }
 
-fn signed_message(id: &IndexId) -> Vec<u8> {
+/// What is signed: the domain tag and the blake3 of the compressed body. (The key is not in
+/// it: an ed25519 signature already verifies only under its own key.)
+fn signed_message(body_digest: &[u8; 32]) -> Vec<u8> {
     let mut m = Vec::with_capacity(DOMAIN.len() + 32);
     m.extend_from_slice(DOMAIN);
-    m.extend_from_slice(&id.0);
+    m.extend_from_slice(body_digest);
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index() -> Index {
+        use crate::index::{Entry, EntryFlags, EntryIdx, EntryKind, Meta};
+        Index {
+            chunk_size: 1 << 20,
+            chunks: Vec::new(),
+            entries: vec![Entry {
+                parent: EntryIdx(0),
+                name: Box::default(),
+                meta: Meta {
+                    mode: 0o755,
+                    uid: 0,
+                    gid: 0,
+                    mtime: 0,
+                    mtime_nsec: 0,
+                },
+                flags: EntryFlags::default(),
+                kind: EntryKind::Dir,
+            }],
+            urgent: Vec::new(),
+        }
+    }
+
+    /// The same layer published with a second key kept the first key's index (the id named
+    /// the content only), so nodes trusting only the second key refused it.
+    #[test]
+    fn the_same_index_signed_by_two_keys_has_two_ids_each_opening_for_its_key_only() {
+        let (k1, k2) = (
+            SecretKey::generate().expect("key"),
+            SecretKey::generate().expect("key"),
+        );
+        let limits = Limits::default();
+        let s1 = SignedIndex::sign(&index(), &k1, 3);
+        let s2 = SignedIndex::sign(&index(), &k2, 3);
+        assert_ne!(s1.id(), s2.id(), "the id names the signer");
+        assert_eq!(
+            s1.id(),
+            SignedIndex::sign(&index(), &k1, 3).id(),
+            "same content, same key, same id"
+        );
+        let open = |s: &SignedIndex, trusted: &[PublicKey]| {
+            SignedIndex::open(s.as_bytes().to_vec(), Some(s.id()), trusted, &limits)
+        };
+        open(&s2, &[k2.public()]).expect("the second key's nodes accept its envelope");
+        open(&s1, &[k1.public()]).expect("the first key's nodes accept theirs");
+        assert!(matches!(
+            open(&s1, &[k2.public()]),
+            Err(Error::UntrustedKey { .. })
+        ));
+        // The first key's envelope under the second key's id: refused, never swapped in.
+        let swapped = SignedIndex::open(
+            s1.as_bytes().to_vec(),
+            Some(s2.id()),
+            &[k1.public()],
+            &limits,
+        );
+        assert!(matches!(swapped, Err(Error::IdMismatch { .. })));
+    }
+
+    #[test]
+    fn a_key_swapped_into_an_envelope_fails_the_signature() {
+        let (k1, k2) = (
+            SecretKey::generate().expect("key"),
+            SecretKey::generate().expect("key"),
+        );
+        let mut bytes = SignedIndex::sign(&index(), &k1, 3).as_bytes().to_vec();
+        bytes[8..40].copy_from_slice(k2.public().0.as_bytes());
+        let forged = SignedIndex::from_bytes(bytes, &Limits::default()).expect("shape");
+        assert!(matches!(
+            forged.verify(&[k2.public()]),
+            Err(Error::BadSignature { .. })
+        ));
+    }
 }

@@ -100,6 +100,7 @@ pub fn publish_with_urgent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use manifest::ChunkId;
     use manifest::build::NoProgress;
 
     fn write(p: &Path, bytes: &[u8]) {
@@ -161,6 +162,204 @@ mod tests {
         assert_eq!(changed.report.new_chunks, 1);
         assert_eq!(count_chunks(&store_dir), after_first + 1);
         assert_ne!(changed.id, first.id);
+    }
+
+    fn layer_and_store(tmp: &Path) -> (PathBuf, DirStore) {
+        let layer = tmp.join("layer");
+        write(&layer.join("a.bin"), &noise(300_000, 1));
+        write(&layer.join("b.bin"), &noise(200_000, 2));
+        (layer, DirStore::create(&tmp.join("store")).expect("store"))
+    }
+
+    fn noise(len: usize, seed: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| ChunkId::of(&(i ^ (seed << 24)).to_le_bytes()).0[0])
+            .collect()
+    }
+
+    fn small_chunks() -> BuildOptions {
+        BuildOptions {
+            chunk_size: 64 << 10,
+            ..BuildOptions::default()
+        }
+    }
+
+    /// Opens what `publish` stored and checks every chunk it lists from the store.
+    fn open_and_check(store: &DirStore, id: IndexId, key: &SecretKey) -> Index {
+        let bytes = store.get_index(&id).expect("index");
+        let (_, index) = SignedIndex::open(bytes, Some(id), &[key.public()], &Default::default())
+            .expect("the index opens");
+        for c in &index.chunks {
+            let stored = store.get_chunk(&c.id).expect("chunk");
+            manifest::decode_chunk(&stored, &c.id, c.plain_len).expect("chunk decodes");
+        }
+        index
+    }
+
+    /// A 0-byte or truncated chunk in the store (or a planted symlink or FIFO) was taken as
+    /// present: publish signed an index no node could open, and re-publishing never
+    /// repaired it.
+    #[test]
+    fn publish_replaces_a_truncated_chunk_in_the_store() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (layer, store) = layer_and_store(tmp.path());
+        let key = SecretKey::generate().expect("key");
+        let first = publish(&layer, &store, &key, &small_chunks(), &NoProgress).expect("publish");
+        let chunks = &first.index.chunks;
+        assert!(chunks.len() >= 5);
+        let path = |i: usize| store.chunk_path(&chunks[i].id);
+        std::fs::write(path(0), b"").expect("empty");
+        let whole = std::fs::read(path(1)).expect("read");
+        std::fs::write(path(1), &whole[..whole.len() / 2]).expect("truncate");
+        let other = std::fs::read(path(3)).expect("read");
+        std::fs::write(path(2), other).expect("another chunk's bytes");
+        std::fs::remove_file(path(3)).expect("rm");
+        std::os::unix::fs::symlink("/dev/zero", path(3)).expect("symlink");
+        std::fs::remove_file(path(4)).expect("rm");
+        nix::unistd::mkfifo(&path(4), nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+
+        let again = publish(&layer, &store, &key, &small_chunks(), &NoProgress).expect("publish");
+        assert_eq!(again.id, first.id);
+        assert_eq!(
+            again.report.new_chunks, 5,
+            "the five bad objects were written again"
+        );
+        open_and_check(&store, again.id, &key);
+        for i in 0..5 {
+            let md = std::fs::symlink_metadata(path(i)).expect("stat");
+            assert!(
+                md.file_type().is_file(),
+                "chunk {i} is a regular file again"
+            );
+        }
+    }
+
+    /// A file overwritten in place while it was published went out as half old, half new
+    /// chunks. One change: the layer is read again and what is signed is the new content.
+    #[test]
+    fn a_file_changed_once_while_published_is_read_again() {
+        struct ChangeOnce(PathBuf, std::sync::atomic::AtomicBool);
+        impl BuildProgress for ChangeOnce {
+            fn advance(&self, _bytes: u64) {
+                if !self.1.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    std::fs::write(&self.0, noise(250_000, 9)).expect("rewrite");
+                }
+            }
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (layer, store) = layer_and_store(tmp.path());
+        let key = SecretKey::generate().expect("key");
+        let progress = ChangeOnce(layer.join("a.bin"), Default::default());
+        let p = publish(&layer, &store, &key, &small_chunks(), &progress).expect("publish");
+        let index = open_and_check(&store, p.id, &key);
+        let a = index
+            .entries
+            .iter()
+            .find(|e| &*e.name == b"a.bin")
+            .expect("a.bin");
+        assert!(matches!(
+            a.kind,
+            manifest::EntryKind::File { size: 250_000, .. }
+        ));
+        let expected: Vec<ChunkId> = noise(250_000, 9)
+            .chunks(64 << 10)
+            .map(ChunkId::of)
+            .collect();
+        let manifest::EntryKind::File {
+            data: manifest::FileData::Chunks(slots),
+            ..
+        } = &a.kind
+        else {
+            panic!("a.bin has chunks");
+        };
+        let got: Vec<ChunkId> = slots
+            .iter()
+            .map(|s| index.chunks[s.chunk_index().expect("no holes")].id)
+            .collect();
+        assert_eq!(got, expected, "every chunk is the new content's");
+    }
+
+    #[test]
+    fn publish_of_a_file_that_keeps_changing_fails_naming_it_and_signs_nothing() {
+        struct AlwaysChange(PathBuf);
+        impl BuildProgress for AlwaysChange {
+            fn advance(&self, _bytes: u64) {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.0)
+                    .expect("open");
+                f.write_all(b"more").expect("append");
+            }
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (layer, store) = layer_and_store(tmp.path());
+        let key = SecretKey::generate().expect("key");
+        let busy = layer.join("b.bin");
+        let err = publish(
+            &layer,
+            &store,
+            &key,
+            &small_chunks(),
+            &AlwaysChange(busy.clone()),
+        )
+        .expect_err("a torn publish");
+        match &err {
+            Error::ChangedWhilePublished { path, attempts } => {
+                assert_eq!(path, &busy);
+                assert_eq!(*attempts, PUBLISH_ATTEMPTS);
+            }
+            other => panic!("{other}"),
+        }
+        assert!(err.to_string().contains("b.bin"), "{err}");
+        assert!(
+            store.list_indexes().expect("list").is_empty(),
+            "nothing signed"
+        );
+    }
+
+    /// A chunk path taken by something that cannot be replaced (a directory): the publish
+    /// fails and signs nothing.
+    #[test]
+    fn publish_signs_nothing_when_a_chunk_cannot_be_stored() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (layer, store) = layer_and_store(tmp.path());
+        let id = ChunkId::of(&noise(300_000, 1)[..64 << 10]);
+        std::fs::create_dir_all(store.chunk_path(&id).join("x")).expect("plant a directory");
+        let key = SecretKey::generate().expect("key");
+        let err =
+            publish(&layer, &store, &key, &small_chunks(), &NoProgress).expect_err("cannot store");
+        assert!(err.to_string().contains(&id.to_hex()), "{err}");
+        assert!(
+            store.list_indexes().expect("list").is_empty(),
+            "nothing signed"
+        );
+    }
+
+    /// The same layer published with a second key kept the first key's index, so nodes
+    /// that trust only the second key refused it.
+    #[test]
+    fn same_layer_with_a_second_key_is_trusted_by_its_nodes() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (layer, store) = layer_and_store(tmp.path());
+        let (k1, k2) = (
+            SecretKey::generate().expect("key"),
+            SecretKey::generate().expect("key"),
+        );
+        let p1 = publish(&layer, &store, &k1, &small_chunks(), &NoProgress).expect("publish");
+        let p2 = publish(&layer, &store, &k2, &small_chunks(), &NoProgress).expect("publish");
+        assert_ne!(p1.id, p2.id, "two signers, two indexes");
+        assert_eq!(store.list_indexes().expect("list").len(), 2);
+        assert_eq!(
+            open_and_check(&store, p2.id, &k2),
+            open_and_check(&store, p1.id, &k1)
+        );
+        // A resolver trusting both keys still hands out the envelope that was asked for.
+        let hex = p2.id.to_hex();
+        let resolved = store.resolve_index(&hex[..8]).expect("prefix");
+        let bytes = store.get_index(&resolved).expect("index");
+        SignedIndex::open(bytes, Some(resolved), &[k2.public()], &Default::default())
+            .expect("nodes trusting only the second key accept it");
     }
 
     #[test]

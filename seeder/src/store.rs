@@ -1,7 +1,7 @@
 //! A content-addressed store in a directory:
-//! `chunks/<first two hex>/<id>` hold encoded chunks, `indexes/<id>.<signer>.idx` signed
-//! indexes (keyed by content **and** signer, so the same layer signed with two keys keeps
-//! both envelopes; `<id>.idx` from older versions is still read).
+//! `chunks/<first two hex>/<id>` hold encoded chunks, `indexes/<id>.idx` signed indexes.
+//! An index id names content **and** signer ([`SignedIndex::id`]), so the same layer signed
+//! with two keys is two files, and `--index PREFIX` always means one envelope.
 //!
 //! Writes go to a temporary file and are renamed into place, so a reader never sees a
 //! half-written object and two publishers writing the same chunk do not conflict.
@@ -75,27 +75,8 @@ impl DirStore {
         self.root.join("chunks").join(&hex[..2]).join(hex)
     }
 
-    fn index_path(&self, id: &IndexId, signer: &str) -> PathBuf {
-        self.root.join("indexes").join(format!("{id}.{signer}.idx"))
-    }
-
-    /// The index files of `id`: one per signer (and a legacy unsigned-name one), sorted.
-    fn index_files(&self, id: &IndexId) -> Result<Vec<PathBuf>, Error> {
-        let dir = self.root.join("indexes");
-        let hex = id.to_hex();
-        let mut out = Vec::new();
-        for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
-            let item = item.map_err(io(&dir))?;
-            let name = item.file_name();
-            if let Some(n) = name.to_str()
-                && n.ends_with(".idx")
-                && n.split('.').next() == Some(hex.as_str())
-            {
-                out.push(item.path());
-            }
-        }
-        out.sort();
-        Ok(out)
+    fn index_path(&self, id: &IndexId) -> PathBuf {
+        self.root.join("indexes").join(format!("{id}.idx"))
     }
 
     /// Reads a chunk's encoded bytes (a regular file, not a symlink, of at most
@@ -126,12 +107,12 @@ impl DirStore {
         Ok(())
     }
 
-    /// Stores a signed index under its id and signer (an existing file that is not this
-    /// envelope, truncated or planted, is replaced); returns its id.
+    /// Stores a signed index; returns its id. An existing file of that id that is not
+    /// this envelope (truncated, damaged, planted) is replaced: signing is deterministic,
+    /// so a good copy is byte for byte the same.
     pub fn put_index(&self, signed: &SignedIndex) -> Result<IndexId, Error> {
         let id = signed.id();
-        let signer = signed.publisher()?.to_hex();
-        let p = self.index_path(&id, &signer[..16]);
+        let p = self.index_path(&id);
         let same = read_limited(&p, signed.as_bytes().len() as u64, Symlinks::Refuse)
             .is_ok_and(|b| b == signed.as_bytes());
         if !same {
@@ -140,35 +121,25 @@ impl DirStore {
         Ok(id)
     }
 
-    /// Reads a signed index's bytes (not yet verified): the envelope of a trusted signer
-    /// if there is one among `trusted` (the same layer may be signed by several keys),
-    /// else the first.
-    pub fn get_index_for(
-        &self,
-        id: &IndexId,
-        trusted: &[manifest::PublicKey],
-    ) -> Result<Vec<u8>, Error> {
-        let limit = manifest::Limits::default().max_signed_bytes;
-        let mut first = None;
-        for p in self.index_files(id)? {
-            let bytes = read_limited(&p, limit, Symlinks::Refuse).map_err(io(&p))?;
-            let signer = SignedIndex::from_bytes(bytes.clone(), &manifest::Limits::default())
-                .and_then(|s| s.publisher())
-                .ok();
-            if signer.is_some_and(|k| trusted.contains(&k)) {
-                return Ok(bytes);
-            }
-            first.get_or_insert(bytes);
-        }
-        first.ok_or_else(|| Error::IndexNotFound {
-            id: id.to_hex(),
-            store: self.root.clone(),
-        })
-    }
-
-    /// Reads a signed index's bytes (not yet verified), any signer's.
+    /// Reads a signed index's bytes (not yet verified): a regular file, not a symlink, of
+    /// at most the signed-index size limit.
     pub fn get_index(&self, id: &IndexId) -> Result<Vec<u8>, Error> {
-        self.get_index_for(id, &[])
+        let p = self.index_path(id);
+        read_limited(
+            &p,
+            manifest::Limits::default().max_signed_bytes,
+            Symlinks::Refuse,
+        )
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::IndexNotFound {
+                    id: id.to_hex(),
+                    store: self.root.clone(),
+                }
+            } else {
+                Error::Io { path: p, source: e }
+            }
+        })
     }
 
     /// Checks that every chunk of `index` is in the store and decodes to its id; the
@@ -195,14 +166,12 @@ impl DirStore {
             let item = item.map_err(io(&dir))?;
             let name = item.file_name();
             if let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".idx"))
-                && let Some(hex) = stem.split('.').next()
-                && let Ok(id) = hex.parse()
+                && let Ok(id) = stem.parse()
             {
                 out.push(id);
             }
         }
         out.sort();
-        out.dedup();
         Ok(out)
     }
 
@@ -249,5 +218,145 @@ impl ChunkSink for DirStore {
 
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
         self.write_atomic(&self.chunk_path(id), stored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn store() -> (tempfile::TempDir, DirStore) {
+        let t = tempfile::tempdir().expect("tempdir");
+        let s = DirStore::create(&t.path().join("store")).expect("store");
+        (t, s)
+    }
+
+    /// A chunk of 100 KB that compresses, its id and encoded form.
+    fn chunk() -> (ChunkId, Vec<u8>) {
+        let plain = b"teesfs ".repeat(100_000 / 7);
+        (ChunkId::of(&plain), manifest::encode_chunk(&plain, 1))
+    }
+
+    /// Runs `f` on a thread and fails the test if it has not answered within 10 s (a FIFO
+    /// opened for reading without a writer blocks for ever).
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the store hung on a FIFO")
+    }
+
+    #[test]
+    fn a_chunk_symlinked_to_dev_zero_is_refused_not_read() {
+        let (_t, s) = store();
+        let (id, _) = chunk();
+        let p = s.chunk_path(&id);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::os::unix::fs::symlink("/dev/zero", &p).expect("symlink");
+        let err = s.get_chunk(&id).expect_err("a symlink");
+        assert!(err.to_string().contains("symlink"), "{err}");
+        assert_eq!(s.stored_len(&id, 100_000), None, "not counted as present");
+    }
+
+    #[test]
+    fn a_fifo_chunk_does_not_hang_get_chunk() {
+        let (_t, s) = store();
+        let (id, stored) = chunk();
+        let p = s.chunk_path(&id);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let s2 = s.clone();
+        let err = within_10s(move || s2.get_chunk(&id)).expect_err("a FIFO");
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        let s2 = s.clone();
+        assert_eq!(within_10s(move || s2.stored_len(&id, 99_995)), None);
+        s.put(&id, &stored).expect("put replaces the FIFO");
+        assert_eq!(s.get_chunk(&id).expect("chunk"), stored);
+    }
+
+    #[test]
+    fn an_oversized_chunk_file_is_refused_at_the_bound() {
+        let (_t, s) = store();
+        let (id, _) = chunk();
+        let p = s.chunk_path(&id);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        let f = std::fs::File::create(&p).expect("create");
+        f.set_len(MAX_STORED_CHUNK + 1).expect("sparse file");
+        let err = s.get_chunk(&id).expect_err("too long");
+        assert!(err.to_string().contains("larger than"), "{err}");
+    }
+
+    /// An existing object counted as present by its name alone: an empty, truncated or
+    /// planted file under a chunk's id was kept, and the index that listed it signed.
+    #[test]
+    fn an_existing_chunk_counts_only_if_it_decodes_to_its_id_and_put_replaces_it() {
+        let (_t, s) = store();
+        let (id, stored) = chunk();
+        let plain_len = 100_000 / 7 * 7;
+        let p = s.chunk_path(&id);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        let planted = manifest::encode_chunk(&vec![1u8; plain_len as usize], 1);
+        for bad in [&b""[..], &stored[..stored.len() / 2], &planted[..]] {
+            std::fs::write(&p, bad).expect("write");
+            assert_eq!(
+                s.stored_len(&id, plain_len),
+                None,
+                "{} bad bytes",
+                bad.len()
+            );
+            s.put(&id, &stored).expect("put");
+            assert_eq!(s.stored_len(&id, plain_len), Some(stored.len() as u32));
+        }
+    }
+
+    /// A planted symlink at a chunk's path is replaced, never written through.
+    #[test]
+    fn put_replaces_a_symlinked_chunk_without_writing_to_its_target() {
+        let (t, s) = store();
+        let (id, stored) = chunk();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"keep me").expect("write");
+        let p = s.chunk_path(&id);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::os::unix::fs::symlink(&victim, &p).expect("symlink");
+        s.put(&id, &stored).expect("put");
+        assert_eq!(std::fs::read(&victim).expect("victim"), b"keep me");
+        assert!(std::fs::symlink_metadata(&p).expect("stat").is_file());
+    }
+
+    #[test]
+    fn put_index_replaces_a_damaged_index_and_get_index_refuses_a_fifo() {
+        let (_t, s) = store();
+        let key = manifest::SecretKey::generate().expect("key");
+        let index = manifest::Index {
+            chunk_size: 1 << 20,
+            chunks: Vec::new(),
+            entries: vec![manifest::Entry {
+                parent: manifest::EntryIdx(0),
+                name: Box::default(),
+                meta: manifest::Meta::default(),
+                flags: manifest::EntryFlags::default(),
+                kind: manifest::EntryKind::Dir,
+            }],
+            urgent: Vec::new(),
+        };
+        let signed = SignedIndex::sign(&index, &key, 3);
+        let id = s.put_index(&signed).expect("put");
+        let p = s.index_path(&id);
+        let good = std::fs::read(&p).expect("read");
+        std::fs::write(&p, &good[..good.len() - 3]).expect("truncate");
+        s.put_index(&signed).expect("put again");
+        assert_eq!(s.get_index(&id).expect("index"), good, "repaired");
+
+        std::fs::remove_file(&p).expect("rm");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let s2 = s.clone();
+        let err = within_10s(move || s2.get_index(&id)).expect_err("a FIFO");
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        s.put_index(&signed).expect("put replaces the FIFO");
+        assert_eq!(s.get_index(&id).expect("index"), good);
     }
 }

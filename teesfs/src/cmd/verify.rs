@@ -43,16 +43,19 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     for id in ids {
         // A bad index file (a symlink, a FIFO, damaged) is one bad index, not the end of
         // the check.
-        let opened = store.get_index(&id).map_err(anyhow::Error::from).and_then(|bytes| {
-            SignedIndex::open(bytes, Some(id), &trusted, &Limits::default()).map_err(|e| {
-                let hint = if matches!(e, manifest::Error::IdMismatch { .. }) {
-                    " (an index published before ids named the signer? publish the layer again)"
-                } else {
-                    ""
-                };
-                anyhow::anyhow!("{e}{hint}")
-            })
-        });
+        let opened = store
+            .get_index(&id)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| {
+                SignedIndex::open(bytes, Some(id), &trusted, &Limits::default()).map_err(|e| {
+                    let hint = if matches!(e, manifest::Error::IdMismatch { .. }) {
+                        " (an index published before ids named the signer? publish the layer again)"
+                    } else {
+                        ""
+                    };
+                    anyhow::anyhow!("{e}{hint}")
+                })
+            });
         let (signed, index) = match opened {
             Ok(x) => x,
             Err(e) => {

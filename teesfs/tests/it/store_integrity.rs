@@ -103,9 +103,11 @@ fn a_planted_chunk_is_replaced_not_adopted_by_publish() {
 }
 
 /// The same layer published with a second key kept the first key's index, so nodes
-/// trusting only the second key refused it. Indexes are kept per signer now.
+/// trusting only the second key refused it. An index id names content and signer now: the
+/// second publish prints its own id, and that id means the second key's envelope to every
+/// command that resolves it, whatever else the resolver trusts.
 #[test]
-fn the_same_layer_signed_by_a_second_key_is_trusted_by_that_keys_nodes() {
+fn same_layer_with_a_second_key_is_trusted_by_its_nodes() {
     let ws = Workspace::new();
     let layer = layer_with(&ws, &[("f.bin", noise(100_000, 1))]);
     let first = ws.publish(&layer);
@@ -119,15 +121,26 @@ fn the_same_layer_signed_by_a_second_key_is_trusted_by_that_keys_nodes() {
         .lines()
         .find_map(|l| l.strip_prefix("index ").map(|s| s.trim().to_string()))
         .expect("index line");
-    assert_eq!(first, second, "the index id is the content's");
-    for trust in [ws.pubkey(), pub2] {
-        let out = verify(&ws, &first, &trust);
-        assert!(
-            out.status.success(),
-            "nodes trusting {} accept it: {out:?}",
-            trust.display()
-        );
-    }
+    assert_ne!(first, second, "one index per signer");
+    let out = verify(&ws, &second[..12], &pub2);
+    assert!(
+        out.status.success(),
+        "nodes trusting only the second key: {out:?}"
+    );
+    let out = verify(&ws, &first[..12], &ws.pubkey());
+    assert!(
+        out.status.success(),
+        "nodes trusting only the first key: {out:?}"
+    );
+    let out = verify(&ws, &first[..12], &pub2);
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stdout).contains("not among the trusted"),
+        "the first key's envelope is not passed off to the second key's nodes: {out:?}"
+    );
+    // Republishing with the first key does not displace the second key's index.
+    assert_eq!(ws.publish(&layer), first);
+    assert!(verify(&ws, &second, &pub2).status.success());
 }
 
 /// A file overwritten in place while it was published went out half old, half new with
