@@ -190,6 +190,11 @@ impl SignedIndex {
         IndexId(*h.finalize().as_bytes())
     }
 
+    /// The id this envelope had before ids named the signer: blake3 of the compressed body.
+    pub fn legacy_id(&self) -> IndexId {
+        IndexId::of(&self.bytes[HEADER_LEN..])
+    }
+
     /// The publisher key named in the envelope (not yet trusted).
     pub fn publisher(&self) -> Result<PublicKey, Error> {
         let mut raw = [0u8; 32];
@@ -245,7 +250,10 @@ impl SignedIndex {
         let signed = Self::from_bytes(bytes, limits)?;
         if let Some(expected) = expected {
             let actual = signed.id();
-            if actual != expected {
+            // An id from before ids named the signer (the body's digest alone) still
+            // names this content: stores published with older versions keep working. The
+            // signature below is checked against the trusted keys either way.
+            if actual != expected && expected != signed.legacy_id() {
                 return Err(Error::IdMismatch { expected, actual });
             }
         }
@@ -339,5 +347,30 @@ mod tests {
             forged.verify(&[k2.public()]),
             Err(Error::BadSignature { .. })
         ));
+    }
+
+    #[test]
+    fn an_id_from_before_ids_named_the_signer_still_opens_its_index() {
+        let key = SecretKey::generate().expect("key");
+        let signed = SignedIndex::sign(&index(), &key, 3);
+        let legacy = signed.legacy_id();
+        assert_ne!(legacy, signed.id());
+        let limits = Limits::default();
+        SignedIndex::open(
+            signed.as_bytes().to_vec(),
+            Some(legacy),
+            &[key.public()],
+            &limits,
+        )
+        .expect("an old store's id opens");
+        let other = SecretKey::generate().expect("key");
+        let e = SignedIndex::open(
+            signed.as_bytes().to_vec(),
+            Some(legacy),
+            &[other.public()],
+            &limits,
+        )
+        .expect_err("still only for trusted keys");
+        assert!(matches!(e, Error::UntrustedKey { .. }), "{e}");
     }
 }

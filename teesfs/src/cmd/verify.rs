@@ -47,14 +47,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             .get_index(&id)
             .map_err(anyhow::Error::from)
             .and_then(|bytes| {
-                SignedIndex::open(bytes, Some(id), &trusted, &Limits::default()).map_err(|e| {
-                    let hint = if matches!(e, manifest::Error::IdMismatch { .. }) {
-                        " (an index published before ids named the signer? publish the layer again)"
-                    } else {
-                        ""
-                    };
-                    anyhow::anyhow!("{e}{hint}")
-                })
+                SignedIndex::open(bytes, Some(id), &trusted, &Limits::default())
+                    .map_err(anyhow::Error::from)
             });
         let (signed, index) = match opened {
             Ok(x) => x,
