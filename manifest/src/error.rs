@@ -204,6 +204,9 @@ pub enum Error {
     /// The job spec (`manifest.toml`) is malformed.
     #[error("manifest.toml: {0}")]
     JobSpec(String),
+    /// The site configuration (`teesfs.toml`) is malformed: the file, line and key.
+    #[error("site configuration {0}")]
+    SiteConfig(String),
     /// The operating system's random number generator failed.
     #[error("no randomness available for key generation: {0}")]
     Random(String),

@@ -8,7 +8,9 @@
 //!
 //! This crate owns the formats and their strict decoders, plus a builder that walks a
 //! directory and produces chunks and an index. It does no I/O except the builder's reads of
-//! the layer; where chunks go is the caller's business (see [`build::ChunkSink`]).
+//! the layer; where chunks go is the caller's business (see [`build::ChunkSink`]). It also
+//! parses the two human-written files: the job spec ([`jobspec`], `manifest.toml`) and the
+//! site configuration ([`site`], `teesfs.toml`).
 
 pub mod build;
 pub mod chunk;
@@ -18,6 +20,7 @@ pub mod ids;
 pub mod index;
 pub mod jobspec;
 pub mod sign;
+pub mod site;
 mod wire;
 
 pub use build::{BuildOptions, BuildReport, ChunkSink, Skipped, build, set_urgent_paths};
@@ -29,6 +32,7 @@ pub use index::{
 };
 pub use jobspec::JobSpec;
 pub use sign::{PublicKey, SecretKey, SignedIndex};
+pub use site::SiteConfig;
 
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

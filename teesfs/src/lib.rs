@@ -5,6 +5,7 @@
 //! - [`net`]: QUIC transport with mutual TLS between cluster nodes.
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
+//! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
 //!
 //! The CLI in `main.rs` is a thin shell over this library and the `manifest`, `seeder` and
 //! `peertree` crates.
@@ -13,6 +14,7 @@ pub mod fs;
 pub mod net;
 pub mod node;
 pub mod runenv;
+pub mod site;
 pub mod source;
 
 /// Errors of the node-side library.
@@ -35,6 +37,14 @@ pub enum Error {
     /// A network or TLS problem.
     #[error("network: {0}")]
     Net(String),
+    /// A site configuration file cannot be read.
+    #[error("cannot read the site configuration {}: {source}", path.display())]
+    SiteConfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The directory for passthrough copies cannot be used safely.
     #[error("passthrough copies directory {}: {problem}", dir.display())]
     CopiesDir {
