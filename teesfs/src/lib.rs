@@ -37,6 +37,14 @@ pub enum Error {
     /// A network or TLS problem.
     #[error("network: {0}")]
     Net(String),
+    /// The daemon's state directory cannot be used (locked by another daemon, unwritable).
+    #[error("state directory {}: {problem}", dir.display())]
+    StateDir {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// What is wrong and what to do.
+        problem: String,
+    },
     /// A site configuration file cannot be read.
     #[error("cannot read the site configuration {}: {source}", path.display())]
     SiteConfig {

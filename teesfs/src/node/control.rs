@@ -10,7 +10,63 @@
 //!
 //! Parsing and the decision are pure; the daemon does the I/O.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use peertree::relay::JobId;
+
+/// The longest request line read; a longer one is refused unread.
+pub const MAX_LINE: usize = 4096;
+/// Control connections one non-root user may hold at once.
+pub const MAX_PER_UID: usize = 8;
+/// Control connections all non-root users may hold at once.
+pub const MAX_USERS: usize = 64;
+/// Control connections kept for root whatever other users do, so `teesfs status` and the
+/// Slurm epilog's release always get through.
+pub const MAX_ROOT: usize = 16;
+
+/// Why a control request was refused. The text is sent back, and never repeats what the
+/// caller sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// An empty line.
+    #[error("empty request; try `status`")]
+    Empty,
+    /// A verb the daemon does not know.
+    #[error("unknown command; try `status`, `status JOB` or `stop JOB`")]
+    UnknownCommand,
+    /// A per-job verb without a job id.
+    #[error("`{0}` needs a job id")]
+    NeedsJob(&'static str),
+    /// A job id that is not 16 hex digits.
+    #[error("not a job id (16 hex digits)")]
+    BadJobId,
+    /// Words after the job id.
+    #[error("unexpected words after the job id")]
+    TooManyWords,
+    /// A line longer than [`MAX_LINE`].
+    #[error("request longer than {MAX_LINE} bytes; refused")]
+    TooLong,
+    /// A request line that is not UTF-8.
+    #[error("request is not text")]
+    NotText,
+    /// A non-root user asked for every job.
+    #[error(
+        "permission denied: only root may list every job (uid {0}); ask about your own job with `status JOB`"
+    )]
+    ListDenied(u32),
+    /// Root named a job this node does not run.
+    #[error("no job {0} on this node")]
+    NoJob(JobId),
+    /// A user named a job that is not theirs, or that does not exist (the same answer).
+    #[error("no job {job} of uid {uid} on this node (permission denied for other users' jobs)")]
+    NotYours {
+        /// The job named.
+        job: JobId,
+        /// The caller.
+        uid: u32,
+    },
+}
 
 /// A parsed control request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,29 +81,28 @@ pub enum Request {
 
 impl Request {
     /// Parses one request line.
-    pub fn parse(line: &str) -> Result<Request, String> {
+    pub fn parse(line: &str) -> Result<Request, ControlError> {
         let mut words = line.split_whitespace();
         let verb = words.next().unwrap_or_default();
         let job = words.next();
-        if let Some(extra) = words.next() {
-            return Err(format!("unexpected {extra:?} after the job id"));
+        if words.next().is_some() {
+            return Err(ControlError::TooManyWords);
         }
         let has_job = job.is_some();
-        let job = |what: &str| -> Result<JobId, String> {
-            let text = job.ok_or_else(|| format!("`{what}` needs a job id"))?;
+        let job = |what: &'static str| -> Result<JobId, ControlError> {
+            let text = job.ok_or(ControlError::NeedsJob(what))?;
             u64::from_str_radix(text, 16)
                 .map(JobId)
-                .map_err(|_| format!("{text:?} is not a job id (16 hex digits)"))
+                .map_err(|_| ControlError::BadJobId)
         };
         match verb {
             "status" if !has_job => Ok(Request::Status),
             "status" => job("status").map(Request::Job),
             // `release` is what the Slurm epilog's `teesfs release` sends.
-            "stop" | "release" => job(verb).map(Request::Stop),
-            "" => Err("empty request; try `status`".into()),
-            other => Err(format!(
-                "unknown command {other:?}; try `status`, `status JOB` or `stop JOB`"
-            )),
+            "stop" => job("stop").map(Request::Stop),
+            "release" => job("release").map(Request::Stop),
+            "" => Err(ControlError::Empty),
+            _ => Err(ControlError::UnknownCommand),
         }
     }
 
@@ -72,22 +127,88 @@ pub enum JobOwner {
 /// Whether the local user `uid` may make `request`; `owner` describes the job it names. The
 /// refusal is the text sent back. A non-root caller asking about a job it does not own is told
 /// the same as for a job that does not exist, so job ids of other users cannot be probed.
-pub fn authorize(uid: u32, request: Request, owner: JobOwner) -> Result<(), String> {
+pub fn authorize(uid: u32, request: Request, owner: JobOwner) -> Result<(), ControlError> {
     if uid == 0 {
         return match (request.job(), owner) {
-            (Some(job), JobOwner::Unknown) => Err(format!("no job {job} on this node")),
+            (Some(job), JobOwner::Unknown) => Err(ControlError::NoJob(job)),
             _ => Ok(()),
         };
     }
     match (request.job(), owner) {
-        (None, _) => Err(format!(
-            "permission denied: only root may list every job (uid {uid}); ask about your own job \
-             with `status JOB`"
-        )),
+        (None, _) => Err(ControlError::ListDenied(uid)),
         (Some(_), JobOwner::Owned(Some(o))) if o == uid => Ok(()),
-        (Some(job), _) => Err(format!(
-            "no job {job} of uid {uid} on this node (permission denied for other users' jobs)"
-        )),
+        (Some(job), _) => Err(ControlError::NotYours { job, uid }),
+    }
+}
+
+/// Who holds control connections: a user gets at most [`MAX_PER_UID`], all users together
+/// [`MAX_USERS`], and root has [`MAX_ROOT`] of its own, so no local user can take the
+/// control socket (or the daemon's file descriptors) from root or from other users.
+#[derive(Debug, Default)]
+pub struct Admission {
+    per_uid: HashMap<u32, usize>,
+    users: usize,
+    root: usize,
+}
+
+/// One admitted connection; leaving is dropping it.
+#[derive(Debug)]
+pub struct Ticket {
+    admission: Arc<Mutex<Admission>>,
+    uid: u32,
+}
+
+fn lock(m: &Mutex<Admission>) -> std::sync::MutexGuard<'_, Admission> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Admission {
+    /// Admits a connection of `uid`, or `None` when its share is used up.
+    pub fn enter(admission: &Arc<Mutex<Admission>>, uid: u32) -> Option<Ticket> {
+        let mut a = lock(admission);
+        if uid == 0 {
+            if a.root >= MAX_ROOT {
+                return None;
+            }
+            a.root += 1;
+        } else {
+            let mine = a.per_uid.get(&uid).copied().unwrap_or(0);
+            if mine >= MAX_PER_UID || a.users >= MAX_USERS {
+                return None;
+            }
+            a.users += 1;
+            a.per_uid.insert(uid, mine + 1);
+        }
+        Some(Ticket {
+            admission: admission.clone(),
+            uid,
+        })
+    }
+
+    /// Connections held by `uid` now.
+    pub fn held(&self, uid: u32) -> usize {
+        if uid == 0 {
+            self.root
+        } else {
+            self.per_uid.get(&uid).copied().unwrap_or(0)
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut a = lock(&self.admission);
+        if self.uid == 0 {
+            a.root -= 1;
+            return;
+        }
+        a.users -= 1;
+        if let Some(n) = a.per_uid.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                a.per_uid.remove(&self.uid);
+            }
+        }
     }
 }
 
@@ -111,9 +232,10 @@ mod tests {
             ("stop", "needs a job id"),
             ("status xyz", "not a job id"),
             ("status 1 2", "unexpected"),
+            ("release", "`release` needs a job id"),
             ("mount 1", "unknown command"),
         ] {
-            let err = Request::parse(bad).expect_err(bad);
+            let err = Request::parse(bad).expect_err(bad).to_string();
             assert!(err.contains(says), "{bad:?}: {err}");
         }
     }
@@ -141,5 +263,49 @@ mod tests {
             assert_eq!(theirs, missing);
             assert_eq!(ownerless, missing);
         }
+    }
+
+    #[test]
+    fn control_errors_do_not_echo_the_request() {
+        for bad in ["SECRET", "status SECRET", "status 1 SECRET", "stop SECRET"] {
+            let err = Request::parse(bad).expect_err(bad).to_string();
+            assert!(!err.contains("SECRET"), "{bad:?} echoed: {err}");
+        }
+    }
+
+    #[test]
+    fn control_connections_are_capped_per_user_and_for_all_users_with_roots_share_kept() {
+        let a = Arc::new(Mutex::new(Admission::default()));
+        let mine: Vec<Ticket> = (0..MAX_PER_UID)
+            .map(|_| Admission::enter(&a, 1000).expect("within the share"))
+            .collect();
+        assert!(
+            Admission::enter(&a, 1000).is_none(),
+            "a user's share is capped"
+        );
+        let mut others = Vec::new();
+        for uid in 2000.. {
+            match Admission::enter(&a, uid) {
+                Some(t) => others.push(t),
+                None => break,
+            }
+        }
+        assert_eq!(
+            mine.len() + others.len(),
+            MAX_USERS,
+            "users together are capped"
+        );
+        let root: Vec<Ticket> = (0..MAX_ROOT)
+            .map(|_| Admission::enter(&a, 0).expect("root's share is kept"))
+            .collect();
+        assert!(Admission::enter(&a, 0).is_none());
+        drop(mine);
+        assert_eq!(lock(&a).held(1000), 0);
+        assert!(
+            Admission::enter(&a, 1000).is_some(),
+            "leaving frees the share"
+        );
+        drop(root);
+        assert_eq!(lock(&a).held(0), 0);
     }
 }

@@ -3,17 +3,24 @@
 //! arrives, forwards to children, answers demand requests, and reports its state on a
 //! Unix control socket. A health probe (`teesfs health`) is a job without index or chunks:
 //! it is answered and forwarded, never mounted, and dropped once the root finishes it.
+//!
+//! One daemon per state directory: the first holds an exclusive lock on
+//! `<state-dir>/daemon.lock` for its life, and a second exits naming it before it touches
+//! a mount, a copy or the control socket. The control socket is open to every local user
+//! and bounded ([`super::control`]): request lines, connections per user and in all, and
+//! idle time; the file descriptor limit is raised at start so the data path never runs out
+//! because of the control path.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use manifest::{Limits, PublicKey, SignedIndex};
 use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Schedule, Start};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::JobSource;
 use super::job::{JobCore, JobCounters};
@@ -78,6 +85,10 @@ pub struct Daemon {
     store: Arc<NodeStore>,
     /// Passthrough copies of every job (`None` without passthrough).
     copies: Option<Arc<Copies>>,
+    /// The state directory's lock, held for the daemon's life.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+    /// Who holds control connections.
+    admission: Arc<Mutex<super::control::Admission>>,
     jobs: Mutex<HashMap<JobId, Arc<NodeJob>>>,
     /// Jobs whose `Prepare` this node passed on (the newest few): a node with children
     /// gets one from its grandparent and one from its parent, and passes on the first.
@@ -85,6 +96,9 @@ pub struct Daemon {
     rt: tokio::runtime::Handle,
     me: Weak<Daemon>,
 }
+
+/// How long a control connection may sit without sending a request line.
+const CONTROL_IDLE: Duration = Duration::from_secs(10);
 
 /// How many passed-on `Prepare`s a daemon remembers.
 const PREPARED_KEPT: usize = 1024;
@@ -143,6 +157,8 @@ impl Daemon {
     /// Binds the endpoint and opens the store. Must run inside a tokio runtime.
     /// Mounts a crashed earlier run left under the mount root are detached first.
     pub fn start(cfg: DaemonConfig) -> Result<Arc<Self>, Error> {
+        let lock = lock_state_dir(&cfg.state_dir)?;
+        raise_fd_limit();
         clean_stale_mounts(&cfg.mount_root);
         let identity = Identity::load(&cfg.identity_dir, &cfg.host).map_err(Error::net)?;
         let transport = Transport::bind(cfg.listen, &identity).map_err(Error::net)?;
@@ -165,6 +181,8 @@ impl Daemon {
             peers: peers.clone(),
             store,
             copies,
+            _lock: lock,
+            admission: Arc::new(Mutex::new(super::control::Admission::default())),
             jobs: Mutex::new(HashMap::new()),
             prepared: Mutex::new(std::collections::VecDeque::new()),
             rt: tokio::runtime::Handle::current(),
@@ -219,11 +237,32 @@ impl Daemon {
                 return std::future::pending().await;
             };
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
+                let stream = match listener.accept().await {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        // Out of file descriptors or memory: back off instead of spinning
+                        // on an accept that fails at once.
+                        tracing::warn!(error = %e, "control socket accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let uid = match stream.peer_cred() {
+                    Ok(cred) => cred.uid(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "control client without credentials; dropped");
+                        continue;
+                    }
+                };
+                let Some(ticket) = super::control::Admission::enter(&this.admission, uid) else {
+                    tracing::debug!(uid, "control connection refused: this user holds its share");
                     continue;
                 };
                 let this = this.clone();
-                tokio::spawn(async move { this.control_client(stream).await });
+                tokio::spawn(async move {
+                    this.control_client(stream, uid).await;
+                    drop(ticket);
+                });
             }
         };
         tokio::select! {
@@ -233,21 +272,39 @@ impl Daemon {
         self.shutdown().await;
     }
 
-    async fn control_client(self: Arc<Self>, stream: tokio::net::UnixStream) {
-        use super::control::{JobOwner, Request, authorize};
-        let uid = match stream.peer_cred() {
-            Ok(cred) => cred.uid(),
-            Err(e) => {
-                tracing::warn!(error = %e, "control client without credentials; dropped");
+    async fn control_client(self: Arc<Self>, stream: tokio::net::UnixStream, uid: u32) {
+        use super::control::{ControlError, JobOwner, MAX_LINE, Request, authorize};
+        let (r, mut w) = stream.into_split();
+        let mut reader = BufReader::new(r);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let read = tokio::time::timeout(
+                CONTROL_IDLE,
+                (&mut reader)
+                    .take(MAX_LINE as u64 + 1)
+                    .read_until(b'\n', &mut buf),
+            )
+            .await;
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+                Ok(Ok(_)) => {}
+            }
+            let error = |e: &dyn std::fmt::Display| {
+                serde_json::json!({ "error": e.to_string() }).to_string()
+            };
+            if buf.last() != Some(&b'\n') && buf.len() > MAX_LINE {
+                let reply = error(&ControlError::TooLong);
+                let _ = w.write_all(format!("{reply}\n").as_bytes()).await;
                 return;
             }
-        };
-        let (r, mut w) = stream.into_split();
-        let mut lines = BufReader::new(r).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let error = |e: String| serde_json::json!({ "error": e }).to_string();
-            let reply = match Request::parse(&line) {
-                Err(e) => error(e),
+            let Ok(line) = std::str::from_utf8(&buf) else {
+                let reply = error(&ControlError::NotText);
+                let _ = w.write_all(format!("{reply}\n").as_bytes()).await;
+                return;
+            };
+            let reply = match Request::parse(line) {
+                Err(e) => error(&e),
                 Ok(req) => {
                     let job = req.job().and_then(|j| lock(&self.jobs).get(&j).cloned());
                     let owner = job
@@ -255,21 +312,21 @@ impl Daemon {
                         .map_or(JobOwner::Unknown, |j| JobOwner::Owned(j.owner));
                     match (authorize(uid, req, owner), req, job) {
                         (Err(e), ..) => {
-                            tracing::warn!(uid, request = %line.trim(), "control request refused");
-                            error(e)
+                            tracing::warn!(uid, request = ?req, "control request refused");
+                            error(&e)
                         }
-                        (Ok(()), Request::Status, _) => serde_json::to_string(&self.status())
-                            .unwrap_or_else(|e| error(e.to_string())),
+                        (Ok(()), Request::Status, _) => {
+                            serde_json::to_string(&self.status()).unwrap_or_else(|e| error(&e))
+                        }
                         (Ok(()), Request::Job(_), Some(j)) => {
-                            serde_json::to_string(&job_status(&j))
-                                .unwrap_or_else(|e| error(e.to_string()))
+                            serde_json::to_string(&job_status(&j)).unwrap_or_else(|e| error(&e))
                         }
                         (Ok(()), Request::Stop(id), Some(_)) => {
                             tracing::info!(uid, job = %id, "job stopped on request");
                             self.stop_job(id).await;
                             serde_json::json!({ "stopped": id.to_string() }).to_string()
                         }
-                        (Ok(()), _, None) => error("no such job".into()),
+                        (Ok(()), _, None) => error(&"no such job"),
                     }
                 }
             };
@@ -680,5 +737,64 @@ fn detach_stale_mounts(root: &std::path::Path) {
             }
             let _ = std::fs::remove_dir(mp);
         }
+    }
+}
+
+/// Takes the state directory's exclusive lock (creating the directory), or says which daemon
+/// holds it. The lock file holds the owner's pid.
+fn lock_state_dir(dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>, Error> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join("daemon.lock");
+    let io = |source: std::io::Error| Error::StateDir {
+        dir: dir.to_path_buf(),
+        problem: format!("cannot lock {}: {source}", path.display()),
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut locked) => {
+            locked.set_len(0).map_err(io)?;
+            locked.rewind().map_err(io)?;
+            writeln!(locked, "{}", std::process::id()).map_err(io)?;
+            Ok(locked)
+        }
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            let pid = if pid.chars().all(|c| c.is_ascii_digit()) && !pid.is_empty() {
+                pid.to_string()
+            } else {
+                "unknown".to_string()
+            };
+            Err(Error::StateDir {
+                dir: dir.to_path_buf(),
+                problem: format!(
+                    "another teesfs daemon (pid {pid}) uses it; stop that one first (systemctl stop teesfs-daemon) or give this one its own --state-dir"
+                ),
+            })
+        }
+        Err((_, e)) => Err(io(std::io::Error::from(e))),
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: jobs, peers, chunk reads and
+/// mounts need descriptors, and control clients must never be what exhausts them.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(error = %e, soft, hard, "cannot raise the open-file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
     }
 }

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod corruption;
+mod daemon_bounds;
 mod deps;
 mod distribution;
 mod fuzz_corpus;
