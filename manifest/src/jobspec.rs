@@ -116,7 +116,14 @@ pub struct NetworkSpec {
 impl JobSpec {
     /// Parses and checks a job spec.
     pub fn from_toml(text: &str) -> Result<Self, Error> {
-        let spec: JobSpec = toml::from_str(text).map_err(|e| Error::JobSpec(e.to_string()))?;
+        // The message and line only: the file may be one its reader could not read itself
+        // (the Slurm prolog reads users' specs), so its text is never quoted.
+        let spec: JobSpec = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(1, |s| {
+                text[..s.start.min(text.len())].matches('\n').count() + 1
+            });
+            Error::JobSpec(format!("line {line}: {}", e.message()))
+        })?;
         if spec.layer.index.trim().is_empty() {
             return Err(Error::JobSpec("[layer] index is empty".into()));
         }

@@ -109,8 +109,8 @@ fn parse_tagged<'a>(text: &'a str, tag: &str) -> Result<&'a str, Error> {
         .ok_or_else(|| Error::BadKey("the key file is empty".into()))?;
     match line.split_once(' ') {
         Some((t, rest)) if t == tag => Ok(rest.trim()),
-        Some((t, _)) => Err(Error::BadKey(format!(
-            "expected a `{tag}` key, found `{t}` (wrong kind of key file?)"
+        Some(_) => Err(Error::BadKey(format!(
+            "expected a `{tag}` key, found something else (wrong kind of key file?)"
         ))),
         None if line.len() == 64 => Ok(line),
         None => Err(Error::BadKey(format!("expected `{tag} <hex>`"))),

@@ -20,6 +20,11 @@ use crate::error::{Error, Result};
 /// The most hosts one expression may expand to; more is almost certainly a typo.
 pub const MAX_HOSTS: usize = 1 << 22;
 
+/// The most bytes of host names one expression may expand to, checked before anything is
+/// allocated: a long prefix times a large range (`<3,000 chars>[1-4000000]` wanted 12 GB)
+/// is refused however few hosts it names.
+pub const MAX_BYTES: usize = 64 << 20;
+
 /// Numbers longer than this cannot be held in a `u64` without risk, and no cluster names
 /// nodes with them.
 const MAX_DIGITS: usize = 18;
@@ -30,7 +35,16 @@ const MAX_DIGITS: usize = 18;
 /// `"a,,b,"` is `a,b`. Errors carry the byte position of the problem.
 pub fn expand(expr: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     for (start, item) in split_top(expr)? {
+        bytes = bytes.saturating_add(expanded_bytes(expr, start, item)?);
+        if bytes > MAX_BYTES {
+            return Err(err(
+                expr,
+                start,
+                format!("expands to more than {} MiB of host names", MAX_BYTES >> 20),
+            ));
+        }
         expand_item(expr, start, item, &mut out)?;
         if out.len() > MAX_HOSTS {
             return Err(err(
@@ -285,6 +299,35 @@ fn expand_item(expr: &str, base: usize, item: &str, out: &mut Vec<String>) -> Re
     Ok(())
 }
 
+/// An upper bound of the bytes `item` (at `base` in `expr`) expands to, without expanding
+/// it: hosts times the longest name.
+fn expanded_bytes(expr: &str, base: usize, item: &str) -> Result<usize> {
+    let mut hosts: u64 = 1;
+    let mut longest: u64 = 0;
+    let mut rest = item;
+    let mut off = base;
+    while let Some(open) = rest.find('[') {
+        longest += open as u64;
+        let close = rest[open..]
+            .find(']')
+            .map(|c| open + c)
+            .expect("split_top checked that every '[' is closed");
+        let ranges = parse_ranges(expr, off + open + 1, &rest[open + 1..close])?;
+        let n: u64 = ranges.iter().map(|(lo, hi, _)| hi - lo + 1).sum();
+        let width = ranges
+            .iter()
+            .map(|&(_, hi, w)| (w as u64).max(hi.checked_ilog10().unwrap_or(0) as u64 + 1))
+            .max()
+            .unwrap_or(0);
+        hosts = hosts.saturating_mul(n);
+        longest += width;
+        off += close + 1;
+        rest = &rest[close + 1..];
+    }
+    longest += rest.len() as u64;
+    Ok(hosts.saturating_mul(longest).min(usize::MAX as u64) as usize)
+}
+
 /// Parses the inside of a bracket, `0001-0128,0130`; `base` is its offset in `expr`.
 fn parse_ranges(expr: &str, base: usize, inner: &str) -> Result<Vec<(u64, u64, usize)>> {
     let mut ranges = Vec::new();
@@ -354,5 +397,22 @@ mod tests {
             panic!()
         };
         assert_eq!(pos, 7);
+    }
+
+    #[test]
+    fn a_huge_cluster_hostlist_is_refused_before_allocating() {
+        let expr = format!("{}[1-4000000]", "n".repeat(3000));
+        let t0 = std::time::Instant::now();
+        let e = expand(&expr).expect_err("12 GB of names");
+        assert!(e.to_string().contains("MiB of host names"), "{e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        // Many items that are each small add up too.
+        let many = (0..40)
+            .map(|i| format!("{}{i}-[1-100000]", "x".repeat(20)))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(expand(&many).is_err());
+        // A real cluster is far below it.
+        assert_eq!(expand("cn[00001-17560]").expect("fine").len(), 17560);
     }
 }

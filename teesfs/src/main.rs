@@ -99,7 +99,7 @@ fn main() -> std::process::ExitCode {
         return match teesfs::runenv::init_main(&argv[2..]) {
             Ok(never) => match never {},
             Err(e) => {
-                eprintln!("teesfs run: {:#}", anyhow::Error::from(e));
+                eprintln!("teesfs run: {}", error_text(&anyhow::Error::from(e)));
                 std::process::ExitCode::from(125)
             }
         };
@@ -132,8 +132,22 @@ fn exit_code(result: anyhow::Result<std::process::ExitCode>) -> std::process::Ex
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("teesfs: error: {e:#}");
+            eprintln!("teesfs: error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each once: many errors already say their cause in their own
+/// text (`{path}: {source}`), and printing the chain as well said it twice.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }

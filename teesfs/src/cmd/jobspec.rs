@@ -82,8 +82,7 @@ impl JobArgs {
     /// The topology: `--topology FILE`, or generated from `--cluster`/`--group-size`.
     pub fn topology(&self, nodes: &[String]) -> anyhow::Result<Topology> {
         if let Some(path) = &self.topology {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading topology file {}", path.display()))?;
+            let text = super::util::read_text(path, "topology file")?;
             return Topology::from_toml(&text)
                 .map_err(|e| anyhow!("{}: {e}", path.display()))
                 .context("fix the topology file (format: docs/planner.md)");
@@ -221,9 +220,8 @@ impl RootArgs {
 }
 
 /// Reads a hosts file: `host address[:port]` per line, `#` comments.
-fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, String>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading hosts file {}", path.display()))?;
+fn load_hosts(path: &std::path::Path, port: u16) -> anyhow::Result<HashMap<String, String>> {
+    let text = super::util::read_text(path, "hosts file")?;
     let mut map = HashMap::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -232,8 +230,9 @@ fn load_hosts(path: &PathBuf, port: u16) -> anyhow::Result<HashMap<String, Strin
         }
         let mut parts = line.split_whitespace();
         let (Some(host), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
+            // The line itself is not quoted: the file may be one the user could not read.
             bail!(
-                "{}:{}: expected `host address[:port]`, got {line:?}",
+                "{}:{}: expected `host address[:port]` (a hosts file has one host per line)",
                 path.display(),
                 n + 1
             );

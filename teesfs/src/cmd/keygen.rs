@@ -39,7 +39,8 @@ pub struct KeygenArgs {
     revoke: Option<String>,
     /// With --cluster --nodes: new node certificates expire after this many days (default:
     /// never). Peers refuse expired certificates.
-    #[arg(long, value_name = "DAYS", requires = "nodes")]
+    #[arg(long, value_name = "DAYS", requires = "nodes",
+          value_parser = clap::value_parser!(u32).range(1..=2_900_000))]
     valid_days: Option<u32>,
     /// Where to write the secret key (the public key goes beside it as `.pub`).
     /// Default: ~/.config/teesfs/publisher.key

@@ -114,8 +114,7 @@ fn push_args(
 
 /// Runs `teesfs prefetch`.
 pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.spec)
-        .with_context(|| format!("reading job spec {}", args.spec.display()))?;
+    let text = super::util::read_text(&args.spec, "job spec")?;
     let spec = JobSpec::from_toml(&text).with_context(|| format!("in {}", args.spec.display()))?;
     if spec.nodes.topology.is_none() && spec.nodes.group_size.is_none() {
         bail!(

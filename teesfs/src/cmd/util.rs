@@ -49,14 +49,27 @@ pub fn default_key_path() -> PathBuf {
     config_dir().join("publisher.key")
 }
 
+/// The largest configuration, spec, topology, hosts or key file read.
+pub const MAX_TEXT_FILE: u64 = 16 << 20;
+
+/// The text of a file a user or the site named: a regular file (a symlink is followed),
+/// at most [`MAX_TEXT_FILE`] bytes, read without blocking on a FIFO. The error names the
+/// file and `what` it is for, never its content.
+pub fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
+    seeder::files::read_limited_to_string(path, MAX_TEXT_FILE, seeder::files::Symlinks::Follow)
+        .with_context(|| format!("reading {what} {}", path.display()))
+}
+
 /// Loads a secret key, with a hint when it does not exist yet.
 pub fn load_secret(path: &Path) -> anyhow::Result<SecretKey> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "cannot read publisher key {}; create one with `teesfs keygen`",
-            path.display()
-        )
-    })?;
+    let text =
+        seeder::files::read_limited_to_string(path, MAX_TEXT_FILE, seeder::files::Symlinks::Follow)
+            .with_context(|| {
+                format!(
+                    "cannot read publisher key {}; create one with `teesfs keygen`",
+                    path.display()
+                )
+            })?;
     SecretKey::from_file_text(&text).with_context(|| format!("in {}", path.display()))
 }
 
@@ -92,8 +105,7 @@ pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
     files
         .iter()
         .map(|f| {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read trusted key {}", f.display()))?;
+            let text = read_text(f, "trusted key")?;
             PublicKey::from_file_text(&text).with_context(|| format!("in {}", f.display()))
         })
         .collect()

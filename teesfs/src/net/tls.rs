@@ -197,6 +197,30 @@ pub fn make_cluster_valid_for(
     for host in hosts {
         check_host(host)?;
     }
+    // A validity that overflows the calendar (it panicked) or is empty is refused before
+    // anything is written.
+    let not_after = match valid_for {
+        None => None,
+        Some(d) => {
+            let now = time::OffsetDateTime::now_utc();
+            let end = time::Duration::try_from(d)
+                .ok()
+                .and_then(|d| now.checked_add(d))
+                .filter(|end| end.year() <= 9999 && d > std::time::Duration::ZERO);
+            match end {
+                Some(end) => Some(end),
+                None => {
+                    return Err(NetError::Credential {
+                        path: dir.to_path_buf(),
+                        reason: format!(
+                            "a validity of {} days is not a usable expiry (1 day to the year 9999)",
+                            d.as_secs() / 86_400
+                        ),
+                    });
+                }
+            }
+        }
+    };
     if !dir.exists() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -270,10 +294,9 @@ pub fn make_cluster_valid_for(
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
         params.use_authority_key_identifier_extension = true;
-        if let Some(valid_for) = valid_for {
-            let now = time::OffsetDateTime::now_utc();
-            params.not_before = now - time::Duration::HOUR;
-            params.not_after = now + valid_for;
+        if let Some(not_after) = not_after {
+            params.not_before = time::OffsetDateTime::now_utc() - time::Duration::HOUR;
+            params.not_after = not_after;
         }
         let cert = params.signed_by(&key, &issuer)?;
         write_atomic(&key_path, key.serialize_pem().as_bytes(), 0o600, true)?;
@@ -436,12 +459,22 @@ pub(crate) fn cert_names(der: &CertificateDer<'_>) -> Vec<String> {
         .collect()
 }
 
+/// Credentials (certificates, keys, the CRL) are small: a larger file, a FIFO or a device
+/// is refused without being read.
+const MAX_CREDENTIAL_FILE: u64 = 4 << 20;
+
 fn read(path: &Path) -> Result<Vec<u8>, NetError> {
-    fs::read(path).map_err(|source| io_err(path, source))
+    seeder::files::read_limited(path, MAX_CREDENTIAL_FILE, seeder::files::Symlinks::Follow)
+        .map_err(|source| io_err(path, source))
 }
 
 fn read_string(path: &Path) -> Result<String, NetError> {
-    fs::read_to_string(path).map_err(|source| io_err(path, source))
+    seeder::files::read_limited_to_string(
+        path,
+        MAX_CREDENTIAL_FILE,
+        seeder::files::Symlinks::Follow,
+    )
+    .map_err(|source| io_err(path, source))
 }
 
 fn read_cert(path: &Path) -> Result<CertificateDer<'static>, NetError> {

@@ -5,6 +5,7 @@
 //! when the test panics.
 
 mod cluster;
+mod bad_input;
 mod corruption;
 mod daemon_bounds;
 mod deps;
