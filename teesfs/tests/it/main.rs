@@ -4,8 +4,8 @@
 //! Every mount is made in a fresh temporary directory and torn down by a Drop guard, also
 //! when the test panics.
 
-mod cluster;
 mod bad_input;
+mod cluster;
 mod corruption;
 mod daemon_bounds;
 mod deps;
