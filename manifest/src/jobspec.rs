@@ -6,10 +6,10 @@
 //! index = "3a6a3941"              # its index id (or a unique prefix)
 //!
 //! [launch]
-//! command = ["python3", "app.py"] # what the job runs (informational: the urgent set of
-//!                                 # its dependencies is recorded in the signed index when
-//!                                 # publishing, `teesfs publish --urgent-exec python3`)
 //! urgent = ["bin/*", "app/**"]    # extra urgent paths, globs over layer paths
+//!                                 # (the files the command needs to start are recorded in
+//!                                 # the signed index when publishing: `teesfs publish
+//!                                 # --urgent-exec CMD` or `teesfs record`)
 //!
 //! [nodes]
 //! list = "cn[0001-0128]"          # default: $SLURM_JOB_NODELIST
@@ -67,7 +67,8 @@ pub struct LayerSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LaunchSpec {
-    /// The command the job runs (argv).
+    /// Refused when set (see [`JobSpec::from_toml`]): kept so that old specs get an
+    /// error saying what to do instead of `unknown field`.
     #[serde(default)]
     pub command: Vec<String>,
     /// Extra urgent globs over layer paths.
@@ -135,6 +136,16 @@ impl JobSpec {
                 "[network] wait = {w:?}: expected \"urgent\" or \"all\""
             )));
         }
+        if !spec.launch.command.is_empty() {
+            // It used to be accepted and ignored: a spec must not look like it does
+            // something it does not.
+            return Err(Error::JobSpec(
+                "[launch] command is not used by prefetch: the files a command needs to start \
+                 are found when publishing (`teesfs publish --urgent-exec CMD`, or `teesfs \
+                 record`) and recorded in the signed index; remove the key"
+                    .into(),
+            ));
+        }
         if spec.nodes.width == Some(0) {
             return Err(Error::JobSpec("[nodes] width must be at least 1".into()));
         }
@@ -154,7 +165,6 @@ mod tests {
             store = "/s"
             index = "abcd"
             [launch]
-            command = ["python3", "app.py"]
             urgent = ["bin/*"]
             [nodes]
             list = "cn[1-4]"
@@ -169,6 +179,15 @@ mod tests {
         assert_eq!(spec.launch.urgent, ["bin/*"]);
         assert_eq!(spec.nodes.group_size, Some(2));
         assert_eq!(spec.network.port, Some(7000));
+    }
+
+    #[test]
+    fn a_launch_command_is_refused_not_silently_ignored() {
+        let err = JobSpec::from_toml(
+            "[layer]\nstore = \"/s\"\nindex = \"ab\"\n[launch]\ncommand = [\"python3\"]\n",
+        )
+        .expect_err("command");
+        assert!(err.to_string().contains("--urgent-exec"), "{err}");
     }
 
     #[test]

@@ -116,8 +116,12 @@ pub struct PlanOptions {
     pub width: usize,
     /// Seed for `random`.
     pub seed: u64,
-    /// `auto` uses `storage` for jobs of at most this many nodes (0: always the tree).
+    /// `auto` uses `storage` for jobs of at most this many nodes (0: always the tree), if
+    /// [`PlanOptions::shared_storage`].
     pub threshold: usize,
+    /// Whether the nodes can read the layer from a shared store. Without one, `auto` always
+    /// plans the tree: picking shared storage would only fail later.
+    pub shared_storage: bool,
     /// Name of the login node, the root.
     pub login: String,
     /// Name of the shared-storage node (`storage` plans only).
@@ -132,6 +136,7 @@ impl Default for PlanOptions {
             width: 15,
             seed: 0,
             threshold: 512,
+            shared_storage: false,
             login: "login".into(),
             storage: "storage".into(),
             availability: Availability::AllIdle,
@@ -150,7 +155,11 @@ pub fn plan(
     opts: &PlanOptions,
 ) -> Result<Plan> {
     let strategy = match strategy {
-        Strategy::Auto if opts.threshold > 0 && nodes.len() <= opts.threshold => Strategy::Storage,
+        Strategy::Auto
+            if opts.shared_storage && opts.threshold > 0 && nodes.len() <= opts.threshold =>
+        {
+            Strategy::Storage
+        }
         Strategy::Auto => Strategy::Topo,
         s => s,
     };

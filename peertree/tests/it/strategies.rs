@@ -137,6 +137,14 @@ fn auto_reads_from_storage_at_or_below_the_threshold() {
         threshold: 16,
         ..PlanOptions::default()
     };
+    // Without a shared store the tree is the only way, whatever the threshold says.
+    assert_eq!(
+        plan(&topology, &nodes, Strategy::Auto, &opts)
+            .expect("ok")
+            .strategy,
+        Strategy::Topo
+    );
+    opts.shared_storage = true;
     assert_eq!(
         plan(&topology, &nodes, Strategy::Auto, &opts)
             .expect("ok")

@@ -39,9 +39,15 @@ pub struct JobArgs {
     /// Most children per node (15 on Tianhe: 7 slaves + 8 proxies).
     #[arg(long, default_value_t = 15)]
     pub width: usize,
-    /// `auto` reads from shared storage at or below this many nodes (0: always the tree).
+    /// `auto` reads from shared storage at or below this many nodes (0: always the tree),
+    /// when there is a shared store (--shared-store); without one `auto` plans the tree.
     #[arg(long, default_value_t = 512)]
     pub threshold: usize,
+    /// Shared-storage mode: the store as the nodes see it (e.g. on a parallel file system).
+    /// Nodes read chunks from it with `--strategy storage`, and `auto` picks that for jobs
+    /// of at most --threshold nodes.
+    #[arg(long, value_name = "DIR")]
+    pub shared_store: Option<PathBuf>,
     /// Seed of the `random` strategy.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -123,6 +129,7 @@ impl JobArgs {
             width: self.width,
             seed: self.seed,
             threshold: self.threshold,
+            shared_storage: self.shared_store.is_some(),
             login: self.login.clone(),
             storage: self.storage.clone(),
             availability: self.availability()?,

@@ -84,6 +84,7 @@ fn push_args(
             seed: 0,
             login: n.login.clone().unwrap_or_else(|| "login".into()),
             storage: "storage".into(),
+            shared_store: spec.network.shared_store.clone(),
         },
         root: RootArgs {
             identity: spec
@@ -104,7 +105,6 @@ fn push_args(
         deadline: Duration::from_secs(5),
         timeout: Duration::from_secs(30 * 60),
         trust: args.trust.clone(),
-        shared_store: spec.network.shared_store.clone(),
         rate_limit: None,
         quiet: args.quiet,
         job_id: args.job_id,
@@ -129,4 +129,37 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
         .unwrap_or_default();
     let push = push_args(&spec, &args, &base)?;
     super::push::run(push)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's own `manifest.toml` (128 nodes, no strategy, no shared store) failed in
+    /// `prefetch` before any traffic: `auto` picked shared storage and then asked for flags
+    /// `prefetch` does not have. Read from the README as written, it now plans the tree.
+    #[test]
+    fn the_readme_manifest_plans_a_tree() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("```toml\n[layer]")
+            .expect("README has a manifest.toml");
+        let body = &readme[start + "```toml\n".len()..];
+        let text = &body[..body.find("```").expect("closed block")];
+        let spec = JobSpec::from_toml(text).expect("the README's manifest parses");
+        let args = PrefetchArgs {
+            spec: PathBuf::from("manifest.toml"),
+            nodes: None,
+            trust: Vec::new(),
+            report: None,
+            listen: "0.0.0.0:0".parse().expect("addr"),
+            quiet: true,
+            job_id: None,
+            owner: None,
+        };
+        let push = push_args(&spec, &args, std::path::Path::new("/")).expect("push arguments");
+        let (nodes, _, plan) = push.job.plan().expect("the README's job plans");
+        assert_eq!(nodes.len(), 128);
+        assert_eq!(plan.strategy, peertree::Strategy::Topo);
+    }
 }

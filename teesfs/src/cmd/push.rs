@@ -60,10 +60,6 @@ pub struct PushArgs {
     /// Trusted publisher key(s) to check the index before sending it.
     #[arg(long, value_name = "FILE.pub")]
     pub trust: Vec<PathBuf>,
-    /// Shared-storage mode: with `--strategy storage`, nodes read chunks from this
-    /// directory (the store as mounted on the nodes, e.g. on a parallel file system).
-    #[arg(long, value_name = "DIR")]
-    pub shared_store: Option<PathBuf>,
     /// Cap on the root's bulk bytes per second to each child, to spare the login node's
     /// uplink (demand traffic is never capped).
     #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
@@ -90,7 +86,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         util::open_trusted_index(&store, &args.index, &args.trust)
             .context("nodes would refuse it")?;
     let (_nodes, topology, mut plan) = args.job.plan()?;
-    let shared = match (plan.strategy, &args.shared_store) {
+    let shared = match (plan.strategy, &args.job.shared_store) {
         (Strategy::Storage, Some(p)) => Some(p.display().to_string()),
         (Strategy::Storage, None) => bail!(
             "the plan is `storage` (shared storage): pass --shared-store DIR, the store's path as \

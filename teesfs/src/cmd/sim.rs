@@ -151,6 +151,8 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         width: args.width,
         threshold: args.threshold,
         seed: args.seed,
+        // The modelled machines have a shared file system.
+        shared_storage: true,
         ..PlanOptions::default()
     };
 
