@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! [layer]
-//! store = "/shared/teesfs"        # where the layer was published
+//! store = "/shared/teesfs"        # where the layer was published (default: the site's)
 //! index = "3a6a3941"              # its index id (or a unique prefix)
 //!
 //! [launch]
@@ -57,8 +57,8 @@ pub struct JobSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayerSpec {
-    /// The store the layer was published into.
-    pub store: PathBuf,
+    /// The store the layer was published into (default: the site's `[store] path`).
+    pub store: Option<PathBuf>,
     /// Index id or unique prefix.
     pub index: String,
 }

@@ -3,13 +3,18 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// teesfs gets a software layer from the login node onto thousands of compute nodes fast:
 /// publish it as content-addressed chunks with a signed index, plan a topology-aware tree,
 /// and mount it read-only on every node, fetching what is missing on demand.
 ///
 /// Logging goes to stderr; set TEESFS_LOG (e.g. `debug`, `teesfs=trace`) for more.
+///
+/// The site configuration, /etc/teesfs/teesfs.toml (with teesfs.d/*.toml and
+/// teesfs.toml.local; $TEESFS_SITE_CONFIG names another), gives the defaults of `plan`,
+/// `push`, `health`, `prefetch`, `daemon` and the store commands; a flag overrides it for
+/// one run. See teesfs.toml(5).
 #[derive(Debug, Parser)]
 #[command(name = "teesfs", version, about, long_about, args_override_self = true)]
 struct Cli {
@@ -104,7 +109,15 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
-    let cli = Cli::parse();
+    let site = match teesfs::site::load(&teesfs::site::main_path()) {
+        Ok((site, _)) => site,
+        Err(e) => {
+            eprintln!("teesfs: error: {}", error_text(&e.into()));
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let matches = cmd::site::apply(Cli::command(), &site, &argv).get_matches_from(&argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Keygen(a) => cmd::keygen::run(a),
         Command::Publish(a) => cmd::publish::run(a),

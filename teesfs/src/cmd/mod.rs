@@ -15,6 +15,7 @@ pub mod push;
 pub mod record;
 pub mod run;
 pub mod sim;
+pub mod site;
 pub mod status;
 pub mod util;
 pub mod verify;

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use manifest::JobSpec;
 
 use super::jobspec::{JobArgs, RootArgs};
@@ -45,10 +45,13 @@ pub struct PrefetchArgs {
 }
 
 /// Turns a spec into push arguments.
+/// What the spec leaves out comes from the site configuration (`site`), then the built-in
+/// defaults; an error names the key to set, in the spec or the site's teesfs.toml.
 fn push_args(
     spec: &JobSpec,
     args: &PrefetchArgs,
     base: &std::path::Path,
+    site: &manifest::SiteConfig,
 ) -> anyhow::Result<PushArgs> {
     let rel = |p: &PathBuf| {
         if p.is_relative() {
@@ -58,33 +61,69 @@ fn push_args(
         }
     };
     let n = &spec.nodes;
-    let strategy = match &n.strategy {
-        Some(s) => s
-            .parse()
-            .map_err(|e: peertree::Error| anyhow::anyhow!("[nodes] strategy: {e}"))?,
+    let strategy = match n.strategy.as_ref().or(site.tree.strategy.as_ref()) {
+        Some(s) => s.parse().map_err(|e: peertree::Error| {
+            anyhow::anyhow!("[nodes] strategy (or the site's [tree] strategy): {e}")
+        })?,
         None => peertree::Strategy::Auto,
     };
+    let store = match (&spec.layer.store, &site.store.path) {
+        (Some(s), _) => rel(s),
+        (None, Some(s)) => s.clone(),
+        (None, None) => anyhow::bail!(
+            "no store: set [layer] store in the job spec, or [store] path in the site's teesfs.toml"
+        ),
+    };
+    // The spec's topology, else the site's (one of them, never mixed).
+    let (topology, cluster, group_size) =
+        if n.topology.is_some() || n.cluster.is_some() || n.group_size.is_some() {
+            (
+                n.topology.as_ref().map(rel),
+                n.cluster.clone(),
+                n.group_size,
+            )
+        } else {
+            (
+                site.topology.file.clone(),
+                site.topology.cluster.clone(),
+                site.topology.group_size,
+            )
+        };
+    if topology.is_none() && group_size.is_none() {
+        anyhow::bail!(
+            "no topology: set [nodes] topology = \"FILE\" or group_size = N in the job spec, or \
+             [topology] file or cluster and group_size in the site's teesfs.toml"
+        );
+    }
     let wait = match spec.network.wait.as_deref() {
         Some("all") => Wait::All,
         _ => Wait::Urgent,
     };
     Ok(PushArgs {
-        store: rel(&spec.layer.store),
+        store,
         index: spec.layer.index.clone(),
         job: JobArgs {
             nodes: args.nodes.clone().or_else(|| n.list.clone()),
-            topology: n.topology.as_ref().map(rel),
-            cluster: n.cluster.clone(),
-            group_size: n.group_size,
+            topology,
+            cluster,
+            group_size,
             busy: None,
             idle: None,
             strategy,
-            width: n.width.unwrap_or(15),
-            threshold: n.threshold.unwrap_or(512),
+            width: n.width.or(site.tree.width).unwrap_or(15),
+            threshold: n.threshold.or(site.tree.threshold).unwrap_or(512),
             seed: 0,
-            login: n.login.clone().unwrap_or_else(|| "login".into()),
+            login: n
+                .login
+                .clone()
+                .or_else(|| site.root.host.clone())
+                .unwrap_or_else(|| "login".into()),
             storage: "storage".into(),
-            shared_store: spec.network.shared_store.clone(),
+            shared_store: spec
+                .network
+                .shared_store
+                .clone()
+                .or_else(|| site.store.shared.clone()),
         },
         root: RootArgs {
             identity: spec
@@ -92,9 +131,15 @@ fn push_args(
                 .identity
                 .as_ref()
                 .map(rel)
+                .or_else(|| site.network.identity.clone())
                 .unwrap_or_else(|| PathBuf::from("/etc/teesfs/cluster")),
-            hosts: spec.network.hosts.as_ref().map(rel),
-            port: spec.network.port.unwrap_or(7411),
+            hosts: spec
+                .network
+                .hosts
+                .as_ref()
+                .map(rel)
+                .or_else(|| site.network.hosts.clone()),
+            port: spec.network.port.or(site.network.port).unwrap_or(7411),
             listen: args.listen,
             advertise: None,
         },
@@ -116,18 +161,14 @@ fn push_args(
 pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
     let text = super::util::read_text(&args.spec, "job spec")?;
     let spec = JobSpec::from_toml(&text).with_context(|| format!("in {}", args.spec.display()))?;
-    if spec.nodes.topology.is_none() && spec.nodes.group_size.is_none() {
-        bail!(
-            "{}: [nodes] needs `topology = \"FILE\"` or `group_size = N`",
-            args.spec.display()
-        );
-    }
+    let (site, _) = teesfs::site::load(&teesfs::site::main_path())?;
     let base = args
         .spec
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    let push = push_args(&spec, &args, &base)?;
+    let push = push_args(&spec, &args, &base, &site)
+        .with_context(|| format!("in {}", args.spec.display()))?;
     super::push::run(push)
 }
 
@@ -157,9 +198,58 @@ mod tests {
             job_id: None,
             owner: None,
         };
-        let push = push_args(&spec, &args, std::path::Path::new("/")).expect("push arguments");
+        let push = push_args(
+            &spec,
+            &args,
+            std::path::Path::new("/"),
+            &manifest::SiteConfig::default(),
+        )
+        .expect("push arguments");
         let (nodes, _, plan) = push.job.plan().expect("the README's job plans");
         assert_eq!(nodes.len(), 128);
         assert_eq!(plan.strategy, peertree::Strategy::Topo);
+    }
+
+    /// A user's spec names only the layer and the urgent globs; the site configuration
+    /// supplies the store, topology, login host and credentials.
+    #[test]
+    fn a_minimal_spec_takes_the_rest_from_the_site() {
+        let spec = JobSpec::from_toml(
+            "[layer]\nindex = \"3a6a\"\n[launch]\nurgent = [\"bin/*\"]\n[nodes]\nlist = \"cn[1-16]\"\n",
+        )
+        .expect("spec");
+        let site = manifest::SiteConfig::from_toml(
+            "[store]\npath = \"/shared/teesfs\"\n[root]\nhost = \"login7\"\n\
+             [topology]\ncluster = \"cn[1-64]\"\ngroup_size = 8\n[network]\nport = 9000\n",
+            "site",
+        )
+        .expect("site");
+        let args = PrefetchArgs {
+            spec: PathBuf::from("manifest.toml"),
+            nodes: None,
+            trust: Vec::new(),
+            report: None,
+            listen: "0.0.0.0:0".parse().expect("addr"),
+            quiet: true,
+            job_id: None,
+            owner: None,
+        };
+        let push = push_args(&spec, &args, std::path::Path::new("/"), &site).expect("push");
+        assert_eq!(push.store, PathBuf::from("/shared/teesfs"));
+        assert_eq!(push.job.login, "login7");
+        assert_eq!(push.job.group_size, Some(8));
+        assert_eq!(push.root.port, 9000);
+        let (_, _, plan) = push.job.plan().expect("plans");
+        assert_eq!(plan.strategy, peertree::Strategy::Topo);
+        // Without a site, the missing store is named with both places to set it.
+        let e = push_args(
+            &spec,
+            &args,
+            std::path::Path::new("/"),
+            &manifest::SiteConfig::default(),
+        )
+        .err()
+        .expect("no store");
+        assert!(e.to_string().contains("[store] path"), "{e}");
     }
 }

@@ -21,6 +21,7 @@ mod packaging;
 mod roundtrip;
 mod run;
 mod security;
+mod site_config;
 mod slow_source;
 mod store_integrity;
 mod transport;

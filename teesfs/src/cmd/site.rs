@@ -1,0 +1,160 @@
+//! The site configuration (`/etc/teesfs/teesfs.toml`, see `teesfs.toml(5)`) as the
+//! defaults of the command line: every flag a key stands for takes the site's value as its
+//! default, so a flag given on the command line overrides the file for that run, and
+//! `--help` shows the site's values. `prefetch` reads the same configuration for what its
+//! job spec leaves out.
+
+use std::ffi::OsString;
+
+use manifest::SiteConfig;
+
+/// Flags that choose the topology: one given on the command line replaces the site's
+/// topology altogether (a site file and a command-line group size do not mix).
+const TOPOLOGY_FLAGS: [&str; 3] = ["--topology", "--cluster", "--group-size"];
+
+/// A value for clap's defaults, which must live for the whole run.
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// `(argument id, default values)` the site configuration sets.
+fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'static str>)> {
+    let path = |p: &std::path::Path| leak(p.display().to_string());
+    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    let mut one = |id: &'static str, v: Option<&'static str>| {
+        if let Some(v) = v {
+            out.push((id, vec![v]));
+        }
+    };
+    one("store", site.store.path.as_deref().map(path));
+    one("shared_store", site.store.shared.as_deref().map(path));
+    one("login", site.root.host.clone().map(leak));
+    let topology_given = argv.iter().any(|a| {
+        TOPOLOGY_FLAGS
+            .iter()
+            .any(|f| a.to_str().is_some_and(|a| a.starts_with(f)))
+    });
+    if !topology_given {
+        one("topology", site.topology.file.as_deref().map(path));
+        one("cluster", site.topology.cluster.clone().map(leak));
+        one(
+            "group_size",
+            site.topology.group_size.map(|n| leak(n.to_string())),
+        );
+    }
+    one("strategy", site.tree.strategy.clone().map(leak));
+    one("width", site.tree.width.map(|n| leak(n.to_string())));
+    one(
+        "threshold",
+        site.tree.threshold.map(|n| leak(n.to_string())),
+    );
+    one("identity", site.network.identity.as_deref().map(path));
+    one("hosts", site.network.hosts.as_deref().map(path));
+    one("port", site.network.port.map(|n| leak(n.to_string())));
+    if let Some(trust) = &site.network.trust {
+        out.push(("trust", trust.iter().map(|p| path(p)).collect()));
+    }
+    out
+}
+
+/// Commands that read the site configuration.
+const COMMANDS: [&str; 9] = [
+    "plan", "push", "health", "prefetch", "daemon", "publish", "verify", "inspect", "mount",
+];
+
+/// `cmd` with the site configuration's values as the defaults of the flags they stand for.
+pub fn apply(mut cmd: clap::Command, site: &SiteConfig, argv: &[OsString]) -> clap::Command {
+    let defaults = defaults(site, argv);
+    for name in COMMANDS {
+        for (id, values) in &defaults {
+            let has = cmd
+                .find_subcommand(name)
+                .is_some_and(|sc| sc.get_arguments().any(|a| a.get_id() == *id));
+            if !has {
+                continue;
+            }
+            let values = values.clone();
+            cmd = cmd.mut_subcommand(name, |sc| {
+                sc.mut_arg(*id, |a| {
+                    if values.len() == 1 {
+                        a.default_value(values[0])
+                    } else {
+                        a.default_values(values)
+                    }
+                })
+            });
+        }
+        if let (Some(port), Some(true)) = (
+            site.network.port,
+            cmd.find_subcommand(name)
+                .map(|sc| name == "daemon" && sc.get_arguments().any(|a| a.get_id() == "listen")),
+        ) {
+            // The daemon listens on the site's port.
+            let listen = leak(format!("0.0.0.0:{port}"));
+            cmd = cmd.mut_subcommand(name, |sc| sc.mut_arg("listen", |a| a.default_value(listen)));
+        }
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(text: &str) -> SiteConfig {
+        SiteConfig::from_toml(text, "test").expect("site")
+    }
+
+    #[test]
+    fn site_values_are_defaults_and_flags_still_win() {
+        use clap::CommandFactory;
+        let s = site(
+            "[root]\nhost = \"login7\"\n[topology]\ncluster = \"cn[1-64]\"\ngroup_size = 8\n\
+             [tree]\nwidth = 4\n[network]\nport = 9000\n",
+        );
+        let argv: Vec<OsString> = ["teesfs", "plan", "--nodes", "cn[1-16]"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let cmd = apply(crate::Cli::command(), &s, &argv);
+        let m = cmd.clone().try_get_matches_from(&argv).expect("parses");
+        let (_, sub) = m.subcommand().expect("plan");
+        assert_eq!(sub.get_one::<usize>("width"), Some(&4));
+        assert_eq!(
+            sub.get_one::<String>("login").map(String::as_str),
+            Some("login7")
+        );
+        assert_eq!(sub.get_one::<usize>("group_size"), Some(&8));
+        let argv2: Vec<OsString> = ["teesfs", "plan", "--nodes", "cn[1-16]", "--width", "2"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let m = cmd.try_get_matches_from(&argv2).expect("parses");
+        assert_eq!(
+            m.subcommand().expect("plan").1.get_one::<usize>("width"),
+            Some(&2)
+        );
+        // A topology flag on the command line replaces the site's topology.
+        let argv3: Vec<OsString> = ["teesfs", "plan", "--nodes", "cn[1-16]", "--group-size", "4"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let m = apply(crate::Cli::command(), &s, &argv3)
+            .try_get_matches_from(&argv3)
+            .expect("parses");
+        let sub = m.subcommand().expect("plan").1;
+        assert_eq!(sub.get_one::<usize>("group_size"), Some(&4));
+        assert_eq!(sub.get_one::<String>("cluster"), None);
+        // The daemon listens on the site's port.
+        let argv4: Vec<OsString> = ["teesfs", "daemon"].iter().map(OsString::from).collect();
+        let m = apply(crate::Cli::command(), &s, &argv4)
+            .try_get_matches_from(&argv4)
+            .expect("parses");
+        let sub = m.subcommand().expect("daemon").1;
+        assert_eq!(
+            sub.get_one::<std::net::SocketAddr>("listen")
+                .map(|a| a.port()),
+            Some(9000)
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! Issue 14, item 1: the site configuration gives every planning command its defaults,
+//! a flag overrides it for one run, and a malformed file stops every command naming the
+//! file, line and key. The real `teesfs` binary with `$TEESFS_SITE_CONFIG`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::util::{Workspace, teesfs_bin};
+
+fn teesfs_with_site(site: &Path, args: &[&str]) -> Output {
+    Command::new(teesfs_bin())
+        .args(args)
+        .env("TEESFS_SITE_CONFIG", site)
+        .output()
+        .expect("run teesfs")
+}
+
+fn plan_json(site: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["plan", "--nodes", "cn[01-16]", "--format", "json"];
+    args.extend_from_slice(extra);
+    let out = teesfs_with_site(site, &args);
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).expect("plan JSON")
+}
+
+#[test]
+fn plan_takes_its_defaults_from_the_site_configuration_and_flags_override_it() {
+    let ws = Workspace::new();
+    let site = ws.path().join("teesfs.toml");
+    std::fs::write(
+        &site,
+        "[root]\nhost = \"login7\"\n[topology]\ncluster = \"cn[01-64]\"\ngroup_size = 8\n\
+         [tree]\nwidth = 15\n",
+    )
+    .expect("write");
+    std::fs::create_dir(ws.path().join("teesfs.d")).expect("mkdir");
+    std::fs::write(
+        ws.path().join("teesfs.d/10-width.toml"),
+        "[tree]\nwidth = 2\n",
+    )
+    .expect("drop-in");
+    let plan = plan_json(&site, &[]);
+    assert_eq!(plan["root"], "login7", "{plan}");
+    assert_eq!(plan["width"], 2, "the drop-in overrides the main file");
+    let plan = plan_json(&site, &["--width", "3", "--login", "other"]);
+    assert_eq!(plan["width"], 3, "a flag overrides the site");
+    assert_eq!(plan["root"], "other");
+    // A topology flag replaces the site's topology as a whole.
+    let plan = plan_json(&site, &["--group-size", "4"]);
+    assert_eq!(plan["nodes"], 16);
+}
+
+#[test]
+fn a_malformed_site_configuration_stops_every_command_naming_file_line_and_key() {
+    let ws = Workspace::new();
+    let site = ws.path().join("teesfs.toml");
+    std::fs::write(&site, "[tree]\nwidth = 4\n").expect("write");
+    std::fs::write(ws.path().join("teesfs.toml.local"), "\n[tree]\nwidht = 2\n").expect("local");
+    for args in [&["plan", "--nodes", "cn1"][..], &["status"][..]] {
+        let out = teesfs_with_site(&site, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("teesfs.toml.local") && err.contains("line 3") && err.contains("widht"),
+            "{err}"
+        );
+    }
+}
