@@ -248,8 +248,7 @@ mod tests {
             std::path::Path::new("/"),
             &manifest::SiteConfig::default(),
         )
-        .err()
-        .expect("no store");
+        .expect_err("no store");
         assert!(e.to_string().contains("[store] path"), "{e}");
     }
 }
