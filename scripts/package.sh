@@ -39,6 +39,8 @@ trap 'rm -rf "$stage"' EXIT
 install -D -m 0755 "$binary" "$stage/usr/bin/teesfs"
 install -D -m 0644 packaging/systemd/teesfs-daemon.service "$stage/lib/systemd/system/teesfs-daemon.service"
 install -D -m 0644 packaging/etc/daemon.env "$stage/etc/teesfs/daemon.env"
+install -D -m 0644 packaging/etc/teesfs.toml "$stage/etc/teesfs/teesfs.toml"
+install -d -m 0755 "$stage/etc/teesfs/teesfs.d"
 install -d -m 0755 "$stage/etc/teesfs/cluster" "$stage/etc/teesfs/trusted"
 install -D -m 0755 packaging/slurm/prolog-slurmctld.sh "$stage/usr/share/teesfs/slurm/prolog-slurmctld.sh"
 install -D -m 0755 packaging/slurm/epilog.sh "$stage/usr/share/teesfs/slurm/epilog.sh"
@@ -51,13 +53,17 @@ install -d "$stage/usr/share/man/man1"
 for page in "$gen"/man/*.1; do
     gzip -9n -c "$page" > "$stage/usr/share/man/man1/$(basename "$page").gz"
 done
+install -d "$stage/usr/share/man/man5"
+for page in packaging/man/*.5; do
+    gzip -9n -c "$page" > "$stage/usr/share/man/man5/$(basename "$page").gz"
+done
 install -D -m 0644 "$gen/completions/teesfs.bash" "$stage/usr/share/bash-completion/completions/teesfs"
 install -D -m 0644 "$gen/completions/_teesfs" "$stage/usr/share/zsh/vendor-completions/_teesfs"
 install -D -m 0644 "$gen/completions/teesfs.fish" "$stage/usr/share/fish/vendor_completions.d/teesfs.fish"
 rm -rf "$gen"
 
 install -d "$stage/DEBIAN"
-echo /etc/teesfs/daemon.env > "$stage/DEBIAN/conffiles"
+printf '%s\n' /etc/teesfs/daemon.env /etc/teesfs/teesfs.toml > "$stage/DEBIAN/conffiles"
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 cat > "$stage/DEBIAN/control" <<CONTROL
 Package: teesfs

@@ -98,4 +98,10 @@ mod tests {
         let e = load(&main).expect_err("device");
         assert!(e.to_string().contains("teesfs.toml"), "{e}");
     }
+
+    #[test]
+    fn the_shipped_configuration_parses() {
+        let text = include_str!("../../packaging/etc/teesfs.toml");
+        SiteConfig::from_toml(text, "packaging/etc/teesfs.toml").expect("parses");
+    }
 }

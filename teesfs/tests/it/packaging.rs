@@ -18,6 +18,10 @@ const INSTALLED: &[&str] = &[
     "/usr/share/teesfs/slurm/epilog.sh",
     "/usr/share/man/man1/teesfs.1.gz",
     "/usr/share/man/man1/teesfs-run.1.gz",
+    "/usr/share/man/man5/teesfs.toml.5.gz",
+    "/usr/share/man/man5/manifest.toml.5.gz",
+    "/etc/teesfs/teesfs.toml",
+    "/etc/teesfs/teesfs.d",
     "/usr/share/bash-completion/completions/teesfs",
     "/usr/share/zsh/vendor-completions/_teesfs",
 ];
