@@ -27,10 +27,13 @@ pub struct JobArgs {
     /// first node of each group is its proxy.
     #[arg(long, value_name = "N", conflicts_with = "topology")]
     pub group_size: Option<usize>,
-    /// Nodes outside the job that are busy: their proxies cannot be borrowed.
+    /// Nodes outside the job that are busy: their proxies cannot be borrowed, the others
+    /// may be. Without --busy or --idle no proxy outside the job is borrowed (whether it
+    /// runs somebody else's job cannot be known).
     #[arg(long, value_name = "EXPR", conflicts_with = "idle")]
     pub busy: Option<String>,
-    /// Only these nodes outside the job are idle and may be borrowed as proxies.
+    /// Only these nodes outside the job are idle and may be borrowed as proxies (for
+    /// example what `sinfo -h -N -t idle -o %N` reports at push time).
     #[arg(long, value_name = "EXPR")]
     pub idle: Option<String>,
     /// topo, topo-paper, random, hostlist, flat, storage or auto.
@@ -119,7 +122,8 @@ impl JobArgs {
         Ok(match (&self.busy, &self.idle) {
             (Some(b), _) => Availability::Busy(set(b, "--busy")?),
             (None, Some(i)) => Availability::Idle(set(i, "--idle")?),
-            (None, None) => Availability::AllIdle,
+            // Unknown: borrowing could put this push on a node running another job.
+            (None, None) => Availability::Idle(HashSet::new()),
         })
     }
 

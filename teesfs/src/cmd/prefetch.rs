@@ -251,4 +251,38 @@ mod tests {
         .expect_err("no store");
         assert!(e.to_string().contains("[store] path"), "{e}");
     }
+
+    /// Idle-proxy borrowing used `--busy/--idle`, which the prolog never passed, and then
+    /// took any proxy, even one running somebody else's job. Unknown now means: none.
+    #[test]
+    fn without_idle_information_no_proxy_outside_the_job_is_borrowed() {
+        let spec = JobSpec::from_toml(
+            "[layer]\nstore = \"/s\"\nindex = \"3a6a\"\n[nodes]\nlist = \"cn[02-08],cn[10-16]\"\n\
+             cluster = \"cn[01-16]\"\ngroup_size = 8\nstrategy = \"topo-paper\"\n",
+        )
+        .expect("spec");
+        let args = PrefetchArgs {
+            spec: PathBuf::from("manifest.toml"),
+            nodes: None,
+            trust: Vec::new(),
+            report: None,
+            listen: "0.0.0.0:0".parse().expect("addr"),
+            quiet: true,
+            job_id: None,
+            owner: None,
+        };
+        let mut push = push_args(
+            &spec,
+            &args,
+            std::path::Path::new("/"),
+            &manifest::SiteConfig::default(),
+        )
+        .expect("push");
+        let (_, _, plan) = push.job.plan().expect("plans");
+        assert!(plan.borrowed.is_empty(), "borrowed {:?}", plan.borrowed);
+        // Told that cn01 is idle, the planner may borrow it.
+        push.job.idle = Some("cn01".into());
+        let (_, _, plan) = push.job.plan().expect("plans");
+        assert_eq!(plan.borrowed.len(), 1, "{:?}", plan.borrowed);
+    }
 }
