@@ -88,13 +88,34 @@ fn generate_docs(a: GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> std::process::ExitCode {
+/// Logs to stderr, with colours only on a terminal (never in a log file or the journal);
+/// under systemd with stderr connected to the journal (`$JOURNAL_STREAM`), to journald with
+/// structured fields instead.
+fn init_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TEESFS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let journald = std::env::var_os("JOURNAL_STREAM")
+        .is_some()
+        .then(|| tracing_journald::layer().ok())
+        .flatten();
+    match journald {
+        Some(layer) => tracing_subscriber::registry()
+            .with(filter)
+            .with(layer.with_syslog_identifier("teesfs".into()))
+            .init(),
+        None => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .init(),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    init_logging();
     // The init of `teesfs run`'s PID namespace: not a user command, so not in clap.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv

@@ -114,18 +114,26 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             )
         })?;
         let control = daemon.open_control();
+        // Signal handlers before the daemon says it is up: a SIGTERM right after readiness
+        // must unmount the jobs, not kill the daemon outright.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing a SIGTERM handler")?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .context("installing a SIGINT handler")?;
         // Scripts and tests read this line to learn the bound address; the control socket
         // is open by then.
         println!("listening on {} as {host}", daemon.local_addr());
-        let shutdown = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("installing a SIGTERM handler");
+        // systemd (Type=notify): the daemon is ready once it listens and its socket is open.
+        if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+            tracing::warn!(error = %e, "cannot tell systemd the daemon is ready");
+        }
+        let shutdown = async move {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
                 _ = term.recv() => {}
             }
             tracing::info!("shutting down: unmounting jobs");
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         };
         daemon.serve(control, shutdown).await;
         anyhow::Ok(())

@@ -8,6 +8,7 @@ mod bad_input;
 mod cluster;
 mod corruption;
 mod daemon_bounds;
+mod daemon_service;
 mod deps;
 mod distribution;
 mod fuzz_corpus;
