@@ -79,10 +79,26 @@ impl std::fmt::Display for JobId {
     }
 }
 
+/// The scripts a site names in `slurm.conf`, which Slurm itself then runs: the
+/// controller's prolog when nodes are allocated, every node's epilog when a job ends.
+#[derive(Debug, Clone, Default)]
+pub struct SlurmScripts {
+    /// `PrologSlurmctld=`: runs on the controller before the job starts; the job starts
+    /// only if it succeeds.
+    pub prolog_slurmctld: Option<PathBuf>,
+    /// `Epilog=`: runs on each node of a job when it ends.
+    pub epilog: Option<PathBuf>,
+}
+
 /// Writes the `slurm.conf` of a lab: the compute nodes by name and address, the controller
-/// on the login node, state, spool, pid and log files under `dir`, munge at `munge_socket`.
-/// Pure, so it is tested without root.
-pub fn slurm_conf(layout: &Layout, dir: &Path, munge_socket: &Path) -> String {
+/// on the login node, state, spool, pid and log files under `dir`, munge at `munge_socket`,
+/// and the `scripts`. Pure, so it is tested without root.
+pub fn slurm_conf(
+    layout: &Layout,
+    dir: &Path,
+    munge_socket: &Path,
+    scripts: &SlurmScripts,
+) -> String {
     let d = dir.display();
     let login = layout.node("login").map(|n| n.addr().to_string());
     let mut c = String::new();
@@ -131,6 +147,12 @@ pub fn slurm_conf(layout: &Layout, dir: &Path, munge_socket: &Path) -> String {
     line(format!("SlurmdSpoolDir={d}/nodes/%n/spool"));
     line(format!("SlurmdPidFile={d}/nodes/%n/slurmd.pid"));
     line(format!("SlurmdLogFile={d}/nodes/%n/slurmd.log"));
+    if let Some(p) = &scripts.prolog_slurmctld {
+        line(format!("PrologSlurmctld={}", p.display()));
+    }
+    if let Some(p) = &scripts.epilog {
+        line(format!("Epilog={}", p.display()));
+    }
     for n in layout.compute() {
         line(format!(
             "NodeName={} NodeAddr={} CPUs=1 State=UNKNOWN",
@@ -151,6 +173,7 @@ pub struct Slurm<'a> {
     dir: PathBuf,
     conf: PathBuf,
     hosts: Vec<String>,
+    scripts: SlurmScripts,
     munged: Option<NodeProc>,
     ctld: Option<NodeProc>,
     slurmds: Vec<NodeProc>,
@@ -163,6 +186,12 @@ impl Lab {
     /// and waits until every node is idle. Needs the Debian packages `munge`,
     /// `slurmctld`, `slurmd` and `slurm-client` (`scripts/deps.sh` installs them).
     pub fn start_slurm(&self) -> Result<Slurm<'_>> {
+        self.start_slurm_with(SlurmScripts::default())
+    }
+
+    /// Like [`Lab::start_slurm`], with `slurm.conf` naming `scripts`, which slurmctld and
+    /// slurmd then run themselves, as on a site.
+    pub fn start_slurm_with(&self, scripts: SlurmScripts) -> Result<Slurm<'_>> {
         available()?;
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = self
@@ -173,6 +202,7 @@ impl Lab {
             conf: dir.join("slurm.conf"),
             dir,
             hosts: self.layout().compute().map(|n| n.host.clone()).collect(),
+            scripts,
             munged: None,
             ctld: None,
             slurmds: Vec::new(),
@@ -314,23 +344,26 @@ impl Slurm<'_> {
     /// Submits a batch job holding every node (`sbatch -N <all> --wrap 'sleep ...'`) and
     /// waits until it runs, so `sbcast` and `srun --jobid` can use the allocation.
     pub fn allocate(&self) -> Result<JobId> {
+        self.allocate_with(&[])
+    }
+
+    /// Like [`Slurm::allocate`] with `extra` `sbatch` options (e.g. `--comment=...`); it
+    /// returns once the job runs, so after a `PrologSlurmctld` succeeded.
+    pub fn allocate_with(&self, extra: &[&str]) -> Result<JobId> {
         let n = self.hosts.len().to_string();
-        let out = self.run(
-            "sbatch",
-            &[
-                "-N",
-                &n,
-                "--exclusive",
-                "--parsable",
-                "-J",
-                "lab-alloc",
-                "-o",
-                "/dev/null",
-                "--wrap",
-                "exec sleep 1000000",
-            ],
-            START_TIMEOUT,
-        )?;
+        let mut args = vec![
+            "-N",
+            &n,
+            "--exclusive",
+            "--parsable",
+            "-J",
+            "lab-alloc",
+            "-o",
+            "/dev/null",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--wrap", "exec sleep 1000000"]);
+        let out = self.run("sbatch", &args, START_TIMEOUT)?;
         let id = out
             .trim()
             .split(';')
@@ -458,7 +491,7 @@ impl Slurm<'_> {
         self.munged = Some(spawn(&mut cmd, "login", log.clone())?);
         self.wait_for("munged", &log, || socket.exists())?;
 
-        let conf = slurm_conf(layout, &self.dir, &socket);
+        let conf = slurm_conf(layout, &self.dir, &socket, &self.scripts);
         std::fs::write(&self.conf, conf).map_err(LabError::io(&self.conf))?;
 
         let ctld = which("slurmctld").unwrap_or_else(|| "slurmctld".into());
@@ -684,7 +717,13 @@ mod tests {
             ..LabSpec::default()
         };
         let l = Layout::new("tlab0001", &spec).expect("layout");
-        let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"));
+        let scripts = SlurmScripts {
+            prolog_slurmctld: Some("/p/prolog.sh".into()),
+            epilog: Some("/p/epilog.sh".into()),
+        };
+        let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"), &scripts);
+        assert!(c.contains("PrologSlurmctld=/p/prolog.sh\n"), "{c}");
+        assert!(c.contains("Epilog=/p/epilog.sh\n"), "{c}");
         assert!(c.contains("SlurmctldHost=login(10.77.0.1)\n"), "{c}");
         assert!(c.contains("NodeName=n01 NodeAddr=10.77.0.10 "), "{c}");
         assert!(c.contains("NodeName=n05 NodeAddr=10.77.2.2 "), "{c}");

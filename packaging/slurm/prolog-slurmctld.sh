@@ -16,11 +16,9 @@ set -u
 TEESFS=${TEESFS:-teesfs}
 LOGDIR=${TEESFS_SLURM_LOGDIR:-/var/log/teesfs}
 
+# slurmctld gives the prolog the job's comment; no Slurm command is called from here (a
+# prolog that calls back into slurmctld can stall it).
 comment=${SLURM_JOB_COMMENT:-}
-if [ -z "$comment" ] && command -v scontrol >/dev/null 2>&1; then
-    comment=$(scontrol show job "$SLURM_JOB_ID" --oneliner 2>/dev/null \
-        | sed -n 's/.* Comment=\([^ ]*\).*/\1/p')
-fi
 case "$comment" in
     teesfs:*) spec=${comment#teesfs:} ;;
     *) exit 0 ;;

@@ -1,7 +1,9 @@
-//! teesfs under real Slurm in the lab: the project's PrologSlurmctld pushes a job's layer
-//! (named by the job's comment) to the allocated nodes with `--job-id $SLURM_JOB_ID`;
-//! `srun -N <all> teesfs run -- <the application>` then runs it from every node's mount;
-//! the project's epilog releases the job on every node.
+//! teesfs under real Slurm in the lab, set up as a site does: `slurm.conf` names the
+//! project's PrologSlurmctld and Epilog, and slurmctld and slurmd run them. The prolog
+//! pushes a job's layer (named by the job's comment) to the allocated nodes with
+//! `--job-id $SLURM_JOB_ID` before the job starts; `srun -N <all> teesfs run -- <the
+//! application>` then runs it from every node's mount; when the job ends, slurmd runs the
+//! epilog on every node, which releases the job.
 //!
 //! In the lab each node is a set of namespaces on one machine: `slurmd` runs in its node's
 //! network and mount namespaces (so tasks see the node's FUSE mounts), and each node's
@@ -10,6 +12,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use lab::slurm::SlurmScripts;
 use lab::{Lab, LabOptions, LabSpec, Rates};
 
 use crate::lab::can_lab;
@@ -32,13 +35,61 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
         rates: Rates::default(),
     };
     let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let work = lab.work().to_path_buf();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // World-readable: slurmctld and slurmd run the scripts and read the spec.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let repo =
+        std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).expect("repo");
+    let logdir = tmp.path().join("log");
+    let config = tmp.path().join("config");
+    // The lab's stand-ins for /etc/teesfs/slurm.env: where the binary, the logs and the
+    // trusted keys are, and each node's control socket.
+    let prolog = tmp.path().join("prolog.sh");
+    std::fs::write(
+        &prolog,
+        format!(
+            "#!/bin/sh
+export TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={config}
+             exec sh {script}
+",
+            bin = teesfs_bin(),
+            log = logdir.display(),
+            config = config.display(),
+            script = repo.join("packaging/slurm/prolog-slurmctld.sh").display(),
+        ),
+    )
+    .expect("prolog wrapper");
+    let epilog = tmp.path().join("epilog.sh");
+    std::fs::write(
+        &epilog,
+        format!(
+            "#!/bin/sh
+export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
+             exec sh {script}
+",
+            bin = teesfs_bin(),
+            work = work.display(),
+            script = repo.join("packaging/slurm/epilog.sh").display(),
+        ),
+    )
+    .expect("epilog wrapper");
+    for f in [&prolog, &epilog] {
+        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
     let slurm = lab
-        .start_slurm()
+        .start_slurm_with(SlurmScripts {
+            prolog_slurmctld: Some(prolog),
+            epilog: Some(epilog),
+        })
         .expect("Slurm in the lab (scripts/deps.sh installs munge, slurmctld, slurmd)");
     let hosts = slurm.hosts().to_vec();
     let all = hosts.len().to_string();
-    let work = lab.work().to_path_buf();
-    let tmp = tempfile::tempdir().expect("tempdir");
     let tag = format!("slurm{}", std::process::id());
     let layer = tmp.path().join("layer");
     crate::run::python_app(&layer, &tag);
@@ -59,7 +110,6 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
         ),
     )
     .expect("spec");
-    let config = tmp.path().join("config");
     std::fs::create_dir_all(config.join("trusted")).expect("config");
     std::fs::copy(
         work.join("publisher.pub"),
@@ -67,24 +117,12 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
     )
     .expect("trust");
 
-    let job = slurm.allocate().expect("allocation over all nodes");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let logdir = tmp.path().join("log");
-    let prolog = slurm
-        .client("sh")
-        .arg(repo.join("packaging/slurm/prolog-slurmctld.sh"))
-        .env("SLURM_JOB_ID", job.to_string())
-        .env("SLURM_JOB_NODELIST", lab.layout().hostlist())
-        .env(
-            "SLURM_JOB_COMMENT",
-            format!("teesfs:{}", spec_path.display()),
-        )
-        .env("TEESFS", teesfs_bin())
-        .env("TEESFS_SLURM_LOGDIR", &logdir)
-        .env("TEESFS_CONFIG", &config)
-        .output()
-        .expect("prolog");
-    assert!(prolog.status.success(), "prolog: {prolog:?}");
+    // The job asks for its layer; slurmctld runs the prolog, and the job runs only once
+    // the prolog has pushed the layer.
+    let comment = format!("--comment=teesfs:{}", spec_path.display());
+    let job = slurm
+        .allocate_with(&[&comment])
+        .expect("allocation over all nodes, after the prolog");
     let report: serde_json::Value = serde_json::from_slice(
         &std::fs::read(logdir.join(format!("job-{job}.json"))).expect("prolog's push report"),
     )
@@ -115,21 +153,27 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
     let want: Vec<String> = hosts.iter().map(|h| format!("{h} answer 42")).collect();
     assert_eq!(sorted_lines(&out), want, "srun output: {out}");
 
-    // The epilog on every node releases the job: no job left, nothing mounted.
-    let epilog = format!(
-        "SLURM_JOB_ID={job} TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock sh {script} && hostname",
-        bin = teesfs_bin(),
-        work = work.display(),
-        script = repo.join("packaging/slurm/epilog.sh").display(),
-    );
-    let out = slurm
-        .run(
-            "srun",
-            &[&jobid, "--overlap", "-N", &all, "sh", "-c", &epilog],
-            t,
-        )
-        .expect("srun epilog");
-    assert_eq!(sorted_lines(&out), hosts, "epilog ran everywhere: {out}");
+    // The job ends; slurmd runs the epilog on every node, which releases the job: no job
+    // left, nothing mounted.
+    slurm.cancel(job).expect("scancel");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let jobs_on = |h: &str| -> usize {
+        std::process::Command::new(teesfs_bin())
+            .args(["status", "--json", "--control"])
+            .arg(work.join(h).join("sock"))
+            .output()
+            .ok()
+            .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+            .and_then(|v| v["jobs"].as_array().map(Vec::len))
+            .unwrap_or(usize::MAX)
+    };
+    while hosts.iter().any(|h| jobs_on(h) != 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the epilog did not release the job everywhere"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for h in &hosts {
         let st = std::process::Command::new(teesfs_bin())
             .args(["status", "--json", "--control"])
