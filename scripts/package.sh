@@ -84,17 +84,33 @@ Description: topology-aware lazy-fetch filesystem for fast HPC job launch
  topology-aware tree over QUIC (urgent set first), and mounted read-only with
  FUSE on every node, where reads of data not yet arrived wait for it.
 CONTROL
+# Maintainer scripts. An upgrade leaves a running daemon running (it keeps the old binary
+# until its next restart, so jobs keep their mounts); only removal stops it. The Slurm
+# prolog runs as the Slurm user and logs to /var/log/teesfs. ($TEESFS_TEST_SYSTEMD stands
+# for /run/systemd/system in the package test.)
 cat > "$stage/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh
 set -e
-if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
-    systemctl daemon-reload >/dev/null 2>&1 || true
+if [ "$1" = configure ]; then
+    install -d -m 0750 /var/log/teesfs
+    if getent passwd slurm >/dev/null 2>&1; then
+        chown slurm:slurm /var/log/teesfs 2>/dev/null \
+            || echo "teesfs: could not give /var/log/teesfs to the slurm user; the Slurm prolog logs there" >&2
+    fi
+    if [ -d "${TEESFS_TEST_SYSTEMD:-/run/systemd/system}" ]; then
+        systemctl daemon-reload >/dev/null 2>&1 || true
+        if [ -z "$2" ]; then
+            echo "teesfs: edit /etc/teesfs/daemon.env, then: systemctl enable --now teesfs-daemon"
+        elif systemctl is-active --quiet teesfs-daemon.service; then
+            echo "teesfs: the running daemon keeps its jobs; restart it between jobs to use the new version (systemctl restart teesfs-daemon)"
+        fi
+    fi
 fi
 POSTINST
 cat > "$stage/DEBIAN/prerm" <<'PRERM'
 #!/bin/sh
 set -e
-if [ -d /run/systemd/system ]; then
+if [ "$1" = remove ] && [ -d "${TEESFS_TEST_SYSTEMD:-/run/systemd/system}" ]; then
     systemctl stop teesfs-daemon.service >/dev/null 2>&1 || true
 fi
 PRERM

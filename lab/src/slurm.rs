@@ -88,6 +88,9 @@ pub struct SlurmScripts {
     pub prolog_slurmctld: Option<PathBuf>,
     /// `Epilog=`: runs on each node of a job when it ends.
     pub epilog: Option<PathBuf>,
+    /// `SlurmUser=`: the user slurmctld (and so `PrologSlurmctld`) runs as, as on a site
+    /// (Debian's packages create `slurm`); `None` for root. slurmd runs as root either way.
+    pub slurm_user: Option<String>,
 }
 
 /// Writes the `slurm.conf` of a lab: the compute nodes by name and address, the controller
@@ -115,8 +118,11 @@ pub fn slurm_conf(
         "SlurmctldHost=login({})",
         login.as_deref().unwrap_or("127.0.0.1")
     ));
+    line(format!(
+        "SlurmUser={}",
+        scripts.slurm_user.as_deref().unwrap_or("root")
+    ));
     for s in [
-        "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
@@ -444,6 +450,16 @@ impl Slurm<'_> {
             .clone();
         mkdir(&self.dir, 0o755)?;
         mkdir(&self.dir.join("ctld"), 0o755)?;
+        if let Some(user) = &self.scripts.slurm_user {
+            // slurmctld keeps its state and log as the Slurm user.
+            let u = nix::unistd::User::from_name(user)
+                .ok()
+                .flatten()
+                .ok_or_else(|| LabError::Shape(format!("no user {user} on this machine")))?;
+            let ctld = self.dir.join("ctld");
+            nix::unistd::chown(&ctld, Some(u.uid), Some(u.gid))
+                .map_err(|e| LabError::io(&ctld)(std::io::Error::from(e)))?;
+        }
         mkdir(&self.local_dir(), 0o755)?;
         for h in &self.hosts {
             mkdir(&self.dir.join("nodes").join(h).join("spool"), 0o755)?;
@@ -722,6 +738,7 @@ mod tests {
             epilog: Some("/p/epilog.sh".into()),
         };
         let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"), &scripts);
+        assert!(c.contains("SlurmUser=root\n"), "{c}");
         assert!(c.contains("PrologSlurmctld=/p/prolog.sh\n"), "{c}");
         assert!(c.contains("Epilog=/p/epilog.sh\n"), "{c}");
         assert!(c.contains("SlurmctldHost=login(10.77.0.1)\n"), "{c}");

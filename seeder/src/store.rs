@@ -103,6 +103,12 @@ impl DirStore {
             Err(e) => return Err(e),
         };
         tmp.write_all(bytes)?;
+        // Objects are content-addressed and the index is signed: readable by whoever may
+        // enter the store's directory (the Slurm prolog runs as the Slurm user, not as the
+        // publisher). A private layer is a store directory others cannot enter.
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
         tmp.persist(dest).map_err(|e| e.error)?;
         Ok(())
     }

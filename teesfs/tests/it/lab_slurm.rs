@@ -82,10 +82,28 @@ export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
         std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
     }
+    // The prolog runs as the Slurm user, as on a site: it needs the login node's key (a
+    // site makes it readable by SlurmUser, see docs/slurm.md) and a log directory it may
+    // write; the rest (spec, store, certificates, trusted keys) is readable by everyone.
+    let slurm_user = nix::unistd::User::from_name("slurm")
+        .expect("users")
+        .expect("the Debian slurm packages create the slurm user");
+    let cluster = work.join("cluster");
+    nix::unistd::chown(&cluster, None, Some(slurm_user.gid)).expect("chgrp credentials");
+    std::fs::set_permissions(
+        &cluster,
+        std::os::unix::fs::PermissionsExt::from_mode(0o750),
+    )
+    .expect("chmod credentials");
+    nix::unistd::chown(&cluster.join("login.key"), Some(slurm_user.uid), None)
+        .expect("chown login key");
+    std::fs::create_dir_all(&logdir).expect("log dir");
+    nix::unistd::chown(&logdir, Some(slurm_user.uid), Some(slurm_user.gid)).expect("chown log");
     let slurm = lab
         .start_slurm_with(SlurmScripts {
             prolog_slurmctld: Some(prolog),
             epilog: Some(epilog),
+            slurm_user: Some("slurm".into()),
         })
         .expect("Slurm in the lab (scripts/deps.sh installs munge, slurmctld, slurmd)");
     let hosts = slurm.hosts().to_vec();
@@ -120,9 +138,18 @@ export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
     // The job asks for its layer; slurmctld runs the prolog, and the job runs only once
     // the prolog has pushed the layer.
     let comment = format!("--comment=teesfs:{}", spec_path.display());
-    let job = slurm
-        .allocate_with(&[&comment])
-        .expect("allocation over all nodes, after the prolog");
+    let job = slurm.allocate_with(&[&comment]).unwrap_or_else(|e| {
+        let logs: Vec<String> = std::fs::read_dir(&logdir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+            .collect();
+        let ctld = std::fs::read_to_string(slurm.dir().join("ctld/slurmctld.log"))
+            .unwrap_or_default();
+        let tail: Vec<&str> = ctld.lines().rev().take(30).collect();
+        panic!("allocation over all nodes, after the prolog: {e}\nprolog logs: {logs:?}\nslurmctld: {tail:#?}")
+    });
     let report: serde_json::Value = serde_json::from_slice(
         &std::fs::read(logdir.join(format!("job-{job}.json"))).expect("prolog's push report"),
     )

@@ -22,6 +22,7 @@ const INSTALLED: &[&str] = &[
     "/usr/share/man/man5/manifest.toml.5.gz",
     "/etc/teesfs/teesfs.toml",
     "/etc/teesfs/teesfs.d",
+    "/var/log/teesfs",
     "/usr/share/bash-completion/completions/teesfs",
     "/usr/share/zsh/vendor-completions/_teesfs",
 ];
@@ -80,4 +81,74 @@ fn the_debian_package_installs_into_a_clean_node_root() {
     assert_eq!(&lines[1..], ["1", "removed"], "{stdout}");
     let host_after: Vec<bool> = INSTALLED.iter().map(|p| Path::new(p).exists()).collect();
     assert_eq!(host_before, host_after, "the host's files did not change");
+}
+
+/// An upgrade must never leave a node without its daemon: the old maintainer script
+/// stopped it on every `prerm`, upgrades included, and nothing started it again. The
+/// package's scripts are run with a stand-in `systemctl` that records what it is asked.
+#[test]
+fn an_upgrade_leaves_the_daemon_running_and_removal_stops_it() {
+    let ws = Workspace::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("bash")
+        .arg(repo.join("scripts/package.sh"))
+        .args(["--binary", teesfs_bin(), "--compression", "none", "--out"])
+        .arg(ws.path())
+        .output()
+        .expect("package.sh");
+    assert!(out.status.success(), "{out:?}");
+    let deb = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let ctrl = ws.path().join("control");
+    let out = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&ctrl)
+        .output()
+        .expect("dpkg-deb");
+    assert!(out.status.success(), "{out:?}");
+    let bin = ws.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let calls = ws.path().join("calls");
+    let systemctl = bin.join("systemctl");
+    std::fs::write(
+        &systemctl,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\n[ \"$1\" != is-active ]\n",
+            calls.display()
+        ),
+    )
+    .expect("fake systemctl");
+    std::fs::set_permissions(
+        &systemctl,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let systemd = ws.path().join("systemd");
+    std::fs::create_dir_all(&systemd).expect("systemd dir");
+    let run = |script: &str, args: &[&str]| {
+        let _ = std::fs::remove_file(&calls);
+        let out = Command::new("sh")
+            .arg(ctrl.join(script))
+            .args(args)
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env("TEESFS_TEST_SYSTEMD", &systemd)
+            .output()
+            .expect("maintainer script");
+        assert!(out.status.success(), "{script} {args:?}: {out:?}");
+        std::fs::read_to_string(&calls).unwrap_or_default()
+    };
+    let upgrade = run("prerm", &["upgrade", "0.2.0"]);
+    assert!(
+        !upgrade.contains("stop"),
+        "an upgrade stopped the daemon: {upgrade}"
+    );
+    let remove = run("prerm", &["remove"]);
+    assert!(remove.contains("stop teesfs-daemon.service"), "{remove}");
 }
