@@ -736,6 +736,7 @@ mod tests {
         let scripts = SlurmScripts {
             prolog_slurmctld: Some("/p/prolog.sh".into()),
             epilog: Some("/p/epilog.sh".into()),
+            slurm_user: None,
         };
         let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"), &scripts);
         assert!(c.contains("SlurmUser=root\n"), "{c}");
