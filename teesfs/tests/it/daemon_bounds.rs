@@ -63,6 +63,7 @@ fn a_control_line_without_newline_is_cut_off_and_memory_stays_bounded() {
     );
     assert!(!reply.contains("xxxx"), "the request is echoed: {reply:?}");
     let after = rss_kib(pid);
+    println!("daemon RSS {before} KiB before, {after} KiB after {sent} bytes without a newline");
     assert!(
         after < before + 16 * 1024,
         "RSS grew from {before} KiB to {after} KiB"
