@@ -176,6 +176,20 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// `teesfs prefetch manifest.toml` with no flags.
+    fn args() -> PrefetchArgs {
+        PrefetchArgs {
+            spec: PathBuf::from("manifest.toml"),
+            nodes: None,
+            trust: Vec::new(),
+            report: None,
+            listen: "0.0.0.0:0".parse().expect("addr"),
+            quiet: true,
+            job_id: None,
+            owner: None,
+        }
+    }
+
     /// The README's own `manifest.toml` (128 nodes, no strategy, no shared store) failed in
     /// `prefetch` before any traffic: `auto` picked shared storage and then asked for flags
     /// `prefetch` does not have. Read from the README as written, it now plans the tree.
@@ -188,16 +202,7 @@ mod tests {
         let body = &readme[start + "```toml\n".len()..];
         let text = &body[..body.find("```").expect("closed block")];
         let spec = JobSpec::from_toml(text).expect("the README's manifest parses");
-        let args = PrefetchArgs {
-            spec: PathBuf::from("manifest.toml"),
-            nodes: None,
-            trust: Vec::new(),
-            report: None,
-            listen: "0.0.0.0:0".parse().expect("addr"),
-            quiet: true,
-            job_id: None,
-            owner: None,
-        };
+        let args = args();
         let push = push_args(
             &spec,
             &args,
@@ -224,16 +229,7 @@ mod tests {
             "site",
         )
         .expect("site");
-        let args = PrefetchArgs {
-            spec: PathBuf::from("manifest.toml"),
-            nodes: None,
-            trust: Vec::new(),
-            report: None,
-            listen: "0.0.0.0:0".parse().expect("addr"),
-            quiet: true,
-            job_id: None,
-            owner: None,
-        };
+        let args = args();
         let push = push_args(&spec, &args, std::path::Path::new("/"), &site).expect("push");
         assert_eq!(push.store, PathBuf::from("/shared/teesfs"));
         assert_eq!(push.job.login, "login7");
@@ -261,16 +257,7 @@ mod tests {
              cluster = \"cn[01-16]\"\ngroup_size = 8\nstrategy = \"topo-paper\"\n",
         )
         .expect("spec");
-        let args = PrefetchArgs {
-            spec: PathBuf::from("manifest.toml"),
-            nodes: None,
-            trust: Vec::new(),
-            report: None,
-            listen: "0.0.0.0:0".parse().expect("addr"),
-            quiet: true,
-            job_id: None,
-            owner: None,
-        };
+        let args = args();
         let mut push = push_args(
             &spec,
             &args,

@@ -29,6 +29,30 @@ pub struct Cluster {
     pub creds: PathBuf,
 }
 
+/// `teesfs daemon` as `host` with its state, mounts and control socket under `dir`, on a
+/// loopback port of its choice.
+pub fn daemon_command(ws: &Workspace, creds: &Path, host: &str, dir: &Path) -> Command {
+    let mut c = Command::new(teesfs_bin());
+    c.args([
+        "daemon",
+        "--host",
+        host,
+        "--listen",
+        "127.0.0.1:0",
+        "--identity",
+    ])
+    .arg(creds)
+    .arg("--state-dir")
+    .arg(dir.join("state"))
+    .arg("--mount-root")
+    .arg(dir.join("jobs"))
+    .arg("--control")
+    .arg(dir.join("sock"))
+    .arg("--trust")
+    .arg(ws.pubkey());
+    c
+}
+
 fn spawn_daemon(
     ws: &Workspace,
     creds: &Path,
@@ -37,24 +61,7 @@ fn spawn_daemon(
     extra: &[&str],
 ) -> (Child, String) {
     std::fs::create_dir_all(dir).expect("node dir");
-    let mut child = Command::new(teesfs_bin())
-        .args([
-            "daemon",
-            "--host",
-            host,
-            "--listen",
-            "127.0.0.1:0",
-            "--identity",
-        ])
-        .arg(creds)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--mount-root")
-        .arg(dir.join("jobs"))
-        .arg("--control")
-        .arg(dir.join("sock"))
-        .arg("--trust")
-        .arg(ws.pubkey())
+    let mut child = daemon_command(ws, creds, host, dir)
         .args(extra)
         .env("TEESFS_LOG", "teesfs=info")
         .stdout(Stdio::piped())

@@ -8,8 +8,8 @@ use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::cluster::Cluster;
-use crate::util::{can_mount, teesfs_bin};
+use crate::cluster::{Cluster, daemon_command};
+use crate::util::can_mount;
 
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -149,24 +149,10 @@ fn a_second_daemon_on_the_same_state_directory_exits_naming_the_first() {
     let first = c.pid(0).expect("running");
     let dir = &c.nodes[0].dir;
     let other_sock = dir.join("second.sock");
-    let out = Command::new(teesfs_bin())
-        .args([
-            "daemon",
-            "--host",
-            "n01",
-            "--listen",
-            "127.0.0.1:0",
-            "--identity",
-        ])
-        .arg(&c.creds)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--mount-root")
-        .arg(dir.join("jobs"))
+    // The same state directory, its own control socket (a later --control wins).
+    let out = daemon_command(&c.ws, &c.creds, "n01", dir)
         .arg("--control")
         .arg(&other_sock)
-        .arg("--trust")
-        .arg(c.ws.pubkey())
         .output()
         .expect("second daemon");
     assert!(!out.status.success(), "a second daemon started");

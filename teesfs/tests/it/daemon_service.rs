@@ -3,11 +3,11 @@
 //! daemon and a real notify socket.
 
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use crate::cluster::Cluster;
-use crate::util::{can_mount, teesfs_bin};
+use crate::cluster::{Cluster, daemon_command};
+use crate::util::can_mount;
 
 #[test]
 fn the_daemon_tells_systemd_it_is_ready_and_logs_without_colour_codes() {
@@ -21,24 +21,7 @@ fn the_daemon_tells_systemd_it_is_ready_and_logs_without_colour_codes() {
     let sock = UnixDatagram::bind(&sock_path).expect("notify socket");
     sock.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
-    let mut child = Command::new(teesfs_bin())
-        .args([
-            "daemon",
-            "--host",
-            "n01",
-            "--listen",
-            "127.0.0.1:0",
-            "--identity",
-        ])
-        .arg(&c.creds)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--mount-root")
-        .arg(dir.join("jobs"))
-        .arg("--control")
-        .arg(dir.join("sock"))
-        .arg("--trust")
-        .arg(c.ws.pubkey())
+    let mut child = daemon_command(&c.ws, &c.creds, "n01", &dir)
         .env("NOTIFY_SOCKET", &sock_path)
         .env("TEESFS_LOG", "debug")
         .stdout(Stdio::null())

@@ -27,6 +27,19 @@ const INSTALLED: &[&str] = &[
     "/usr/share/zsh/vendor-completions/_teesfs",
 ];
 
+/// Builds the package from the test binary into `ws`; returns the `.deb`'s path.
+fn build_deb(ws: &Workspace) -> String {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("bash")
+        .arg(repo.join("scripts/package.sh"))
+        .args(["--binary", teesfs_bin(), "--compression", "none", "--out"])
+        .arg(ws.path())
+        .output()
+        .expect("package.sh");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 #[test]
 fn the_debian_package_installs_into_a_clean_node_root() {
     if !nix::unistd::geteuid().is_root() {
@@ -38,15 +51,7 @@ fn the_debian_package_installs_into_a_clean_node_root() {
         return;
     }
     let ws = Workspace::new();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(repo.join("scripts/package.sh"))
-        .args(["--binary", teesfs_bin(), "--compression", "none", "--out"])
-        .arg(ws.path())
-        .output()
-        .expect("package.sh");
-    assert!(out.status.success(), "{out:?}");
-    let deb = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let deb = build_deb(&ws);
     assert!(deb.ends_with(".deb") && Path::new(&deb).exists(), "{deb}");
 
     let host_before: Vec<bool> = INSTALLED.iter().map(|p| Path::new(p).exists()).collect();
@@ -89,15 +94,7 @@ fn the_debian_package_installs_into_a_clean_node_root() {
 #[test]
 fn an_upgrade_leaves_the_daemon_running_and_removal_stops_it() {
     let ws = Workspace::new();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(repo.join("scripts/package.sh"))
-        .args(["--binary", teesfs_bin(), "--compression", "none", "--out"])
-        .arg(ws.path())
-        .output()
-        .expect("package.sh");
-    assert!(out.status.success(), "{out:?}");
-    let deb = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let deb = build_deb(&ws);
     let ctrl = ws.path().join("control");
     let out = Command::new("dpkg-deb")
         .arg("-e")
