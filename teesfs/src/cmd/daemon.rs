@@ -120,6 +120,23 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             .context("installing a SIGTERM handler")?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .context("installing a SIGINT handler")?;
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing a SIGHUP handler")?;
+        // `systemctl reload`: the trusted keys and the credentials (CRL included) again,
+        // without touching running jobs.
+        let reloading = daemon.clone();
+        let trust_args = args.trust.clone();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading]);
+                let reloaded = util::load_trust(&trust_args)
+                    .and_then(|keys| reloading.reload(keys).map_err(anyhow::Error::from));
+                if let Err(e) = reloaded {
+                    tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the previous keys and credentials");
+                }
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+            }
+        });
         // Scripts and tests read this line to learn the bound address; the control socket
         // is open by then.
         println!("listening on {} as {host}", daemon.local_addr());

@@ -65,6 +65,8 @@ pub struct Transport {
 
 struct Inner {
     endpoint: Endpoint,
+    /// The client side of the current credentials (replaced by [`Transport::reload`]).
+    client: std::sync::Mutex<quinn::ClientConfig>,
     local_addr: SocketAddr,
     host: String,
     /// Connections whose handshake succeeded, from the accept task.
@@ -82,32 +84,37 @@ impl fmt::Debug for Transport {
     }
 }
 
+/// The QUIC server and client configurations of `id`.
+fn quic_configs(id: &Identity) -> (quinn::ServerConfig, quinn::ClientConfig) {
+    let transport = Arc::new(transport_config());
+    let server_crypto = QuicServerConfig::try_from(id.server.clone())
+        .expect("the ring provider has TLS 1.3 and the QUIC initial cipher suite");
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
+    server.transport_config(transport.clone());
+    let client_crypto = QuicClientConfig::try_from(id.client.clone())
+        .expect("the ring provider has TLS 1.3 and the QUIC initial cipher suite");
+    let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
+    client.transport_config(transport);
+    (server, client)
+}
+
 impl Transport {
     /// Binds a UDP socket at `addr` (port 0 picks one) and starts accepting connections in the
     /// background. Must be called inside a tokio runtime.
     pub fn bind(addr: SocketAddr, id: &Identity) -> Result<Transport, NetError> {
-        let transport = Arc::new(transport_config());
-        let server_crypto = QuicServerConfig::try_from(id.server.clone())
-            .expect("the ring provider has TLS 1.3 and the QUIC initial cipher suite");
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
-        server.transport_config(transport.clone());
-        let client_crypto = QuicClientConfig::try_from(id.client.clone())
-            .expect("the ring provider has TLS 1.3 and the QUIC initial cipher suite");
-        let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
-        client.transport_config(transport);
+        let (server, client) = quic_configs(id);
 
         let bind_err = |source| NetError::Bind { addr, source };
         let runtime = quinn::default_runtime()
             .ok_or_else(|| bind_err(std::io::Error::other("not inside a tokio runtime")))?;
         let socket = udp_socket(addr).map_err(bind_err)?;
-        let mut endpoint = Endpoint::new(
+        let endpoint = Endpoint::new(
             quinn::EndpointConfig::default(),
             Some(server),
             socket,
             runtime,
         )
         .map_err(bind_err)?;
-        endpoint.set_default_client_config(client);
         let local_addr = endpoint
             .local_addr()
             .map_err(|source| NetError::Bind { addr, source })?;
@@ -120,12 +127,25 @@ impl Transport {
         Ok(Transport {
             inner: Arc::new(Inner {
                 endpoint,
+                client: std::sync::Mutex::new(client),
                 local_addr,
                 host: id.host.clone(),
                 accepted: Mutex::new(rx),
                 _stop: stop_tx,
             }),
         })
+    }
+
+    /// Uses `id` (new certificate, CA, CRL) for connections made from now on, both ways;
+    /// connections already up keep theirs.
+    pub fn reload(&self, id: &Identity) {
+        let (server, client) = quic_configs(id);
+        self.inner.endpoint.set_server_config(Some(server));
+        *self
+            .inner
+            .client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
     }
 
     /// The address the endpoint is bound to (with the real port when bound to port 0).
@@ -143,7 +163,15 @@ impl Transport {
         let connecting = self
             .inner
             .endpoint
-            .connect(addr, host)
+            .connect_with(
+                self.inner
+                    .client
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+                addr,
+                host,
+            )
             .map_err(|e| match e {
                 quinn::ConnectError::InvalidServerName(_) => NetError::BadHost(host.to_owned()),
                 quinn::ConnectError::EndpointStopping => NetError::Closed,

@@ -89,6 +89,8 @@ pub struct Daemon {
     _lock: nix::fcntl::Flock<std::fs::File>,
     /// Who holds control connections.
     admission: Arc<Mutex<super::control::Admission>>,
+    /// Trusted publisher keys (replaced by [`Daemon::reload`]).
+    trusted: std::sync::RwLock<Vec<PublicKey>>,
     jobs: Mutex<HashMap<JobId, Arc<NodeJob>>>,
     /// Jobs whose `Prepare` this node passed on (the newest few): a node with children
     /// gets one from its grandparent and one from its parent, and passes on the first.
@@ -176,6 +178,7 @@ impl Daemon {
             None
         };
         let peers = Peers::new(transport);
+        let trusted = std::sync::RwLock::new(cfg.trusted.clone());
         let daemon = Arc::new_cyclic(|me| Self {
             cfg,
             peers: peers.clone(),
@@ -183,6 +186,7 @@ impl Daemon {
             copies,
             _lock: lock,
             admission: Arc::new(Mutex::new(super::control::Admission::default())),
+            trusted,
             jobs: Mutex::new(HashMap::new()),
             prepared: Mutex::new(std::collections::VecDeque::new()),
             rt: tokio::runtime::Handle::current(),
@@ -192,6 +196,22 @@ impl Daemon {
         peers.set_router(router);
         tokio::spawn(peers.clone().accept_loop());
         Ok(daemon)
+    }
+
+    /// `systemctl reload` (SIGHUP): trusts `trusted` from now on and reloads the node's
+    /// credentials (certificate, CA, CRL) for new connections. Running jobs, their mounts
+    /// and connections already up are untouched. On an error nothing changes.
+    pub fn reload(&self, trusted: Vec<PublicKey>) -> Result<(), Error> {
+        let identity =
+            Identity::load(&self.cfg.identity_dir, &self.cfg.host).map_err(Error::net)?;
+        self.peers.transport().reload(&identity);
+        let keys = trusted.len();
+        *self
+            .trusted
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = trusted;
+        tracing::info!(keys, "reloaded the trusted keys and the credentials");
+        Ok(())
     }
 
     /// The address peers reach this daemon at.
@@ -404,15 +424,16 @@ impl Daemon {
         if start.probe {
             return self.start_probe(from_host, job, start);
         }
-        let (signed, index) = match SignedIndex::open(
-            start.index.clone(),
-            None,
-            &self.cfg.trusted,
-            &Limits::default(),
-        ) {
-            Ok(x) => x,
-            Err(e) => return refuse(format!("index rejected: {e}")),
-        };
+        let trusted = self
+            .trusted
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let (signed, index) =
+            match SignedIndex::open(start.index.clone(), None, &trusted, &Limits::default()) {
+                Ok(x) => x,
+                Err(e) => return refuse(format!("index rejected: {e}")),
+            };
         let sizes = index.chunks.iter().map(|c| c.stored_len).collect();
         let schedule = match Schedule::new(start.order.clone(), start.urgent as usize, sizes) {
             Ok(s) => Arc::new(s),

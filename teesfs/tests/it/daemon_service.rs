@@ -6,8 +6,8 @@ use std::os::unix::net::UnixDatagram;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::cluster::{Cluster, daemon_command};
-use crate::util::can_mount;
+use crate::cluster::{Cluster, QUICK_GIVE_UP, daemon_command};
+use crate::util::{can_mount, make_tree};
 
 #[test]
 fn the_daemon_tells_systemd_it_is_ready_and_logs_without_colour_codes() {
@@ -46,4 +46,94 @@ fn the_daemon_tells_systemd_it_is_ready_and_logs_without_colour_codes() {
         !log.contains('\u{1b}'),
         "colour codes in a log file: {log:?}"
     );
+}
+
+/// `systemctl reload` (SIGHUP) makes the daemon trust a new publisher key and enforce a new
+/// CRL, without unmounting the job it runs.
+#[test]
+fn sighup_reloads_trusted_keys_and_the_crl_without_touching_running_jobs() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(1, |_| vec![]);
+    let pid = nix::unistd::Pid::from_raw(c.pid(0).expect("running") as i32);
+    let log = c.nodes[0].dir.join("daemon.log");
+    let reloads = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("reloaded the trusted keys")
+            .count()
+    };
+    let hup_and_wait = |before: usize| {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while reloads() == before {
+            assert!(std::time::Instant::now() < deadline, "no reload logged");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let push = |index: &str, job: &str| {
+        c.push_cmd(index, 1, &[&QUICK_GIVE_UP[..], &["--job-id", job]].concat())
+            .output()
+            .expect("push")
+    };
+    let layer_a = c.ws.path().join("a");
+    make_tree(&layer_a, 5, 0);
+    let a = c.ws.publish(&layer_a);
+    assert!(push(&a, "1").status.success(), "the first job");
+    let mp = c.mount_of(0);
+
+    // A layer signed by a second key is refused until the daemon trusts that key.
+    let key_b = c.ws.path().join("b.key");
+    assert!(
+        c.ws.teesfs(&["keygen", "--out", key_b.to_str().expect("utf8")])
+            .status
+            .success()
+    );
+    let layer_b = c.ws.path().join("b");
+    make_tree(&layer_b, 3, 0);
+    let out = c.ws.teesfs(&[
+        "publish",
+        layer_b.to_str().expect("utf8"),
+        "--store",
+        c.ws.store().to_str().expect("utf8"),
+        "--key",
+        key_b.to_str().expect("utf8"),
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let b = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("index ").map(|s| s.trim().to_string()))
+        .expect("index id");
+    // The daemon and the push both read the workspace's publisher.pub (--trust).
+    let push_b = |job: &str| {
+        c.push_cmd(&b, 1, &[&QUICK_GIVE_UP[..], &["--job-id", job]].concat())
+            .output()
+            .expect("push")
+    };
+    assert!(!push_b("2").status.success(), "a key nobody trusts");
+    // The --trust file now holds the second key. The daemon read the first at start, so
+    // only a working reload lets this push through.
+    std::fs::copy(c.ws.path().join("b.pub"), c.ws.pubkey()).expect("replace trusted key");
+    hup_and_wait(0);
+    let out = push_b("3");
+    assert!(out.status.success(), "trusted after the reload: {out:?}");
+    assert!(crate::util::is_mounted(&mp), "the first job stays mounted");
+
+    // Revoke the login node's certificate and reload: new pushes are refused.
+    let out = c.ws.teesfs(&[
+        "keygen",
+        "--cluster",
+        c.creds.to_str().expect("utf8"),
+        "--revoke",
+        "login",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    hup_and_wait(1);
+    assert!(
+        !push_b("4").status.success(),
+        "a revoked root is refused after the reload"
+    );
+    assert!(crate::util::is_mounted(&mp), "the first job stays mounted");
 }
