@@ -114,17 +114,22 @@ pub struct NetworkSpec {
     pub shared_store: Option<PathBuf>,
 }
 
+/// A TOML error as `line N: message`: the line and what is wrong, never the text there
+/// (shared by the job spec and the site configuration).
+pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let line = e.span().map_or(1, |s| {
+        text[..s.start.min(text.len())].matches('\n').count() + 1
+    });
+    format!("line {line}: {}", e.message())
+}
+
 impl JobSpec {
     /// Parses and checks a job spec.
     pub fn from_toml(text: &str) -> Result<Self, Error> {
         // The message and line only: the file may be one its reader could not read itself
         // (the Slurm prolog reads users' specs), so its text is never quoted.
-        let spec: JobSpec = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(1, |s| {
-                text[..s.start.min(text.len())].matches('\n').count() + 1
-            });
-            Error::JobSpec(format!("line {line}: {}", e.message()))
-        })?;
+        let spec: JobSpec =
+            toml::from_str(text).map_err(|e| Error::JobSpec(toml_error(text, &e)))?;
         if spec.layer.index.trim().is_empty() {
             return Err(Error::JobSpec("[layer] index is empty".into()));
         }

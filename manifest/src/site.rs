@@ -129,14 +129,10 @@ impl SiteConfig {
     /// the offending key, never quoting other content of the file.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, Error> {
         let cfg: SiteConfig = toml::from_str(text).map_err(|e| {
-            let at = e
-                .span()
-                .map(|s| {
-                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                    format!(" (line {line})")
-                })
-                .unwrap_or_default();
-            Error::SiteConfig(format!("{origin}{at}: {}", e.message()))
+            Error::SiteConfig(format!(
+                "{origin}, {}",
+                crate::jobspec::toml_error(text, &e)
+            ))
         })?;
         cfg.check(origin)?;
         Ok(cfg)
