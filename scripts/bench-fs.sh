@@ -185,7 +185,8 @@ for r in $(seq "$RUNS"); do
         exit 1
     fi
     t[pt-cold]+=" $(rd "$mnt/data.bin")"
-    backing=$(echo "$ram"/files/*)
+    # Each mount keeps its copies in its own private directory, mount-PID.
+    backing=$(echo "$ram"/files/mount-*/*)
     for _ in 1 2 3; do
         t[pt-cached]+=" $(rd "$mnt/data.bin")"
         t[tmpfs]+=" $(rd "$backing")"

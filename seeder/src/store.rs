@@ -94,21 +94,24 @@ impl DirStore {
 
     fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let dir = dest.parent().expect("store paths always have a parent");
-        let mut tmp = match tempfile::NamedTempFile::new_in(dir) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(dir)?;
-                tempfile::NamedTempFile::new_in(dir)?
-            }
-            Err(e) => return Err(e),
-        };
-        tmp.write_all(bytes)?;
         // Objects are content-addressed and the index is signed: readable by whoever may
         // enter the store's directory (the Slurm prolog runs as the Slurm user, not as the
         // publisher). A private layer is a store directory others cannot enter.
         use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        let create = || {
+            tempfile::Builder::new()
+                .permissions(std::fs::Permissions::from_mode(0o644))
+                .tempfile_in(dir)
+        };
+        let mut tmp = match create() {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir)?;
+                create()?
+            }
+            Err(e) => return Err(e),
+        };
+        tmp.write_all(bytes)?;
         tmp.persist(dest).map_err(|e| e.error)?;
         Ok(())
     }
@@ -145,22 +148,6 @@ impl DirStore {
             } else {
                 Error::Io { path: p, source: e }
             }
-        })
-    }
-
-    /// Checks that every chunk of `index` is in the store and decodes to its id; the
-    /// first that does not is the error. Publishing signs nothing before this passes.
-    pub fn verify_chunks(&self, index: &manifest::Index) -> Result<(), Error> {
-        use rayon::prelude::*;
-        index.chunks.par_iter().try_for_each(|c| {
-            let stored = self.get_chunk(&c.id)?;
-            manifest::decode_chunk(&stored, &c.id, c.plain_len)
-                .map(drop)
-                .map_err(|e| Error::BadChunk {
-                    id: c.id,
-                    path: self.chunk_path(&c.id),
-                    reason: e.to_string(),
-                })
         })
     }
 
