@@ -218,8 +218,8 @@ impl Copies {
         ))
     }
 
-    /// Makes room for a new copy `name` of `size` bytes, evicting copies nobody has open,
-    /// least recently used first. `None` if it cannot fit (serve the file from the daemon).
+    /// Makes room for a new copy of `size` bytes, evicting copies nobody has open, least
+    /// recently used first. `false` if it cannot fit (serve the file from the daemon).
     pub fn reserve(&self, size: u64) -> bool {
         if size > self.budget {
             return false;
@@ -250,8 +250,8 @@ impl Copies {
         true
     }
 
-    /// Records the copy `name` (just written to [`Copies::temp_dir`] and renamed into
-    /// place) and leases it to `user`.
+    /// Records the copy `name` (just written in [`Copies::dir`] and renamed into place) and
+    /// leases it to `user`.
     pub fn add(self: &Arc<Self>, name: &str, size: u64, user: CopyUser) -> (Lease, PathBuf) {
         {
             let mut st = lock(&self.state);
@@ -281,11 +281,6 @@ impl Copies {
         }
         drop(st);
         let _ = std::fs::remove_file(self.path(name));
-    }
-
-    /// Where a copy is written before it is renamed into place.
-    pub fn temp_dir(&self) -> &Path {
-        &self.dir
     }
 
     /// `user` is gone (its job released, its mount ended): its copies that no other user

@@ -411,7 +411,7 @@ impl Data {
             ));
         }
         let unavailable = |e: std::io::Error| FsError::Unavailable(format!("materialising: {e}"));
-        let tmp = tempfile::NamedTempFile::new_in(copies.temp_dir()).map_err(unavailable)?;
+        let tmp = tempfile::NamedTempFile::new_in(copies.dir()).map_err(unavailable)?;
         tmp.as_file().set_len(size).map_err(unavailable)?;
         // Fetch and verify a window of chunks at once so every core decodes and reads
         // overlap decoding; this file is written by this task alone, as chunks complete.
