@@ -20,6 +20,9 @@ command -v mktorrent >/dev/null 2>&1 || need+=(mktorrent)
 [ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
 [ -x /usr/sbin/slurmd ] || command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
 command -v sbcast >/dev/null 2>&1 || need+=(slurm-client)
+# The SPANK plugin (spank/): Slurm's headers, and libclang for the bindings generated from them.
+[ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
+ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-*.so.1 >/dev/null 2>&1 || need+=(libclang-dev)
 if [ "${TEESFS_NEED_PIP:-0}" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
     need+=(python3-pip)
 fi

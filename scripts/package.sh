@@ -3,7 +3,7 @@
 # default config in /etc/teesfs/, man pages and shell completions generated from the CLI.
 #
 #   bash scripts/package.sh                      # release build -> target/debian/teesfs_<v>_<arch>.deb
-#   bash scripts/package.sh --binary PATH --out DIR   # package an existing binary
+#   bash scripts/package.sh --binary PATH --plugin SO --out DIR   # package existing builds
 #   bash scripts/package.sh ... --compression none     # skip xz (tests: debug binaries are big)
 #
 # Install with `apt-get install ./teesfs_<v>_<arch>.deb` (or dpkg -i); then edit
@@ -12,11 +12,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 binary=""
+plugin=""
 out="target/debian"
 compression=xz
 while [ $# -gt 0 ]; do
     case "$1" in
         --binary) binary=$2; shift 2 ;;
+        --plugin) plugin=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --compression) compression=$2; shift 2 ;;
         -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
@@ -27,7 +29,14 @@ if [ -z "$binary" ]; then
     cargo build --release --locked -p teesfs
     binary=target/release/teesfs
 fi
+if [ -z "$plugin" ]; then
+    # The SPANK plugin, built against this machine's libslurm-dev headers.
+    bash scripts/deps.sh
+    cargo build --release --locked -p teesfs-spank
+    plugin=target/release/libteesfs_spank.so
+fi
 [ -x "$binary" ] || { echo "package.sh: $binary is not an executable" >&2; exit 1; }
+[ -f "$plugin" ] || { echo "package.sh: $plugin (the SPANK plugin, --plugin) is missing" >&2; exit 1; }
 command -v dpkg-deb >/dev/null || { echo "package.sh: needs dpkg-deb (Debian's dpkg)" >&2; exit 1; }
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
@@ -44,6 +53,8 @@ install -d -m 0755 "$stage/etc/teesfs/teesfs.d"
 install -d -m 0755 "$stage/etc/teesfs/cluster" "$stage/etc/teesfs/trusted"
 install -D -m 0755 packaging/slurm/prolog-slurmctld.sh "$stage/usr/share/teesfs/slurm/prolog-slurmctld.sh"
 install -D -m 0755 packaging/slurm/epilog.sh "$stage/usr/share/teesfs/slurm/epilog.sh"
+install -D -m 0644 packaging/slurm/plugstack.conf "$stage/usr/share/teesfs/slurm/plugstack.conf"
+install -D -m 0644 "$plugin" "$stage/usr/lib/teesfs/teesfs_spank.so"
 install -D -m 0644 docs/slurm.md "$stage/usr/share/doc/teesfs/slurm.md"
 install -D -m 0644 README.md "$stage/usr/share/doc/teesfs/README.md"
 
@@ -73,7 +84,7 @@ Maintainer: teesfs developers <teesfs@example.invalid>
 Installed-Size: $size
 Depends: libc6, iproute2
 Recommends: fuse3
-Suggests: slurm-client
+Suggests: slurm-client, slurmd
 Section: admin
 Priority: optional
 Homepage: https://example.invalid/teesfs

@@ -91,6 +91,9 @@ pub struct SlurmScripts {
     /// `SlurmUser=`: the user slurmctld (and so `PrologSlurmctld`) runs as, as on a site
     /// (Debian's packages create `slurm`); `None` for root. slurmd runs as root either way.
     pub slurm_user: Option<String>,
+    /// Lines of `plugstack.conf` (SPANK plugins, e.g. teesfs's); `slurm.conf` then names
+    /// it as `PlugStackConfig=`, and sbatch, srun and slurmstepd load the plugins.
+    pub plugstack: Vec<String>,
 }
 
 /// Writes the `slurm.conf` of a lab: the compute nodes by name and address, the controller
@@ -128,7 +131,10 @@ pub fn slurm_conf(
         "CredType=cred/munge",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
-        "SelectType=select/linear",
+        // Consumable CPUs: jobs that ask for less than a whole node share it (two users'
+        // jobs on the same nodes); `--exclusive` still takes whole nodes.
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/builtin",
         "SwitchType=switch/none",
         "MpiDefault=none",
@@ -159,9 +165,12 @@ pub fn slurm_conf(
     if let Some(p) = &scripts.epilog {
         line(format!("Epilog={}", p.display()));
     }
+    if !scripts.plugstack.is_empty() {
+        line(format!("PlugStackConfig={d}/plugstack.conf"));
+    }
     for n in layout.compute() {
         line(format!(
-            "NodeName={} NodeAddr={} CPUs=1 State=UNKNOWN",
+            "NodeName={} NodeAddr={} CPUs=2 State=UNKNOWN",
             n.host,
             n.addr()
         ));
@@ -402,6 +411,76 @@ impl Slurm<'_> {
         }
     }
 
+    /// `sbatch --parsable ARGS` run in `cwd` (relative paths in ARGS are relative to it), as
+    /// `user` (uid, gid) when given (root otherwise); the job id.
+    pub fn submit(&self, cwd: &Path, args: &[&str], user: Option<(u32, u32)>) -> Result<JobId> {
+        let mut all = vec!["--parsable"];
+        all.extend_from_slice(args);
+        let what = format!("sbatch {}", all.join(" "));
+        let mut cmd = match user {
+            Some((uid, gid)) => {
+                let mut c = self.client("setpriv");
+                c.args([
+                    format!("--reuid={uid}"),
+                    format!("--regid={gid}"),
+                    "--clear-groups".into(),
+                    "--".into(),
+                    "sbatch".into(),
+                ]);
+                c
+            }
+            None => self.client("sbatch"),
+        };
+        cmd.args(&all).current_dir(cwd);
+        let out = run_timeout(&mut cmd, &what, &self.dir, START_TIMEOUT)?;
+        let out = String::from_utf8_lossy(&out.stdout);
+        out.trim()
+            .split(';')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .map(JobId)
+            .ok_or_else(|| LabError::Parse {
+                what: "sbatch --parsable output".into(),
+                detail: format!("{out:?}"),
+            })
+    }
+
+    /// The state Slurm gives job `id` (`RUNNING`, `COMPLETED`, `FAILED`, ...).
+    pub fn job_state(&self, id: JobId) -> Result<String> {
+        let out = self.run(
+            "scontrol",
+            &["show", "job", "-o", &id.to_string()],
+            START_TIMEOUT,
+        )?;
+        out.split_whitespace()
+            .find_map(|f| f.strip_prefix("JobState="))
+            .map(str::to_string)
+            .ok_or_else(|| LabError::Parse {
+                what: format!("scontrol show job {id}"),
+                detail: out.trim().to_string(),
+            })
+    }
+
+    /// Waits until job `id` has ended (its epilog included) and returns its final state.
+    pub fn wait_ended(&self, id: JobId, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            check_interrupt()?;
+            let state = self.job_state(id)?;
+            let ended = !matches!(
+                state.as_str(),
+                "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | "SUSPENDED"
+            );
+            if ended {
+                return Ok(state);
+            }
+            if Instant::now() > deadline {
+                return Err(LabError::Timeout(format!("job {id} ({state})")));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Cancels job `id`.
     pub fn cancel(&self, id: JobId) -> Result<()> {
         self.run("scancel", &[&id.to_string()], START_TIMEOUT)
@@ -507,6 +586,12 @@ impl Slurm<'_> {
         self.munged = Some(spawn(&mut cmd, "login", log.clone())?);
         self.wait_for("munged", &log, || socket.exists())?;
 
+        if !self.scripts.plugstack.is_empty() {
+            let p = self.dir.join("plugstack.conf");
+            let mut text = self.scripts.plugstack.join("\n");
+            text.push('\n');
+            std::fs::write(&p, text).map_err(LabError::io(&p))?;
+        }
         let conf = slurm_conf(layout, &self.dir, &socket, &self.scripts);
         std::fs::write(&self.conf, conf).map_err(LabError::io(&self.conf))?;
 
@@ -737,11 +822,16 @@ mod tests {
             prolog_slurmctld: Some("/p/prolog.sh".into()),
             epilog: Some("/p/epilog.sh".into()),
             slurm_user: None,
+            plugstack: vec!["required /p/teesfs_spank.so".into()],
         };
         let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"), &scripts);
         assert!(c.contains("SlurmUser=root\n"), "{c}");
         assert!(c.contains("PrologSlurmctld=/p/prolog.sh\n"), "{c}");
         assert!(c.contains("Epilog=/p/epilog.sh\n"), "{c}");
+        assert!(
+            c.contains("PlugStackConfig=/w/slurm0/plugstack.conf\n"),
+            "{c}"
+        );
         assert!(c.contains("SlurmctldHost=login(10.77.0.1)\n"), "{c}");
         assert!(c.contains("NodeName=n01 NodeAddr=10.77.0.10 "), "{c}");
         assert!(c.contains("NodeName=n05 NodeAddr=10.77.2.2 "), "{c}");

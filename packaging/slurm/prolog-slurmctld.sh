@@ -3,26 +3,32 @@
 # the job start as soon as every node holds the urgent set (the rest keeps streaming).
 #
 # slurm.conf:   PrologSlurmctld=/usr/share/teesfs/slurm/prolog-slurmctld.sh
-# A job asks for it with its comment:   sbatch --comment=teesfs:/path/to/manifest.toml ...
-# Jobs without such a comment are left alone. The spec (manifest.toml) must be readable by
-# SlurmUser, name a layer signed by a publisher key in /etc/teesfs/trusted, and the login
-# node's credentials must be in /etc/teesfs/cluster (or the spec's [network] identity).
-# Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID as 16 hex digits>, where
-# `srun teesfs run -- CMD` finds it; the job's user ($SLURM_JOB_UID) owns it there: only
-# they (and root) can enter the mount, query or release it. A failed push fails the prolog, so Slurm requeues or
-# cancels the job rather than start it on nodes without its software.
+# A job asks for its layer with the SPANK plugin's option (plugstack.conf names
+# teesfs_spank.so):   sbatch --teesfs=/path/to/manifest.toml ...   (or #SBATCH --teesfs=...,
+# or TEESFS_SPEC=/path/to/manifest.toml in the submitting environment). The plugin hands the
+# spec's absolute path to this script as SPANK_TEESFS_SPEC. Sites without the plugin can use
+# the job's comment instead:   sbatch --comment=teesfs:/path/to/manifest.toml ...
+# Jobs that ask for neither are left alone. The spec must be readable by SlurmUser, name a
+# layer signed by a publisher key in /etc/teesfs/trusted, and the login node's credentials
+# must be readable by SlurmUser (see docs/slurm.md).
+# Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID as 16 hex digits>, owned by the
+# job's user ($SLURM_JOB_UID): with the plugin every task starts inside it; without, tasks
+# run `srun teesfs run -- CMD`. A failed push fails the prolog, so Slurm requeues or cancels
+# the job rather than start it on nodes without its software.
 set -u
 [ -r /etc/teesfs/slurm.env ] && . /etc/teesfs/slurm.env
 TEESFS=${TEESFS:-teesfs}
 LOGDIR=${TEESFS_SLURM_LOGDIR:-/var/log/teesfs}
 
-# slurmctld gives the prolog the job's comment; no Slurm command is called from here (a
-# prolog that calls back into slurmctld can stall it).
-comment=${SLURM_JOB_COMMENT:-}
-case "$comment" in
-    teesfs:*) spec=${comment#teesfs:} ;;
-    *) exit 0 ;;
-esac
+# slurmctld gives the prolog the plugin's variable and the job's comment; no Slurm command
+# is called from here (a prolog that calls back into slurmctld can stall it).
+spec=${SPANK_TEESFS_SPEC:-}
+if [ -z "$spec" ]; then
+    case "${SLURM_JOB_COMMENT:-}" in
+        teesfs:*) spec=${SLURM_JOB_COMMENT#teesfs:} ;;
+        *) exit 0 ;;
+    esac
+fi
 
 mkdir -p "$LOGDIR" 2>/dev/null
 log="$LOGDIR/job-$SLURM_JOB_ID.log"

@@ -130,6 +130,19 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
+    // The SPANK plugin's helper that builds a Slurm task's environment: not a user command.
+    if argv
+        .get(1)
+        .is_some_and(|a| a == teesfs::runenv::TASK_ENV_SUBCOMMAND)
+    {
+        return match teesfs::runenv::task_env_main(&argv[2..]) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("teesfs: {}", error_text(&anyhow::Error::from(e)));
+                std::process::ExitCode::from(125)
+            }
+        };
+    }
     let site = match teesfs::site::load(&teesfs::site::main_path()) {
         Ok((site, _)) => site,
         Err(e) => {

@@ -183,7 +183,7 @@ pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
     mount::<str, str, str, str>(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None)
         .map_err(nix_err("making mounts private"))?;
 
-    let (root, created) = build_root(spec, staging.path())?;
+    let (root, created) = build_root(spec, staging.path(), Privilege::User)?;
     tracing::debug!(root = %root.display(), "environment built");
 
     let mut init = Command::new(self_exe);
@@ -260,9 +260,24 @@ fn map_ids(uid_in: u32, uid_out: u32, gid_in: u32, gid_out: u32) -> Result<()> {
     Ok(())
 }
 
+/// Who builds the environment, which decides two details of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Privilege {
+    /// An unprivileged user in a new user namespace (`teesfs run`): overlays keep their
+    /// metadata in `user.` extended attributes, and the namespace's init mounts a new /proc.
+    User,
+    /// Root on the node (a Slurm task, through the SPANK plugin): overlays use the usual
+    /// `trusted.` attributes, and /proc is the host's, as for any task.
+    Root,
+}
+
 /// Lays out the new root under `staging` (a fresh tmpfs) and returns its path.
 /// Also returns the upper directories it created.
-fn build_root(spec: &RunSpec, staging: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
+fn build_root(
+    spec: &RunSpec,
+    staging: &Path,
+    privilege: Privilege,
+) -> Result<(PathBuf, Vec<PathBuf>)> {
     mount(
         Some("teesfs-run"),
         staging,
@@ -303,6 +318,7 @@ fn build_root(spec: &RunSpec, staging: &Path) -> Result<(PathBuf, Vec<PathBuf>)>
         work_base,
         mount_points: mount_points()?,
         bind,
+        privilege,
         created: Default::default(),
     };
     layout.place_children(Path::new(""))?;
@@ -319,6 +335,8 @@ struct Layout {
     mount_points: Vec<PathBuf>,
     /// Paths (relative to "/") bound from the host as they are.
     bind: Vec<PathBuf>,
+    /// Who is building it.
+    privilege: Privilege,
     /// Upper directories this run created (removed again if left empty).
     created: std::cell::RefCell<Vec<PathBuf>>,
 }
@@ -373,7 +391,7 @@ impl Layout {
             };
         }
         mkdir_like(&target, &hmd)?;
-        if rel == Path::new("proc") {
+        if rel == Path::new("proc") && self.privilege == Privilege::User {
             return Ok(()); // the init mounts a proc of the new PID namespace here
         }
         if self.bind.iter().any(|b| b == rel) || self.mount_points.iter().any(|m| m == rel) {
@@ -423,11 +441,14 @@ impl Layout {
                 .replace(',', "\\,")
         };
         let lower = lowers.iter().map(|p| esc(p)).collect::<Vec<_>>().join(":");
-        let data = format!(
-            "lowerdir={lower},upperdir={},workdir={},userxattr",
+        let mut data = format!(
+            "lowerdir={lower},upperdir={},workdir={}",
             esc(&upper),
             esc(&work)
         );
+        if self.privilege == Privilege::User {
+            data.push_str(",userxattr");
+        }
         mount(
             Some("teesfs-run"),
             target,
@@ -577,6 +598,107 @@ fn supervise(pid: Pid, signals: &mut Signals) -> Outcome {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// The hidden subcommand the SPANK plugin runs to build a Slurm task's environment
+/// (`teesfs-spank`'s `TASK_ENV_SUBCOMMAND`).
+pub const TASK_ENV_SUBCOMMAND: &str = "__task-env";
+
+/// `teesfs __task-env LAYER UID`, run as root by the SPANK plugin for each task of a job
+/// whose layer is mounted at LAYER: builds the execution environment (the layer over "/",
+/// writes to a tmpfs, the host's mount points, `/home`, `/tmp`, `/run`, `/dev`, `/sys` and
+/// `/proc` as they are) in a new mount namespace that still receives the host's later
+/// mounts, switches its root to it, prints `ready`, and waits for standard input to close.
+/// The plugin joins the namespace in between; the helper then exits and the namespace
+/// lives as long as the task.
+///
+/// The layer must belong to UID (the daemon gives a job's mount to the job's user) or to
+/// root (a job pushed without an owner): a task never sees another user's layer.
+pub fn task_env_main(args: &[OsString]) -> Result<()> {
+    let bad = || {
+        RunError::Invalid(format!(
+            "{TASK_ENV_SUBCOMMAND}: bad arguments {args:?} (LAYER UID)"
+        ))
+    };
+    let [layer, uid] = args else {
+        return Err(bad());
+    };
+    let uid: u32 = uid.to_str().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    if !nix::unistd::geteuid().is_root() {
+        return Err(RunError::Invalid(format!(
+            "{TASK_ENV_SUBCOMMAND} builds a Slurm task's environment and must run as root \
+             (slurmstepd's SPANK plugin runs it); users run `teesfs run`"
+        )));
+    }
+    let layer = PathBuf::from(layer);
+    let md = std::fs::metadata(&layer).map_err(sys(format!("the layer {}", layer.display())))?;
+    if md.uid() != uid && md.uid() != 0 {
+        return Err(RunError::Invalid(format!(
+            "the layer {} belongs to uid {}, not to the job's user {uid}; refusing to show it \
+             to this job",
+            layer.display(),
+            md.uid()
+        )));
+    }
+    let parent = layer
+        .parent()
+        .ok_or_else(|| RunError::Invalid(format!("{} has no parent", layer.display())))?;
+    // Staged beside the job's mount; the directory is removed once the root has moved.
+    let parent_dir =
+        std::fs::File::open(parent).map_err(sys(format!("opening {}", parent.display())))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".task-env.")
+        .tempdir_in(parent)
+        .map_err(sys(format!(
+            "creating a staging directory in {}",
+            parent.display()
+        )))?
+        .keep();
+    let spec = RunSpec {
+        layer: Some(layer.clone()),
+        upper: Upper::Tmpfs,
+        bind: Vec::new(),
+        command: Vec::new(),
+        cwd: PathBuf::from("/"),
+    };
+    unshare(CloneFlags::CLONE_NEWNS).map_err(nix_err("creating a mount namespace"))?;
+    // Nothing done here reaches the host; what the host mounts later (automounted homes,
+    // other jobs) still reaches the task.
+    mount::<str, str, str, str>(None, "/", None, MsFlags::MS_REC | MsFlags::MS_SLAVE, None)
+        .map_err(nix_err("making mounts slaves of the host's"))?;
+    let (root, _) = build_root(&spec, &staging, Privilege::Root)?;
+    switch_root(&root)?;
+    // The staging tmpfs shows up again under the bound /run; it is of no use to the task.
+    let _ = umount2(&staging, MntFlags::MNT_DETACH);
+    if let Some(name) = staging.file_name() {
+        let _ = nix::unistd::unlinkat(&parent_dir, name, nix::unistd::UnlinkatFlags::RemoveDir);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(b"ready\n")
+        .and_then(|()| out.flush())
+        .map_err(sys("telling the plugin the environment is ready"))?;
+    let mut rest = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut rest);
+    Ok(())
+}
+
+/// Makes `root` this process's "/" (and its mount namespace's, for whoever joins it).
+fn switch_root(root: &Path) -> Result<()> {
+    nix::unistd::chdir(root).map_err(nix_err(format!("entering {}", root.display())))?;
+    match nix::unistd::pivot_root(".", ".") {
+        Ok(()) => {
+            umount2(".", MntFlags::MNT_DETACH).map_err(nix_err("detaching the old root"))?;
+        }
+        Err(e) => {
+            // "/" is the initramfs (diskless nodes that never switched root): pivot_root
+            // refuses it, but the new root can be moved over it, as switch_root does.
+            tracing::debug!(error = %e, "pivot_root refused; moving the new root over /");
+            mount::<str, str, str, str>(Some("."), "/", None, MsFlags::MS_MOVE, None)
+                .map_err(nix_err("moving the new root over /"))?;
+            nix::unistd::chroot(".").map_err(nix_err("chroot into the new root"))?;
+        }
+    }
+    nix::unistd::chdir("/").map_err(nix_err("entering /"))
 }
 
 /// The namespace's init (`teesfs __run-init ROOT STATUS UID GID CWD -- CMD...`): mounts

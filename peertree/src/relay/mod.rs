@@ -662,6 +662,43 @@ impl Relay {
         }
     }
 
+    /// This node's store already holds `positions` when it joins (kept from an earlier job
+    /// that used the same chunks): they count as received, are forwarded to the children
+    /// like any other, and the parent is told ([`Msg::Held`]) so that it does not send them.
+    /// Call it right after [`Relay::new_node`].
+    pub fn hold_existing(&mut self, positions: impl IntoIterator<Item = u32>) {
+        let n = self.schedule.len();
+        let mut held = FixedBitSet::with_capacity(n);
+        for p in positions {
+            if (p as usize) < n && !self.have.put(p as usize) {
+                held.insert(p as usize);
+                self.have_count += 1;
+                if self.schedule.urgent_chunk(p) {
+                    self.urgent_have += 1;
+                }
+            }
+        }
+        if held.is_clear() {
+            return;
+        }
+        if let Some(parent) = self.parent {
+            self.control.push_back(Transmit::Control {
+                to: parent,
+                msg: Msg::Held {
+                    have: pack_words(
+                        &held
+                            .as_slice()
+                            .iter()
+                            .map(|&w| w as u64)
+                            .collect::<Vec<_>>(),
+                        usize::BITS,
+                    ),
+                },
+            });
+        }
+        self.check_local_done();
+    }
+
     /// A message arrived from `from` (chunks go through [`Relay::handle_chunk`]).
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Msg) {
         self.touch(from, now);
@@ -695,6 +732,13 @@ impl Relay {
                 }
             }
             Msg::Attach { have } => self.on_attach(now, from, &have),
+            Msg::Held { have } => {
+                // The child kept these from an earlier job: never send them to it.
+                let n = self.schedule.len();
+                if let Some(c) = self.children.get_mut(&from) {
+                    c.sent.union_with(&bits_from_words(n, &have));
+                }
+            }
             Msg::Adopted => {
                 if let Some(a) = &self.attaching
                     && self.ancestors.get(a.target).map(|n| n.id) == Some(from)
@@ -751,16 +795,7 @@ impl Relay {
     }
 
     fn on_attach(&mut self, now: Instant, from: NodeId, have: &[u64]) {
-        let n = self.schedule.len();
-        let mut sent = FixedBitSet::with_capacity(n);
-        for (w, &word) in have.iter().enumerate().take(n.div_ceil(64)) {
-            for b in 0..64 {
-                let i = w * 64 + b;
-                if i < n && word & (1 << b) != 0 {
-                    sent.insert(i);
-                }
-            }
-        }
+        let sent = bits_from_words(self.schedule.len(), have);
         let info = self
             .subtree
             .iter()
@@ -1327,4 +1362,18 @@ fn pack_words(words: &[u64], bits: u32) -> Vec<u64> {
         }
     }
     out
+}
+
+/// A bitset of `n` chunk positions from wire words (64 positions per word, low bit first).
+fn bits_from_words(n: usize, words: &[u64]) -> FixedBitSet {
+    let mut bits = FixedBitSet::with_capacity(n);
+    for (w, &word) in words.iter().enumerate().take(n.div_ceil(64)) {
+        for b in 0..64 {
+            let i = w * 64 + b;
+            if i < n && word & (1 << b) != 0 {
+                bits.insert(i);
+            }
+        }
+    }
+    bits
 }

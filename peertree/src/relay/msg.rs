@@ -188,6 +188,12 @@ pub enum Msg {
         /// Position in the chunk table.
         chunk: u32,
     },
+    /// Child to parent, right after joining: chunks this node's store kept from an earlier
+    /// job (bitset words, as in `Attach`); the parent does not send them.
+    Held {
+        /// Bitset of held chunk positions, 64 per word.
+        have: Vec<u64>,
+    },
 }
 
 /// The content of [`Msg::Prepare`].

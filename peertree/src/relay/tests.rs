@@ -37,6 +37,8 @@ struct Net {
     wants: HashMap<(NodeId, NodeId), usize>,
     root_events: Vec<Event>,
     root_id: NodeId,
+    /// Chunk positions each node's store holds before it joins (from an earlier job).
+    held: HashMap<NodeId, Vec<u32>>,
 }
 
 fn plan(groups: usize, group: usize, strategy: Strategy) -> crate::Plan {
@@ -89,6 +91,7 @@ impl Net {
             wants: HashMap::new(),
             root_events: Vec::new(),
             root_id,
+            held: HashMap::new(),
         }
     }
 
@@ -136,8 +139,11 @@ impl Net {
             }
             match item {
                 Item::Msg(Msg::Start(start)) if !self.relays.contains_key(&to) => {
-                    let r = Relay::new_node(*start, self.schedule.clone(), self.now)
+                    let mut r = Relay::new_node(*start, self.schedule.clone(), self.now)
                         .expect("valid start");
+                    if let Some(h) = self.held.get(&to) {
+                        r.hold_existing(h.iter().copied());
+                    }
                     assert_eq!(r.me(), to);
                     self.relays.insert(to, r);
                 }
@@ -814,4 +820,47 @@ fn a_node_that_loses_chunks_during_the_push_still_completes_its_phases() {
     assert!(dropped > 0);
     assert!(net.relays[&leaf].local_done(Phase::All));
     assert!(net.relays[&leaf].have_count() <= 2);
+}
+
+#[test]
+fn chunks_a_node_kept_from_an_earlier_job_are_not_sent_again() {
+    let p = plan(2, 4, Strategy::Topo);
+    let mut net = Net::new(&p, 40, 10);
+    // Every node kept 30 of the 40 chunks (urgent ones included).
+    let kept: Vec<u32> = (0..30).collect();
+    for id in p.ids().skip(1) {
+        net.held.insert(id, kept.clone());
+    }
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    assert_everyone_has_everything(&net, &p);
+    for id in p.ids().skip(1) {
+        let got = net.received.get(&id).cloned().unwrap_or_default();
+        assert!(
+            got.iter().all(|c| *c >= 30),
+            "{id:?} was sent chunks it held: {got:?}"
+        );
+        assert_eq!(got.len(), 10, "{id:?} got {got:?}");
+    }
+}
+
+#[test]
+fn a_proxy_forwards_what_it_kept_to_children_that_did_not_keep_it() {
+    let p = plan(2, 4, Strategy::Topo);
+    let mut net = Net::new(&p, 40, 10);
+    let proxies: Vec<NodeId> = p
+        .ids()
+        .skip(1)
+        .filter(|id| p.subtree(*id).len() > 1)
+        .collect();
+    assert!(!proxies.is_empty());
+    for id in &proxies {
+        net.held.insert(*id, (0..40).collect());
+    }
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    assert_everyone_has_everything(&net, &p);
+    for id in p.ids().skip(1) {
+        let got = net.received.get(&id).map_or(0, Vec::len);
+        let want = if proxies.contains(&id) { 0 } else { 40 };
+        assert_eq!(got, want, "{id:?}");
+    }
 }

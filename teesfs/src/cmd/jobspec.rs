@@ -183,8 +183,9 @@ pub struct RootArgs {
     /// Where the root listens (nodes whose parent died re-attach or answer here).
     #[arg(long, default_value = "0.0.0.0:0")]
     pub listen: SocketAddr,
-    /// How nodes reach the root, `host:port` (default: the --hosts entry of the login
-    /// node, else its name and the bound port).
+    /// How nodes reach the root, `host:port`; port 0 means the port the root bound
+    /// (default: the --hosts entry of the login node with the bound port, else its name and
+    /// the bound port).
     #[arg(long, value_name = "ADDR")]
     pub advertise: Option<String>,
 }
@@ -221,7 +222,14 @@ impl RootArgs {
                     self.identity.display()
                 )
             })?;
-        let advertise = self.advertise.clone().or_else(|| hosts.get(login).cloned());
+        // The hosts file gives the login node's address; its port is the daemons' (the
+        // root listens on its own): port 0 stands for the root's bound port.
+        let advertise = self.advertise.clone().or_else(|| {
+            hosts
+                .get(login)
+                .map(|a| a.rsplit_once(':').map_or(a.as_str(), |(h, _)| h))
+                .map(|h| format!("{h}:0"))
+        });
         Ok(RootContact {
             nodes,
             identity,

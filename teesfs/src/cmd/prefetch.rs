@@ -44,6 +44,29 @@ pub struct PrefetchArgs {
     owner: Option<u32>,
 }
 
+/// With `--owner`, the prolog pushes for that user, running as the Slurm user who can read
+/// more than they can: the spec must be the job's user's own (or root's), and nobody else
+/// may be able to change it.
+fn check_spec_owner(spec: &std::path::Path, owner: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(spec).with_context(|| format!("the job spec {}", spec.display()))?;
+    if md.uid() != owner && md.uid() != 0 {
+        anyhow::bail!(
+            "the job spec {} belongs to uid {}, not to the job's user (uid {owner}); a job may \
+             only name its own manifest (or one root owns)",
+            spec.display(),
+            md.uid()
+        );
+    }
+    if md.mode() & 0o002 != 0 {
+        anyhow::bail!(
+            "the job spec {} is writable by everyone; `chmod o-w` it",
+            spec.display()
+        );
+    }
+    Ok(())
+}
+
 /// Turns a spec into push arguments.
 /// What the spec leaves out comes from the site configuration (`site`), then the built-in
 /// defaults; an error names the key to set, in the spec or the site's teesfs.toml.
@@ -159,6 +182,9 @@ fn push_args(
 
 /// Runs `teesfs prefetch`.
 pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
+    if let Some(owner) = args.owner {
+        check_spec_owner(&args.spec, owner)?;
+    }
     let text = super::util::read_text(&args.spec, "job spec")?;
     let spec = JobSpec::from_toml(&text).with_context(|| format!("in {}", args.spec.display()))?;
     let (site, _) = teesfs::site::load(&teesfs::site::main_path())?;

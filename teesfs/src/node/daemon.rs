@@ -450,10 +450,20 @@ impl Daemon {
             None => None,
         };
         let owner = start.owner;
-        let relay = match Relay::new_node(start, schedule, Instant::now()) {
+        let mut relay = match Relay::new_node(start, schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => return refuse(e.to_string()),
         };
+        if shared.is_none() {
+            // Chunks kept from earlier jobs are not sent again; the parent is told so.
+            let store = &self.store;
+            relay.hold_existing(
+                (0u32..)
+                    .zip(&index.chunks)
+                    .filter(|(_, c)| store.contains(&c.id))
+                    .map(|(p, _)| p),
+            );
+        }
         let index = Arc::new(index);
         let bytes: Arc<dyn super::job::ChunkBytes> = match &shared {
             Some(s) => Arc::new(super::StoreBytes(s.clone())),

@@ -102,13 +102,7 @@ pub async fn probe(spec: ProbeSpec, deadline: Duration) -> Result<ProbeOutcome, 
     let bound = transport.local_addr();
     let mut nodes = spec.nodes;
     if let Some(root) = nodes.first_mut() {
-        root.addr = spec.advertise.clone().unwrap_or_else(|| {
-            if bound.ip().is_unspecified() {
-                format!("{}:{}", root.host, bound.port())
-            } else {
-                bound.to_string()
-            }
-        });
+        root.addr = super::advertised(spec.advertise.as_deref(), &root.host, bound);
     }
     let peers = Peers::new(transport);
     let relay = Relay::new_probe_root(spec.job, nodes.clone(), spec.timing, start)

@@ -20,12 +20,26 @@ pub mod push;
 pub mod report;
 pub mod store;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use manifest::{ChunkId, ChunkInfo};
 
 use crate::source::{ChunkFuture, ChunkSource};
 use job::JobCore;
+
+/// The address a root gives its nodes: `advertise` (port 0 there means the port the root
+/// bound), else its host name with the bound port, else the bound address itself.
+pub fn advertised(advertise: Option<&str>, host: &str, bound: SocketAddr) -> String {
+    match advertise {
+        Some(a) => match a.rsplit_once(':') {
+            Some((h, "0")) => format!("{h}:{}", bound.port()),
+            _ => a.to_string(),
+        },
+        None if bound.ip().is_unspecified() => format!("{host}:{}", bound.port()),
+        None => bound.to_string(),
+    }
+}
 
 /// Chunks for a mounted job: from the node's store, or from the tree on demand.
 pub struct JobSource(pub Arc<JobCore>);
@@ -114,4 +128,25 @@ pub fn push_order(
         add(EntryIdx(i as u32), &mut order);
     }
     (order, urgent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised;
+
+    #[test]
+    fn a_root_advertises_the_port_it_bound_not_the_daemons_port() {
+        let bound = "0.0.0.0:40123".parse().expect("addr");
+        assert_eq!(
+            advertised(Some("10.0.0.1:0"), "login", bound),
+            "10.0.0.1:40123"
+        );
+        assert_eq!(
+            advertised(Some("10.0.0.1:9000"), "login", bound),
+            "10.0.0.1:9000"
+        );
+        assert_eq!(advertised(None, "login", bound), "login:40123");
+        let bound = "10.0.0.1:40123".parse().expect("addr");
+        assert_eq!(advertised(None, "login", bound), "10.0.0.1:40123");
+    }
 }

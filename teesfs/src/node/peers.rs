@@ -1,5 +1,5 @@
-//! Connections to other nodes, shared by every job of a process: at most one outgoing QUIC
-//! connection per peer host (reused for the whole job and across jobs), control and demand
+//! Connections to other nodes, shared by every job of a process: at most one QUIC
+//! connection per peer endpoint (reused for the whole job and across jobs), control and demand
 //! messages on their own streams so they never wait behind bulk chunks, and reader tasks
 //! that hand every incoming frame to the [`Router`].
 //!
@@ -57,6 +57,31 @@ async fn wait_conn(mut cell: SharedConn) -> Result<Conn, String> {
     }
 }
 
+/// Which peer process a link goes to: its certificate's host name and its UDP port. A host
+/// runs one daemon, but a login node may run several pushes at once (two Slurm jobs'
+/// prologs), each with its own endpoint; keyed by host alone, the newer push's connection
+/// would take the older one's replies.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct LinkKey {
+    host: String,
+    /// The peer's port; 0 when its address names none (the link is then the host's only).
+    port: u16,
+}
+
+impl LinkKey {
+    /// The key of `host` listening at `addr` (`name:port`, `ip:port` or `[ip6]:port`).
+    fn of(host: &str, addr: &str) -> LinkKey {
+        let port = addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(0);
+        LinkKey {
+            host: host.to_string(),
+            port,
+        }
+    }
+}
+
 struct Link {
     conn: SharedConn,
     control: mpsc::UnboundedSender<Vec<u8>>,
@@ -66,7 +91,7 @@ struct Link {
 /// The connection manager.
 pub struct Peers {
     transport: Transport,
-    links: Mutex<HashMap<String, Link>>,
+    links: Mutex<HashMap<LinkKey, Link>>,
     router: Mutex<Option<Weak<dyn Router>>>,
     rt: tokio::runtime::Handle,
 }
@@ -112,17 +137,21 @@ impl Peers {
     pub async fn accept_loop(self: Arc<Self>) {
         while let Some(conn) = self.transport.accept().await {
             let host = conn.peer_host().to_string();
-            tracing::debug!(peer = %host, "accepted connection");
+            let key = LinkKey {
+                host: host.clone(),
+                port: conn.remote_addr().port(),
+            };
+            tracing::debug!(peer = %host, port = key.port, "accepted connection");
             // Use the peer's newest connection for our own sends; register it before
             // reading, so replies to its first message use it. An older link to the same
-            // host may be dead without our knowing yet (a `teesfs push` that exited, a
+            // endpoint may be dead without our knowing yet (a `teesfs push` that exited, a
             // restarted daemon: no close frame, idle timeout not reached), and the peer
             // would never hear our replies on it.
             {
                 let (tx, cell) = watch::channel(Some(Ok(conn.clone())));
                 drop(tx);
                 let link = self.start_link(&host, cell);
-                lock(&self.links).insert(host, link);
+                lock(&self.links).insert(key, link);
             }
             self.spawn_readers(conn);
         }
@@ -207,8 +236,9 @@ impl Peers {
     }
 
     fn link_cell(self: &Arc<Self>, host: &str, addr: &str) -> SharedConn {
+        let key = LinkKey::of(host, addr);
         let mut links = lock(&self.links);
-        if let Some(l) = links.get(host) {
+        if let Some(l) = links.get(&key) {
             // A failed or closed link, or one whose senders gave up, is replaced by a fresh
             // attempt.
             let dead = match l.conn.borrow().as_ref() {
@@ -223,7 +253,7 @@ impl Peers {
         }
         let (tx, cell) = watch::channel(None);
         let link = self.start_link(host, cell.clone());
-        links.insert(host.to_string(), link);
+        links.insert(key, link);
         let this = self.clone();
         let (host, addr) = (host.to_string(), addr.to_string());
         self.rt.spawn(async move {
@@ -253,7 +283,9 @@ impl Peers {
     pub fn send(self: &Arc<Self>, host: &str, addr: &str, kind: StreamKind, frame: Vec<u8>) {
         self.link_cell(host, addr);
         let links = lock(&self.links);
-        let Some(link) = links.get(host) else { return };
+        let Some(link) = links.get(&LinkKey::of(host, addr)) else {
+            return;
+        };
         let tx = match kind {
             StreamKind::Demand => &link.demand,
             _ => &link.control,
@@ -261,11 +293,14 @@ impl Peers {
         let _ = tx.send(frame);
     }
 
-    /// Forgets the link to `host` (a peer declared dead): the next message to it opens a
+    /// Forgets the links to `host` (a peer declared dead): the next message to it opens a
     /// fresh connection. A crashed and restarted peer never answers on the old one, and
     /// QUIC would only notice at its idle timeout.
     pub fn forget(&self, host: &str) {
-        if lock(&self.links).remove(host).is_some() {
+        let mut links = lock(&self.links);
+        let before = links.len();
+        links.retain(|k, _| k.host != host);
+        if links.len() != before {
             tracing::debug!(peer = %host, "link forgotten");
         }
     }
@@ -278,5 +313,20 @@ impl Peers {
             }
         }
         self.transport.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LinkKey;
+
+    #[test]
+    fn two_pushes_from_one_login_node_are_two_links() {
+        let a = LinkKey::of("login", "10.0.0.1:40001");
+        let b = LinkKey::of("login", "login:40002");
+        assert_ne!(a, b);
+        assert_eq!(a.port, 40001);
+        assert_eq!(LinkKey::of("n1", "[fe80::1]:7411").port, 7411);
+        assert_eq!(LinkKey::of("n1", "n1").port, 0);
     }
 }

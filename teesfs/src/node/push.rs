@@ -104,13 +104,7 @@ pub async fn push(
     let bound = transport.local_addr();
     let mut spec = spec;
     if let Some(root) = spec.nodes.first_mut() {
-        root.addr = spec.advertise.clone().unwrap_or_else(|| {
-            if bound.ip().is_unspecified() {
-                format!("{}:{}", root.host, bound.port())
-            } else {
-                bound.to_string()
-            }
-        });
+        root.addr = super::advertised(spec.advertise.as_deref(), &root.host, bound);
     }
     let peers = Peers::new(transport);
     let sizes = spec.index.chunks.iter().map(|c| c.stored_len).collect();

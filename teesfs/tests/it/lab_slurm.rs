@@ -1,27 +1,196 @@
 //! teesfs under real Slurm in the lab, set up as a site does: `slurm.conf` names the
-//! project's PrologSlurmctld and Epilog, and slurmctld and slurmd run them. The prolog
-//! pushes a job's layer (named by the job's comment) to the allocated nodes with
-//! `--job-id $SLURM_JOB_ID` before the job starts; `srun -N <all> teesfs run -- <the
-//! application>` then runs it from every node's mount; when the job ends, slurmd runs the
-//! epilog on every node, which releases the job.
+//! project's PrologSlurmctld and Epilog (and `plugstack.conf` its SPANK plugin), and
+//! slurmctld, slurmd and slurmstepd run them; SlurmUser is the non-root `slurm`.
+//!
+//! - With the plugin, `sbatch -N 32 --teesfs=spec.toml job.sh` is all a user types: the
+//!   prolog pushes the layer before the job starts, and every task (the batch script and
+//!   `srun python3 app.py`) starts inside it, as the user, without a wrapper.
+//! - Without it, the job's comment names the spec and tasks run `srun teesfs run -- CMD`.
 //!
 //! In the lab each node is a set of namespaces on one machine: `slurmd` runs in its node's
 //! network and mount namespaces (so tasks see the node's FUSE mounts), and each node's
-//! daemon mounts under its own directory, which the task's `--mount-root` names.
+//! daemon mounts under its own directory (`<lab>/<node>/jobs`), which the plugin's
+//! `mount_root=<lab>/%h/jobs` and `teesfs run --mount-root` name.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lab::slurm::SlurmScripts;
 use lab::{Lab, LabOptions, LabSpec, Rates};
 
 use crate::lab::can_lab;
-use crate::util::teesfs_bin;
+use crate::util::{spank_plugin, teesfs_bin};
 
 fn sorted_lines(s: &str) -> Vec<String> {
     let mut v: Vec<String> = s.lines().map(|l| l.trim().to_string()).collect();
     v.sort();
     v
+}
+
+/// What a site sets up around Slurm, in a lab: the prolog and epilog wrappers (the lab's
+/// stand-ins for /etc/teesfs/slurm.env), the login key readable by SlurmUser, a log
+/// directory SlurmUser may write, the publisher key trusted, and, with `plugin`, the SPANK
+/// plugin in plugstack.conf.
+struct Site {
+    tmp: tempfile::TempDir,
+    logdir: PathBuf,
+    scripts: SlurmScripts,
+}
+
+impl Site {
+    fn new(lab: &Lab, plugin: bool) -> Site {
+        let work = lab.work().to_path_buf();
+        let tmp = tempfile::tempdir().expect("tempdir");
+        // World-readable: slurmctld and slurmd run the scripts and read the spec.
+        std::fs::set_permissions(
+            tmp.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let repo =
+            std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).expect("repo");
+        let logdir = tmp.path().join("log");
+        let config = tmp.path().join("config");
+        let prolog = tmp.path().join("prolog.sh");
+        std::fs::write(
+            &prolog,
+            format!(
+                "#!/bin/sh
+export TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={config}
+                 exec sh {script}
+",
+                bin = teesfs_bin(),
+                log = logdir.display(),
+                config = config.display(),
+                script = repo.join("packaging/slurm/prolog-slurmctld.sh").display(),
+            ),
+        )
+        .expect("prolog wrapper");
+        let epilog = tmp.path().join("epilog.sh");
+        std::fs::write(
+            &epilog,
+            format!(
+                "#!/bin/sh
+export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
+                 exec sh {script}
+",
+                bin = teesfs_bin(),
+                work = work.display(),
+                script = repo.join("packaging/slurm/epilog.sh").display(),
+            ),
+        )
+        .expect("epilog wrapper");
+        for f in [&prolog, &epilog] {
+            std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .expect("chmod");
+        }
+        // The prolog runs as the Slurm user, as on a site: it needs the login node's key (a
+        // site makes it readable by SlurmUser, see docs/slurm.md) and a log directory it may
+        // write; the rest (spec, store, certificates, trusted keys) is readable by everyone.
+        let slurm_user = nix::unistd::User::from_name("slurm")
+            .expect("users")
+            .expect("the Debian slurm packages create the slurm user");
+        let cluster = work.join("cluster");
+        nix::unistd::chown(&cluster, None, Some(slurm_user.gid)).expect("chgrp credentials");
+        std::fs::set_permissions(
+            &cluster,
+            std::os::unix::fs::PermissionsExt::from_mode(0o750),
+        )
+        .expect("chmod credentials");
+        nix::unistd::chown(&cluster.join("login.key"), Some(slurm_user.uid), None)
+            .expect("chown login key");
+        std::fs::create_dir_all(&logdir).expect("log dir");
+        nix::unistd::chown(&logdir, Some(slurm_user.uid), Some(slurm_user.gid)).expect("chown log");
+        std::fs::create_dir_all(config.join("trusted")).expect("config");
+        std::fs::copy(
+            work.join("publisher.pub"),
+            config.join("trusted/publisher.pub"),
+        )
+        .expect("trust");
+        let plugstack = if plugin {
+            vec![format!(
+                "required {so} teesfs={bin} mount_root={work}/%h/jobs",
+                so = spank_plugin().display(),
+                bin = teesfs_bin(),
+                work = work.display(),
+            )]
+        } else {
+            Vec::new()
+        };
+        Site {
+            tmp,
+            logdir,
+            scripts: SlurmScripts {
+                prolog_slurmctld: Some(prolog),
+                epilog: Some(epilog),
+                slurm_user: Some("slurm".into()),
+                plugstack,
+            },
+        }
+    }
+
+    fn start<'a>(&self, lab: &'a Lab) -> lab::slurm::Slurm<'a> {
+        lab.start_slurm_with(self.scripts.clone())
+            .expect("Slurm in the lab (scripts/deps.sh installs munge, slurmctld, slurmd)")
+    }
+
+    /// Waits for job `id` to end; its final state. Panics with the logs if it does not.
+    fn ended(&self, slurm: &lab::slurm::Slurm<'_>, id: lab::slurm::JobId, t: Duration) -> String {
+        slurm
+            .wait_ended(id, t)
+            .unwrap_or_else(|e| panic!("job {id}: {e}\n{}", self.logs(slurm)))
+    }
+
+    /// The prolog's logs and the end of slurmctld's, for a failure message.
+    fn logs(&self, slurm: &lab::slurm::Slurm<'_>) -> String {
+        let logs: Vec<String> = std::fs::read_dir(&self.logdir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+            .collect();
+        let ctld =
+            std::fs::read_to_string(slurm.dir().join("ctld/slurmctld.log")).unwrap_or_default();
+        let tail: Vec<&str> = ctld.lines().rev().take(30).collect();
+        let mut nodes = String::new();
+        for h in slurm.hosts().iter().take(2) {
+            let log = std::fs::read_to_string(slurm.dir().join("nodes").join(h).join("slurmd.log"))
+                .unwrap_or_default();
+            let errors: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("error") || l.contains("teesfs"))
+                .rev()
+                .take(20)
+                .collect();
+            nodes.push_str(&format!("\nslurmd {h}: {errors:#?}"));
+        }
+        let jobs = slurm
+            .run("scontrol", &["show", "job", "-o"], Duration::from_secs(10))
+            .unwrap_or_default();
+        format!("prolog logs: {logs:#?}\nslurmctld: {tail:#?}{nodes}\njobs:\n{jobs}")
+    }
+}
+
+/// Writes `dir/manifest.toml`: the layer `index` in the lab's store, the app's Python files
+/// (`python_app(.., tag)`) urgent, the lab's network.
+fn write_spec(lab: &Lab, dir: &Path, index: &str, tag: &str) -> PathBuf {
+    let work = lab.work();
+    let spec_path = dir.join("manifest.toml");
+    std::fs::write(
+        &spec_path,
+        format!(
+            "[layer]\nstore = {store:?}\nindex = {index:?}\n\
+             [launch]\nurgent = [\"opt/app-{tag}/*.py\", \"opt/app-{tag}/*/*.py\"]\n\
+             [nodes]\ngroup_size = {group}\nstrategy = \"topo\"\nlogin = \"login\"\n\
+             [network]\nidentity = {id:?}\nhosts = {hosts:?}\nwait = \"all\"\n",
+            store = work.join("store"),
+            group = lab.layout().spec.group_size,
+            id = work.join("cluster"),
+            hosts = work.join("hosts"),
+        ),
+    )
+    .expect("spec");
+    spec_path
 }
 
 #[test]
@@ -35,77 +204,9 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
         rates: Rates::default(),
     };
     let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
-    let work = lab.work().to_path_buf();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    // World-readable: slurmctld and slurmd run the scripts and read the spec.
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    let repo =
-        std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).expect("repo");
-    let logdir = tmp.path().join("log");
-    let config = tmp.path().join("config");
-    // The lab's stand-ins for /etc/teesfs/slurm.env: where the binary, the logs and the
-    // trusted keys are, and each node's control socket.
-    let prolog = tmp.path().join("prolog.sh");
-    std::fs::write(
-        &prolog,
-        format!(
-            "#!/bin/sh
-export TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={config}
-             exec sh {script}
-",
-            bin = teesfs_bin(),
-            log = logdir.display(),
-            config = config.display(),
-            script = repo.join("packaging/slurm/prolog-slurmctld.sh").display(),
-        ),
-    )
-    .expect("prolog wrapper");
-    let epilog = tmp.path().join("epilog.sh");
-    std::fs::write(
-        &epilog,
-        format!(
-            "#!/bin/sh
-export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
-             exec sh {script}
-",
-            bin = teesfs_bin(),
-            work = work.display(),
-            script = repo.join("packaging/slurm/epilog.sh").display(),
-        ),
-    )
-    .expect("epilog wrapper");
-    for f in [&prolog, &epilog] {
-        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
-    }
-    // The prolog runs as the Slurm user, as on a site: it needs the login node's key (a
-    // site makes it readable by SlurmUser, see docs/slurm.md) and a log directory it may
-    // write; the rest (spec, store, certificates, trusted keys) is readable by everyone.
-    let slurm_user = nix::unistd::User::from_name("slurm")
-        .expect("users")
-        .expect("the Debian slurm packages create the slurm user");
-    let cluster = work.join("cluster");
-    nix::unistd::chown(&cluster, None, Some(slurm_user.gid)).expect("chgrp credentials");
-    std::fs::set_permissions(
-        &cluster,
-        std::os::unix::fs::PermissionsExt::from_mode(0o750),
-    )
-    .expect("chmod credentials");
-    nix::unistd::chown(&cluster.join("login.key"), Some(slurm_user.uid), None)
-        .expect("chown login key");
-    std::fs::create_dir_all(&logdir).expect("log dir");
-    nix::unistd::chown(&logdir, Some(slurm_user.uid), Some(slurm_user.gid)).expect("chown log");
-    let slurm = lab
-        .start_slurm_with(SlurmScripts {
-            prolog_slurmctld: Some(prolog),
-            epilog: Some(epilog),
-            slurm_user: Some("slurm".into()),
-        })
-        .expect("Slurm in the lab (scripts/deps.sh installs munge, slurmctld, slurmd)");
+    let site = Site::new(&lab, false);
+    let slurm = site.start(&lab);
+    let (work, tmp, logdir) = (lab.work().to_path_buf(), &site.tmp, &site.logdir);
     let hosts = slurm.hosts().to_vec();
     let all = hosts.len().to_string();
     let tag = format!("slurm{}", std::process::id());
@@ -114,41 +215,16 @@ export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
     let index = lab.publish(&layer).expect("publish");
 
     // The job spec a user would name with `sbatch --comment=teesfs:<spec>`.
-    let spec_path = tmp.path().join("manifest.toml");
-    std::fs::write(
-        &spec_path,
-        format!(
-            "[layer]\nstore = {store:?}\nindex = {index:?}\n\
-             [launch]\nurgent = [\"opt/app-{tag}/*.py\", \"opt/app-{tag}/*/*.py\"]\n\
-             [nodes]\ngroup_size = 2\nstrategy = \"topo\"\nlogin = \"login\"\n\
-             [network]\nidentity = {id:?}\nhosts = {hosts:?}\nwait = \"all\"\n",
-            store = work.join("store"),
-            id = work.join("cluster"),
-            hosts = work.join("hosts"),
-        ),
-    )
-    .expect("spec");
-    std::fs::create_dir_all(config.join("trusted")).expect("config");
-    std::fs::copy(
-        work.join("publisher.pub"),
-        config.join("trusted/publisher.pub"),
-    )
-    .expect("trust");
+    let spec_path = write_spec(&lab, tmp.path(), &index, &tag);
 
     // The job asks for its layer; slurmctld runs the prolog, and the job runs only once
     // the prolog has pushed the layer.
     let comment = format!("--comment=teesfs:{}", spec_path.display());
     let job = slurm.allocate_with(&[&comment]).unwrap_or_else(|e| {
-        let logs: Vec<String> = std::fs::read_dir(&logdir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
-            .collect();
-        let ctld = std::fs::read_to_string(slurm.dir().join("ctld/slurmctld.log"))
-            .unwrap_or_default();
-        let tail: Vec<&str> = ctld.lines().rev().take(30).collect();
-        panic!("allocation over all nodes, after the prolog: {e}\nprolog logs: {logs:?}\nslurmctld: {tail:#?}")
+        panic!(
+            "allocation over all nodes, after the prolog: {e}\n{}",
+            site.logs(&slurm)
+        )
     });
     let report: serde_json::Value = serde_json::from_slice(
         &std::fs::read(logdir.join(format!("job-{job}.json"))).expect("prolog's push report"),
@@ -224,6 +300,270 @@ export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
             .starts_with("teesfs-run")),
         "teesfs run left its staging directory"
     );
+    drop(slurm);
+    lab.down().expect("lab down");
+}
+
+/// The sum of the bytes every edge carried in a push report.
+fn edge_bytes(report: &serde_json::Value) -> u64 {
+    report["edges"]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|e| e["bytes"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// How many jobs `host`'s daemon has (`usize::MAX` if it does not answer).
+fn jobs_on(work: &Path, host: &str) -> usize {
+    std::process::Command::new(teesfs_bin())
+        .args(["status", "--json", "--control"])
+        .arg(work.join(host).join("sock"))
+        .output()
+        .ok()
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+        .and_then(|v| v["jobs"].as_array().map(Vec::len))
+        .unwrap_or(usize::MAX)
+}
+
+/// A user of this machine other than root, by name: (uid, gid).
+fn user(name: &str) -> (u32, u32) {
+    let u = nix::unistd::User::from_name(name)
+        .expect("users")
+        .unwrap_or_else(|| panic!("no user {name} on this machine"));
+    (u.uid.as_raw(), u.gid.as_raw())
+}
+
+/// A directory `owner` owns, for one user's spec, job script and output.
+fn user_dir(parent: &Path, name: &str, owner: (u32, u32)) -> PathBuf {
+    let d = parent.join(name);
+    std::fs::create_dir_all(&d).expect("mkdir");
+    nix::unistd::chown(
+        &d,
+        Some(nix::unistd::Uid::from_raw(owner.0)),
+        Some(nix::unistd::Gid::from_raw(owner.1)),
+    )
+    .expect("chown");
+    d
+}
+
+fn chown_file(p: &Path, owner: (u32, u32)) {
+    nix::unistd::chown(
+        p,
+        Some(nix::unistd::Uid::from_raw(owner.0)),
+        Some(nix::unistd::Gid::from_raw(owner.1)),
+    )
+    .expect("chown");
+}
+
+#[test]
+fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
+    if !can_lab() {
+        return;
+    }
+    let lab = Lab::up(&LabSpec::default(), &LabOptions::new(teesfs_bin())).expect("lab up");
+    let site = Site::new(&lab, true);
+    let slurm = site.start(&lab);
+    let work = lab.work().to_path_buf();
+    let tmp = site.tmp.path();
+    let hosts = slurm.hosts().to_vec();
+    assert_eq!(hosts.len(), 32, "the reference lab has 32 compute nodes");
+    let n = hosts.len().to_string();
+    let t = Duration::from_secs(180);
+
+    let tag = format!("spank{}", std::process::id());
+    let layer = tmp.join("layer");
+    crate::run::python_app(&layer, &tag);
+    let index = lab.publish(&layer).expect("publish");
+    let spec = write_spec(&lab, tmp, &index, &tag);
+    assert_eq!(spec, tmp.join("manifest.toml"));
+    let job_sh = tmp.join("job.sh");
+    std::fs::write(
+        &job_sh,
+        format!("#!/bin/sh\nsrun --label python3 /opt/app-{tag}/main.py\n"),
+    )
+    .expect("job.sh");
+
+    // What a user types: one sbatch line, nothing wrapped.
+    let out = tmp.join("job1.out");
+    let args = [
+        "-N",
+        &n,
+        "--teesfs=manifest.toml",
+        "-o",
+        "job1.out",
+        "job.sh",
+    ];
+    let job1 = slurm.submit(tmp, &args, None).expect("sbatch --teesfs");
+    let state = site.ended(&slurm, job1, t);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{text}\n{}", site.logs(&slurm));
+    let mut lines: Vec<&str> = text.lines().map(str::trim).collect();
+    lines.sort();
+    let mut want: Vec<String> = (0..hosts.len())
+        .map(|i| format!("{i}: answer 42"))
+        .collect();
+    want.sort();
+    assert_eq!(lines, want, "every task ran the app from the layer");
+    let report1: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(site.logdir.join(format!("job-{job1}.json"))).expect("push report"),
+    )
+    .expect("report JSON");
+    assert_eq!(report1["nodes"].as_u64(), Some(32), "{report1}");
+
+    // The epilog released the job everywhere: no job, no mount.
+    for h in &hosts {
+        assert_eq!(jobs_on(&work, h), 0, "{h} still has a job after the epilog");
+        let pid = lab.daemon_pid(h).expect("daemon");
+        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
+        assert!(
+            !mounts.contains(&format!("{h}/jobs/")),
+            "{h} still has a job mounted"
+        );
+    }
+
+    // A second job right after reuses the chunks the nodes hold.
+    let job2 = slurm
+        .submit(
+            tmp,
+            &[
+                "-N",
+                &n,
+                "--teesfs=manifest.toml",
+                "-o",
+                "job2.out",
+                "job.sh",
+            ],
+            None,
+        )
+        .expect("second sbatch");
+    assert_eq!(site.ended(&slurm, job2, t), "COMPLETED");
+    let text2 = std::fs::read_to_string(tmp.join("job2.out")).unwrap_or_default();
+    assert_eq!(text2.lines().count(), 32, "{text2}");
+    let report2: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(site.logdir.join(format!("job-{job2}.json"))).expect("push report"),
+    )
+    .expect("report JSON");
+    let (b1, b2) = (edge_bytes(&report1), edge_bytes(&report2));
+    assert!(
+        b2 * 10 < b1,
+        "the second push sent {b2} bytes over the tree against {b1} for the first: the nodes' \
+         chunks were not reused"
+    );
+
+    // A plain job on the same nodes sees no layer.
+    let plain = slurm
+        .submit(
+            tmp,
+            &[
+                "-N",
+                &n,
+                "-o",
+                "plain.out",
+                "--wrap",
+                &format!("srun sh -c 'test -e /opt/app-{tag}/main.py && echo layer || echo plain'"),
+            ],
+            None,
+        )
+        .expect("plain sbatch");
+    assert_eq!(site.ended(&slurm, plain, t), "COMPLETED");
+    let text = std::fs::read_to_string(tmp.join("plain.out")).unwrap_or_default();
+    assert_eq!(
+        text.lines().filter(|l| l.trim() == "plain").count(),
+        32,
+        "a job without --teesfs saw a layer: {text}"
+    );
+
+    drop(slurm);
+    lab.down().expect("lab down");
+}
+
+#[test]
+fn two_users_jobs_on_the_same_nodes_each_see_only_their_own_layer() {
+    if !can_lab() {
+        return;
+    }
+    let spec = LabSpec {
+        groups: 2,
+        group_size: 2,
+        rates: Rates::default(),
+    };
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let site = Site::new(&lab, true);
+    let slurm = site.start(&lab);
+    let tmp = site.tmp.path();
+    let n = slurm.hosts().len();
+    let t = Duration::from_secs(180);
+    // Where the two jobs tell each other they run: writable by both users.
+    let meet = tmp.join("meet");
+    std::fs::create_dir_all(&meet).expect("meet dir");
+    std::fs::set_permissions(&meet, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        .expect("chmod");
+    let tag = format!("users{}", std::process::id());
+    let users = [("nobody", user("nobody")), ("daemon", user("daemon"))];
+    let mut jobs = Vec::new();
+    for (i, (name, id)) in users.iter().enumerate() {
+        let dir = user_dir(tmp, name, *id);
+        let utag = format!("{tag}{name}");
+        let ulayer = tmp.join(format!("layer-{name}"));
+        crate::run::python_app(&ulayer, &utag);
+        let uindex = lab.publish(&ulayer).expect("publish");
+        let uspec = write_spec(&lab, &dir, &uindex, &utag);
+        chown_file(&uspec, *id);
+        let other = users[1 - i].0;
+        // Each job waits (bounded) until the other runs, so they overlap on every node.
+        let script = dir.join("job.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ntouch {m}/started-{name}\ni=0\n\
+                 while [ ! -e {m}/started-{other} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n\
+                 test -e {m}/started-{other} && echo overlapped\n\
+                 srun -n {n} --ntasks-per-node=1 sh -c 'echo $(id -u) $(ls -d /opt/app-* | tr \"\\n\" \" \")'\n",
+                m = meet.display(),
+            ),
+        )
+        .expect("job script");
+        chown_file(&script, *id);
+        let j = slurm
+            .submit(
+                &dir,
+                &[
+                    "-N",
+                    &n.to_string(),
+                    "-n",
+                    &n.to_string(),
+                    "--teesfs=manifest.toml",
+                    "-o",
+                    "out",
+                    "job.sh",
+                ],
+                Some(*id),
+            )
+            .unwrap_or_else(|e| panic!("sbatch as {name}: {e}"));
+        jobs.push((j, dir, utag, id.0));
+    }
+    for (j, dir, utag, uid) in &jobs {
+        let state = site.ended(&slurm, *j, t);
+        let text = std::fs::read_to_string(dir.join("out")).unwrap_or_default();
+        assert_eq!(state, "COMPLETED", "{text}\n{}", site.logs(&slurm));
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("overlapped"),
+            "the two jobs did not run at the same time: {text}\n{}",
+            site.logs(&slurm)
+        );
+        let lines: Vec<&str> = lines.collect();
+        assert_eq!(lines.len(), n, "{text}");
+        for l in lines {
+            assert_eq!(
+                l.trim(),
+                format!("{uid} /opt/app-{utag}"),
+                "a task of uid {uid} saw another layer, or ran as someone else"
+            );
+        }
+    }
     drop(slurm);
     lab.down().expect("lab down");
 }

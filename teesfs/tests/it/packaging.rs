@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::util::{Workspace, teesfs_bin};
+use crate::util::{Workspace, spank_plugin, teesfs_bin};
 
 const INSTALLED: &[&str] = &[
     "/usr/bin/teesfs",
@@ -16,6 +16,8 @@ const INSTALLED: &[&str] = &[
     "/etc/teesfs/trusted",
     "/usr/share/teesfs/slurm/prolog-slurmctld.sh",
     "/usr/share/teesfs/slurm/epilog.sh",
+    "/usr/share/teesfs/slurm/plugstack.conf",
+    "/usr/lib/teesfs/teesfs_spank.so",
     "/usr/share/man/man1/teesfs.1.gz",
     "/usr/share/man/man1/teesfs-run.1.gz",
     "/usr/share/man/man5/teesfs.toml.5.gz",
@@ -32,7 +34,15 @@ fn build_deb(ws: &Workspace) -> String {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new("bash")
         .arg(repo.join("scripts/package.sh"))
-        .args(["--binary", teesfs_bin(), "--compression", "none", "--out"])
+        .args([
+            "--binary",
+            teesfs_bin(),
+            "--compression",
+            "none",
+            "--plugin",
+        ])
+        .arg(spank_plugin())
+        .arg("--out")
         .arg(ws.path())
         .output()
         .expect("package.sh");

@@ -11,6 +11,21 @@ pub fn teesfs_bin() -> &'static str {
     env!("CARGO_BIN_EXE_teesfs")
 }
 
+/// The SPANK plugin, built beside the `teesfs` binary (`cargo build -p teesfs-spank`;
+/// scripts/test.sh builds it before the tests).
+pub fn spank_plugin() -> std::path::PathBuf {
+    let so = std::path::Path::new(teesfs_bin())
+        .parent()
+        .expect("target dir")
+        .join("libteesfs_spank.so");
+    assert!(
+        so.is_file(),
+        "{} is missing: run `cargo build -p teesfs-spank` (scripts/test.sh does)",
+        so.display()
+    );
+    so
+}
+
 /// Whether FUSE mounts can be made here; prints why not when they cannot. Under CI
 /// (`CI` set) a test that cannot run fails instead: CI runs as root with /dev/fuse.
 pub fn can_mount() -> bool {
