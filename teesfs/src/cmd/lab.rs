@@ -223,12 +223,17 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let slurm = if a.slurm {
         let s = lab.start_slurm()?;
         let login = lab.layout().node("login").map(|n| n.netns.clone());
-        println!(
-            "slurm up on {} nodes; try: SLURM_CONF={} nsenter --net=/run/netns/{} srun -N {} hostname",
-            s.hosts().len(),
+        let on_login = format!(
+            "SLURM_CONF={} nsenter --net=/run/netns/{}",
             s.conf().display(),
-            login.unwrap_or_default(),
-            s.hosts().len()
+            login.unwrap_or_default()
+        );
+        let n = s.hosts().len();
+        println!(
+            "slurm up on {n} nodes; on the login node (its network namespace):\n  \
+             {on_login} srun -N {n} hostname\n  \
+             {on_login} sbatch -N {n} --wrap 'srun hostname'\n  \
+             {on_login} squeue"
         );
         Some(s)
     } else {

@@ -474,6 +474,85 @@ fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
         "a job without --teesfs saw a layer: {text}"
     );
 
+    // The launch benchmark (BENCHMARKS.md, `bash scripts/bench-slurm.sh`): from `sbatch` to
+    // the application having run on every node, with --teesfs against the same job whose
+    // script copies the layer the way sites do today (a tarball by `sbcast`, untarred on
+    // every node). A fresh layer with 32 MiB that the application never reads, so nothing
+    // is held from the jobs above. Printed, not asserted: timing claims are benchmarks.
+    let btag = format!("bench{}", std::process::id());
+    let blayer = tmp.join("layer-bench");
+    crate::run::python_app(&blayer, &btag);
+    std::fs::write(
+        blayer.join(format!("opt/app-{btag}/unused/big.bin")),
+        crate::util::noise(32 << 20, u64::from(std::process::id())),
+    )
+    .expect("big file");
+    let bindex = lab.publish(&blayer).expect("publish");
+    let bdir = tmp.join("bench");
+    std::fs::create_dir_all(&bdir).expect("bench dir");
+    let bspec = write_spec(&lab, &bdir, &bindex, &btag);
+    // The job starts once every node holds the urgent set (the prolog's default).
+    let text = std::fs::read_to_string(&bspec).expect("spec");
+    std::fs::write(&bspec, text.replace("wait = \"all\"", "wait = \"urgent\"")).expect("spec");
+    std::fs::write(
+        bdir.join("teesfs.sh"),
+        format!(
+            "#!/bin/sh\nsrun sh -c 'python3 /opt/app-{btag}/main.py >/dev/null && date +%s.%N'\n"
+        ),
+    )
+    .expect("job script");
+    let tarball = bdir.join("layer.tar");
+    let tar = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&blayer)
+        .arg(".")
+        .status()
+        .expect("tar");
+    assert!(tar.success());
+    let local = slurm.local_dir();
+    std::fs::write(
+        bdir.join("sbcast.sh"),
+        format!(
+            "#!/bin/sh\nset -e\nsbcast -f {tarball} {local}/layer-$SLURM_JOB_ID.tar\n\
+             srun sh -c 'd={local}/layer-$SLURM_JOB_ID && mkdir -p $d && tar -xf $d.tar -C $d \
+             && cd $d/opt/app-{btag} && PYTHONPATH=lib0:lib1:lib2:. python3 main.py >/dev/null \
+             && date +%s.%N'\n",
+            tarball = tarball.display(),
+            local = local.display(),
+        ),
+    )
+    .expect("sbcast script");
+    let mut seconds = Vec::new();
+    for (method, extra) in [("teesfs", "--teesfs=manifest.toml"), ("sbcast", "")] {
+        let script = format!("{method}.sh");
+        let out = format!("{method}.out");
+        let mut args = vec!["-N", &n, "-o", &out];
+        if !extra.is_empty() {
+            args.push(extra);
+        }
+        args.push(&script);
+        let submitted = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        let job = slurm.submit(&bdir, &args, None).expect("sbatch");
+        assert_eq!(site.ended(&slurm, job, t), "COMPLETED", "{method}");
+        let text = std::fs::read_to_string(bdir.join(&out)).unwrap_or_default();
+        let started: Vec<f64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        assert_eq!(started.len(), 32, "{method}: {text}");
+        let last = started.iter().cloned().fold(f64::MIN, f64::max);
+        seconds.push(last - submitted);
+    }
+    println!(
+        "BENCH sbatch-to-app 32 nodes, layer {} MiB: teesfs {:.2} s, sbcast+untar {:.2} s, \
+         ratio {:.2}x",
+        (std::fs::metadata(&tarball).expect("tarball").len() >> 20),
+        seconds[0],
+        seconds[1],
+        seconds[1] / seconds[0]
+    );
     drop(slurm);
     lab.down().expect("lab down");
 }
