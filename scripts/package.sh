@@ -26,7 +26,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ -z "$binary" ]; then
-    cargo build --release --locked -p teesfs
+    # Without the lab (feature `lab`): compute nodes get the product only.
+    cargo build --release --locked -p teesfs --no-default-features
     binary=target/release/teesfs
 fi
 if [ -z "$plugin" ]; then

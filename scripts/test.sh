@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The shipped binary, without the lab (what scripts/package.sh builds).
+cargo clippy -p teesfs --no-default-features --locked -- -D warnings
 # The SPANK plugin's .so, which the Slurm and package tests load (cargo test builds only its rlib).
 cargo build -p teesfs-spank --locked
 cargo test --workspace --locked

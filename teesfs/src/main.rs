@@ -53,8 +53,10 @@ enum Command {
     /// Probe the job's tree: every edge's round trip, and where it stalls.
     Health(Box<cmd::health::HealthArgs>),
     /// Simulate deployments at scale with the shipping relay state machine.
+    #[cfg(feature = "lab")]
     Sim(cmd::sim::SimArgs),
     /// An emulated cluster on this machine: namespaces, shaped links, real daemons.
+    #[cfg(feature = "lab")]
     Lab(cmd::lab::LabArgs),
     /// Write man pages and shell completions (used by packaging).
     #[command(hide = true)]
@@ -167,7 +169,9 @@ fn main() -> std::process::ExitCode {
         Command::Status(a) => cmd::status::run(a),
         Command::Release(a) => cmd::status::release(a),
         Command::Health(a) => cmd::health::run(*a),
+        #[cfg(feature = "lab")]
         Command::Sim(a) => cmd::sim::run(a),
+        #[cfg(feature = "lab")]
         Command::Lab(a) => cmd::lab::run(a),
         Command::GenerateDocs(a) => generate_docs(a),
     };

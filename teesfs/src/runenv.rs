@@ -560,10 +560,12 @@ pub fn work_dir_for(dir: &Path) -> Result<PathBuf> {
 
 type Signals = signal_hook::iterator::SignalsInfo<signal_hook::iterator::exfiltrator::WithOrigin>;
 
-/// Catches the signals to pass on. No thread: a process that has unshared its PID namespace
-/// cannot start one, so [`supervise`] polls.
+/// Catches the signals to pass on, and SIGCHLD, so that [`supervise`] waits on signals
+/// instead of polling. No thread: a process that has unshared its PID namespace cannot
+/// start one.
 fn catch_signals() -> Result<Signals> {
-    Signals::new(FORWARDED).map_err(sys("installing signal handlers"))
+    Signals::new(FORWARDED.iter().copied().chain([libc::SIGCHLD]))
+        .map_err(sys("installing signal handlers"))
 }
 
 /// Passes caught signals on to `pid` until it ends (reaping any other child on the way, as
@@ -572,16 +574,6 @@ fn supervise(pid: Pid, signals: &mut Signals) -> Outcome {
     use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     use signal_hook::low_level::siginfo::Cause;
     loop {
-        for origin in signals.pending() {
-            // The terminal signals the whole foreground process group, the command
-            // included; pass on only what a process sent to us.
-            if matches!(origin.cause, Cause::Kernel) {
-                continue;
-            }
-            if let Ok(sig) = Signal::try_from(origin.signal) {
-                let _ = nix::sys::signal::kill(pid, sig);
-            }
-        }
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(p, code)) if p == pid => return Outcome::Exited(code),
@@ -596,7 +588,18 @@ fn supervise(pid: Pid, signals: &mut Signals) -> Outcome {
                 }
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        // Blocks until a signal comes: one to pass on, or SIGCHLD (a child ended; one that
+        // ended since the reaping above is pending already, so nothing is missed).
+        for origin in signals.wait() {
+            // The terminal signals the whole foreground process group, the command
+            // included; pass on only what a process sent to us.
+            if origin.signal == libc::SIGCHLD || matches!(origin.cause, Cause::Kernel) {
+                continue;
+            }
+            if let Ok(sig) = Signal::try_from(origin.signal) {
+                let _ = nix::sys::signal::kill(pid, sig);
+            }
+        }
     }
 }
 

@@ -58,8 +58,10 @@ pub struct DaemonArgs {
     /// Cap on bulk bytes per second to each child (demand traffic is never capped).
     #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
     rate_limit: Option<u64>,
-    /// Fault injection for tests only: `corrupt-forward` makes this daemon flip a byte in
-    /// every chunk it sends, so its children must catch it.
+    /// Fault injection for the lab's tests only: `corrupt-forward` makes this daemon flip a
+    /// byte in every chunk it sends, so its children must catch it. Not in the shipped
+    /// binary (feature `lab`).
+    #[cfg(feature = "lab")]
     #[arg(long, hide = true, value_name = "FAULT")]
     fault: Option<String>,
 }
@@ -93,6 +95,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         mount: !args.no_mount,
         knobs: teesfs::node::job::JobKnobs {
             rate_limit: args.rate_limit,
+            #[cfg(feature = "lab")]
             corrupt_outgoing: match args.fault.as_deref() {
                 None => false,
                 Some("corrupt-forward") => true,

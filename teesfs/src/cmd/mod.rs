@@ -6,6 +6,7 @@ pub mod health;
 pub mod inspect;
 pub mod jobspec;
 pub mod keygen;
+#[cfg(feature = "lab")]
 pub mod lab;
 pub mod mount;
 pub mod plan;
@@ -14,6 +15,7 @@ pub mod publish;
 pub mod push;
 pub mod record;
 pub mod run;
+#[cfg(feature = "lab")]
 pub mod sim;
 pub mod site;
 pub mod status;

@@ -644,8 +644,8 @@ impl Daemon {
                 }
             };
             let _ = tokio::time::timeout(lifetime, finished).await;
-            // Let `Finished` reach the children before the job's tasks stop.
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            // `Finished` is already queued for the children (the relay's messages are
+            // handed to the links before its events), and the links outlive the probe.
             core.close();
             if let Some(d) = me.upgrade() {
                 lock(&d.jobs).remove(&job);

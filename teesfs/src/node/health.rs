@@ -146,11 +146,11 @@ pub async fn probe(spec: ProbeSpec, deadline: Duration) -> Result<ProbeOutcome, 
             .push((at.saturating_duration_since(start).as_secs_f64(), ev));
     }
     out.elapsed_s = start.elapsed().as_secs_f64();
-    if all_done {
-        // Let `Finished` leave so the nodes drop the probe at once.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     core.close();
+    if all_done {
+        // `Finished` reaches the nodes before the endpoint closes, so they drop the probe.
+        peers.drain(super::push::DRAIN_BOUND).await;
+    }
     peers.close();
     drop(router);
     Ok(out)

@@ -79,9 +79,21 @@ pub struct JobKnobs {
     /// Cap on bulk bytes per second to each child (protects a shared uplink); `None` for
     /// no cap. Demand traffic is never capped.
     pub rate_limit: Option<u64>,
-    /// Fault injection for tests: flip a byte in every chunk this node sends, making it a
-    /// lying peer. Never set in production.
+    /// Fault injection for the lab's tests: flip a byte in every chunk this node sends,
+    /// making it a lying peer. Not built into the shipped binary (feature `lab`).
+    #[cfg(feature = "lab")]
     pub corrupt_outgoing: bool,
+}
+
+impl JobKnobs {
+    /// The production knobs: an optional cap on bulk bytes per second to each child.
+    pub fn rate_limited(rate_limit: Option<u64>) -> Self {
+        Self {
+            rate_limit,
+            #[cfg(feature = "lab")]
+            corrupt_outgoing: false,
+        }
+    }
 }
 
 /// The shared state of one job.
@@ -307,7 +319,9 @@ impl JobCore {
 
     fn chunk_bytes(&self, chunk: u32) -> Option<Vec<u8>> {
         let info = self.index.chunks.get(chunk as usize)?;
+        #[cfg_attr(not(feature = "lab"), allow(unused_mut))]
         let mut data = self.bytes.get(&info.id)?;
+        #[cfg(feature = "lab")]
         if self.knobs.corrupt_outgoing
             && let Some(b) = data.last_mut()
         {

@@ -86,6 +86,9 @@ struct Link {
     conn: SharedConn,
     control: mpsc::UnboundedSender<Vec<u8>>,
     demand: mpsc::UnboundedSender<Vec<u8>>,
+    /// The control and demand sender tasks: each ends once its channel is closed and the
+    /// peer has acknowledged everything it wrote.
+    senders: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The connection manager.
@@ -200,10 +203,11 @@ impl Peers {
     fn start_link(&self, host: &str, cell: SharedConn) -> Link {
         let (ctx, crx) = mpsc::unbounded_channel::<Vec<u8>>();
         let (dtx, drx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let mut senders = Vec::with_capacity(2);
         for (kind, mut rx) in [(StreamKind::Control, crx), (StreamKind::Demand, drx)] {
             let cell = cell.clone();
             let host = host.to_string();
-            self.rt.spawn(async move {
+            senders.push(self.rt.spawn(async move {
                 // Wait for the connection the link's creator is establishing.
                 let Ok(conn) = wait_conn(cell).await else {
                     return;
@@ -221,12 +225,17 @@ impl Peers {
                         return;
                     }
                 }
-            });
+                // The link was dropped or drained: end the stream once the peer has it all.
+                if let Err(e) = tx.finish().await {
+                    tracing::debug!(peer = %host, error = %e, "stream not acknowledged");
+                }
+            }));
         }
         Link {
             conn: cell,
             control: ctx,
             demand: dtx,
+            senders,
         }
     }
 
@@ -302,6 +311,29 @@ impl Peers {
         links.retain(|k, _| k.host != host);
         if links.len() != before {
             tracing::debug!(peer = %host, "link forgotten");
+        }
+    }
+
+    /// Ends every link once the control and demand frames queued on it have been
+    /// acknowledged by their peer, or `within` has passed: a root calls it before
+    /// [`Peers::close`] so that its last messages (`Finished`) are not abandoned.
+    pub async fn drain(&self, within: std::time::Duration) {
+        let senders: Vec<_> = lock(&self.links)
+            .drain()
+            .flat_map(|(_, link)| {
+                // Closing the channels ends the sender tasks after what is queued.
+                let Link { conn, senders, .. } = link;
+                drop(conn);
+                senders
+            })
+            .collect();
+        let all = async {
+            for s in senders {
+                let _ = s.await;
+            }
+        };
+        if tokio::time::timeout(within, all).await.is_err() {
+            tracing::debug!("some peers did not acknowledge the last messages in time");
         }
     }
 

@@ -11,6 +11,10 @@ use peertree::relay::{Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
 use peertree::{NodeId, Plan, Topology};
 
 use super::StoreBytes;
+
+/// How long a root waits, once its job is done, for its nodes to acknowledge its last
+/// messages before it closes its endpoint.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(2);
 use super::job::JobCore;
 use super::peers::{Peers, Router};
 use super::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
@@ -128,10 +132,7 @@ pub async fn push(
         peers.clone(),
         Arc::new(StoreBytes(spec.store)),
         &spec.nodes,
-        super::job::JobKnobs {
-            rate_limit: spec.rate_limit,
-            corrupt_outgoing: false,
-        },
+        super::job::JobKnobs::rate_limited(spec.rate_limit),
     );
     let router: Arc<dyn Router> = Arc::new(RootRouter(core.clone()));
     peers.set_router(Arc::downgrade(&router) as Weak<dyn Router>);
@@ -170,10 +171,6 @@ pub async fn push(
             break;
         }
     }
-    // Let the last control messages (Finished) leave before the endpoint closes.
-    if out.all_s.is_some() {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
     // Edge byte counts of the root's own children, which the relay keeps itself.
     let root_edges: Vec<(NodeId, NodeId, u64)> =
         core.relay(|r| r.child_bytes().map(|(c, b)| (r.me(), c, b)).collect());
@@ -182,6 +179,10 @@ pub async fn push(
             .push((start.elapsed().as_secs_f64(), Event::EdgeBytes(p, c, b)));
     }
     core.close();
+    if out.all_s.is_some() {
+        // The last control messages (Finished) reach the nodes before the endpoint closes.
+        peers.drain(DRAIN_BOUND).await;
+    }
     peers.close();
     drop(router);
     Ok(out)
