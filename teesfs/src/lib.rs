@@ -6,6 +6,7 @@
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
+//! - [`sys`]: what the kernel reports (the mount table), parsed in one place.
 //!
 //! The CLI in `main.rs` is a thin shell over this library and the `manifest`, `seeder` and
 //! `peertree` crates.
@@ -16,6 +17,7 @@ pub mod node;
 pub mod runenv;
 pub mod site;
 pub mod source;
+pub mod sys;
 
 /// Errors of the node-side library.
 #[derive(Debug, thiserror::Error)]

@@ -476,40 +476,12 @@ fn mkdir_like(target: &Path, like: &std::fs::Metadata) -> Result<()> {
 
 /// The mount points of this mount namespace, relative to "/" (from `/proc/self/mountinfo`).
 fn mount_points() -> Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(sys("reading /proc/self/mountinfo"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(unescape_mountinfo)
-        .filter_map(|p| {
-            PathBuf::from(p)
-                .strip_prefix("/")
-                .ok()
-                .map(Path::to_path_buf)
-        })
+    let mounts = crate::sys::mountinfo::read(None).map_err(sys("reading /proc/self/mountinfo"))?;
+    Ok(mounts
+        .into_iter()
+        .filter_map(|m| m.mount_point.strip_prefix("/").ok().map(Path::to_path_buf))
         .filter(|p| !p.as_os_str().is_empty())
         .collect())
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether a directory exists and has at least one entry.
@@ -819,13 +791,5 @@ mod tests {
             Path::new("/home/u/.layer.teesfs-work")
         );
         assert!(work_dir_for(Path::new("/")).is_err());
-    }
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
-        assert_eq!(unescape_mountinfo("/x\\134y"), "/x\\y");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
-        assert_eq!(unescape_mountinfo("/end\\04"), "/end\\04");
     }
 }

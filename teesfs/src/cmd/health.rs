@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::bail;
 use peertree::Strategy;
-use peertree::relay::{JobId, Timing};
+use peertree::relay::Timing;
 use teesfs::node::health::{HealthReport, ProbeSpec, probe, report};
 
 use super::jobspec::{JobArgs, RootArgs, RootContact};
-use super::push::{flat_without_storage, now_nanos};
+use super::push::flat_without_storage;
 use super::util;
 
 /// How to print the report.
@@ -63,19 +63,7 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
         identity,
         advertise,
     } = args.root.contact(&plan, &args.job.login)?;
-    let job = JobId(u64::from_be_bytes(
-        blake3::hash(
-            &[
-                &b"health"[..],
-                &std::process::id().to_be_bytes(),
-                &now_nanos().to_be_bytes(),
-            ]
-            .concat(),
-        )
-        .as_bytes()[..8]
-            .try_into()
-            .expect("8 bytes"),
-    ));
+    let job = teesfs::node::fresh_job_id(b"health");
     let silence = (args.deadline / 5).max(Duration::from_millis(50));
     let timing = Timing {
         heartbeat_ms: (silence.as_millis() / 4).clamp(10, u32::MAX as u128) as u32,

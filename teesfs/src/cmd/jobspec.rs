@@ -37,7 +37,7 @@ pub struct JobArgs {
     #[arg(long, value_name = "EXPR")]
     pub idle: Option<String>,
     /// topo, topo-paper, random, hostlist, flat, storage or auto.
-    #[arg(long, default_value = "topo", value_parser = parse_strategy)]
+    #[arg(long, default_value = "topo", value_parser = super::util::parse_strategy)]
     pub strategy: Strategy,
     /// Most children per node (15 on Tianhe: 7 slaves + 8 proxies).
     #[arg(long, default_value_t = 15)]
@@ -60,10 +60,6 @@ pub struct JobArgs {
     /// Name of the shared-storage node for the `storage` strategy.
     #[arg(long, default_value = "storage")]
     pub storage: String,
-}
-
-fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    s.parse().map_err(|e: peertree::Error| e.to_string())
 }
 
 impl JobArgs {

@@ -108,7 +108,7 @@ impl ShapeArgs {
 }
 
 /// Parses `100mbit`, `1gbit`, `400000000` (bits per second).
-fn parse_rate(s: &str) -> Result<u64, String> {
+fn parse_rate(s: &str) -> anyhow::Result<u64> {
     let l = s.trim().to_ascii_lowercase();
     let (num, mul) = if let Some(n) = l.strip_suffix("gbit") {
         (n, 1_000_000_000)
@@ -124,7 +124,7 @@ fn parse_rate(s: &str) -> Result<u64, String> {
         .ok()
         .filter(|v| *v > 0.0)
         .map(|v| (v * mul as f64) as u64)
-        .ok_or_else(|| format!("bad rate {s:?}: use e.g. 100mbit, 1gbit"))
+        .ok_or_else(|| anyhow::anyhow!("bad rate {s:?}: use e.g. 100mbit, 1gbit"))
 }
 
 /// `100 Mbit/s`.

@@ -41,7 +41,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     job: JobArgs,
     /// Size of the data to distribute, e.g. 16MiB, 1GiB, 16MB.
-    #[arg(long, default_value = "16MiB", value_parser = parse_size)]
+    #[arg(long, default_value = "16MiB", value_parser = super::util::parse_byte_size)]
     payload: ByteSize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -52,11 +52,6 @@ pub struct PlanArgs {
     /// Plan every strategy and print them side by side, as ratios to topo and the minimum.
     #[arg(long)]
     compare: bool,
-}
-
-fn parse_size(s: &str) -> Result<ByteSize, String> {
-    s.parse::<ByteSize>()
-        .map_err(|e| format!("{e} (examples: 16MiB, 1GiB, 16MB)"))
 }
 
 /// Runs `teesfs plan`.

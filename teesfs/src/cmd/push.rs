@@ -109,21 +109,10 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         identity,
         advertise,
     } = args.root.contact(&plan, &args.job.login)?;
-    let job = JobId(args.job_id.unwrap_or_else(|| {
-        u64::from_be_bytes(
-            blake3::hash(
-                &[
-                    &index_id.0[..],
-                    &std::process::id().to_be_bytes(),
-                    &now_nanos().to_be_bytes(),
-                ]
-                .concat(),
-            )
-            .as_bytes()[..8]
-                .try_into()
-                .expect("8 bytes"),
-        )
-    }));
+    let job = match args.job_id {
+        Some(id) => JobId(id),
+        None => teesfs::node::fresh_job_id(&index_id.0),
+    };
     let timing = Timing {
         heartbeat_ms: args.heartbeat.as_millis().clamp(10, u32::MAX as u128) as u32,
         deadline_ms: args.deadline.as_millis().clamp(50, u32::MAX as u128) as u32,
@@ -312,13 +301,6 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
         "the push ended ({status}) before the urgent set arrived everywhere:\n{}",
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     )
-}
-
-pub(super) fn now_nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
 }
 
 fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {

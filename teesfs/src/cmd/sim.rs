@@ -42,14 +42,14 @@ pub struct SimArgs {
     )]
     nodes: Vec<usize>,
     /// Payloads (comma-separated), e.g. 16MiB,333MiB.
-    #[arg(long, value_delimiter = ',', default_value = "16MiB", value_parser = parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "16MiB", value_parser = super::util::parse_byte_size)]
     payload: Vec<ByteSize>,
     /// Chunk size.
-    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    #[arg(long, default_value = "1MiB", value_parser = super::util::parse_byte_size)]
     chunk: ByteSize,
     /// Strategies (comma-separated): topo, topo-paper, random, hostlist, flat, storage, auto.
     #[arg(long, value_delimiter = ',', default_value = "topo,topo-paper,random,hostlist",
-          value_parser = parse_strategy)]
+          value_parser = super::util::parse_strategy)]
     strategy: Vec<Strategy>,
     /// The modelled machine.
     #[arg(long, value_enum, default_value_t = Machine::Tianhe)]
@@ -97,15 +97,6 @@ pub struct SimArgs {
     /// Write SVG plots into this directory.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
-}
-
-fn parse_size(s: &str) -> Result<ByteSize, String> {
-    s.parse::<ByteSize>()
-        .map_err(|e| format!("{e} (examples: 16MiB, 333MiB)"))
-}
-
-fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    s.parse().map_err(|e: peertree::Error| e.to_string())
 }
 
 /// One simulation's outcome.

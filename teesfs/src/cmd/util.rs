@@ -24,11 +24,22 @@ pub fn duration(d: Duration) -> String {
     }
 }
 
-/// Parses `64KiB`, `1MiB`, `1048576`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    s.parse::<ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|e| format!("{s:?} is not a size ({e}); write e.g. 1MiB, 512KiB or 1048576"))
+/// Parses a size for a command-line flag: `64KiB`, `1MiB`, `16MB`, `1048576`. The one size
+/// parser of the CLI (flags that show sizes back take it through [`parse_byte_size`]).
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    s.parse::<ByteSize>().map(|b| b.as_u64()).map_err(|e| {
+        anyhow::anyhow!("{s:?} is not a size ({e}); write e.g. 1MiB, 512KiB, 16MB or 1048576")
+    })
+}
+
+/// [`parse_size`] as a [`ByteSize`], for flags whose value is printed back.
+pub fn parse_byte_size(s: &str) -> anyhow::Result<ByteSize> {
+    parse_size(s).map(ByteSize)
+}
+
+/// Parses a planning strategy for a command-line flag (`topo`, `topo-paper`, `random`, ...).
+pub fn parse_strategy(s: &str) -> anyhow::Result<peertree::Strategy> {
+    Ok(s.parse()?)
 }
 
 /// The per-user configuration directory: `$TEESFS_CONFIG`, else `$XDG_CONFIG_HOME/teesfs`,
@@ -130,4 +141,28 @@ pub fn open_trusted_index(
     )
     .with_context(|| format!("index {id} does not verify"))?;
     Ok((id, bytes, index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_size_parser_for_every_flag() {
+        assert_eq!(parse_size("1MiB").expect("size"), 1 << 20);
+        assert_eq!(parse_size("16MB").expect("size"), 16_000_000);
+        assert_eq!(parse_size("1048576").expect("size"), 1 << 20);
+        assert_eq!(parse_byte_size("64KiB").expect("size"), ByteSize(64 << 10));
+        let e = parse_size("lots").expect_err("not a size").to_string();
+        assert!(e.contains("\"lots\"") && e.contains("1MiB"), "{e}");
+    }
+
+    #[test]
+    fn strategies_parse_by_name_and_refuse_others() {
+        assert_eq!(
+            parse_strategy("topo").expect("topo"),
+            peertree::Strategy::Topo
+        );
+        assert!(parse_strategy("fastest").is_err());
+    }
 }

@@ -253,9 +253,20 @@ impl Data {
             .filter_map(|s| slots.get(s as usize).and_then(|x| x.chunk_index()))
             .map(|c| c as u32)
             .collect();
-        let fetches = wanted.iter().map(|&ci| self.clone().chunk(ci));
-        for r in futures_join_all(fetches).await {
-            r?;
+        // Concurrently; every fetch is awaited (none is aborted half-way: others may be
+        // waiting on the same single flight), then the first error is returned.
+        let mut fetches = tokio::task::JoinSet::new();
+        for &ci in &wanted {
+            fetches.spawn(self.clone().chunk(ci));
+        }
+        let mut failed = None;
+        while let Some(r) = fetches.join_next().await {
+            if let Err(e) = r.expect("chunk fetch tasks do not panic") {
+                failed.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         // Everything needed is now cached unless the budget is smaller than one read; fall
         // back to a fresh fetch per chunk in that case.
@@ -462,18 +473,4 @@ fn pieces(span: &Span, cs: u64) -> impl Iterator<Item = (usize, std::ops::Range<
         let take = (cs - pos % cs).min(end - pos) as usize;
         ((pos / cs) as usize, in_chunk..in_chunk + take)
     })
-}
-
-/// Awaits all futures concurrently, keeping order.
-async fn futures_join_all<F, T>(futs: impl Iterator<Item = F>) -> Vec<T>
-where
-    F: std::future::Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let handles: Vec<_> = futs.map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        out.push(h.await.expect("chunk fetch tasks do not panic"));
-    }
-    out
 }

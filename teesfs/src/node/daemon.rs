@@ -749,21 +749,18 @@ fn detach_stale_mounts(root: &std::path::Path) {
     let Ok(root) = std::fs::canonicalize(root) else {
         return;
     };
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    let Ok(mounts) = crate::sys::mountinfo::read(None) else {
         return;
     };
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(mp) = fields.get(4) else { continue };
-        let fstype = line.split(" - ").nth(1).and_then(|r| r.split(' ').next());
-        let ours = fstype.is_some_and(|t| t.starts_with("fuse"));
-        if ours && std::path::Path::new(mp).starts_with(&root) {
-            match nix::mount::umount2(*mp, nix::mount::MntFlags::MNT_DETACH) {
+    for m in mounts {
+        let mp = &m.mount_point;
+        if m.fs_type.starts_with("fuse") && mp.starts_with(&root) {
+            match nix::mount::umount2(mp, nix::mount::MntFlags::MNT_DETACH) {
                 Ok(()) => {
-                    tracing::warn!(mountpoint = %mp, "detached a stale mount from an earlier run")
+                    tracing::warn!(mountpoint = %mp.display(), "detached a stale mount from an earlier run")
                 }
                 Err(e) => {
-                    tracing::error!(mountpoint = %mp, error = %e, "cannot detach a stale mount")
+                    tracing::error!(mountpoint = %mp.display(), error = %e, "cannot detach a stale mount")
                 }
             }
             let _ = std::fs::remove_dir(mp);

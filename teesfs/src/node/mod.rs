@@ -28,6 +28,21 @@ use manifest::{ChunkId, ChunkInfo};
 use crate::source::{ChunkFuture, ChunkSource};
 use job::JobCore;
 
+/// A job id no other push or probe uses: a hash of `what` (the index id, or the kind of
+/// probe), this process and the time. Slurm jobs use their own id instead.
+pub fn fresh_job_id(what: &[u8]) -> peertree::relay::JobId {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut h = blake3::Hasher::new();
+    h.update(what);
+    h.update(&std::process::id().to_be_bytes());
+    h.update(&nanos.to_be_bytes());
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    peertree::relay::JobId(u64::from_be_bytes(id))
+}
+
 /// The address a root gives its nodes: `advertise` (port 0 there means the port the root
 /// bound), else its host name with the bound port, else the bound address itself.
 pub fn advertised(advertise: Option<&str>, host: &str, bound: SocketAddr) -> String {

@@ -127,8 +127,10 @@ fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
         log.contains("waited too long for a chunk"),
         "the daemon says why the read failed: {log}"
     );
+    // Whichever finds the loss first logs it: the read's own check, or the store failing
+    // to read the chunk (under load either may come first).
     assert!(
-        log.contains("not in the store"),
+        log.contains("not in the store") || log.contains("a stored chunk cannot be read"),
         "the loss is logged when found: {log}"
     );
     // Inline data in the index still reads.
