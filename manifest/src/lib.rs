@@ -21,6 +21,7 @@ pub mod index;
 pub mod jobspec;
 pub mod sign;
 pub mod site;
+pub mod urgent;
 mod wire;
 
 pub use build::{BuildOptions, BuildReport, ChunkSink, Skipped, build, set_urgent_paths};
@@ -33,6 +34,7 @@ pub use index::{
 pub use jobspec::JobSpec;
 pub use sign::{PublicKey, SecretKey, SignedIndex};
 pub use site::SiteConfig;
+pub use urgent::push_order;
 
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

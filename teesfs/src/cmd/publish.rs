@@ -175,7 +175,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         util::bytes(r.inline_bytes)
     );
     if !p.index.urgent.is_empty() {
-        let (order, n) = teesfs::node::push_order(&p.index, &|_| false);
+        let (order, n) = manifest::push_order(&p.index, &|_| false);
         let bytes: u64 = order[..n]
             .iter()
             .map(|&c| u64::from(p.index.chunks[c as usize].stored_len))

@@ -99,7 +99,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         plan = flat_without_storage(&plan);
     }
     let globs = build_globs(&args.urgent)?;
-    let order = teesfs::node::push_order(&index, &|p: &[u8]| {
+    let order = manifest::push_order(&index, &|p: &[u8]| {
         globs
             .as_ref()
             .is_some_and(|g| g.is_match(String::from_utf8_lossy(p).as_ref()))

@@ -100,51 +100,6 @@ impl job::ChunkBytes for store::NodeStore {
     }
 }
 
-/// The push order of an index: chunks of the urgent entries first, in the order of the
-/// index's urgent list (the recorded access order or the dependency analysis's load order),
-/// then chunks of entries `extra_urgent` marks (e.g. `manifest.toml` globs) in entry order,
-/// then the rest. A chunk is placed once, at its first use. Returns the order (chunk-table
-/// positions) and how many of its leading chunks are urgent.
-pub fn push_order(
-    index: &manifest::Index,
-    extra_urgent: &dyn Fn(&[u8]) -> bool,
-) -> (Vec<u32>, usize) {
-    use manifest::{EntryIdx, EntryKind, FileData};
-    let n = index.chunks.len();
-    let mut placed = vec![false; n];
-    let mut order = Vec::with_capacity(n);
-    let mut add = |e: EntryIdx, order: &mut Vec<u32>| {
-        if let EntryKind::File {
-            data: FileData::Chunks(slots),
-            ..
-        } = &index.entry(index.resolve(e)).kind
-        {
-            for s in slots.iter() {
-                if let Some(c) = s.chunk_index()
-                    && !placed[c]
-                {
-                    placed[c] = true;
-                    order.push(c as u32);
-                }
-            }
-        }
-    };
-    for &e in &index.urgent {
-        add(e, &mut order);
-    }
-    for i in 0..index.entries.len() {
-        let idx = EntryIdx(i as u32);
-        if extra_urgent(&index.path_of(idx)) {
-            add(idx, &mut order);
-        }
-    }
-    let urgent = order.len();
-    for i in 0..index.entries.len() {
-        add(EntryIdx(i as u32), &mut order);
-    }
-    (order, urgent)
-}
-
 #[cfg(test)]
 mod tests {
     use super::advertised;

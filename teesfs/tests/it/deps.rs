@@ -367,7 +367,7 @@ fn publish_records_the_ordered_list_and_push_order_follows_it() {
         .map(|&e| String::from_utf8_lossy(&index.path_of(e)).into_owned())
         .collect();
     assert_eq!(urgent, ["c", "a", "bin/tool"]);
-    let (order, n) = teesfs::node::push_order(&index, &|p: &[u8]| p == b"b");
+    let (order, n) = manifest::push_order(&index, &|p: &[u8]| p == b"b");
     let chunk_of = |name: &str| {
         let e = index
             .entries

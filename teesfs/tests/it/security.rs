@@ -205,7 +205,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
     let index = manifest::SignedIndex::from_bytes(bytes.clone(), &limits)
         .and_then(|s| s.decode(&limits))
         .expect("index");
-    let (order, urgent) = teesfs::node::push_order(&index, &|_| false);
+    let (order, urgent) = manifest::push_order(&index, &|_| false);
     let identity = Identity::load(&c.creds, from).expect("identity");
     let transport = Transport::bind("127.0.0.1:0".parse().expect("addr"), &identity).expect("bind");
     let node = |id, host: &str, parent| NodeInfo {
