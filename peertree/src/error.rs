@@ -50,6 +50,35 @@ pub enum Error {
         "unknown strategy `{0}` (expected one of: topo, topo-paper, random, hostlist, flat, storage, auto)"
     )]
     UnknownStrategy(String),
+    /// A topology lists a node twice, in two groups or twice in one.
+    #[error("node `{host}` is listed twice in the topology: put each node in exactly one group")]
+    DuplicateNode {
+        /// The host name listed twice.
+        host: String,
+    },
+    /// A topology group names a proxy that is not one of its members.
+    #[error(
+        "proxy `{proxy}` is not one of the group's members: name one of them, or leave the proxy out to use the first"
+    )]
+    ProxyNotMember {
+        /// The proxy as given.
+        proxy: String,
+    },
+    /// A topology group has no members.
+    #[error("a topology group has no members: list at least one")]
+    EmptyGroup,
+    /// A topology was built with no groups at all.
+    #[error("the topology has no groups: give it at least one node")]
+    NoGroups,
+    /// An upper level of a topology has units of zero nodes.
+    #[error("level `{name}` has size 0: a level needs at least one node per unit")]
+    EmptyLevel {
+        /// The level's name.
+        name: String,
+    },
+    /// A plan breaks the tree's invariants (a bug in the strategy that built it).
+    #[error("invalid plan: {0} (a bug in the strategy that built it; please report it)")]
+    InvalidPlan(String),
     /// A simulation could not be set up (the relay refused the plan, an empty payload).
     #[error("simulation set-up: {0}")]
     SimSetup(String),
