@@ -5,6 +5,7 @@
 //! simulator walk: a node needs only [`Plan::subtree`] of itself to forward. Node ids are
 //! dense indices into the host table, so per-node state elsewhere can live in `Vec`s.
 
+use crate::error::{Error, Result};
 use crate::strategy::Strategy;
 use crate::topology::TopoId;
 
@@ -145,8 +146,8 @@ impl Plan {
     }
 
     /// Checks the tree's invariants: consistent links, one root, everything reachable, no
-    /// cycles, fan-out within `width` for tree strategies. Returns what is wrong.
-    pub fn check(&self) -> Result<(), String> {
+    /// cycles, fan-out within `width` for tree strategies. The error says what is wrong.
+    pub fn check(&self) -> Result<()> {
         let n = self.len();
         if [
             self.roles.len(),
@@ -157,46 +158,55 @@ impl Plan {
         .iter()
         .any(|l| *l != n)
         {
-            return Err("per-host tables differ in length".into());
+            return Err(Error::InvalidPlan(
+                "per-host tables differ in length".into(),
+            ));
         }
         if self.root != NodeId(0) || self.roles[0] != Role::Login || self.parent[0].is_some() {
-            return Err("the root must be host 0, the login node, without a parent".into());
+            return Err(Error::InvalidPlan(
+                "the root must be host 0, the login node, without a parent".into(),
+            ));
         }
         for (p, c) in self.edges() {
             if !self.children[p.index()].contains(&c) {
-                return Err(format!(
+                return Err(Error::InvalidPlan(format!(
                     "{} lists parent {} that does not list it",
                     self.host(c),
                     self.host(p)
-                ));
+                )));
             }
         }
         let links: usize = self.children.iter().map(Vec::len).sum();
         if links != n - 1 || self.edges().count() != n - 1 {
-            return Err(format!("{n} hosts but {links} child links"));
+            return Err(Error::InvalidPlan(format!(
+                "{n} hosts but {links} child links"
+            )));
         }
         let mut seen = vec![false; n];
         let mut stack = vec![self.root];
         let mut reached = 0;
         while let Some(id) = stack.pop() {
             if std::mem::replace(&mut seen[id.index()], true) {
-                return Err(format!("{} is reached twice (cycle)", self.host(id)));
+                return Err(Error::InvalidPlan(format!(
+                    "{} is reached twice (cycle)",
+                    self.host(id)
+                )));
             }
             reached += 1;
             stack.extend_from_slice(&self.children[id.index()]);
         }
         if reached != n {
-            return Err(format!(
+            return Err(Error::InvalidPlan(format!(
                 "only {reached} of {n} hosts are reachable from the root"
-            ));
+            )));
         }
         let bounded = !matches!(self.strategy, Strategy::Flat | Strategy::Storage);
         if bounded && self.max_fanout() > self.width {
-            return Err(format!(
+            return Err(Error::InvalidPlan(format!(
                 "fan-out {} exceeds width {}",
                 self.max_fanout(),
                 self.width
-            ));
+            )));
         }
         Ok(())
     }

@@ -74,20 +74,18 @@ impl Topology {
         }
         let mut b = Builder::default();
         for chunk in nodes.chunks(group_size) {
-            b.add_generated(chunk, proxy)
-                .map_err(|host| Error::TopologyArgs(format!("node `{host}` is listed twice")))?;
+            b.add_generated(chunk, proxy)?;
         }
-        b.finish(Vec::new()).map_err(Error::TopologyArgs)
+        b.finish(Vec::new())
     }
 
     /// Builds a topology from explicit groups `(proxy, members)`; members include the proxy.
     pub fn from_groups(groups: &[(String, Vec<String>)], levels: Vec<Level>) -> Result<Self> {
         let mut b = Builder::default();
         for (proxy, members) in groups {
-            b.add_group(Some(proxy), members)
-                .map_err(Error::TopologyArgs)?;
+            b.add_group(Some(proxy), members)?;
         }
-        b.finish(levels).map_err(Error::TopologyArgs)
+        b.finish(levels)
     }
 
     /// Parses `topology.toml` (see `docs/planner.md` for the format).
@@ -139,7 +137,8 @@ impl Topology {
                 Entry::Group(g) => {
                     let members = parse(&g.get_ref().members)?;
                     let proxy = g.get_ref().proxy.as_ref().map(|p| p.get_ref().as_str());
-                    b.add_group(proxy, &members).map_err(|m| at(g.span(), m))?;
+                    b.add_group(proxy, &members)
+                        .map_err(|e| at(g.span(), e.to_string()))?;
                 }
                 Entry::Pattern(p) => {
                     let spec = p.get_ref();
@@ -163,12 +162,8 @@ impl Topology {
                         }
                     };
                     for chunk in nodes.chunks(size) {
-                        b.add_generated(chunk, pick).map_err(|host| {
-                            at(
-                                spec.nodes.span(),
-                                format!("node `{host}` is already in another group"),
-                            )
-                        })?;
+                        b.add_generated(chunk, pick)
+                            .map_err(|e| at(spec.nodes.span(), e.to_string()))?;
                     }
                 }
             }
@@ -194,9 +189,9 @@ impl Topology {
                 message: "no groups: add a [[pattern]] or [[group]] table".into(),
             });
         }
-        b.finish(levels).map_err(|m| Error::Topology {
+        b.finish(levels).map_err(|e| Error::Topology {
             line: 1,
-            message: m,
+            message: e.to_string(),
         })
     }
 
@@ -314,22 +309,20 @@ struct Builder {
 }
 
 impl Builder {
-    /// Adds one host to the current (last) group; on a duplicate returns the host name.
-    fn push_host(&mut self, host: &str) -> std::result::Result<TopoId, String> {
+    /// Adds one host to the current (last) group; a duplicate is an error naming it.
+    fn push_host(&mut self, host: &str) -> Result<TopoId> {
         let id = TopoId(self.hosts.len() as u32);
         if self.index.insert(host.to_owned(), id).is_some() {
-            return Err(host.to_owned());
+            return Err(Error::DuplicateNode {
+                host: host.to_owned(),
+            });
         }
         self.hosts.push(host.to_owned());
         self.node_group.push(GroupId(self.groups.len() as u32 - 1));
         Ok(id)
     }
 
-    fn add_generated(
-        &mut self,
-        chunk: &[String],
-        pick: ProxyPick,
-    ) -> std::result::Result<(), String> {
+    fn add_generated(&mut self, chunk: &[String], pick: ProxyPick) -> Result<()> {
         self.groups.push(Group {
             proxy: TopoId(0),
             members: Vec::with_capacity(chunk.len()),
@@ -348,15 +341,13 @@ impl Builder {
         Ok(())
     }
 
-    fn add_group(
-        &mut self,
-        proxy: Option<&str>,
-        members: &[String],
-    ) -> std::result::Result<(), String> {
-        let first = members.first().ok_or("a group needs at least one member")?;
+    fn add_group(&mut self, proxy: Option<&str>, members: &[String]) -> Result<()> {
+        let first = members.first().ok_or(Error::EmptyGroup)?;
         let proxy = proxy.unwrap_or(first);
         if !members.iter().any(|m| m == proxy) {
-            return Err(format!("proxy `{proxy}` is not one of the group's members"));
+            return Err(Error::ProxyNotMember {
+                proxy: proxy.to_owned(),
+            });
         }
         self.groups.push(Group {
             proxy: TopoId(0),
@@ -364,10 +355,7 @@ impl Builder {
         });
         let mut ids = Vec::with_capacity(members.len());
         for m in members {
-            ids.push(
-                self.push_host(m)
-                    .map_err(|h| format!("node `{h}` is already in another group"))?,
-            );
+            ids.push(self.push_host(m)?);
         }
         let proxy = self.index[proxy];
         let g = self.groups.last_mut().expect("pushed above");
@@ -376,12 +364,14 @@ impl Builder {
         Ok(())
     }
 
-    fn finish(self, levels: Vec<Level>) -> std::result::Result<Topology, String> {
+    fn finish(self, levels: Vec<Level>) -> Result<Topology> {
         if self.groups.is_empty() {
-            return Err("no groups".into());
+            return Err(Error::NoGroups);
         }
-        if levels.iter().any(|l| l.size == 0) {
-            return Err("a level needs at least one node per unit".into());
+        if let Some(l) = levels.iter().find(|l| l.size == 0) {
+            return Err(Error::EmptyLevel {
+                name: l.name.clone(),
+            });
         }
         let units = levels
             .iter()

@@ -8,7 +8,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use peertree::relay::{MAX_MESSAGE, Msg, WireError};
+use peertree::Error;
+use peertree::relay::{MAX_MESSAGE, Msg};
 
 /// Largest single allocation since the last reset.
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
@@ -103,5 +104,5 @@ fn a_message_over_the_limit_is_refused_before_decoding() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let big = vec![6u8; MAX_MESSAGE + 1]; // Msg::Adopted followed by junk
-    assert_eq!(Msg::decode(&big), Err(WireError::TooLarge(MAX_MESSAGE + 1)));
+    assert_eq!(Msg::decode(&big), Err(Error::WireTooLarge(MAX_MESSAGE + 1)));
 }

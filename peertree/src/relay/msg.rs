@@ -1,8 +1,12 @@
 //! Wire messages of the relay protocol and their encoding (postcard over serde), with a
-//! hard size limit checked before decoding so a peer cannot make a node allocate at will.
+//! hard size limit checked before decoding so a peer cannot make a node allocate at will,
+//! and the wire form of chunk bitsets. Nothing here acts on a message: that is the
+//! [`super::Relay`]'s job.
 
+use fixedbitset::FixedBitSet;
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
 use crate::plan::NodeId;
 
 /// Identity of a distribution job (chosen by the root; unique per push).
@@ -253,38 +257,61 @@ mod bytes {
 /// Largest encoded message accepted (the index rides in `Start`).
 pub const MAX_MESSAGE: usize = 512 << 20;
 
-/// Wire decoding failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    /// The frame is larger than [`MAX_MESSAGE`].
-    #[error("message of {0} bytes exceeds the {MAX_MESSAGE}-byte limit")]
-    TooLarge(usize),
-    /// The bytes are not a valid message.
-    #[error("malformed message: {0}")]
-    Malformed(String),
-}
-
 impl Msg {
     /// Encodes for the wire.
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_allocvec(self).expect("encoding owned data into a Vec cannot fail")
     }
 
-    /// Decodes bytes from a peer, refusing oversized or malformed input.
-    pub fn decode(bytes: &[u8]) -> Result<Msg, WireError> {
+    /// Decodes bytes from a peer, refusing oversized ([`Error::WireTooLarge`]) or malformed
+    /// ([`Error::WireMalformed`]) input.
+    pub fn decode(bytes: &[u8]) -> Result<Msg, Error> {
         if bytes.len() > MAX_MESSAGE {
-            return Err(WireError::TooLarge(bytes.len()));
+            return Err(Error::WireTooLarge(bytes.len()));
         }
         let (msg, rest) =
-            postcard::take_from_bytes(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+            postcard::take_from_bytes(bytes).map_err(|e| Error::WireMalformed(e.to_string()))?;
         if !rest.is_empty() {
-            return Err(WireError::Malformed(format!(
+            return Err(Error::WireMalformed(format!(
                 "{} trailing bytes",
                 rest.len()
             )));
         }
         Ok(msg)
     }
+}
+
+/// Re-packs bitset words of `bits` bits each into the wire's 64-bit words (the `have` of
+/// [`Msg::Attach`] and [`Msg::Held`]).
+pub(super) fn pack_words(words: &[u64], bits: u32) -> Vec<u64> {
+    if bits == 64 {
+        return words.to_vec();
+    }
+    let mut out = vec![0u64; (words.len() * bits as usize).div_ceil(64)];
+    for (i, &w) in words.iter().enumerate() {
+        for b in 0..bits as usize {
+            if w & (1 << b) != 0 {
+                let bit = i * bits as usize + b;
+                out[bit / 64] |= 1 << (bit % 64);
+            }
+        }
+    }
+    out
+}
+
+/// A bitset of `n` chunk positions from wire words (64 positions per word, low bit first).
+/// Words past `n` are ignored: a peer cannot make a node allocate beyond its chunk table.
+pub(super) fn bits_from_words(n: usize, words: &[u64]) -> FixedBitSet {
+    let mut bits = FixedBitSet::with_capacity(n);
+    for (w, &word) in words.iter().enumerate().take(n.div_ceil(64)) {
+        for b in 0..64 {
+            let i = w * 64 + b;
+            if i < n && word & (1 << b) != 0 {
+                bits.insert(i);
+            }
+        }
+    }
+    bits
 }
 
 #[cfg(test)]

@@ -1,0 +1,71 @@
+//! The push order of a job's chunks ([`Schedule`]): the urgent set first, then the rest,
+//! with each chunk's stored size for byte accounting. One is shared by every relay of a
+//! job. It only checks and answers questions about the order; what was sent to whom lives
+//! in the relay.
+
+use fixedbitset::FixedBitSet;
+
+use crate::error::{Error, Result};
+
+/// The push order of a job's chunks, shared by every relay of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// Chunk-table positions in push order: the urgent set first.
+    pub order: Vec<u32>,
+    /// How many of `order` are urgent.
+    pub urgent: usize,
+    /// Stored size of each chunk, by chunk-table position (for byte accounting).
+    pub sizes: Vec<u32>,
+    is_urgent: FixedBitSet,
+}
+
+impl Schedule {
+    /// Checks that `order` lists every chunk exactly once and `urgent <= order.len()`; the
+    /// error says which of the two does not hold.
+    pub fn new(order: Vec<u32>, urgent: usize, sizes: Vec<u32>) -> Result<Self> {
+        if order.len() != sizes.len() {
+            return Err(Error::OrderLength {
+                positions: order.len(),
+                chunks: sizes.len(),
+            });
+        }
+        if urgent > order.len() {
+            return Err(Error::OrderUrgent {
+                urgent,
+                chunks: order.len(),
+            });
+        }
+        let mut seen = FixedBitSet::with_capacity(sizes.len());
+        let mut is_urgent = FixedBitSet::with_capacity(sizes.len());
+        for (i, &c) in order.iter().enumerate() {
+            let c = c as usize;
+            if c >= sizes.len() || seen.put(c) {
+                return Err(Error::OrderChunk { chunk: c });
+            }
+            if i < urgent {
+                is_urgent.insert(c);
+            }
+        }
+        Ok(Self {
+            order,
+            urgent,
+            sizes,
+            is_urgent,
+        })
+    }
+
+    /// Number of chunks.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether the layer has no chunks at all.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Whether a chunk is in the urgent set.
+    pub fn urgent_chunk(&self, chunk: u32) -> bool {
+        self.is_urgent.contains(chunk as usize)
+    }
+}

@@ -1,0 +1,290 @@
+//! This node's part of the plan: its children's state, the `Start` and `Prepare` each of
+//! them gets (their planned subtree and our ancestry), what they report up, and the push
+//! of chunks down to them in the root's order ([`Relay::poll_bulk`]). Failures below are
+//! handled in [`super::recovery`]; nothing here decides that a child is dead.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use fixedbitset::FixedBitSet;
+
+use super::msg::bits_from_words;
+use super::{Msg, NodeInfo, Phase, Prepare, Relay, Report, Start, Transmit};
+use crate::error::{Error, Result};
+use crate::plan::NodeId;
+
+/// What a relay knows about one of its children.
+#[derive(Debug)]
+pub(super) struct Child {
+    /// Who the child is and where it listens.
+    pub(super) info: NodeInfo,
+    /// Chunks the child holds or has been sent.
+    pub(super) sent: FixedBitSet,
+    /// Next position in the push order to consider: earlier ones were sent, and any taken
+    /// back since (`Lost`) go by demand.
+    pub(super) cursor: usize,
+    /// `Start` has been handed to the transport.
+    pub(super) started: bool,
+    /// The child has answered since: bulk may flow.
+    pub(super) ready: bool,
+    /// The child's last message, for its deadline.
+    pub(super) last_heard: Instant,
+    /// Our last message to it, for the heartbeat.
+    pub(super) last_sent: Instant,
+    /// Chunk bytes sent to it, pushed or demanded.
+    pub(super) bytes: u64,
+    /// Started from here after its planned parent failed: report the adoption when it
+    /// first speaks.
+    pub(super) restarted: bool,
+    /// Not planned here: it attached here, or was restarted from here and answered.
+    pub(super) adopted: bool,
+    /// When its `Start` was handed to the transport, until its first answer (the edge's
+    /// round trip is measured from here).
+    pub(super) start_sent: Option<Instant>,
+}
+
+impl Child {
+    /// A child that still needs its `Start` (planned, or restarted after its parent failed).
+    pub(super) fn pending(info: NodeInfo, chunks: usize, now: Instant, restarted: bool) -> Self {
+        Self {
+            info,
+            sent: FixedBitSet::with_capacity(chunks),
+            cursor: 0,
+            started: false,
+            ready: false,
+            last_heard: now,
+            last_sent: now,
+            bytes: 0,
+            restarted,
+            adopted: false,
+            start_sent: None,
+        }
+    }
+}
+
+impl Relay {
+    /// Rewrites the `Start`s queued for my children after a job-wide setting changed.
+    pub(super) fn refresh_queued_starts(&mut self) {
+        let mut parts = self.child_subtrees();
+        let kids: Vec<NodeId> = self.children.keys().copied().collect();
+        for k in kids {
+            let start = self.start_for(parts.remove(&k).unwrap_or_default());
+            for t in self.control.iter_mut() {
+                if let Transmit::Control {
+                    to,
+                    msg: Msg::Start(s),
+                } = t
+                    && *to == k
+                {
+                    **s = start.clone();
+                }
+            }
+        }
+    }
+
+    /// Creates child state for my planned children and queues their `Start`s.
+    pub(super) fn adopt_planned_children(&mut self, now: Instant) {
+        let kids: Vec<NodeInfo> = self
+            .subtree
+            .iter()
+            .skip(1)
+            .filter(|n| n.parent == self.me)
+            .cloned()
+            .collect();
+        let mut parts = self.child_subtrees();
+        // The root starts the wave of `Prepare`s, ahead of every `Start`; below it the
+        // caller passes them on ([`forward_prepare`]) as they arrive.
+        if self.root.is_some() {
+            for (to, p) in prepares_for(self.me, &self.subtree) {
+                self.control.push_back(Transmit::Control {
+                    to: to.id,
+                    msg: Msg::Prepare(p),
+                });
+            }
+        }
+        for info in kids {
+            let id = info.id;
+            self.children
+                .insert(id, Child::pending(info, self.schedule.len(), now, false));
+            let start = self.start_for(parts.remove(&id).unwrap_or_default());
+            self.control.push_back(Transmit::Control {
+                to: id,
+                msg: Msg::Start(Box::new(start)),
+            });
+        }
+    }
+
+    /// The planned subtree of each of my planned children.
+    pub(super) fn child_subtrees(&self) -> HashMap<NodeId, Vec<NodeInfo>> {
+        split_subtree(self.me, &self.subtree)
+    }
+
+    /// The `Start` for one of my planned children, given its subtree: it and my ancestry.
+    pub(super) fn start_for(&self, subtree: Vec<NodeInfo>) -> Start {
+        let mut ancestors = vec![self.subtree[0].clone()];
+        ancestors.extend(self.ancestors.iter().cloned());
+        Start {
+            job: self.job,
+            index: self.index.to_vec(),
+            order: self.schedule.order.clone(),
+            urgent: self.schedule.urgent as u32,
+            subtree,
+            ancestors,
+            timing: self.timing,
+            shared_store: self.shared_store.clone(),
+            probe: self.probe,
+            owner: self.owner,
+        }
+    }
+
+    /// Facts from a child for the root: logged for re-sending after a re-attachment, and
+    /// the edge's bytes added once the child completed everything.
+    pub(super) fn on_report(&mut self, now: Instant, from: NodeId, mut r: Report) {
+        if self.children.contains_key(&from) {
+            let mut edge = None;
+            for &(node, phase) in &r.done {
+                self.done_log.push((node, phase));
+                if node == from
+                    && phase == Phase::All
+                    && let Some(c) = self.children.get(&from)
+                {
+                    edge = Some((self.me, from, c.bytes));
+                }
+            }
+            r.edge_bytes.extend(edge);
+            self.failed_log.extend(r.failed.iter().copied());
+            self.absorb(now, r);
+        }
+    }
+
+    /// A child kept these chunks from an earlier job ([`Msg::Held`]): never send them to it.
+    pub(super) fn on_held(&mut self, from: NodeId, have: &[u64]) {
+        let n = self.schedule.len();
+        if let Some(c) = self.children.get_mut(&from) {
+            c.sent.union_with(&bits_from_words(n, have));
+        }
+    }
+
+    /// The next chunk to push to `child`, if it is started and the chunk next in order is
+    /// held here. Marks it as sent.
+    pub fn poll_bulk(&mut self, now: Instant, child: NodeId) -> Option<u32> {
+        if self.shared_store.is_some() {
+            // Everyone reads from shared storage: nothing travels the tree.
+            return None;
+        }
+        let order = &self.schedule.order;
+        let c = self.children.get_mut(&child)?;
+        if !c.ready {
+            return None;
+        }
+        while c.cursor < order.len() && c.sent.contains(order[c.cursor] as usize) {
+            c.cursor += 1;
+        }
+        let chunk = *order.get(c.cursor)?;
+        if !self.have.contains(chunk as usize) {
+            return None;
+        }
+        c.sent.insert(chunk as usize);
+        c.cursor += 1;
+        c.bytes += u64::from(self.schedule.sizes[chunk as usize]);
+        c.last_sent = now;
+        self.stats.pushed += 1;
+        Some(chunk)
+    }
+
+    /// Children that have a chunk ready to push right now.
+    pub fn bulk_ready(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let order = &self.schedule.order;
+        self.children.iter().filter_map(move |(&id, c)| {
+            if !c.ready {
+                return None;
+            }
+            let next = order[c.cursor.min(order.len())..]
+                .iter()
+                .find(|&&x| !c.sent.contains(x as usize))?;
+            self.have.contains(*next as usize).then_some(id)
+        })
+    }
+}
+
+/// The planned subtree of each of `me`'s planned children (each child first), in one pass
+/// over `subtree` (`me` first, parents before children). A per-child scan made a flat
+/// plan's root quadratic in the job size.
+fn split_subtree(me: NodeId, subtree: &[NodeInfo]) -> HashMap<NodeId, Vec<NodeInfo>> {
+    let mut owner: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut parts: HashMap<NodeId, Vec<NodeInfo>> = HashMap::new();
+    for n in subtree.iter().skip(1) {
+        let under = if n.parent == me {
+            Some(n.id)
+        } else if n.id != n.parent {
+            owner.get(&n.parent).copied()
+        } else {
+            None
+        };
+        if let Some(child) = under {
+            owner.insert(n.id, child);
+            parts.entry(child).or_default().push(n.clone());
+        }
+    }
+    parts
+}
+
+/// What a node that received a [`Msg::Prepare`] for a job it has not joined yet sends on
+/// ([`prepares_for`] of the subtree it was given). The caller hands each to the transport
+/// at once, which is what opens the connections early, and passes on only the first
+/// `Prepare` of a job it gets (a node with children hears from its grandparent and then its
+/// parent). A node that already runs the job ignores `Prepare`s.
+pub fn forward_prepare(prepare: &Prepare) -> Result<Vec<(NodeInfo, Prepare)>> {
+    let me = prepare
+        .subtree
+        .first()
+        .ok_or(Error::InvalidStart("empty prepare"))?
+        .id;
+    Ok(prepares_for(me, &prepare.subtree))
+}
+
+/// The `Prepare`s of a node with planned `subtree` (`me` first): one to each child, then
+/// one to each grandchild that has children of its own. The second kind makes the wave go
+/// down two levels per connection set-up: a grandchild starts connecting to its children
+/// while its parent is still connecting to it. Leaves get theirs from their parent only;
+/// they have nobody to connect to.
+pub fn prepares_for(me: NodeId, subtree: &[NodeInfo]) -> Vec<(NodeInfo, Prepare)> {
+    let mut parts = split_subtree(me, subtree);
+    let mut out = Vec::new();
+    let mut second = Vec::new();
+    for child in subtree
+        .iter()
+        .skip(1)
+        .filter(|n| n.parent == me && n.id != me)
+    {
+        let part = parts.remove(&child.id).unwrap_or_default();
+        let mut below = split_subtree(child.id, &part);
+        for g in part
+            .iter()
+            .skip(1)
+            .filter(|n| n.parent == child.id && n.id != child.id)
+        {
+            let sub = below.remove(&g.id).unwrap_or_default();
+            if sub.len() > 1 {
+                second.push((g.clone(), Prepare { subtree: sub }));
+            }
+        }
+        out.push((child.clone(), Prepare { subtree: part }));
+    }
+    out.extend(second);
+    out
+}
+
+/// The plan as relay node records, root first, parents before children (breadth first).
+/// `addr` maps a host name to where its daemon listens.
+pub fn plan_nodes(plan: &crate::plan::Plan, addr: impl Fn(&str) -> String) -> Vec<NodeInfo> {
+    plan.bfs()
+        .into_iter()
+        .map(|id| NodeInfo {
+            id,
+            host: plan.host(id).to_string(),
+            addr: addr(plan.host(id)),
+            parent: plan.parent[id.index()].unwrap_or(id),
+        })
+        .collect()
+}
