@@ -81,27 +81,34 @@ fn percent_decode(s: &str) -> Option<Vec<u8>> {
 
 impl Announce {
     /// Parses the query string of `GET /announce?...` from a client at `from`.
-    pub fn parse(query: &str, from: Ipv4Addr) -> std::result::Result<Self, String> {
+    pub fn parse(query: &str, from: Ipv4Addr) -> Result<Self> {
+        let bad = |detail: &str| LabError::Parse {
+            what: "a BitTorrent announce".into(),
+            detail: detail.into(),
+        };
         let mut kv: HashMap<&str, Vec<u8>> = HashMap::new();
         for part in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = part.split_once('=').unwrap_or((part, ""));
-            let v = percent_decode(v).ok_or_else(|| format!("bad escape in {k}"))?;
+            let v = percent_decode(v).ok_or_else(|| bad(&format!("bad escape in {k}")))?;
             kv.insert(k, v);
         }
         let text = |k: &str| kv.get(k).map(|v| String::from_utf8_lossy(v).into_owned());
         let info_hash: [u8; 20] = kv
             .get("info_hash")
-            .ok_or("no info_hash")?
+            .ok_or_else(|| bad("no info_hash"))?
             .as_slice()
             .try_into()
-            .map_err(|_| "info_hash is not 20 bytes".to_string())?;
+            .map_err(|_| bad("info_hash is not 20 bytes"))?;
         let port: u16 = text("port")
-            .ok_or("no port")?
+            .ok_or_else(|| bad("no port"))?
             .parse()
-            .map_err(|_| "bad port".to_string())?;
+            .map_err(|_| bad("bad port"))?;
         Ok(Self {
             info_hash,
-            peer_id: kv.get("peer_id").cloned().ok_or("no peer_id")?,
+            peer_id: kv
+                .get("peer_id")
+                .cloned()
+                .ok_or_else(|| bad("no peer_id"))?,
             addr: SocketAddrV4::new(from, port),
             left: text("left").and_then(|s| s.parse().ok()).unwrap_or(0),
             event: text("event").unwrap_or_default(),
@@ -295,7 +302,8 @@ fn handle(mut s: TcpStream, from: SocketAddr, swarms: &Mutex<Swarms>) -> std::io
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .announce(&a),
-            Err(e) => failure(&e),
+            Err(LabError::Parse { detail, .. }) => failure(&detail),
+            Err(e) => failure(&e.to_string()),
         }
     };
     let mut resp = format!(
@@ -591,7 +599,8 @@ mod tests {
     #[test]
     fn bad_announces_are_refused_with_a_reason() {
         let e = Announce::parse("info_hash=abc&peer_id=x&port=1", Ipv4Addr::LOCALHOST)
-            .expect_err("short hash");
+            .expect_err("short hash")
+            .to_string();
         assert!(e.contains("20 bytes"), "{e}");
         assert!(Announce::parse("peer_id=x", Ipv4Addr::LOCALHOST).is_err());
         assert_eq!(failure("no"), b"d14:failure reason2:noe");

@@ -38,7 +38,10 @@ pub enum Error {
     Store(#[from] seeder::Error),
     /// A network or TLS problem.
     #[error("network: {0}")]
-    Net(String),
+    Net(#[from] net::NetError),
+    /// A plan, push order or protocol message that the relay refuses.
+    #[error(transparent)]
+    Protocol(#[from] peertree::Error),
     /// The daemon's state directory cannot be used (locked by another daemon, unwritable).
     #[error("state directory {}: {problem}", dir.display())]
     StateDir {
@@ -63,11 +66,4 @@ pub enum Error {
         /// What is wrong and what to do.
         problem: String,
     },
-}
-
-impl Error {
-    /// Wraps a network-layer error.
-    pub fn net(e: impl std::fmt::Display) -> Self {
-        Error::Net(e.to_string())
-    }
 }

@@ -63,22 +63,6 @@ pub use subtree::{forward_prepare, plan_nodes, prepares_for};
 use crate::error::{Error, Result};
 use crate::plan::NodeId;
 
-// The relay's errors are variants of the crate's one error type; these names stay so that
-// code written against the old per-module error types keeps compiling.
-
-/// A schedule that does not describe a permutation of the chunk table: now
-/// [`Error::OrderLength`], [`Error::OrderUrgent`] or [`Error::OrderChunk`].
-#[deprecated(note = "match on `peertree::Error` instead")]
-pub type ScheduleError = Error;
-
-/// A malformed `Start` or `Prepare`: now [`Error::InvalidStart`].
-#[deprecated(note = "match on `peertree::Error` instead")]
-pub type StartError = Error;
-
-/// Wire decoding failed: now [`Error::WireTooLarge`] or [`Error::WireMalformed`].
-#[deprecated(note = "match on `peertree::Error` instead")]
-pub type WireError = Error;
-
 /// Something the caller must send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transmit {

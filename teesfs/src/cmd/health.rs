@@ -81,9 +81,7 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let outcome = rt
-        .block_on(probe(spec, args.deadline))
-        .map_err(anyhow::Error::msg)?;
+    let outcome = rt.block_on(probe(spec, args.deadline))?;
     rt.shutdown_timeout(Duration::from_secs(1));
     let rep = report(&plan, Some(&topology), job, args.deadline, &outcome);
     match args.format {

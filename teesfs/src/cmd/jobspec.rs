@@ -211,7 +211,6 @@ impl RootArgs {
                 .unwrap_or_else(|| format!("{h}:{port}"))
         });
         let identity = Identity::load(&self.identity, login)
-            .map_err(anyhow::Error::msg)
             .with_context(|| {
                 format!(
                     "loading the login node's credentials for `{login}` from {} (teesfs keygen --cluster)",

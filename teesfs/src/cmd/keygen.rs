@@ -59,7 +59,6 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
             .map_err(super::jobspec::explain)
             .context("reading --revoke")?;
         let serials = teesfs::net::revoke(dir, &hosts)
-            .map_err(anyhow::Error::msg)
             .with_context(|| format!("revoking certificates in {}", dir.display()))?;
         for (host, serial) in hosts.iter().zip(&serials) {
             println!("revoked {host} (serial {serial})");
@@ -79,7 +78,6 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
             .valid_days
             .map(|d| std::time::Duration::from_secs(u64::from(d) * 86_400));
         let written = teesfs::net::make_cluster_valid_for(dir, &hosts, valid_for)
-            .map_err(anyhow::Error::msg)
             .with_context(|| format!("making cluster credentials in {}", dir.display()))?;
         println!(
             "cluster CA and {} node certificate(s) in {} ({} file(s) written)",

@@ -172,30 +172,28 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let mut urgent_sent = false;
-    let outcome = rt
-        .block_on(push(spec, wait, args.timeout, |p, so_far| {
-            bar.set_position(p.urgent as u64);
-            bar.set_message(format!(
-                "urgent, {} complete, {} failed, {} sent",
-                p.all,
-                p.failed,
-                util::bytes(p.bytes_out)
-            ));
-            if serving && !urgent_sent && so_far.urgent_s.is_some() {
-                urgent_sent = true;
-                let rep = report(
-                    &plan,
-                    Some(&topology),
-                    job,
-                    index_id,
-                    &index,
-                    &order,
-                    so_far,
-                );
-                emit(&serde_json::json!({ "event": "urgent", "report": rep }));
-            }
-        }))
-        .map_err(anyhow::Error::msg)?;
+    let outcome = rt.block_on(push(spec, wait, args.timeout, |p, so_far| {
+        bar.set_position(p.urgent as u64);
+        bar.set_message(format!(
+            "urgent, {} complete, {} failed, {} sent",
+            p.all,
+            p.failed,
+            util::bytes(p.bytes_out)
+        ));
+        if serving && !urgent_sent && so_far.urgent_s.is_some() {
+            urgent_sent = true;
+            let rep = report(
+                &plan,
+                Some(&topology),
+                job,
+                index_id,
+                &index,
+                &order,
+                so_far,
+            );
+            emit(&serde_json::json!({ "event": "urgent", "report": rep }));
+        }
+    }))?;
     bar.finish_and_clear();
     rt.shutdown_timeout(Duration::from_secs(1));
     let rep = report(

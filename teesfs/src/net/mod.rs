@@ -114,4 +114,27 @@ pub enum NetError {
     /// The endpoint was closed.
     #[error("the endpoint is closed")]
     Closed,
+    /// A peer's address could not be resolved.
+    #[error("cannot resolve {addr}: {source}")]
+    Resolve {
+        /// The address as given (`host:port`).
+        addr: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// A peer's address resolved to nothing.
+    #[error("{0} resolves to no address")]
+    NoAddress(String),
+    /// A connection attempt that several senders waited on failed (the same error, shared).
+    #[error("{0}")]
+    Shared(std::sync::Arc<NetError>),
+    /// The connection attempt was abandoned before it finished (the link was replaced).
+    #[error("connection attempt abandoned")]
+    Abandoned,
+    /// A frame shorter than its job id.
+    #[error("frame of {0} bytes is shorter than its 8-byte job id")]
+    ShortFrame(usize),
+    /// A frame whose message does not decode.
+    #[error("malformed message: {0}")]
+    Message(#[from] peertree::Error),
 }

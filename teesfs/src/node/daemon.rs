@@ -162,8 +162,8 @@ impl Daemon {
         let lock = lock_state_dir(&cfg.state_dir)?;
         raise_fd_limit();
         clean_stale_mounts(&cfg.mount_root);
-        let identity = Identity::load(&cfg.identity_dir, &cfg.host).map_err(Error::net)?;
-        let transport = Transport::bind(cfg.listen, &identity).map_err(Error::net)?;
+        let identity = Identity::load(&cfg.identity_dir, &cfg.host)?;
+        let transport = Transport::bind(cfg.listen, &identity)?;
         let store = Arc::new(NodeStore::open(
             &cfg.state_dir.join("store"),
             cfg.store_budget,
@@ -202,8 +202,7 @@ impl Daemon {
     /// credentials (certificate, CA, CRL) for new connections. Running jobs, their mounts
     /// and connections already up are untouched. On an error nothing changes.
     pub fn reload(&self, trusted: Vec<PublicKey>) -> Result<(), Error> {
-        let identity =
-            Identity::load(&self.cfg.identity_dir, &self.cfg.host).map_err(Error::net)?;
+        let identity = Identity::load(&self.cfg.identity_dir, &self.cfg.host)?;
         self.peers.transport().reload(&identity);
         let keys = trusted.len();
         *self

@@ -26,18 +26,18 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use manifest::{ChunkId, Index, IndexId};
 use peertree::relay::{Event, JobId, NodeInfo, Phase, Relay, Timing};
 use peertree::{NodeId, Plan, Topology, hostlist};
 use serde::{Deserialize, Serialize};
 
-use super::job::{ChunkBytes, JobCore, JobKnobs};
-use super::peers::{Peers, Router};
-use super::push::RootRouter;
-use crate::net::{Identity, Transport};
+use super::job::{ChunkBytes, JobKnobs};
+use super::root::{RootEndpoint, RootJob, RootSession};
+use crate::Error;
+use crate::net::Identity;
 
 /// The chunk store of a probe: holds nothing, takes nothing.
 pub struct NoChunks;
@@ -96,63 +96,47 @@ pub struct ProbeOutcome {
 /// Runs the root of a probe until every node answered, or until `deadline`. A node the
 /// relay gave up (silent for the relay's deadline: its children were then asked directly)
 /// still counts if it answers in time, so a slow node is not reported as a dead one.
-pub async fn probe(spec: ProbeSpec, deadline: Duration) -> Result<ProbeOutcome, String> {
-    let start = Instant::now();
-    let transport = Transport::bind(spec.listen, &spec.identity).map_err(|e| e.to_string())?;
-    let bound = transport.local_addr();
-    let mut nodes = spec.nodes;
-    if let Some(root) = nodes.first_mut() {
-        root.addr = super::advertised(spec.advertise.as_deref(), &root.host, bound);
-    }
-    let peers = Peers::new(transport);
-    let relay = Relay::new_probe_root(spec.job, nodes.clone(), spec.timing, start)
-        .map_err(|e| e.to_string())?;
+pub async fn probe(spec: ProbeSpec, deadline: Duration) -> Result<ProbeOutcome, Error> {
+    let endpoint = RootEndpoint {
+        identity: spec.identity,
+        listen: spec.listen,
+        advertise: spec.advertise,
+    };
     let (index, index_id) = empty_index();
-    let (core, mut events) = JobCore::new(
-        relay,
+    let job = RootJob {
         index,
         index_id,
-        peers.clone(),
-        Arc::new(NoChunks),
-        &nodes,
-        JobKnobs::default(),
-    );
-    let router: Arc<dyn Router> = Arc::new(RootRouter(core.clone()));
-    peers.set_router(Arc::downgrade(&router) as Weak<dyn Router>);
-    tokio::spawn(peers.clone().accept_loop());
-    core.start();
+        bytes: Arc::new(NoChunks),
+        knobs: JobKnobs::default(),
+    };
+    let expected = spec.nodes.len().saturating_sub(1);
+    let (id, timing) = (spec.job, spec.timing);
+    let mut session = RootSession::open(&endpoint, spec.nodes, job, |nodes, start| {
+        Relay::new_probe_root(id, nodes, timing, start)
+    })?;
 
     let mut out = ProbeOutcome::default();
-    let until = tokio::time::Instant::from_std(start) + deadline;
-    let expected = nodes.len().saturating_sub(1);
+    let until = tokio::time::Instant::from_std(session.start) + deadline;
     let mut answered = HashSet::new();
     let mut all_done = expected == 0;
     while !all_done {
-        let ev = tokio::select! {
-            e = events.recv() => e,
-            _ = tokio::time::sleep_until(until) => { out.timed_out = true; None }
+        let Some((t, ev)) = session.next_event(until).await else {
+            out.timed_out = true;
+            break;
         };
-        let Some((at, ev)) = ev else { break };
         if let Event::NodeDone(n, Phase::All) = ev {
             answered.insert(n);
             all_done = answered.len() == expected;
         }
-        out.events
-            .push((at.saturating_duration_since(start).as_secs_f64(), ev));
+        out.events.push((t, ev));
     }
     // The facts that came with the last answer (its edge's round trip among them).
-    while let Ok((at, ev)) = events.try_recv() {
-        out.events
-            .push((at.saturating_duration_since(start).as_secs_f64(), ev));
+    while let Some(e) = session.queued_event() {
+        out.events.push(e);
     }
-    out.elapsed_s = start.elapsed().as_secs_f64();
-    core.close();
-    if all_done {
-        // `Finished` reaches the nodes before the endpoint closes, so they drop the probe.
-        peers.drain(super::push::DRAIN_BOUND).await;
-    }
-    peers.close();
-    drop(router);
+    out.elapsed_s = session.start.elapsed().as_secs_f64();
+    // `Finished` reaches the nodes before the endpoint closes, so they drop the probe.
+    session.close(all_done).await;
     Ok(out)
 }
 

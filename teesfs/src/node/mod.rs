@@ -5,7 +5,8 @@
 //! - [`store`]: the node's budgeted, content-addressed chunk store.
 //! - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
 //! - [`control`]: the daemon's control requests and who may make them.
-//! - [`push`]: the login node as the root of a job's tree.
+//! - [`root`]: the login node as the root of one job's tree (one session for push and probe).
+//! - [`push`]: a push: the root over the login node's store, and its report.
 //! - [`report`]: the push report (documented JSON).
 //! - [`health`]: `teesfs health`, an empty broadcast measuring every edge (documented JSON).
 //!
@@ -18,6 +19,7 @@ pub mod job;
 pub mod peers;
 pub mod push;
 pub mod report;
+pub mod root;
 pub mod store;
 
 use std::net::SocketAddr;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 use peertree::relay::{JobId, Msg};
 use tokio::sync::{mpsc, watch};
 
-use crate::net::{Conn, StreamKind, Transport};
+use crate::net::{Conn, NetError, StreamKind, Transport};
 
 /// Where incoming messages go.
 pub trait Router: Send + Sync + 'static {
@@ -38,22 +38,23 @@ pub fn frame_parts(job: JobId, msg: &Msg) -> ([u8; 8], Vec<u8>) {
 }
 
 /// Decodes a frame.
-pub fn unframe(bytes: &[u8]) -> Result<(JobId, Msg), String> {
-    if bytes.len() < 8 {
-        return Err("frame shorter than its job id".into());
-    }
-    let job = JobId(u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")));
-    let msg = Msg::decode(&bytes[8..]).map_err(|e| e.to_string())?;
-    Ok((job, msg))
+pub fn unframe(bytes: &[u8]) -> Result<(JobId, Msg), NetError> {
+    let Some((head, body)) = bytes.split_first_chunk::<8>() else {
+        return Err(NetError::ShortFrame(bytes.len()));
+    };
+    Ok((JobId(u64::from_be_bytes(*head)), Msg::decode(body)?))
 }
 
-/// The outcome of a connection attempt, once known.
-type SharedConn = watch::Receiver<Option<Result<Conn, String>>>;
+/// The outcome of a connection attempt, once known (shared by every sender waiting on it).
+type SharedConn = watch::Receiver<Option<Result<Conn, Arc<NetError>>>>;
 
-async fn wait_conn(mut cell: SharedConn) -> Result<Conn, String> {
+async fn wait_conn(mut cell: SharedConn) -> Result<Conn, NetError> {
     match cell.wait_for(Option::is_some).await {
-        Ok(v) => v.clone().expect("wait_for returned a Some"),
-        Err(_) => Err("connection attempt abandoned".into()),
+        Ok(v) => v
+            .clone()
+            .expect("wait_for returned a Some")
+            .map_err(NetError::Shared),
+        Err(_) => Err(NetError::Abandoned),
     }
 }
 
@@ -103,12 +104,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+async fn resolve(addr: &str) -> Result<SocketAddr, NetError> {
     tokio::net::lookup_host(addr)
         .await
-        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+        .map_err(|source| NetError::Resolve {
+            addr: addr.to_string(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{addr} resolves to no address"))
+        .ok_or_else(|| NetError::NoAddress(addr.to_string()))
 }
 
 impl Peers {
@@ -240,7 +244,7 @@ impl Peers {
     }
 
     /// The connection to `host` (listening at `addr`), connecting if needed.
-    pub async fn conn(self: &Arc<Self>, host: &str, addr: &str) -> Result<Conn, String> {
+    pub async fn conn(self: &Arc<Self>, host: &str, addr: &str) -> Result<Conn, NetError> {
         wait_conn(self.link_cell(host, addr)).await
     }
 
@@ -267,13 +271,10 @@ impl Peers {
         let (host, addr) = (host.to_string(), addr.to_string());
         self.rt.spawn(async move {
             let result = match resolve(&addr).await {
-                Ok(sa) => this
-                    .transport
-                    .connect(sa, &host)
-                    .await
-                    .map_err(|e| e.to_string()),
+                Ok(sa) => this.transport.connect(sa, &host).await,
                 Err(e) => Err(e),
-            };
+            }
+            .map_err(Arc::new);
             let _ = tx.send(Some(result.clone()));
             match result {
                 Ok(conn) => this.spawn_readers(conn),

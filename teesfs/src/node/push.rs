@@ -3,22 +3,19 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use manifest::{Index, IndexId};
 use peertree::relay::{Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
 use peertree::{NodeId, Plan, Topology};
 
 use super::StoreBytes;
-
-/// How long a root waits, once its job is done, for its nodes to acknowledge its last
-/// messages before it closes its endpoint.
-pub const DRAIN_BOUND: Duration = Duration::from_secs(2);
-use super::job::JobCore;
-use super::peers::{Peers, Router};
+use super::job::JobKnobs;
 use super::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
-use crate::net::{Identity, Transport};
+use super::root::{RootEndpoint, RootJob, RootSession};
+use crate::Error;
+use crate::net::Identity;
 
 /// Everything a push needs.
 pub struct PushSpec {
@@ -81,20 +78,6 @@ pub struct Outcome {
     pub timed_out: bool,
 }
 
-/// Routes the messages of a root's one job to it (push and health probes).
-pub(super) struct RootRouter(pub(super) Arc<JobCore>);
-
-impl Router for RootRouter {
-    fn deliver(&self, from_host: &str, job: JobId, msg: peertree::relay::Msg) {
-        if job == self.0.job {
-            self.0.on_message(from_host, msg);
-        }
-    }
-    fn unreachable(&self, host: &str) {
-        self.0.on_unreachable(host);
-    }
-}
-
 /// Runs the root until `wait` completes for every reachable node (or `timeout`).
 /// `on_progress` is called after every event with the progress and everything seen so far.
 pub async fn push(
@@ -102,56 +85,41 @@ pub async fn push(
     wait: Phase,
     timeout: Duration,
     mut on_progress: impl FnMut(&Progress, &Outcome),
-) -> Result<Outcome, String> {
-    let start = Instant::now();
-    let transport = Transport::bind(spec.listen, &spec.identity).map_err(|e| e.to_string())?;
-    let bound = transport.local_addr();
-    let mut spec = spec;
-    if let Some(root) = spec.nodes.first_mut() {
-        root.addr = super::advertised(spec.advertise.as_deref(), &root.host, bound);
-    }
-    let peers = Peers::new(transport);
+) -> Result<Outcome, Error> {
     let sizes = spec.index.chunks.iter().map(|c| c.stored_len).collect();
-    let schedule = Schedule::new(spec.order.0, spec.order.1, sizes).map_err(|e| e.to_string())?;
-    let relay = Relay::new_root(
-        spec.job,
-        spec.nodes.clone(),
-        spec.signed_index.into(),
-        Arc::new(schedule),
-        spec.timing,
-        start,
-    )
-    .map_err(|e| e.to_string())?;
-    let mut relay = relay;
-    relay.set_shared_store(spec.shared_store.clone());
-    relay.set_owner(spec.owner);
-    let (core, mut events) = JobCore::new(
-        relay,
-        spec.index.clone(),
-        spec.index_id,
-        peers.clone(),
-        Arc::new(StoreBytes(spec.store)),
-        &spec.nodes,
-        super::job::JobKnobs::rate_limited(spec.rate_limit),
-    );
-    let router: Arc<dyn Router> = Arc::new(RootRouter(core.clone()));
-    peers.set_router(Arc::downgrade(&router) as Weak<dyn Router>);
-    tokio::spawn(peers.clone().accept_loop());
-    core.start();
+    let schedule = Arc::new(Schedule::new(spec.order.0, spec.order.1, sizes)?);
+    let endpoint = RootEndpoint {
+        identity: spec.identity,
+        listen: spec.listen,
+        advertise: spec.advertise,
+    };
+    let job = RootJob {
+        index: spec.index,
+        index_id: spec.index_id,
+        bytes: Arc::new(StoreBytes(spec.store)),
+        knobs: JobKnobs::rate_limited(spec.rate_limit),
+    };
+    let (id, timing, signed) = (spec.job, spec.timing, spec.signed_index);
+    let (shared_store, owner) = (spec.shared_store, spec.owner);
+    let nodes = spec.nodes.len();
+    let mut session = RootSession::open(&endpoint, spec.nodes, job, |nodes, start| {
+        let mut relay = Relay::new_root(id, nodes, signed.into(), schedule, timing, start)?;
+        relay.set_shared_store(shared_store);
+        relay.set_owner(owner);
+        Ok(relay)
+    })?;
 
     let mut out = Outcome::default();
     let mut progress = Progress {
-        nodes: spec.nodes.len().saturating_sub(1),
+        nodes: nodes.saturating_sub(1),
         ..Progress::default()
     };
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let ev = tokio::select! {
-            e = events.recv() => e,
-            _ = tokio::time::sleep_until(deadline) => { out.timed_out = true; None }
+        let Some((t, ev)) = session.next_event(deadline).await else {
+            out.timed_out = true;
+            break;
         };
-        let Some((at, ev)) = ev else { break };
-        let t = at.saturating_duration_since(start).as_secs_f64();
         match &ev {
             Event::NodeDone(_, Phase::Urgent) => progress.urgent += 1,
             Event::NodeDone(_, Phase::All) => progress.all += 1,
@@ -160,7 +128,7 @@ pub async fn push(
             Event::JobPhaseDone(Phase::All) => out.all_s = Some(t),
             _ => {}
         }
-        progress.bytes_out = core.counters().bytes_out;
+        progress.bytes_out = session.core().counters().bytes_out;
         out.events.push((t, ev));
         on_progress(&progress, &out);
         let done = match wait {
@@ -172,19 +140,14 @@ pub async fn push(
         }
     }
     // Edge byte counts of the root's own children, which the relay keeps itself.
-    let root_edges: Vec<(NodeId, NodeId, u64)> =
-        core.relay(|r| r.child_bytes().map(|(c, b)| (r.me(), c, b)).collect());
+    let root_edges: Vec<(NodeId, NodeId, u64)> = session
+        .core()
+        .relay(|r| r.child_bytes().map(|(c, b)| (r.me(), c, b)).collect());
+    let now = session.start.elapsed().as_secs_f64();
     for (p, c, b) in root_edges {
-        out.events
-            .push((start.elapsed().as_secs_f64(), Event::EdgeBytes(p, c, b)));
+        out.events.push((now, Event::EdgeBytes(p, c, b)));
     }
-    core.close();
-    if out.all_s.is_some() {
-        // The last control messages (Finished) reach the nodes before the endpoint closes.
-        peers.drain(DRAIN_BOUND).await;
-    }
-    peers.close();
-    drop(router);
+    session.close(out.all_s.is_some()).await;
     Ok(out)
 }
 

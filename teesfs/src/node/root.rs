@@ -1,0 +1,142 @@
+//! The login node as the root of one job's tree, for a push and for a health probe alike:
+//! binds the endpoint, tells the nodes where the root listens, drives the root relay over
+//! the shared connection manager, hands its events out until a deadline, and closes after
+//! its last messages are acknowledged. What the job *is* (an index and a store, or an empty
+//! probe) and when it is done are the caller's: [`super::push`] and [`super::health`].
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use manifest::{Index, IndexId};
+use peertree::relay::{Event, JobId, NodeInfo, Relay};
+use tokio::sync::mpsc;
+
+use super::job::{ChunkBytes, JobCore, JobKnobs, TimedEvent};
+use super::peers::{Peers, Router};
+use crate::Error;
+use crate::net::{Identity, Transport};
+
+/// How long a root waits, once its job is done, for its nodes to acknowledge its last
+/// messages before it closes its endpoint.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(2);
+
+/// Where and as whom the root listens.
+pub struct RootEndpoint {
+    /// The login node's credentials.
+    pub identity: Identity,
+    /// Where to bind (port 0 for any).
+    pub listen: SocketAddr,
+    /// How nodes reach the root (`host:port`; port 0 means the bound port); default: the
+    /// root's host name and the bound port.
+    pub advertise: Option<String>,
+}
+
+/// What the root's job carries.
+pub struct RootJob {
+    /// The index (empty for a probe).
+    pub index: Arc<Index>,
+    /// Its id.
+    pub index_id: IndexId,
+    /// Where chunks are served from.
+    pub bytes: Arc<dyn ChunkBytes>,
+    /// Per-job knobs.
+    pub knobs: JobKnobs,
+}
+
+/// Routes the messages of a root's one job to it.
+struct RootRouter(Arc<JobCore>);
+
+impl Router for RootRouter {
+    fn deliver(&self, from_host: &str, job: JobId, msg: peertree::relay::Msg) {
+        if job == self.0.job {
+            self.0.on_message(from_host, msg);
+        }
+    }
+    fn unreachable(&self, host: &str) {
+        self.0.on_unreachable(host);
+    }
+}
+
+/// A running root.
+pub struct RootSession {
+    /// When the session started; event times are measured from here.
+    pub start: Instant,
+    core: Arc<JobCore>,
+    peers: Arc<Peers>,
+    events: mpsc::UnboundedReceiver<TimedEvent>,
+    // Kept alive for as long as the session: the connection manager holds it weakly.
+    _router: Arc<dyn Router>,
+}
+
+impl RootSession {
+    /// Binds the endpoint, puts the root's advertised address into `nodes[0]`, builds the
+    /// root relay with `relay(nodes, start)` and starts it.
+    pub fn open(
+        endpoint: &RootEndpoint,
+        mut nodes: Vec<NodeInfo>,
+        job: RootJob,
+        relay: impl FnOnce(Vec<NodeInfo>, Instant) -> Result<Relay, peertree::Error>,
+    ) -> Result<RootSession, Error> {
+        let start = Instant::now();
+        let transport = Transport::bind(endpoint.listen, &endpoint.identity)?;
+        let bound = transport.local_addr();
+        if let Some(root) = nodes.first_mut() {
+            root.addr = super::advertised(endpoint.advertise.as_deref(), &root.host, bound);
+        }
+        let peers = Peers::new(transport);
+        let relay = relay(nodes.clone(), start)?;
+        let (core, events) = JobCore::new(
+            relay,
+            job.index,
+            job.index_id,
+            peers.clone(),
+            job.bytes,
+            &nodes,
+            job.knobs,
+        );
+        let router: Arc<dyn Router> = Arc::new(RootRouter(core.clone()));
+        peers.set_router(Arc::downgrade(&router) as Weak<dyn Router>);
+        tokio::spawn(peers.clone().accept_loop());
+        core.start();
+        Ok(RootSession {
+            start,
+            core,
+            peers,
+            events,
+            _router: router,
+        })
+    }
+
+    /// The job's shared state (counters, the relay).
+    pub fn core(&self) -> &Arc<JobCore> {
+        &self.core
+    }
+
+    /// The next event with its time in seconds since the start, or `None` once `until`
+    /// has passed.
+    pub async fn next_event(&mut self, until: tokio::time::Instant) -> Option<(f64, Event)> {
+        let (at, ev) = tokio::select! {
+            e = self.events.recv() => e?,
+            _ = tokio::time::sleep_until(until) => return None,
+        };
+        Some((at.saturating_duration_since(self.start).as_secs_f64(), ev))
+    }
+
+    /// An event already queued, if any (the facts that came with the last one).
+    pub fn queued_event(&mut self) -> Option<(f64, Event)> {
+        let (at, ev) = self.events.try_recv().ok()?;
+        Some((at.saturating_duration_since(self.start).as_secs_f64(), ev))
+    }
+
+    /// Ends the session. With `drain`, first waits (at most [`DRAIN_BOUND`]) until the
+    /// nodes have acknowledged the root's last messages (`Finished`), so they drop the job
+    /// at once instead of at their deadline.
+    pub async fn close(self, drain: bool) {
+        self.core.close();
+        if drain {
+            self.peers.drain(DRAIN_BOUND).await;
+        }
+        self.peers.close();
+    }
+}
