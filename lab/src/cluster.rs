@@ -538,18 +538,15 @@ pub fn detach_mounts_under(dir: &Path) {
     let Ok(root) = std::fs::canonicalize(dir) else {
         return;
     };
-    let Some(root) = root.to_str().map(str::to_string) else {
-        return;
-    };
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut points: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
+    let mut points: Vec<PathBuf> = teesfs::sys::mountinfo::read(None)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| m.mount_point)
         .filter(|mp| mp.starts_with(&root))
         .collect();
     // Deepest first.
-    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for mp in points {
-        let _ = nix::mount::umount2(mp, nix::mount::MntFlags::MNT_DETACH);
+        let _ = nix::mount::umount2(&mp, nix::mount::MntFlags::MNT_DETACH);
     }
 }

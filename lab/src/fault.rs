@@ -152,11 +152,11 @@ impl Lab {
     pub fn fuse_mounts(&self, host: &str) -> Result<Vec<PathBuf>> {
         let pid = self.daemon(host)?.pid().unwrap_or(0);
         let path = PathBuf::from(format!("/proc/{pid}/mountinfo"));
-        let info = std::fs::read_to_string(&path).map_err(LabError::io(&path))?;
-        Ok(info
-            .lines()
-            .filter(|l| l.split(" - ").nth(1).is_some_and(|r| r.starts_with("fuse")))
-            .filter_map(|l| l.split(' ').nth(4).map(PathBuf::from))
+        let mounts = teesfs::sys::mountinfo::read(Some(pid)).map_err(LabError::io(&path))?;
+        Ok(mounts
+            .into_iter()
+            .filter(|m| m.fs_type.starts_with("fuse"))
+            .map(|m| m.mount_point)
             .collect())
     }
 

@@ -1,5 +1,5 @@
 //! The push report as `teesfs push --report` writes it (the documented JSON of
-//! `teesfs/src/node/report.rs`, read here field by field so the lab does not link the node
+//! `node/src/node/report.rs`, read here field by field so the lab does not link the node
 //! code), and the SVG drawing of one run: the tree with its groups and a per-node timeline.
 
 use std::fmt::Write as _;

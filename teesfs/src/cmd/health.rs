@@ -17,7 +17,7 @@ use super::util;
 pub enum Format {
     /// For people: totals, per-group round trips, failed edges.
     Text,
-    /// For monitoring: the versioned JSON documented in teesfs/src/node/health.rs.
+    /// For monitoring: the versioned JSON documented in node/src/node/health.rs.
     Json,
 }
 

@@ -42,7 +42,7 @@ pub struct PushArgs {
     /// background copy of this command), or once every node holds the whole layer.
     #[arg(long, value_enum, default_value_t = Wait::All)]
     pub wait: Wait,
-    /// Also write the report as JSON (format documented in teesfs/src/node/report.rs).
+    /// Also write the report as JSON (format documented in node/src/node/report.rs).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Extra urgent paths (glob over layer paths, e.g. 'bin/*', 'lib/python3*/site.py').

@@ -80,8 +80,8 @@ pub struct JobKnobs {
     /// no cap. Demand traffic is never capped.
     pub rate_limit: Option<u64>,
     /// Fault injection for the lab's tests: flip a byte in every chunk this node sends,
-    /// making it a lying peer. Not built into the shipped binary (feature `lab`).
-    #[cfg(feature = "lab")]
+    /// making it a lying peer. Not built into the shipped binary (feature `fault-injection`, which the binary's `lab` feature turns on).
+    #[cfg(feature = "fault-injection")]
     pub corrupt_outgoing: bool,
 }
 
@@ -90,7 +90,7 @@ impl JobKnobs {
     pub fn rate_limited(rate_limit: Option<u64>) -> Self {
         Self {
             rate_limit,
-            #[cfg(feature = "lab")]
+            #[cfg(feature = "fault-injection")]
             corrupt_outgoing: false,
         }
     }
@@ -319,9 +319,9 @@ impl JobCore {
 
     fn chunk_bytes(&self, chunk: u32) -> Option<Vec<u8>> {
         let info = self.index.chunks.get(chunk as usize)?;
-        #[cfg_attr(not(feature = "lab"), allow(unused_mut))]
+        #[cfg_attr(not(feature = "fault-injection"), allow(unused_mut))]
         let mut data = self.bytes.get(&info.id)?;
-        #[cfg(feature = "lab")]
+        #[cfg(feature = "fault-injection")]
         if self.knobs.corrupt_outgoing
             && let Some(b) = data.last_mut()
         {
