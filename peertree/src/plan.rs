@@ -210,4 +210,68 @@ impl Plan {
         }
         Ok(())
     }
+
+    /// The same nodes with the root sending straight to every job node, and the storage
+    /// node (which runs no daemon) out of the tree: how a `storage` plan is carried out,
+    /// where nodes read chunks from the shared file system and the root only tells each
+    /// node to start (and, for a probe, asks each to answer).
+    pub fn flat_without_storage(&self) -> Plan {
+        let mut p = self.clone();
+        let root = p.root;
+        let storage: Vec<NodeId> = p
+            .ids()
+            .filter(|&id| p.roles[id.index()] == Role::Storage)
+            .collect();
+        for c in p.children.iter_mut() {
+            c.clear();
+        }
+        for id in p.ids() {
+            if storage.contains(&id) {
+                p.parent[id.index()] = None;
+            } else if id != root {
+                p.parent[id.index()] = Some(root);
+                p.children[root.index()].push(id);
+            }
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{PlanOptions, Role, Strategy, Topology};
+
+    #[test]
+    fn a_storage_plan_runs_flat_from_the_root_without_the_storage_node() {
+        let cluster: Vec<String> = (1..=8).map(|i| format!("cn{i:02}")).collect();
+        let topo =
+            Topology::generated(&cluster, 4, crate::topology::ProxyPick::First).expect("topology");
+        let opts = PlanOptions {
+            shared_storage: true,
+            threshold: 100,
+            ..PlanOptions::default()
+        };
+        let plan = crate::plan(&topo, &cluster, Strategy::Storage, &opts).expect("plan");
+        let flat = plan.flat_without_storage();
+        let storage: Vec<_> = flat
+            .ids()
+            .filter(|&id| flat.roles[id.index()] == Role::Storage)
+            .collect();
+        for id in flat.ids() {
+            if id == flat.root {
+                assert_eq!(
+                    flat.children[id.index()].len(),
+                    8,
+                    "the root feeds every job node"
+                );
+            } else if storage.contains(&id) {
+                assert_eq!(flat.parent[id.index()], None);
+                assert!(flat.children[id.index()].is_empty());
+            } else {
+                assert_eq!(flat.parent[id.index()], Some(flat.root));
+                assert!(flat.children[id.index()].is_empty());
+            }
+        }
+        assert_eq!(flat.len(), plan.len());
+    }
 }

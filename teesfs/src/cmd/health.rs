@@ -9,7 +9,6 @@ use peertree::relay::Timing;
 use teesfs::node::health::{HealthReport, ProbeSpec, probe, report};
 
 use super::jobspec::{JobArgs, RootArgs, RootContact};
-use super::push::flat_without_storage;
 use super::util;
 
 /// How to print the report.
@@ -56,7 +55,7 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
     let (_nodes, topology, mut plan) = args.job.plan()?;
     if plan.strategy == Strategy::Storage {
         // Shared-storage jobs have no tree: the root talks to every node itself.
-        plan = flat_without_storage(&plan);
+        plan = plan.flat_without_storage();
     }
     let RootContact {
         nodes,

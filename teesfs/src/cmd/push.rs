@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use peertree::relay::{JobId, Phase, Timing};
-use peertree::{NodeId, Strategy};
+use peertree::Strategy;
 use seeder::DirStore;
 use teesfs::node::push::{PushSpec, push, report};
 use teesfs::node::report::PushReport;
@@ -96,7 +96,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
     };
     if shared.is_some() {
         // Nodes read from the file system: the root only tells each node to start.
-        plan = flat_without_storage(&plan);
+        plan = plan.flat_without_storage();
     }
     let globs = build_globs(&args.urgent)?;
     let order = manifest::push_order(&index, &|p: &[u8]| {
@@ -313,34 +313,6 @@ fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> 
         );
     }
     Ok(Some(b.build()?))
-}
-
-/// The root sends straight to every job node (the storage node itself runs no daemon).
-pub(super) fn flat_without_storage(plan: &peertree::Plan) -> peertree::Plan {
-    let mut p = plan.clone();
-    let storage: Vec<NodeId> = p
-        .ids()
-        .filter(|&id| p.roles[id.index()] == peertree::Role::Storage)
-        .collect();
-    let root = p.root;
-    for id in p.ids().collect::<Vec<_>>() {
-        if id == root || storage.contains(&id) {
-            continue;
-        }
-        p.parent[id.index()] = Some(root);
-    }
-    for c in p.children.iter_mut() {
-        c.clear();
-    }
-    for id in p.ids().collect::<Vec<_>>() {
-        if id != root && !storage.contains(&id) {
-            p.children[root.index()].push(id);
-        }
-    }
-    for s in storage {
-        p.parent[s.index()] = None;
-    }
-    p
 }
 
 fn print_report(r: &PushReport) {
