@@ -296,14 +296,16 @@ impl Data {
             })
             .await
             .clone();
+        // Cached before the flight ends: a reader arriving in between finds one or the
+        // other, never neither (which would fetch the chunk a second time).
+        if let Ok(chunk) = &result {
+            self.insert(ci, chunk.clone());
+        }
         {
             let mut inflight = lock(&self.inflight);
             if inflight.get(&ci).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
                 inflight.remove(&ci);
             }
-        }
-        if let Ok(chunk) = &result {
-            self.insert(ci, chunk.clone());
         }
         result
     }
@@ -473,4 +475,156 @@ fn pieces(span: &Span, cs: u64) -> impl Iterator<Item = (usize, std::ops::Range<
         let take = (cs - pos % cs).min(end - pos) as usize;
         ((pos / cs) as usize, in_chunk..in_chunk + take)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The single flight and the read bound, without a mount: a source that counts its
+    //! fetches and answers when the test lets it.
+
+    use super::*;
+    use manifest::build::{BuildOptions, ChunkSink, NoProgress, build};
+    use manifest::{ChunkId, ChunkInfo};
+
+    /// Chunks kept in memory by the build.
+    #[derive(Default)]
+    struct Mem(Mutex<HashMap<ChunkId, Vec<u8>>>);
+
+    impl ChunkSink for Mem {
+        fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+            None
+        }
+        fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+            lock(&self.0).insert(*id, stored.to_vec());
+            Ok(())
+        }
+    }
+
+    /// How the test source answers.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        /// The stored bytes, once the gate opens.
+        Honest,
+        /// The stored bytes with one byte flipped: a lying peer.
+        Corrupt,
+        /// Never.
+        Silent,
+    }
+
+    struct Source {
+        chunks: HashMap<ChunkId, Vec<u8>>,
+        fetches: std::sync::atomic::AtomicUsize,
+        gate: tokio::sync::watch::Receiver<bool>,
+        mode: Mutex<Mode>,
+    }
+
+    impl ChunkSource for Source {
+        fn fetch(&self, chunk: ChunkInfo) -> crate::source::ChunkFuture {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            let mut bytes = self.chunks.get(&chunk.id).cloned().unwrap_or_default();
+            let mode = *lock(&self.mode);
+            if mode == Mode::Corrupt
+                && let Some(b) = bytes.last_mut()
+            {
+                *b ^= 0x5a;
+            }
+            let mut gate = self.gate.clone();
+            Box::pin(async move {
+                if mode == Mode::Silent {
+                    std::future::pending::<()>().await;
+                }
+                let _ = gate.wait_for(|open| *open).await;
+                Ok(bytes)
+            })
+        }
+        fn is_local(&self, _id: &ChunkId) -> bool {
+            false
+        }
+    }
+
+    /// A one-file layer of three 64 KiB chunks; the data, its source, and the gate.
+    fn setup(mode: Mode) -> (Arc<Data>, Arc<Source>, tokio::sync::watch::Sender<bool>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let content: Vec<u8> = (0..3 * 65536u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(dir.path().join("f"), &content).expect("write");
+        let sink = Mem::default();
+        let opts = BuildOptions {
+            chunk_size: 65536,
+            ..BuildOptions::default()
+        };
+        let (index, _) = build(dir.path(), &opts, &sink, &NoProgress).expect("build");
+        assert_eq!(index.chunks.len(), 3);
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let source = Arc::new(Source {
+            chunks: sink.0.into_inner().expect("sink"),
+            fetches: Default::default(),
+            gate,
+            mode: Mutex::new(mode),
+        });
+        let data = Data::new(Arc::new(Tree::new(index)), source.clone(), 1 << 20)
+            .with_read_timeout(Duration::from_millis(300));
+        (Arc::new(data), source, open)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_readers_of_a_chunk_share_one_fetch() {
+        let (data, source, open) = setup(Mode::Honest);
+        let readers: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(data.clone().chunk(1)))
+            .collect();
+        // Every reader is waiting on the one fetch before it is answered.
+        while lock(&data.inflight).is_empty() {
+            tokio::task::yield_now().await;
+        }
+        open.send_replace(true);
+        let mut got = Vec::new();
+        for r in readers {
+            got.push(r.await.expect("reader").expect("chunk"));
+        }
+        assert_eq!(
+            source.fetches.load(Ordering::SeqCst),
+            1,
+            "one fetch for eight readers"
+        );
+        assert!(got.iter().all(|c| c[..] == got[0][..]));
+        assert_eq!(got[0].len(), 65536);
+        // Cached now: no further fetch.
+        data.clone().chunk(1).await.expect("cached");
+        assert_eq!(source.fetches.load(Ordering::SeqCst), 1);
+        assert!(lock(&data.inflight).is_empty(), "the flight is over");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_corrupt_chunk_is_refused_not_cached_and_fetched_again() {
+        let (data, source, open) = setup(Mode::Corrupt);
+        open.send_replace(true);
+        let err = data.clone().chunk(0).await.expect_err("corrupt");
+        assert!(matches!(err, FsError::Corrupt(_)), "{err}");
+        assert_eq!(data.stats().corrupt, 1);
+        *lock(&source.mode) = Mode::Honest;
+        let chunk = data.clone().chunk(0).await.expect("honest now");
+        assert_eq!(chunk.len(), 65536);
+        assert_eq!(
+            source.fetches.load(Ordering::SeqCst),
+            2,
+            "the bad bytes were not kept"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chunk_that_never_comes_fails_within_the_read_bound() {
+        let (data, _source, _open) = setup(Mode::Silent);
+        let t0 = std::time::Instant::now();
+        let err = data.clone().chunk(2).await.expect_err("never answered");
+        assert!(matches!(err, FsError::TimedOut { .. }), "{err}");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        assert!(
+            lock(&data.inflight).is_empty(),
+            "a failed flight is not left behind"
+        );
+    }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use peertree::relay::{JobId, Phase, Timing};
 use peertree::Strategy;
+use peertree::relay::{JobId, Phase, Timing};
 use seeder::DirStore;
 use teesfs::node::push::{PushSpec, push, report};
 use teesfs::node::report::PushReport;
