@@ -39,6 +39,20 @@ pub enum Error {
     /// A network or TLS problem.
     #[error("network: {0}")]
     Net(#[from] net::NetError),
+    /// A job offered to this node names another node first.
+    #[error("it was meant for {meant:?}, this node is {me:?}")]
+    NotForThisNode {
+        /// The node the job's `Start` names first.
+        meant: Option<String>,
+        /// This node.
+        me: String,
+    },
+    /// A job offered to this node did not come from the parent it names.
+    #[error("it did not come from the parent it names (it came from {from:?})")]
+    WrongParent {
+        /// The host (from its certificate) that sent it.
+        from: String,
+    },
     /// A plan, push order or protocol message that the relay refuses.
     #[error(transparent)]
     Protocol(#[from] peertree::Error),

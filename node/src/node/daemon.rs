@@ -17,12 +17,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use manifest::{Limits, PublicKey, SignedIndex};
+use manifest::PublicKey;
 use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Schedule, Start};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::JobSource;
+use super::admit::Admission;
 use super::job::{JobCore, JobCounters};
 use super::peers::{Peers, Router};
 use super::store::NodeStore;
@@ -410,32 +411,21 @@ impl Daemon {
         let refuse = |why: String| {
             tracing::error!(parent = %from_host, "refusing job: {why}");
         };
-        if start.subtree.first().map(|n| n.host.as_str()) != Some(self.cfg.host.as_str()) {
-            return refuse(format!(
-                "it was meant for {:?}, this node is {:?}",
-                start.subtree.first().map(|n| &n.host),
-                self.cfg.host
-            ));
-        }
-        if start.ancestors.first().map(|n| n.host.as_str()) != Some(from_host) {
-            return refuse("it did not come from the parent it names".into());
-        }
-        if start.probe {
-            return self.start_probe(from_host, job, start);
-        }
-        let trusted = self
-            .trusted
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let (signed, index) =
-            match SignedIndex::open(start.index.clone(), None, &trusted, &Limits::default()) {
-                Ok(x) => x,
-                Err(e) => return refuse(format!("index rejected: {e}")),
-            };
-        let sizes = index.chunks.iter().map(|c| c.stored_len).collect();
-        let schedule = match Schedule::new(start.order.clone(), start.urgent as usize, sizes) {
-            Ok(s) => Arc::new(s),
+        let admitted = {
+            let trusted = self
+                .trusted
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            super::admit::admit(&start, &self.cfg.host, from_host, &trusted)
+        };
+        let (signed, index, schedule) = match admitted {
+            Ok(Admission::Probe) => return self.start_probe(from_host, job, start),
+            Ok(Admission::Job {
+                signed,
+                index,
+                schedule,
+            }) => (signed, index, schedule),
+            Err(Error::Manifest(e)) => return refuse(format!("index rejected: {e}")),
             Err(e) => return refuse(e.to_string()),
         };
         let mut known = start.subtree.clone();

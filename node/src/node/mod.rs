@@ -3,6 +3,7 @@
 //! - [`peers`]: QUIC connections to other nodes, shared by all jobs, frames in and out.
 //! - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
 //! - [`store`]: the node's budgeted, content-addressed chunk store.
+//! - [`admit`]: whether a node takes a job a parent offers (pure checks of the `Start`).
 //! - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
 //! - [`control`]: the daemon's control requests and who may make them.
 //! - [`root`]: the login node as the root of one job's tree (one session for push and probe).
@@ -12,6 +13,7 @@
 //!
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
 
+pub mod admit;
 pub mod control;
 pub mod daemon;
 pub mod health;

@@ -1,0 +1,126 @@
+//! Whether a node takes a job a parent offers, decided from the `Start` alone: pure
+//! checks, no sockets, no store, no mounts. The daemon acts on the answer
+//! ([`super::daemon`]); the tests below drive it without any of those.
+//!
+//! A `Start` is admitted when it names this node first, comes from the parent it names (the
+//! host the TLS handshake proved), and, for a real job, carries an index signed by a
+//! trusted publisher with a push order that is a permutation of its chunk table.
+
+use std::sync::Arc;
+
+use manifest::{Index, Limits, PublicKey, SignedIndex};
+use peertree::relay::{Schedule, Start};
+
+use crate::Error;
+
+/// What an admitted `Start` is.
+pub enum Admission {
+    /// An empty broadcast (`teesfs health`): nothing to verify beyond its origin.
+    Probe,
+    /// A job with its verified index and schedule.
+    Job {
+        /// The signed envelope (its id names the index).
+        signed: SignedIndex,
+        /// The decoded index.
+        index: Index,
+        /// The push order, checked against the index.
+        schedule: Arc<Schedule>,
+    },
+}
+
+/// Decides on `start`, received from the peer whose certificate names `from_host`, at the
+/// node `me`, trusting `trusted` publisher keys.
+pub fn admit(
+    start: &Start,
+    me: &str,
+    from_host: &str,
+    trusted: &[PublicKey],
+) -> Result<Admission, Error> {
+    let meant = start.subtree.first().map(|n| n.host.as_str());
+    if meant != Some(me) {
+        return Err(Error::NotForThisNode {
+            meant: meant.map(str::to_string),
+            me: me.to_string(),
+        });
+    }
+    if start.ancestors.first().map(|n| n.host.as_str()) != Some(from_host) {
+        return Err(Error::WrongParent {
+            from: from_host.to_string(),
+        });
+    }
+    if start.probe {
+        return Ok(Admission::Probe);
+    }
+    let (signed, index) =
+        SignedIndex::open(start.index.clone(), None, trusted, &Limits::default())?;
+    let sizes = index.chunks.iter().map(|c| c.stored_len).collect();
+    let schedule = Arc::new(Schedule::new(
+        start.order.clone(),
+        start.urgent as usize,
+        sizes,
+    )?);
+    Ok(Admission::Job {
+        signed,
+        index,
+        schedule,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peertree::relay::{JobId, NodeInfo, Timing};
+
+    fn node(id: u32, host: &str) -> NodeInfo {
+        NodeInfo {
+            id: peertree::NodeId(id),
+            host: host.into(),
+            addr: format!("{host}:7411"),
+            parent: peertree::NodeId(0),
+        }
+    }
+
+    fn start(me: &str, parent: &str, probe: bool, index: Vec<u8>) -> Start {
+        Start {
+            job: JobId(7),
+            index,
+            order: Vec::new(),
+            urgent: 0,
+            subtree: vec![node(1, me)],
+            ancestors: vec![node(0, parent)],
+            timing: Timing::default(),
+            shared_store: None,
+            probe,
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn a_start_for_another_node_or_from_another_parent_is_refused() {
+        let e = admit(&start("n2", "login", true, Vec::new()), "n1", "login", &[])
+            .err()
+            .expect("not for me");
+        assert!(matches!(e, Error::NotForThisNode { .. }), "{e}");
+        let e = admit(&start("n1", "login", true, Vec::new()), "n1", "n9", &[])
+            .err()
+            .expect("wrong parent");
+        assert!(matches!(e, Error::WrongParent { .. }), "{e}");
+        assert!(matches!(
+            admit(&start("n1", "login", true, Vec::new()), "n1", "login", &[]),
+            Ok(Admission::Probe)
+        ));
+    }
+
+    #[test]
+    fn a_job_whose_index_is_not_signed_by_a_trusted_key_is_refused() {
+        let e = admit(
+            &start("n1", "login", false, b"not an index".to_vec()),
+            "n1",
+            "login",
+            &[],
+        )
+        .err()
+        .expect("garbage index");
+        assert!(matches!(e, Error::Manifest(_)), "{e}");
+    }
+}
