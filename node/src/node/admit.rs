@@ -14,7 +14,7 @@ use peertree::relay::{Schedule, Start};
 use crate::Error;
 
 /// What an admitted `Start` is.
-pub enum Admission {
+pub enum Admitted {
     /// An empty broadcast (`teesfs health`): nothing to verify beyond its origin.
     Probe,
     /// A job with its verified index and schedule.
@@ -35,7 +35,7 @@ pub fn admit(
     me: &str,
     from_host: &str,
     trusted: &[PublicKey],
-) -> Result<Admission, Error> {
+) -> Result<Admitted, Error> {
     let meant = start.subtree.first().map(|n| n.host.as_str());
     if meant != Some(me) {
         return Err(Error::NotForThisNode {
@@ -49,7 +49,7 @@ pub fn admit(
         });
     }
     if start.probe {
-        return Ok(Admission::Probe);
+        return Ok(Admitted::Probe);
     }
     let (signed, index) =
         SignedIndex::open(start.index.clone(), None, trusted, &Limits::default())?;
@@ -59,7 +59,7 @@ pub fn admit(
         start.urgent as usize,
         sizes,
     )?);
-    Ok(Admission::Job {
+    Ok(Admitted::Job {
         signed,
         index,
         schedule,
@@ -107,7 +107,7 @@ mod tests {
         assert!(matches!(e, Error::WrongParent { .. }), "{e}");
         assert!(matches!(
             admit(&start("n1", "login", true, Vec::new()), "n1", "login", &[]),
-            Ok(Admission::Probe)
+            Ok(Admitted::Probe)
         ));
     }
 

@@ -7,23 +7,26 @@
 //! One daemon per state directory: the first holds an exclusive lock on
 //! `<state-dir>/daemon.lock` for its life, and a second exits naming it before it touches
 //! a mount, a copy or the control socket. The control socket is open to every local user
-//! and bounded ([`super::control`]): request lines, connections per user and in all, and
+//! and bounded ([`crate::node::control`]): request lines, connections per user and in all, and
 //! idle time; the file descriptor limit is raised at start so the data path never runs out
 //! because of the control path.
+//!
+//! By concern: `control` serves the control socket, `probe` answers health probes,
+//! `host` is what the daemon does to its host at start (state lock, stale mounts, file
+//! limit); job admission is decided in [`super::admit`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use manifest::PublicKey;
-use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Schedule, Start};
+use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Start};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::JobSource;
-use super::admit::Admission;
+use super::admit::Admitted;
 use super::job::{JobCore, JobCounters};
 use super::peers::{Peers, Router};
 use super::store::NodeStore;
@@ -72,7 +75,7 @@ struct NodeJob {
     mountpoint: PathBuf,
     started: Instant,
     phases: Mutex<[Option<f64>; 2]>,
-    /// The uid that started the job, who may query and stop it (see [`super::control`]).
+    /// The uid that started the job, who may query and stop it (see [`crate::node::control`]).
     /// `None` until the start message carries it: then only root may.
     owner: Option<u32>,
     /// A health probe: no index, never mounted, hidden from `status`.
@@ -99,9 +102,6 @@ pub struct Daemon {
     rt: tokio::runtime::Handle,
     me: Weak<Daemon>,
 }
-
-/// How long a control connection may sit without sending a request line.
-const CONTROL_IDLE: Duration = Duration::from_secs(10);
 
 /// How many passed-on `Prepare`s a daemon remembers.
 const PREPARED_KEPT: usize = 1024;
@@ -251,109 +251,12 @@ impl Daemon {
         listener: Option<tokio::net::UnixListener>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
-        let this = self.clone();
-        let control = async move {
-            let Some(listener) = listener else {
-                return std::future::pending().await;
-            };
-            loop {
-                let stream = match listener.accept().await {
-                    Ok((s, _)) => s,
-                    Err(e) => {
-                        // Out of file descriptors or memory: back off instead of spinning
-                        // on an accept that fails at once.
-                        tracing::warn!(error = %e, "control socket accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let uid = match stream.peer_cred() {
-                    Ok(cred) => cred.uid(),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "control client without credentials; dropped");
-                        continue;
-                    }
-                };
-                let Some(ticket) = super::control::Admission::enter(&this.admission, uid) else {
-                    tracing::debug!(uid, "control connection refused: this user holds its share");
-                    continue;
-                };
-                let this = this.clone();
-                tokio::spawn(async move {
-                    this.control_client(stream, uid).await;
-                    drop(ticket);
-                });
-            }
-        };
+        let control = self.clone().control_loop(listener);
         tokio::select! {
             _ = shutdown => {}
             _ = control => {}
         }
         self.shutdown().await;
-    }
-
-    async fn control_client(self: Arc<Self>, stream: tokio::net::UnixStream, uid: u32) {
-        use super::control::{ControlError, JobOwner, MAX_LINE, Request, authorize};
-        let (r, mut w) = stream.into_split();
-        let mut reader = BufReader::new(r);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            let read = tokio::time::timeout(
-                CONTROL_IDLE,
-                (&mut reader)
-                    .take(MAX_LINE as u64 + 1)
-                    .read_until(b'\n', &mut buf),
-            )
-            .await;
-            match read {
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
-                Ok(Ok(_)) => {}
-            }
-            let error = |e: &dyn std::fmt::Display| {
-                serde_json::json!({ "error": e.to_string() }).to_string()
-            };
-            if buf.last() != Some(&b'\n') && buf.len() > MAX_LINE {
-                let reply = error(&ControlError::TooLong);
-                let _ = w.write_all(format!("{reply}\n").as_bytes()).await;
-                return;
-            }
-            let Ok(line) = std::str::from_utf8(&buf) else {
-                let reply = error(&ControlError::NotText);
-                let _ = w.write_all(format!("{reply}\n").as_bytes()).await;
-                return;
-            };
-            let reply = match Request::parse(line) {
-                Err(e) => error(&e),
-                Ok(req) => {
-                    let job = req.job().and_then(|j| lock(&self.jobs).get(&j).cloned());
-                    let owner = job
-                        .as_ref()
-                        .map_or(JobOwner::Unknown, |j| JobOwner::Owned(j.owner));
-                    match (authorize(uid, req, owner), req, job) {
-                        (Err(e), ..) => {
-                            tracing::warn!(uid, request = ?req, "control request refused");
-                            error(&e)
-                        }
-                        (Ok(()), Request::Status, _) => {
-                            serde_json::to_string(&self.status()).unwrap_or_else(|e| error(&e))
-                        }
-                        (Ok(()), Request::Job(_), Some(j)) => {
-                            serde_json::to_string(&job_status(&j)).unwrap_or_else(|e| error(&e))
-                        }
-                        (Ok(()), Request::Stop(id), Some(_)) => {
-                            tracing::info!(uid, job = %id, "job stopped on request");
-                            self.stop_job(id).await;
-                            serde_json::json!({ "stopped": id.to_string() }).to_string()
-                        }
-                        (Ok(()), _, None) => error(&"no such job"),
-                    }
-                }
-            };
-            if w.write_all(reply.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
-                return;
-            }
-        }
     }
 
     /// Leaves one job on this node: stops relaying it and unmounts it.
@@ -419,8 +322,8 @@ impl Daemon {
             super::admit::admit(&start, &self.cfg.host, from_host, &trusted)
         };
         let (signed, index, schedule) = match admitted {
-            Ok(Admission::Probe) => return self.start_probe(from_host, job, start),
-            Ok(Admission::Job {
+            Ok(Admitted::Probe) => return self.start_probe(from_host, job, start),
+            Ok(Admitted::Job {
                 signed,
                 index,
                 schedule,
@@ -587,61 +490,6 @@ impl Daemon {
         }
     }
 
-    /// A health probe: answer, forward to the children, and drop the job once the root
-    /// finished it (or, if it never hears so, after ten deadlines).
-    fn start_probe(&self, from_host: &str, job: JobId, start: Start) {
-        let schedule = Arc::new(Schedule::new(Vec::new(), 0, Vec::new()).expect("empty"));
-        let mut known = start.subtree.clone();
-        known.extend(start.ancestors.iter().cloned());
-        let lifetime = std::time::Duration::from_millis(u64::from(start.timing.deadline_ms) * 10);
-        let relay = match Relay::new_node(start, schedule, Instant::now()) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(parent = %from_host, %job, "refusing probe: {e}");
-                return;
-            }
-        };
-        let (index, index_id) = super::health::empty_index();
-        let (core, mut events) = JobCore::new(
-            relay,
-            index,
-            index_id,
-            self.peers.clone(),
-            Arc::new(super::health::NoChunks),
-            &known,
-            super::job::JobKnobs::default(),
-        );
-        let nj = Arc::new(NodeJob {
-            core: core.clone(),
-            mounted: Mutex::new(None),
-            mountpoint: PathBuf::new(),
-            started: Instant::now(),
-            phases: Mutex::new([None, None]),
-            owner: None,
-            probe: true,
-        });
-        lock(&self.jobs).insert(job, nj);
-        tracing::debug!(%job, parent = %from_host, "health probe");
-        core.start();
-        let me = self.me.clone();
-        self.rt.spawn(async move {
-            let finished = async {
-                while let Some((_, ev)) = events.recv().await {
-                    if ev == Event::Finished {
-                        return;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(lifetime, finished).await;
-            // `Finished` is already queued for the children (the relay's messages are
-            // handed to the links before its events), and the links outlive the probe.
-            core.close();
-            if let Some(d) = me.upgrade() {
-                lock(&d.jobs).remove(&job);
-            }
-        });
-    }
-
     /// The mountpoint of a job, once mounted.
     pub fn mountpoint(&self, job: JobId) -> Option<PathBuf> {
         let jobs = lock(&self.jobs);
@@ -658,6 +506,12 @@ impl Daemon {
             .is_some_and(|j| j.core.relay(|r| r.local_done(phase)))
     }
 }
+
+mod control;
+mod host;
+mod probe;
+
+use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};
 
 impl Router for Daemon {
     fn deliver(&self, from_host: &str, job: JobId, msg: Msg) {
@@ -717,101 +571,5 @@ fn job_status(j: &NodeJob) -> JobStatus {
         finished,
         owner: j.owner,
         counters: j.core.counters(),
-    }
-}
-
-/// Detaches FUSE mounts under `root` left by a daemon that died without unmounting (their
-/// reads would fail with ENOTCONN forever), and removes the empty mountpoints of its jobs.
-fn clean_stale_mounts(root: &std::path::Path) {
-    detach_stale_mounts(root);
-    // No job runs yet: every directory left under the mount root is a dead job's.
-    if let Ok(rd) = std::fs::read_dir(root) {
-        for e in rd.flatten() {
-            if std::fs::remove_dir(e.path()).is_ok() {
-                tracing::info!(dir = %e.path().display(), "removed a stale job mountpoint");
-            }
-        }
-    }
-}
-
-fn detach_stale_mounts(root: &std::path::Path) {
-    let Ok(root) = std::fs::canonicalize(root) else {
-        return;
-    };
-    let Ok(mounts) = crate::sys::mountinfo::read(None) else {
-        return;
-    };
-    for m in mounts {
-        let mp = &m.mount_point;
-        if m.fs_type.starts_with("fuse") && mp.starts_with(&root) {
-            match nix::mount::umount2(mp, nix::mount::MntFlags::MNT_DETACH) {
-                Ok(()) => {
-                    tracing::warn!(mountpoint = %mp.display(), "detached a stale mount from an earlier run")
-                }
-                Err(e) => {
-                    tracing::error!(mountpoint = %mp.display(), error = %e, "cannot detach a stale mount")
-                }
-            }
-            let _ = std::fs::remove_dir(mp);
-        }
-    }
-}
-
-/// Takes the state directory's exclusive lock (creating the directory), or says which daemon
-/// holds it. The lock file holds the owner's pid.
-fn lock_state_dir(dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>, Error> {
-    use std::io::{Read, Seek, Write};
-    let path = dir.join("daemon.lock");
-    let io = |source: std::io::Error| Error::StateDir {
-        dir: dir.to_path_buf(),
-        problem: format!("cannot lock {}: {source}", path.display()),
-    };
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io)?;
-    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-        Ok(mut locked) => {
-            locked.set_len(0).map_err(io)?;
-            locked.rewind().map_err(io)?;
-            writeln!(locked, "{}", std::process::id()).map_err(io)?;
-            Ok(locked)
-        }
-        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
-            let pid = if pid.chars().all(|c| c.is_ascii_digit()) && !pid.is_empty() {
-                pid.to_string()
-            } else {
-                "unknown".to_string()
-            };
-            Err(Error::StateDir {
-                dir: dir.to_path_buf(),
-                problem: format!(
-                    "another teesfs daemon (pid {pid}) uses it; stop that one first (systemctl stop teesfs-daemon) or give this one its own --state-dir"
-                ),
-            })
-        }
-        Err((_, e)) => Err(io(std::io::Error::from(e))),
-    }
-}
-
-/// Raises the soft limit on open files to the hard limit: jobs, peers, chunk reads and
-/// mounts need descriptors, and control clients must never be what exhausts them.
-fn raise_fd_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, hard)) if soft < hard => {
-            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-                tracing::warn!(error = %e, soft, hard, "cannot raise the open-file limit");
-            }
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
     }
 }
