@@ -53,6 +53,20 @@ pub enum Error {
         /// The host (from its certificate) that sent it.
         from: String,
     },
+    /// A chunk asked of a job whose index does not list it.
+    #[error("chunk {chunk} is not part of job {job}")]
+    ChunkNotInJob {
+        /// The chunk.
+        chunk: manifest::ChunkId,
+        /// The job.
+        job: peertree::relay::JobId,
+    },
+    /// The job ended while a reader waited for one of its chunks.
+    #[error("job closed while waiting for a chunk")]
+    JobClosed,
+    /// A worker task (a blocking store read) failed.
+    #[error("a worker task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
     /// A plan, push order or protocol message that the relay refuses.
     #[error(transparent)]
     Protocol(#[from] peertree::Error),

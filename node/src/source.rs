@@ -10,7 +10,7 @@ use manifest::{ChunkId, ChunkInfo};
 use seeder::DirStore;
 
 /// A fetch in progress: resolves to the chunk's stored (encoded) bytes.
-pub type ChunkFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send>>;
+pub type ChunkFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, crate::Error>> + Send>>;
 
 /// A provider of chunk bytes.
 pub trait ChunkSource: Send + Sync + 'static {
@@ -40,10 +40,7 @@ impl ChunkSource for StoreSource {
     fn fetch(&self, chunk: ChunkInfo) -> ChunkFuture {
         let store = self.store.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || store.get_chunk(&chunk.id))
-                .await
-                .map_err(|e| format!("store reader failed: {e}"))?
-                .map_err(|e| e.to_string())
+            Ok(tokio::task::spawn_blocking(move || store.get_chunk(&chunk.id)).await??)
         })
     }
 

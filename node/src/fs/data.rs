@@ -337,7 +337,7 @@ impl Data {
         let stored = match tokio::time::timeout(self.read_timeout, self.source.fetch(info)).await {
             Ok(r) => r.map_err(|e| {
                 tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
-                FsError::Unavailable(e)
+                FsError::Unavailable(e.to_string())
             })?,
             Err(_) => {
                 tracing::error!(

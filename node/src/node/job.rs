@@ -24,6 +24,7 @@ use peertree::relay::{Event, JobId, Msg, Relay, Transmit};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::peers::{Peers, frame, frame_parts};
+use crate::Error;
 use crate::net::StreamKind;
 
 /// Where a job reads chunk bytes to send (the login node's store, or the node's store).
@@ -497,9 +498,12 @@ impl JobCore {
     /// A chunk the relay counts as held but the store cannot produce is reported lost
     /// first, so it is fetched again instead of awaited for ever. The caller bounds the
     /// wait (dropping the future gives up).
-    pub async fn want(self: &Arc<Self>, id: &ChunkId) -> Result<Vec<u8>, String> {
+    pub async fn want(self: &Arc<Self>, id: &ChunkId) -> Result<Vec<u8>, Error> {
         let Some(&chunk) = self.chunk_of.get(id) else {
-            return Err(format!("chunk {id} is not part of job {}", self.job));
+            return Err(Error::ChunkNotInJob {
+                chunk: *id,
+                job: self.job,
+            });
         };
         if let Some(b) = self.bytes.get(id) {
             return Ok(b);
@@ -525,7 +529,7 @@ impl JobCore {
         });
         match rx.await {
             Ok(data) => Ok(data.to_vec()),
-            Err(_) => Err("job closed while waiting for a chunk".into()),
+            Err(_) => Err(Error::JobClosed),
         }
     }
 
