@@ -70,6 +70,10 @@ pub struct PushOptions {
     pub timeout: Duration,
     /// More `teesfs push` arguments.
     pub extra: Vec<String>,
+    /// The job's nodes (`--nodes`); `None`: every compute node of the lab.
+    pub nodes: Option<String>,
+    /// More environment for the push (e.g. `SLURM_CONF` for `--borrow-idle`).
+    pub env: Vec<(String, String)>,
 }
 
 impl PushOptions {
@@ -83,6 +87,8 @@ impl PushOptions {
             urgent: Vec::new(),
             timeout: Duration::from_secs(300),
             extra: Vec::new(),
+            nodes: None,
+            env: Vec::new(),
         }
     }
 }
@@ -458,7 +464,8 @@ impl Lab {
         cmd.args(["--pdeathsig", "KILL", "--"])
             .arg(&self.teesfs)
             .args(["push", "--quiet", "--store", &self.path_str("store")])
-            .args(["--index", &o.index, "--nodes", &self.layout().hostlist()])
+            .args(["--index", &o.index, "--nodes"])
+            .arg(o.nodes.clone().unwrap_or_else(|| self.layout().hostlist()))
             .args(["--group-size", &self.layout().spec.group_size.to_string()])
             .args(["--identity", &self.path_str("cluster")])
             .args(["--hosts", &self.path_str("hosts")])
@@ -473,6 +480,7 @@ impl Lab {
             cmd.args(["--urgent", g]);
         }
         cmd.args(&o.extra)
+            .envs(o.env.iter().map(|(k, v)| (k, v)))
             .env("TEESFS_CONFIG", self.work().join("config"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(LabError::io(&log_path))?)

@@ -36,6 +36,13 @@ pub struct JobArgs {
     /// example what `sinfo -h -N -t idle -o %N` reports at push time).
     #[arg(long, value_name = "EXPR")]
     pub idle: Option<String>,
+    /// Ask Slurm which nodes outside the job are idle now (`sinfo`), borrow proxies only
+    /// among them, and hold the borrowed ones drained (`scontrol update State=DRAIN`, the
+    /// reason naming the push) until the push ends, so no job starts on them meanwhile.
+    /// Needs Slurm's client commands and the right to update nodes; refused inside a Slurm
+    /// prolog or epilog.
+    #[arg(long, conflicts_with_all = ["busy", "idle"])]
+    pub borrow_idle: bool,
     /// topo, topo-paper, random, hostlist, flat, storage or auto.
     #[arg(long, default_value = "topo", value_parser = super::util::parse_strategy)]
     pub strategy: Strategy,
@@ -115,6 +122,9 @@ impl JobArgs {
                 .into_iter()
                 .collect())
         };
+        if self.borrow_idle {
+            return Ok(Availability::Idle(super::borrow::idle_nodes()?));
+        }
         Ok(match (&self.busy, &self.idle) {
             (Some(b), _) => Availability::Busy(set(b, "--busy")?),
             (None, Some(i)) => Availability::Idle(set(i, "--idle")?),
@@ -134,6 +144,18 @@ impl JobArgs {
             storage: self.storage.clone(),
             availability: self.availability()?,
         })
+    }
+
+    /// The plan again, with the `busy` nodes (taken by jobs since Slurm reported them idle)
+    /// not borrowed.
+    pub fn plan_without(&self, busy: &HashSet<String>) -> anyhow::Result<Plan> {
+        let nodes = self.job_nodes()?;
+        let topology = self.topology(&nodes)?;
+        let mut opts = self.options()?;
+        if let Availability::Idle(idle) = &mut opts.availability {
+            idle.retain(|n| !busy.contains(n));
+        }
+        peertree::plan(&topology, &nodes, self.strategy, &opts).map_err(explain)
     }
 
     /// Nodes, topology and the plan of `--strategy`.

@@ -1,6 +1,7 @@
 //! One module per `teesfs` subcommand: argument structs (clap) and a `run` function.
 //! Commands parse, call into the library crates, and print; they hold no protocol logic.
 
+pub mod borrow;
 pub mod daemon;
 pub mod health;
 pub mod inspect;

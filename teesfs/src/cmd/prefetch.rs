@@ -132,6 +132,7 @@ fn push_args(
             group_size,
             busy: None,
             idle: None,
+            borrow_idle: false,
             strategy,
             width: n.width.or(site.tree.width).unwrap_or(15),
             threshold: n.threshold.or(site.tree.threshold).unwrap_or(512),

@@ -86,6 +86,18 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         util::open_trusted_index(&store, &args.index, &args.trust)
             .context("nodes would refuse it")?;
     let (_nodes, topology, mut plan) = args.job.plan()?;
+    let job = match args.job_id {
+        Some(id) => JobId(id),
+        None => teesfs::node::fresh_job_id(&index_id.0),
+    };
+    let serving = std::env::var_os(SERVE_ENV).is_some();
+    // The process that carries the push out holds the proxies it borrows (a foreground
+    // that hands off to a background copy only shows the plan).
+    let _hold = if args.job.borrow_idle && (serving || args.wait == Wait::All) {
+        Some(hold_borrowed(&args.job, &mut plan, &job.to_string())?)
+    } else {
+        None
+    };
     let shared = match (plan.strategy, &args.job.shared_store) {
         (Strategy::Storage, Some(p)) => Some(p.display().to_string()),
         (Strategy::Storage, None) => bail!(
@@ -109,10 +121,6 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         identity,
         advertise,
     } = args.root.contact(&plan, &args.job.login)?;
-    let job = match args.job_id {
-        Some(id) => JobId(id),
-        None => teesfs::node::fresh_job_id(&index_id.0),
-    };
     let timing = Timing {
         heartbeat_ms: args.heartbeat.as_millis().clamp(10, u32::MAX as u128) as u32,
         deadline_ms: args.deadline.as_millis().clamp(50, u32::MAX as u128) as u32,
@@ -160,7 +168,6 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         plan.strategy,
         plan.depth()
     );
-    let serving = std::env::var_os(SERVE_ENV).is_some();
     if wait == Phase::Urgent && !serving {
         // Return at the urgent set while a background copy of this command keeps
         // streaming the hysteretic set.
@@ -228,6 +235,40 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(log);
     }
     Ok(())
+}
+
+/// Holds the proxies `plan` borrows (drained in Slurm until the push ends). A node a job took
+/// between `sinfo` and the drain is given back at once and the plan is made again without
+/// it.
+fn hold_borrowed(
+    job: &super::jobspec::JobArgs,
+    plan: &mut peertree::Plan,
+    label: &str,
+) -> anyhow::Result<super::borrow::Hold> {
+    let mut busy = std::collections::HashSet::new();
+    for _ in 0..3 {
+        let borrowed: Vec<String> = plan
+            .borrowed
+            .iter()
+            .map(|&id| plan.host(id).to_string())
+            .collect();
+        let (hold, lost) = super::borrow::Hold::take(&borrowed, label)?;
+        if lost.is_empty() {
+            if !hold.nodes().is_empty() {
+                eprintln!(
+                    "borrowing idle proxies {} (drained in Slurm until the push ends)",
+                    hold.nodes().join(",")
+                );
+            }
+            return Ok(hold);
+        }
+        drop(hold);
+        busy.extend(lost);
+        *plan = job.plan_without(&busy)?;
+    }
+    bail!(
+        "the idle nodes kept being taken by jobs while borrowing them; push again, or without --borrow-idle"
+    )
 }
 
 /// Set (to its log file) in the environment of the background copy that keeps serving

@@ -646,3 +646,115 @@ fn two_users_jobs_on_the_same_nodes_each_see_only_their_own_layer() {
     drop(slurm);
     lab.down().expect("lab down");
 }
+
+/// The newest push log of the lab (what `teesfs push` printed).
+fn last_push_log(lab: &Lab) -> String {
+    let dir = lab.work().join("reports");
+    let newest = std::fs::read_dir(&dir)
+        .expect("reports")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+    newest
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// Issue 14: a proxy outside the job is borrowed only if Slurm reports it idle at push
+/// time, it is held (drained, the reason naming the push) while the push relays through it,
+/// and it is resumed when the push ends. A proxy running another job is not borrowed.
+#[test]
+fn a_proxy_is_borrowed_only_when_slurm_reports_it_idle_and_is_held_until_the_push_ends() {
+    if !can_lab() {
+        return;
+    }
+    let spec = LabSpec {
+        groups: 2,
+        group_size: 4,
+        rates: Rates::default(),
+    };
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let slurm = lab.start_slurm().expect("Slurm in the lab");
+    let hosts = slurm.hosts().to_vec();
+    assert_eq!(hosts.len(), 8);
+    let (proxy, members) = (hosts[4].clone(), hosts[5..].join(","));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let layer = tmp.path().join("layer");
+    crate::run::python_app(&layer, &format!("borrow{}", std::process::id()));
+    let index = lab.publish(&layer).expect("publish");
+    let push = || {
+        let mut o = lab::PushOptions::new(&index);
+        o.nodes = Some(members.clone());
+        o.extra = vec!["--cluster".into(), hosts.join(","), "--borrow-idle".into()];
+        o.env = vec![("SLURM_CONF".into(), slurm.conf().display().to_string())];
+        lab.push(&o).expect("push with --borrow-idle")
+    };
+    let node_state = |h: &str| -> String {
+        let out = slurm
+            .run("scontrol", &["show", "node", h], Duration::from_secs(10))
+            .expect("scontrol show node");
+        out.split_whitespace()
+            .find_map(|f| f.strip_prefix("State="))
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    // The group's proxy is idle: borrowed, drained for the push, resumed after it.
+    let run = push();
+    assert_eq!(
+        run.report.nodes, 4,
+        "the tree is the group's three members and their borrowed proxy"
+    );
+    let log = last_push_log(&lab);
+    assert!(
+        log.contains(&format!("borrowing idle proxies {proxy}")),
+        "the idle proxy {proxy} was not borrowed: {log}"
+    );
+    let ctld = std::fs::read_to_string(slurm.dir().join("ctld/slurmctld.log")).unwrap_or_default();
+    assert!(
+        ctld.contains("teesfs push") && ctld.contains(&proxy),
+        "slurmctld never saw the proxy drained for the push"
+    );
+    let state = node_state(&proxy);
+    assert!(
+        state.starts_with("IDLE") && !state.contains("DRAIN"),
+        "{proxy} was left {state} after the push"
+    );
+
+    // Another job runs on the proxy: not borrowed, and left as it is.
+    let busy = slurm
+        .submit(
+            tmp.path(),
+            &[
+                "-w",
+                &proxy,
+                "-N",
+                "1",
+                "--exclusive",
+                "--wrap",
+                "sleep 300",
+            ],
+            None,
+        )
+        .expect("a job on the proxy");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while slurm.job_state(busy).expect("state") != "RUNNING" {
+        assert!(std::time::Instant::now() < deadline, "the job never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run = push();
+    assert_eq!(run.report.nodes, 3, "the tree is the three members alone");
+    let log = last_push_log(&lab);
+    assert!(
+        !log.contains("borrowing idle proxies"),
+        "a proxy running another job was borrowed: {log}"
+    );
+    let state = node_state(&proxy);
+    assert!(
+        state.starts_with("ALLOCATED") && !state.contains("DRAIN"),
+        "{proxy} is {state}: the push touched a node running another job"
+    );
+    slurm.cancel(busy).expect("scancel");
+    drop(slurm);
+    lab.down().expect("lab down");
+}
