@@ -379,16 +379,7 @@ impl Slurm<'_> {
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--wrap", "exec sleep 1000000"]);
         let out = self.run("sbatch", &args, START_TIMEOUT)?;
-        let id = out
-            .trim()
-            .split(';')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .map(JobId)
-            .ok_or_else(|| LabError::Parse {
-                what: "sbatch --parsable output".into(),
-                detail: format!("{out:?}"),
-            })?;
+        let id = parsable_job_id(&out)?;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             check_interrupt()?;
@@ -433,16 +424,7 @@ impl Slurm<'_> {
         };
         cmd.args(&all).current_dir(cwd);
         let out = run_timeout(&mut cmd, &what, &self.dir, START_TIMEOUT)?;
-        let out = String::from_utf8_lossy(&out.stdout);
-        out.trim()
-            .split(';')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .map(JobId)
-            .ok_or_else(|| LabError::Parse {
-                what: "sbatch --parsable output".into(),
-                detail: format!("{out:?}"),
-            })
+        parsable_job_id(&String::from_utf8_lossy(&out.stdout))
     }
 
     /// The state Slurm gives job `id` (`RUNNING`, `COMPLETED`, `FAILED`, ...).
@@ -803,6 +785,19 @@ fn in_node_uts(
     script.push_str(exec);
     c.args(["--", "sh", "-c", &script]);
     c
+}
+
+/// The job id in `sbatch --parsable` output (`id` or `id;cluster`).
+fn parsable_job_id(out: &str) -> Result<JobId> {
+    out.trim()
+        .split(';')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .map(JobId)
+        .ok_or_else(|| LabError::Parse {
+            what: "sbatch --parsable output".into(),
+            detail: format!("{out:?}"),
+        })
 }
 
 #[cfg(test)]

@@ -193,17 +193,22 @@ fn write_spec(lab: &Lab, dir: &Path, index: &str, tag: &str) -> PathBuf {
     spec_path
 }
 
+/// A lab of two groups of `group_size` nodes.
+fn small_lab(group_size: usize) -> Lab {
+    let spec = LabSpec {
+        groups: 2,
+        group_size,
+        rates: Rates::default(),
+    };
+    Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up")
+}
+
 #[test]
 fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_releases() {
     if !can_lab() {
         return;
     }
-    let spec = LabSpec {
-        groups: 2,
-        group_size: 2,
-        rates: Rates::default(),
-    };
-    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let lab = small_lab(2);
     let site = Site::new(&lab, false);
     let slurm = site.start(&lab);
     let (work, tmp, logdir) = (lab.work().to_path_buf(), &site.tmp, &site.logdir);
@@ -562,12 +567,7 @@ fn two_users_jobs_on_the_same_nodes_each_see_only_their_own_layer() {
     if !can_lab() {
         return;
     }
-    let spec = LabSpec {
-        groups: 2,
-        group_size: 2,
-        rates: Rates::default(),
-    };
-    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let lab = small_lab(2);
     let site = Site::new(&lab, true);
     let slurm = site.start(&lab);
     let tmp = site.tmp.path();
@@ -668,12 +668,7 @@ fn a_proxy_is_borrowed_only_when_slurm_reports_it_idle_and_is_held_until_the_pus
     if !can_lab() {
         return;
     }
-    let spec = LabSpec {
-        groups: 2,
-        group_size: 4,
-        rates: Rates::default(),
-    };
-    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let lab = small_lab(4);
     let slurm = lab.start_slurm().expect("Slurm in the lab");
     let hosts = slurm.hosts().to_vec();
     assert_eq!(hosts.len(), 8);
