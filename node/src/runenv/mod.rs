@@ -1,0 +1,478 @@
+//! The execution environment of `teesfs run`: the node's "/" with the user's layer on top.
+//!
+//! The view is built in new user, mount and PID namespaces, so any user can enter it
+//! without privileges and nothing it mounts is visible outside or outlives it:
+//!
+//! - every top-level directory of "/" that lives on the root file system becomes an
+//!   overlay: `lowerdir=<layer>/<dir>:/<dir>` when the layer has it, `/<dir>` otherwise,
+//!   with a writable upper directory (tmpfs on compute nodes, the user's own directory with
+//!   `--upper` on the login node). The kernel refuses "/" itself as an overlay lower layer
+//!   inside a user namespace (it has mounts on it that must stay covered), which is why the
+//!   overlay is per directory;
+//! - the layer's top-level directories that "/" lacks are overlays of the layer alone;
+//! - top-level mount points (`/home`, `/scratch`, `/tmp`, `/run`, `/dev`, `/sys`, ...) and
+//!   the directories in [`RunSpec::bind`] are bind-mounted as they are: the user's home and
+//!   scratch stay the real ones, and writes there are not captured in the layer;
+//! - a directory with mount points below it (`/mnt` holding `/mnt/data`) is split: its
+//!   entries are placed one by one by the same rules;
+//! - `/proc` is a new proc mounted by the first process of the new PID namespace.
+//!
+//! Every overlay is `nosuid,nodev`, the command runs with `no_new_privs` as the invoking
+//! user (a nested user namespace maps them back), so a setuid file in the layer gives no
+//! privilege. The first process of the new PID namespace is a small init ([`init_main`])
+//! that forwards signals, reaps orphans and reports the command's exit status or signal.
+//! When it exits, the kernel ends every process of the namespace and drops every mount.
+//!
+//! [`enter`] runs in the invoking `teesfs run` process; it must be called while the process
+//! is single-threaded (the kernel refuses a new user namespace otherwise). [`task_env_main`]
+//! builds the same layout as root for a Slurm task.
+//!
+//! By concern: `layout` decides the layout as a pure plan of operations from gathered
+//! facts, `apply` carries plans out (the only mount(2) calls), `init` is the namespace's
+//! PID 1. This module is the public surface and the sequence: it sets up the namespaces,
+//! gathers what the layout depends on (the mount table, the entries of "/" and of the
+//! layer), and hands it to the planner. It must not decide what goes where itself, nor
+//! mount anything but through `apply`.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::mount::MsFlags;
+use nix::sched::{CloneFlags, unshare};
+use nix::unistd::{Gid, Pid, Uid};
+
+mod apply;
+mod init;
+mod layout;
+
+pub use init::init_main;
+pub use layout::work_dir_for;
+use layout::{Facts, Kind, Listing, Places, Privilege};
+
+/// Errors of the execution environment, each naming the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A system call or file operation failed.
+    #[error("{what}")]
+    Sys {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The request itself is unusable.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+type Result<T> = std::result::Result<T, RunError>;
+
+fn sys(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |source| RunError::Sys { what, source }
+}
+
+fn nix_err(what: impl Into<String>) -> impl FnOnce(nix::Error) -> RunError {
+    let what = what.into();
+    move |e| RunError::Sys {
+        what,
+        source: std::io::Error::from(e),
+    }
+}
+
+/// Where the environment's writes go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upper {
+    /// A tmpfs that disappears with the environment (compute nodes).
+    Tmpfs,
+    /// A persistent directory: the user's own layer on the login node.
+    Dir(PathBuf),
+}
+
+/// What `teesfs run` builds.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The read-only layer on top of "/" (a job mount), if any.
+    pub layer: Option<PathBuf>,
+    /// Where writes go.
+    pub upper: Upper,
+    /// Extra top-level paths bound as they are (besides mount points and [`ALWAYS_BIND`]).
+    pub bind: Vec<PathBuf>,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// The working directory inside the environment (falls back to "/").
+    pub cwd: PathBuf,
+}
+
+/// Top-level directories always bound from the host, never captured in an overlay: the
+/// kernel's file systems, per-boot state and the places users keep their data.
+pub const ALWAYS_BIND: &[&str] = &["dev", "sys", "run", "tmp", "home", "proc"];
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal ended it.
+    Signaled(i32),
+}
+
+impl Outcome {
+    fn encode(self) -> String {
+        match self {
+            Outcome::Exited(c) => format!("exit {c}"),
+            Outcome::Signaled(s) => format!("signal {s}"),
+        }
+    }
+
+    fn decode(s: &str) -> Option<Self> {
+        let (kind, n) = s.trim().split_once(' ')?;
+        let n: i32 = n.parse().ok()?;
+        match kind {
+            "exit" => Some(Outcome::Exited(n)),
+            "signal" => Some(Outcome::Signaled(n)),
+            _ => None,
+        }
+    }
+}
+
+/// The hidden subcommand `teesfs run` re-executes itself with as the namespace's init.
+pub const INIT_SUBCOMMAND: &str = "__run-init";
+
+/// Builds the environment and runs the command in it; returns how the command ended.
+///
+/// Must be called while the process is single-threaded. `self_exe` is the `teesfs` binary
+/// (re-executed as the namespace's init).
+pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
+    if spec.command.is_empty() {
+        return Err(RunError::Invalid("no command to run".into()));
+    }
+    if let Some(layer) = &spec.layer
+        && !layer.is_dir()
+    {
+        return Err(RunError::Invalid(format!(
+            "the layer {} is not a directory (is the job mounted?)",
+            layer.display()
+        )));
+    }
+    let uid = Uid::current();
+    let gid = Gid::current();
+    let staging = Staging(
+        tempfile::Builder::new()
+            .prefix("teesfs-run.")
+            .tempdir()
+            .map_err(sys("creating a staging directory in the temp dir"))?,
+    );
+    // Beside the staging directory (not inside: that becomes a tmpfs), named after it so
+    // concurrent runs never share it.
+    let mut status_path = staging.path().as_os_str().to_owned();
+    status_path.push(".status");
+    let status_path = PathBuf::from(status_path);
+    let status_guard = RemoveOnDrop(status_path.clone());
+    std::fs::write(&status_path, b"").map_err(sys(format!(
+        "creating the status file {}",
+        status_path.display()
+    )))?;
+
+    let mut signals = init::catch_signals()?;
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
+        .map_err(nix_err(
+            "creating user, mount and PID namespaces (are unprivileged user namespaces \
+             enabled? see `sysctl kernel.unprivileged_userns_clone` and \
+             `user.max_user_namespaces`)",
+        ))?;
+    map_ids(0, uid.as_raw(), 0, gid.as_raw())?;
+    apply::propagate_all(MsFlags::MS_PRIVATE, "making mounts private")?;
+
+    let (root, created) = build_root(spec, staging.path(), Privilege::User)?;
+    tracing::debug!(root = %root.display(), "environment built");
+
+    let mut init = Command::new(self_exe);
+    init.arg(INIT_SUBCOMMAND)
+        .arg(&root)
+        .arg(&status_path)
+        .arg(uid.as_raw().to_string())
+        .arg(gid.as_raw().to_string())
+        .arg(&spec.cwd)
+        .arg("--")
+        .args(&spec.command);
+    let child = init
+        .spawn()
+        .map_err(sys(format!("starting {}", self_exe.display())))?;
+    match init::supervise(Pid::from_raw(child.id() as i32), &mut signals) {
+        Outcome::Exited(0) => {}
+        other => {
+            return Err(RunError::Invalid(format!(
+                "the environment's init failed ({other:?}); see the message above"
+            )));
+        }
+    }
+
+    let mut text = String::new();
+    std::fs::File::open(&status_path)
+        .and_then(|mut f| f.read_to_string(&mut text))
+        .map_err(sys("reading the command's status"))?;
+    drop(status_guard);
+    drop(staging);
+    // Upper directories the command left untouched would only add empty directories to
+    // the user's layer.
+    if matches!(spec.upper, Upper::Dir(_)) {
+        for d in created.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    Outcome::decode(&text).ok_or_else(|| {
+        RunError::Invalid(format!(
+            "the environment's init ended without reporting the command's status ({text:?})"
+        ))
+    })
+}
+
+/// The staging directory: a tmpfs in this mount namespace only (the host sees an empty
+/// directory). Dropping detaches the tmpfs and everything on it, then removes the directory.
+struct Staging(tempfile::TempDir);
+
+impl Staging {
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = apply::detach(self.0.path());
+    }
+}
+
+struct RemoveOnDrop(PathBuf);
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Writes this process's uid and gid maps: `inside` ids map to `outside` ids.
+fn map_ids(uid_in: u32, uid_out: u32, gid_in: u32, gid_out: u32) -> Result<()> {
+    std::fs::write("/proc/self/setgroups", b"deny").map_err(sys("writing setgroups"))?;
+    std::fs::write("/proc/self/uid_map", format!("{uid_in} {uid_out} 1\n"))
+        .map_err(sys("writing the uid map"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid_in} {gid_out} 1\n"))
+        .map_err(sys("writing the gid map"))?;
+    Ok(())
+}
+
+/// Lays out the new root under `staging` (an empty directory that gets a tmpfs) and
+/// returns its path, with the upper directories it created.
+///
+/// The order matters: the staging mounts come first because they are mount points the
+/// layout must see (a staging directory on the root file system splits its parents).
+fn build_root(
+    spec: &RunSpec,
+    staging: &Path,
+    privilege: Privilege,
+) -> Result<(PathBuf, Vec<PathBuf>)> {
+    let places = match &spec.upper {
+        Upper::Tmpfs => Places::on_tmpfs(staging),
+        Upper::Dir(d) => {
+            let d = std::fs::canonicalize(d)
+                .map_err(sys(format!("the upper directory {}", d.display())))?;
+            Places::persistent(staging, &d)?
+        }
+    };
+    let mut created = apply::apply(&layout::prepare(&places))?;
+    let bound = layout::bound_paths(&spec.bind);
+    let facts = gather(spec.layer.as_deref(), &bound)?;
+    let plan = layout::plan(&places, &facts, &bound, privilege);
+    for dir in &plan.shadowed {
+        if has_entries(dir) {
+            tracing::warn!(
+                dir = %dir.display(),
+                "the layer has files under a directory bound from the host; \
+                 they are hidden in the environment"
+            );
+        }
+    }
+    created.extend(apply::apply(&plan.ops)?);
+    Ok((places.root(), created))
+}
+
+/// What the layout depends on: the mount points of this namespace, and the entries of "/"
+/// and the layer in the directories [`layout::dirs_to_list`] names.
+fn gather(layer: Option<&Path>, bound: &[PathBuf]) -> Result<Facts> {
+    let mount_points = mount_points()?;
+    let mut host = Listing::new();
+    let mut in_layer = Listing::new();
+    for dir in layout::dirs_to_list(&mount_points, bound) {
+        // Only through directories: a listing through a symlink would describe somewhere
+        // else (the planner never looks there anyway).
+        let through_dirs = dir.parent().is_none_or(|parent| {
+            dir.file_name().is_some_and(|name| {
+                host.get(parent)
+                    .and_then(|entries| entries.get(name))
+                    .is_some_and(|k| matches!(k, Kind::Dir { .. }))
+            })
+        });
+        if !through_dirs {
+            continue;
+        }
+        host.insert(dir.clone(), list(&Path::new("/").join(&dir))?);
+        if let Some(l) = layer {
+            in_layer.insert(dir.clone(), list(&l.join(&dir))?);
+        }
+    }
+    Ok(Facts {
+        host,
+        layer: layer.map(|l| (l.to_path_buf(), in_layer)),
+        mount_points,
+    })
+}
+
+/// The entries of `dir` and what each is; an unreadable directory, or an entry gone
+/// before it could be looked at, counts as absent.
+fn list(dir: &Path) -> Result<BTreeMap<OsString, Kind>> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(out);
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(md) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let kind = if md.is_dir() {
+            Kind::Dir {
+                mode: md.mode() & 0o7777,
+            }
+        } else if md.file_type().is_symlink() {
+            Kind::Symlink {
+                to: std::fs::read_link(&path)
+                    .map_err(sys(format!("reading {}", path.display())))?,
+            }
+        } else if md.is_file() {
+            Kind::File
+        } else {
+            Kind::Other
+        };
+        out.insert(e.file_name(), kind);
+    }
+    Ok(out)
+}
+
+/// The mount points of this mount namespace, relative to "/" (from `/proc/self/mountinfo`).
+fn mount_points() -> Result<Vec<PathBuf>> {
+    let mounts = crate::sys::mountinfo::read(None).map_err(sys("reading /proc/self/mountinfo"))?;
+    Ok(mounts
+        .into_iter()
+        .filter_map(|m| m.mount_point.strip_prefix("/").ok().map(Path::to_path_buf))
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect())
+}
+
+/// Whether a directory exists and has at least one entry.
+fn has_entries(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut r| r.next().is_some())
+}
+
+/// The hidden subcommand the SPANK plugin runs to build a Slurm task's environment
+/// (`teesfs-spank`'s `TASK_ENV_SUBCOMMAND`).
+pub const TASK_ENV_SUBCOMMAND: &str = "__task-env";
+
+/// `teesfs __task-env LAYER UID`, run as root by the SPANK plugin for each task of a job
+/// whose layer is mounted at LAYER: builds the execution environment (the layer over "/",
+/// writes to a tmpfs, the host's mount points, `/home`, `/tmp`, `/run`, `/dev`, `/sys` and
+/// `/proc` as they are) in a new mount namespace that still receives the host's later
+/// mounts, switches its root to it, prints `ready`, and waits for standard input to close.
+/// The plugin joins the namespace in between; the helper then exits and the namespace
+/// lives as long as the task.
+///
+/// The layer must belong to UID (the daemon gives a job's mount to the job's user) or to
+/// root (a job pushed without an owner): a task never sees another user's layer.
+pub fn task_env_main(args: &[OsString]) -> Result<()> {
+    let bad = || {
+        RunError::Invalid(format!(
+            "{TASK_ENV_SUBCOMMAND}: bad arguments {args:?} (LAYER UID)"
+        ))
+    };
+    let [layer, uid] = args else {
+        return Err(bad());
+    };
+    let uid: u32 = uid.to_str().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    if !nix::unistd::geteuid().is_root() {
+        return Err(RunError::Invalid(format!(
+            "{TASK_ENV_SUBCOMMAND} builds a Slurm task's environment and must run as root \
+             (slurmstepd's SPANK plugin runs it); users run `teesfs run`"
+        )));
+    }
+    let layer = PathBuf::from(layer);
+    let md = std::fs::metadata(&layer).map_err(sys(format!("the layer {}", layer.display())))?;
+    if md.uid() != uid && md.uid() != 0 {
+        return Err(RunError::Invalid(format!(
+            "the layer {} belongs to uid {}, not to the job's user {uid}; refusing to show it \
+             to this job",
+            layer.display(),
+            md.uid()
+        )));
+    }
+    let parent = layer
+        .parent()
+        .ok_or_else(|| RunError::Invalid(format!("{} has no parent", layer.display())))?;
+    // Staged beside the job's mount; the directory is removed once the root has moved.
+    let parent_dir =
+        std::fs::File::open(parent).map_err(sys(format!("opening {}", parent.display())))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".task-env.")
+        .tempdir_in(parent)
+        .map_err(sys(format!(
+            "creating a staging directory in {}",
+            parent.display()
+        )))?
+        .keep();
+    let spec = RunSpec {
+        layer: Some(layer.clone()),
+        upper: Upper::Tmpfs,
+        bind: Vec::new(),
+        command: Vec::new(),
+        cwd: PathBuf::from("/"),
+    };
+    unshare(CloneFlags::CLONE_NEWNS).map_err(nix_err("creating a mount namespace"))?;
+    // Nothing done here reaches the host; what the host mounts later (automounted homes,
+    // other jobs) still reaches the task.
+    apply::propagate_all(MsFlags::MS_SLAVE, "making mounts slaves of the host's")?;
+    let (root, _) = build_root(&spec, &staging, Privilege::Root)?;
+    apply::switch_root(&root)?;
+    // The staging tmpfs shows up again under the bound /run; it is of no use to the task.
+    let _ = apply::detach(&staging);
+    if let Some(name) = staging.file_name() {
+        let _ = nix::unistd::unlinkat(&parent_dir, name, nix::unistd::UnlinkatFlags::RemoveDir);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(b"ready\n")
+        .and_then(|()| out.flush())
+        .map_err(sys("telling the plugin the environment is ready"))?;
+    let mut rest = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut rest);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_round_trips() {
+        for o in [
+            Outcome::Exited(0),
+            Outcome::Exited(3),
+            Outcome::Signaled(15),
+        ] {
+            assert_eq!(Outcome::decode(&o.encode()), Some(o));
+        }
+        assert_eq!(Outcome::decode(""), None);
+        assert_eq!(Outcome::decode("exit x"), None);
+        assert_eq!(Outcome::decode("killed 3"), None);
+    }
+}
