@@ -1,8 +1,12 @@
 //! QUIC transport between cluster nodes, with mandatory mutual TLS.
 //!
-//! - [`tls`]: cluster credentials. `make_cluster` writes a cluster CA and one certificate per
-//!   host (the host name is the certificate's only subject alternative name); [`Identity`]
-//!   loads one node's credentials and checks them before any socket exists.
+//! - [`pki`]: issuing cluster credentials. [`make_cluster`] writes a cluster CA and one
+//!   certificate and key per host (the host name is the certificate's only subject alternative
+//!   name); [`revoke`] lists hosts' certificates in the cluster's revocation list.
+//! - [`tls`]: verifying them. [`Identity`] loads one node's credentials, checks them before
+//!   any socket exists, and holds the rustls configurations that refuse peers from another
+//!   CA, under another name, outside their validity period or revoked. Their clock is the
+//!   system's unless a test injects one ([`Identity::with_clock`], [`Identity::load_at`]).
 //! - [`transport`]: [`Transport`], a quinn endpoint that is server and client at once, and
 //!   [`Conn`], one authenticated connection whose peer name comes from its verified
 //!   certificate.
@@ -14,6 +18,7 @@
 //! protocol's messages (those are `peertree::relay`), keeps no job state and never retries:
 //! deciding what a lost connection means is the daemon's business.
 
+pub mod pki;
 pub mod stream;
 pub mod tls;
 pub mod transport;
@@ -21,8 +26,9 @@ pub mod transport;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+pub use pki::{make_cluster, make_cluster_valid_for, revoke};
 pub use stream::{FrameReceiver, FrameSender, StreamKind};
-pub use tls::{Identity, make_cluster, make_cluster_valid_for, revoke};
+pub use tls::Identity;
 pub use transport::{CONNECT_TIMEOUT, Conn, Transport};
 
 /// Errors of the network layer.

@@ -3,9 +3,10 @@
 //! roles, peer names come from certificates, oversized frames are refused, and demand traffic
 //! overtakes bulk.
 //!
-//! Everything runs on 127.0.0.1 with port 0. Where a test needs a peer that our own API
-//! refuses to build (a client presenting a foreign certificate while trusting our CA, or one
-//! writing a bogus frame header), it drives quinn and rustls directly.
+//! Everything runs on 127.0.0.1 with port 0, and nothing waits for time to pass: expiry is
+//! reached by moving the clock the nodes' TLS configurations read. Where a test needs a peer
+//! that our own API refuses to build (a client presenting a foreign certificate while trusting
+//! our CA, or one writing a bogus frame header), it drives quinn and rustls directly.
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use peertree::relay::MAX_MESSAGE;
 use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use teesfs::net::{Conn, Identity, NetError, StreamKind, Transport, make_cluster};
 use tokio::sync::{mpsc, oneshot};
 
@@ -432,27 +433,60 @@ async fn refused(client: &Transport, server: &Transport, server_host: &str) -> S
     err.to_string()
 }
 
+/// A clock the test sets by hand, given to identities as their TLS configurations' current
+/// time so that expiry is reached by moving it, not by waiting.
+#[derive(Debug)]
+struct HandClock(AtomicU64);
+
+impl HandClock {
+    /// Starts at the current time.
+    fn at_now() -> Arc<HandClock> {
+        Arc::new(HandClock(AtomicU64::new(UnixTime::now().as_secs())))
+    }
+
+    /// Moves the clock `by` forward.
+    fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_secs(), Ordering::SeqCst);
+    }
+
+    fn now(&self) -> UnixTime {
+        UnixTime::since_unix_epoch(Duration::from_secs(self.0.load(Ordering::SeqCst)))
+    }
+}
+
+impl rustls::time_provider::TimeProvider for HandClock {
+    fn current_time(&self) -> Option<UnixTime> {
+        Some(self.now())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_certificates_are_refused_as_client_and_as_server() {
+    const VALID_FOR: Duration = Duration::from_secs(3600);
     let dir = cluster(&["a"]);
-    // A node certificate valid for two seconds (what `keygen --valid-days` issues, shortened).
-    teesfs::net::make_cluster_valid_for(
-        dir.path(),
-        &["short".to_owned()],
-        Some(Duration::from_secs(2)),
-    )
-    .expect("short-lived certificate");
-    let short = Identity::load(dir.path(), "short").expect("valid while fresh");
-    let short = Transport::bind(localhost(), &short).expect("bind");
-    let a = bind(dir.path(), "a");
+    // A node certificate valid for an hour (what `keygen --valid-days` issues, shortened).
+    teesfs::net::make_cluster_valid_for(dir.path(), &["short".to_owned()], Some(VALID_FOR))
+        .expect("short-lived certificate");
+    // Both nodes read the time from one clock the test moves.
+    let clock = HandClock::at_now();
+    let with_clock = |host: &str| {
+        let id = Identity::load(dir.path(), host).expect("valid now");
+        Transport::bind(localhost(), &id.with_clock(clock.clone())).expect("bind")
+    };
+    let short = with_clock("short");
+    let a = with_clock("a");
     let (_, from_short) = link(&short, &a, "a").await;
     assert_eq!(from_short.peer_host(), "short");
     drop(from_short);
+    let (to_short, _) = link(&a, &short, "short").await;
+    assert_eq!(to_short.peer_host(), "short");
+    drop(to_short);
 
-    // Certificate times have one-second resolution: wait until it has certainly expired. The
-    // link above also means a session ticket would exist if resumption were enabled; it is not,
-    // so the expired client cannot skip verification by resuming.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // Twice its validity later, the certificate has certainly expired (it was issued valid
+    // from an hour before now). The links above also mean session tickets would exist if
+    // resumption were enabled; it is not, so the expired node cannot skip verification by
+    // resuming.
+    clock.advance(2 * VALID_FOR);
 
     // As server: a refuses to talk to the expired server.
     let why = refused(&a, &short, "short").await;
@@ -464,7 +498,8 @@ async fn expired_certificates_are_refused_as_client_and_as_server() {
     let why = refused(&short, &a, "a").await;
     assert!(why.contains("peer refused us"), "{why}");
     // And a node cannot start with it.
-    let err = Identity::load(dir.path(), "short").expect_err("expired identity loaded");
+    let err =
+        Identity::load_at(dir.path(), "short", clock.now()).expect_err("expired identity loaded");
     assert!(err.to_string().contains("certificate expired"), "{err}");
 }
 
