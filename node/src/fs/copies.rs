@@ -7,7 +7,7 @@
 //!   refused if it belongs to someone else or others may write it;
 //! - the directory is emptied when it is opened (daemon start), so nothing from an earlier
 //!   run is ever served; a copy is verified against the index before its first use by each
-//!   mount ([`Copies::verified`]);
+//!   mount (`Data::verified` in the content layer);
 //! - copies count against a byte budget; copies no handle has open are evicted, least
 //!   recently used first, to make room; a mount's copies go when it is released (unless
 //!   another mount uses them too).
