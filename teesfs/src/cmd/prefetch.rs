@@ -299,4 +299,27 @@ mod tests {
         let (_, _, plan) = push.job.plan().expect("plans");
         assert_eq!(plan.borrowed.len(), 1, "{:?}", plan.borrowed);
     }
+
+    /// The prolog pushes for `--owner UID` while running as the Slurm user: a spec that is
+    /// not the job user's (or root's), or that anyone may change, is refused before it is
+    /// read.
+    #[test]
+    fn a_spec_must_be_the_job_users_and_not_world_writable() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = dir.path().join("manifest.toml");
+        std::fs::write(&spec, "[layer]\nindex = \"3a6a\"\n").expect("spec");
+        std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        // As root (CI), the spec is given to an ordinary uid first.
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(&spec, Some(nix::unistd::Uid::from_raw(4242)), None).expect("chown");
+        }
+        let mine = std::fs::metadata(&spec).expect("stat").uid();
+        check_spec_owner(&spec, mine).expect("the owner's own spec");
+        let e = check_spec_owner(&spec, mine + 1).expect_err("another user's spec");
+        assert!(e.to_string().contains("belongs to uid"), "{e}");
+        std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let e = check_spec_owner(&spec, mine).expect_err("world-writable");
+        assert!(e.to_string().contains("chmod o-w"), "{e}");
+    }
 }
