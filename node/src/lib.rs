@@ -67,6 +67,18 @@ pub enum Error {
     /// A worker task (a blocking store read) failed.
     #[error("a worker task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// A system call or file operation of the execution environment failed.
+    #[error("{what}")]
+    Sys {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A request for an execution environment that cannot be carried out (what to do is in
+    /// the message).
+    #[error("{0}")]
+    InvalidRun(String),
     /// A plan, push order or protocol message that the relay refuses.
     #[error(transparent)]
     Protocol(#[from] peertree::Error),

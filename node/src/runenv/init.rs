@@ -15,7 +15,7 @@ use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::{INIT_SUBCOMMAND, Outcome, Result, RunError, apply, map_ids, nix_err, sys};
+use super::{INIT_SUBCOMMAND, Outcome, Result, apply, map_ids, nix_err, sys};
 
 /// Signals passed on to the command when a process (not the terminal) sends them.
 const FORWARDED: &[i32] = &[
@@ -80,7 +80,7 @@ pub fn supervise(pid: Pid, signals: &mut Signals) -> Outcome {
 /// `/proc`, switches to the new root, drops back to the invoking user, runs the command,
 /// forwards signals, reaps orphans and writes the command's outcome to STATUS.
 pub fn init_main(args: &[OsString]) -> Result<std::convert::Infallible> {
-    let bad = || RunError::Invalid(format!("{INIT_SUBCOMMAND}: bad arguments {args:?}"));
+    let bad = || crate::Error::InvalidRun(format!("{INIT_SUBCOMMAND}: bad arguments {args:?}"));
     let (head, cmd) = match args.iter().position(|a| a == "--") {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => return Err(bad()),

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use super::{ALWAYS_BIND, RunError};
+use super::ALWAYS_BIND;
 
 /// Who builds the environment, which decides two details of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ impl Places {
 
     /// Writes go to the persistent directory `upper` (already made absolute and without
     /// symlinks), with the work directory beside it ([`work_dir_for`]).
-    pub fn persistent(staging: &Path, upper: &Path) -> Result<Self, RunError> {
+    pub fn persistent(staging: &Path, upper: &Path) -> Result<Self, crate::Error> {
         Ok(Places {
             staging: staging.to_path_buf(),
             upper: upper.to_path_buf(),
@@ -271,13 +271,13 @@ pub fn overlay_options(lowers: &[PathBuf], upper: &Path, work: &Path, userxattr:
 
 /// The overlay work directory for a persistent upper `dir`: a hidden sibling on the same
 /// file system (overlayfs requires that), never inside the layer itself.
-pub fn work_dir_for(dir: &Path) -> Result<PathBuf, RunError> {
+pub fn work_dir_for(dir: &Path) -> Result<PathBuf, crate::Error> {
     let parent = dir.parent().ok_or_else(|| {
-        RunError::Invalid(format!("{} cannot be an upper directory", dir.display()))
+        crate::Error::InvalidRun(format!("{} cannot be an upper directory", dir.display()))
     })?;
     let name = dir
         .file_name()
-        .ok_or_else(|| RunError::Invalid(format!("{} has no name", dir.display())))?;
+        .ok_or_else(|| crate::Error::InvalidRun(format!("{} has no name", dir.display())))?;
     let mut w = OsString::from(".");
     w.push(name);
     w.push(".teesfs-work");

@@ -53,32 +53,16 @@ pub use init::init_main;
 pub use layout::work_dir_for;
 use layout::{Facts, Kind, Listing, Places, Privilege};
 
-/// Errors of the execution environment, each naming the step that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A system call or file operation failed.
-    #[error("{what}")]
-    Sys {
-        /// What was being done.
-        what: String,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// The request itself is unusable.
-    #[error("{0}")]
-    Invalid(String),
+type Result<T> = std::result::Result<T, crate::Error>;
+
+fn sys(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> crate::Error {
+    let what = what.into();
+    move |source| crate::Error::Sys { what, source }
 }
 
-type Result<T> = std::result::Result<T, RunError>;
-
-fn sys(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+fn nix_err(what: impl Into<String>) -> impl FnOnce(nix::Error) -> crate::Error {
     let what = what.into();
-    move |source| RunError::Sys { what, source }
-}
-
-fn nix_err(what: impl Into<String>) -> impl FnOnce(nix::Error) -> RunError {
-    let what = what.into();
-    move |e| RunError::Sys {
+    move |e| crate::Error::Sys {
         what,
         source: std::io::Error::from(e),
     }
@@ -149,12 +133,12 @@ pub const INIT_SUBCOMMAND: &str = "__run-init";
 /// (re-executed as the namespace's init).
 pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
     if spec.command.is_empty() {
-        return Err(RunError::Invalid("no command to run".into()));
+        return Err(crate::Error::InvalidRun("no command to run".into()));
     }
     if let Some(layer) = &spec.layer
         && !layer.is_dir()
     {
-        return Err(RunError::Invalid(format!(
+        return Err(crate::Error::InvalidRun(format!(
             "the layer {} is not a directory (is the job mounted?)",
             layer.display()
         )));
@@ -206,7 +190,7 @@ pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
     match init::supervise(Pid::from_raw(child.id() as i32), &mut signals) {
         Outcome::Exited(0) => {}
         other => {
-            return Err(RunError::Invalid(format!(
+            return Err(crate::Error::InvalidRun(format!(
                 "the environment's init failed ({other:?}); see the message above"
             )));
         }
@@ -226,7 +210,7 @@ pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
         }
     }
     Outcome::decode(&text).ok_or_else(|| {
-        RunError::Invalid(format!(
+        crate::Error::InvalidRun(format!(
             "the environment's init ended without reporting the command's status ({text:?})"
         ))
     })
@@ -393,7 +377,7 @@ pub const TASK_ENV_SUBCOMMAND: &str = "__task-env";
 /// root (a job pushed without an owner): a task never sees another user's layer.
 pub fn task_env_main(args: &[OsString]) -> Result<()> {
     let bad = || {
-        RunError::Invalid(format!(
+        crate::Error::InvalidRun(format!(
             "{TASK_ENV_SUBCOMMAND}: bad arguments {args:?} (LAYER UID)"
         ))
     };
@@ -402,7 +386,7 @@ pub fn task_env_main(args: &[OsString]) -> Result<()> {
     };
     let uid: u32 = uid.to_str().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
     if !nix::unistd::geteuid().is_root() {
-        return Err(RunError::Invalid(format!(
+        return Err(crate::Error::InvalidRun(format!(
             "{TASK_ENV_SUBCOMMAND} builds a Slurm task's environment and must run as root \
              (slurmstepd's SPANK plugin runs it); users run `teesfs run`"
         )));
@@ -410,7 +394,7 @@ pub fn task_env_main(args: &[OsString]) -> Result<()> {
     let layer = PathBuf::from(layer);
     let md = std::fs::metadata(&layer).map_err(sys(format!("the layer {}", layer.display())))?;
     if md.uid() != uid && md.uid() != 0 {
-        return Err(RunError::Invalid(format!(
+        return Err(crate::Error::InvalidRun(format!(
             "the layer {} belongs to uid {}, not to the job's user {uid}; refusing to show it \
              to this job",
             layer.display(),
@@ -419,7 +403,7 @@ pub fn task_env_main(args: &[OsString]) -> Result<()> {
     }
     let parent = layer
         .parent()
-        .ok_or_else(|| RunError::Invalid(format!("{} has no parent", layer.display())))?;
+        .ok_or_else(|| crate::Error::InvalidRun(format!("{} has no parent", layer.display())))?;
     // Staged beside the job's mount; the directory is removed once the root has moved.
     let parent_dir =
         std::fs::File::open(parent).map_err(sys(format!("opening {}", parent.display())))?;
