@@ -98,14 +98,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let shared = match (plan.strategy, &args.job.shared_store) {
-        (Strategy::Storage, Some(p)) => Some(p.display().to_string()),
-        (Strategy::Storage, None) => bail!(
-            "the plan is `storage` (shared storage): pass --shared-store DIR, the store's path as \
-             the nodes see it, or pick a tree strategy (--strategy topo, or --threshold 0)"
-        ),
-        _ => None,
-    };
+    let shared = shared_store(&plan, &args.job)?;
     if shared.is_some() {
         // Nodes read from the file system: the root only tells each node to start.
         plan = plan.flat_without_storage();
@@ -147,17 +140,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         },
     };
     let n = plan.len() - 1;
-    let bar = if args.quiet || !std::io::stderr().is_terminal() {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(n as u64).with_style(
-            ProgressStyle::with_template(
-                "{spinner} {elapsed_precise} [{bar:30}] {pos}/{len} nodes {msg}",
-            )
-            .expect("static template is valid")
-            .progress_chars("=> "),
-        )
-    };
+    let bar = progress_bar(args.quiet, n);
     let wait = match args.wait {
         Wait::Urgent => Phase::Urgent,
         Wait::All => Phase::All,
@@ -178,6 +161,9 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let report_of = |o: &teesfs::node::push::Outcome| {
+        report(&plan, Some(&topology), job, index_id, &index, &order, o)
+    };
     let mut urgent_sent = false;
     let outcome = rt.block_on(push(spec, wait, args.timeout, |p, so_far| {
         bar.set_position(p.urgent as u64);
@@ -189,39 +175,26 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         ));
         if serving && !urgent_sent && so_far.urgent_s.is_some() {
             urgent_sent = true;
-            let rep = report(
-                &plan,
-                Some(&topology),
-                job,
-                index_id,
-                &index,
-                &order,
-                so_far,
-            );
-            emit(&serde_json::json!({ "event": "urgent", "report": rep }));
+            emit(&serde_json::json!({ "event": "urgent", "report": report_of(so_far) }));
         }
     }))?;
     bar.finish_and_clear();
     rt.shutdown_timeout(Duration::from_secs(1));
-    let rep = report(
-        &plan,
-        Some(&topology),
-        job,
-        index_id,
-        &index,
-        &order,
-        &outcome,
-    );
+    finish(&args, &report_of(&outcome), outcome.timed_out, serving)
+}
+
+/// Shows or hands over the final report, writes `--report`, and fails when nodes did.
+fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> anyhow::Result<()> {
     if serving {
         emit(&serde_json::json!({ "event": "done", "report": rep }));
     } else {
-        print_report(&rep);
+        print_report(rep);
     }
     if let Some(path) = &args.report {
-        std::fs::write(path, serde_json::to_vec_pretty(&rep)?)
+        std::fs::write(path, serde_json::to_vec_pretty(rep)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    if outcome.timed_out {
+    if timed_out {
         bail!("timed out after {}", util::duration(args.timeout));
     }
     if !rep.failures.is_empty() {
@@ -235,6 +208,35 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(log);
     }
     Ok(())
+}
+
+/// The shared store nodes read from when the plan is `storage`.
+fn shared_store(
+    plan: &peertree::Plan,
+    job: &super::jobspec::JobArgs,
+) -> anyhow::Result<Option<String>> {
+    Ok(match (plan.strategy, &job.shared_store) {
+        (Strategy::Storage, Some(p)) => Some(p.display().to_string()),
+        (Strategy::Storage, None) => bail!(
+            "the plan is `storage` (shared storage): pass --shared-store DIR, the store's path as \
+             the nodes see it, or pick a tree strategy (--strategy topo, or --threshold 0)"
+        ),
+        _ => None,
+    })
+}
+
+/// The push's progress bar over `n` nodes (hidden with `--quiet` or without a terminal).
+fn progress_bar(quiet: bool, n: usize) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    ProgressBar::new(n as u64).with_style(
+        ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{bar:30}] {pos}/{len} nodes {msg}",
+        )
+        .expect("static template is valid")
+        .progress_chars("=> "),
+    )
 }
 
 /// Holds the proxies `plan` borrows (drained in Slurm until the push ends). A node a job took
