@@ -361,7 +361,7 @@ impl Daemon {
             Some(s) => Arc::new(super::StoreBytes(s.clone())),
             None => self.store.clone(),
         };
-        let (core, mut events) = JobCore::new(
+        let (core, events) = JobCore::new(
             relay,
             index.clone(),
             signed.id(),
@@ -392,65 +392,56 @@ impl Daemon {
         }
         core.start();
 
-        let nj2 = nj.clone();
-        self.rt.spawn(async move {
-            while let Some((at, ev)) = events.recv().await {
-                match ev {
-                    Event::LocalPhaseDone(p) => {
-                        let t = at.saturating_duration_since(nj2.started).as_secs_f64();
-                        lock(&nj2.phases)[p.index()] = Some(t);
-                        tracing::info!(phase = ?p, seconds = t, "holding phase");
-                    }
-                    Event::ParentLost(p) => {
-                        tracing::warn!(parent = ?p, "parent lost; re-attaching")
-                    }
-                    Event::Reattached(p) => tracing::warn!(parent = ?p, "re-attached"),
-                    Event::ChildFailed(c) => tracing::warn!(child = ?c, "child failed"),
-                    Event::BadChunk { from, chunk } => {
-                        tracing::error!(?from, chunk, "peer sent a corrupt chunk")
-                    }
-                    _ => {}
-                }
-            }
-        });
+        self.rt.spawn(log_events(nj.clone(), events));
 
         if self.cfg.mount {
-            let cfg = MountConfig {
-                cache_bytes: self.cfg.cache_bytes,
-                passthrough: self.copies.clone().map(|copies| PassthroughConfig {
-                    copies,
-                    min_size: 64 << 10,
-                }),
-                root_owner: owner,
-                read_timeout: self.cfg.read_timeout,
-                ..MountConfig::default()
-            };
             let source: Arc<dyn crate::source::ChunkSource> = match shared {
                 Some(s) => Arc::new(crate::source::StoreSource::new(s)),
                 None => Arc::new(JobSource(core)),
             };
-            let index = (*index).clone();
-            let id = signed.id();
-            self.rt.spawn(async move {
-                let mp = mountpoint.clone();
-                let res = tokio::task::spawn_blocking(move || {
-                    std::fs::create_dir_all(&mp).map_err(|source| Error::Mount {
-                        mountpoint: mp.clone(),
-                        source,
-                    })?;
-                    mount(index, id, source, &mp, &cfg)
-                })
-                .await;
-                match res {
-                    Ok(Ok(m)) => {
-                        tracing::info!(mountpoint = %mountpoint.display(), "layer mounted");
-                        *lock(&nj.mounted) = Some(m);
-                    }
-                    Ok(Err(e)) => tracing::error!(error = %e, "cannot mount the job's layer"),
-                    Err(e) => tracing::error!(error = %e, "mount task failed"),
-                }
-            });
+            self.spawn_mount(nj, (*index).clone(), signed.id(), source, owner);
         }
+    }
+
+    /// Mounts a job's layer in the background; the job holds the mount once it is made.
+    fn spawn_mount(
+        &self,
+        nj: Arc<NodeJob>,
+        index: manifest::Index,
+        id: manifest::IndexId,
+        source: Arc<dyn crate::source::ChunkSource>,
+        owner: Option<u32>,
+    ) {
+        let cfg = MountConfig {
+            cache_bytes: self.cfg.cache_bytes,
+            passthrough: self.copies.clone().map(|copies| PassthroughConfig {
+                copies,
+                min_size: 64 << 10,
+            }),
+            root_owner: owner,
+            read_timeout: self.cfg.read_timeout,
+            ..MountConfig::default()
+        };
+        self.rt.spawn(async move {
+            let mountpoint = nj.mountpoint.clone();
+            let mp = mountpoint.clone();
+            let res = tokio::task::spawn_blocking(move || {
+                std::fs::create_dir_all(&mp).map_err(|source| Error::Mount {
+                    mountpoint: mp.clone(),
+                    source,
+                })?;
+                mount(index, id, source, &mp, &cfg)
+            })
+            .await;
+            match res {
+                Ok(Ok(m)) => {
+                    tracing::info!(mountpoint = %mountpoint.display(), "layer mounted");
+                    *lock(&nj.mounted) = Some(m);
+                }
+                Ok(Err(e)) => tracing::error!(error = %e, "cannot mount the job's layer"),
+                Err(e) => tracing::error!(error = %e, "mount task failed"),
+            }
+        });
     }
 
     /// A `Prepare` for a job this node has not joined yet: pass one on to each planned
@@ -571,5 +562,31 @@ fn job_status(j: &NodeJob) -> JobStatus {
         finished,
         owner: j.owner,
         counters: j.core.counters(),
+    }
+}
+
+/// Logs what happens to a job on this node (phases held, parents lost, children failed,
+/// corrupt chunks) until its events end.
+async fn log_events(
+    nj: Arc<NodeJob>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<super::job::TimedEvent>,
+) {
+    while let Some((at, ev)) = events.recv().await {
+        match ev {
+            Event::LocalPhaseDone(p) => {
+                let t = at.saturating_duration_since(nj.started).as_secs_f64();
+                lock(&nj.phases)[p.index()] = Some(t);
+                tracing::info!(phase = ?p, seconds = t, "holding phase");
+            }
+            Event::ParentLost(p) => {
+                tracing::warn!(parent = ?p, "parent lost; re-attaching")
+            }
+            Event::Reattached(p) => tracing::warn!(parent = ?p, "re-attached"),
+            Event::ChildFailed(c) => tracing::warn!(child = ?c, "child failed"),
+            Event::BadChunk { from, chunk } => {
+                tracing::error!(?from, chunk, "peer sent a corrupt chunk")
+            }
+            _ => {}
+        }
     }
 }
