@@ -238,6 +238,87 @@ pub struct HealthReport {
     pub unreachable: String,
 }
 
+/// Each silent node hangs below the planned edge into the topmost silent node of its
+/// branch: one failure per such edge, in plan order.
+fn failed_edges(
+    plan: &Plan,
+    order: &[NodeId],
+    members: &[NodeId],
+    answered: &HashSet<NodeId>,
+) -> Vec<EdgeFailure> {
+    let host = |n: NodeId| plan.host(n).to_string();
+    let mut failed: BTreeMap<usize, (NodeId, NodeId, Vec<NodeId>)> = BTreeMap::new();
+    let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    for &n in members {
+        if answered.contains(&n) {
+            continue;
+        }
+        let mut top = n;
+        while let Some(p) = plan.parent[top.index()] {
+            if p == plan.root || answered.contains(&p) {
+                break;
+            }
+            top = p;
+        }
+        let parent = plan.parent[top.index()].unwrap_or(plan.root);
+        failed
+            .entry(pos[&top])
+            .or_insert_with(|| (parent, top, Vec::new()))
+            .2
+            .push(n);
+    }
+    failed
+        .into_values()
+        .map(|(p, c, lost)| {
+            let mut hosts: Vec<String> = lost.iter().map(|&n| host(n)).collect();
+            hosts.sort();
+            EdgeFailure {
+                parent: host(p),
+                child: host(c),
+                unreachable: hostlist::compress(&hosts),
+                count: hosts.len(),
+            }
+        })
+        .collect()
+}
+
+/// Per group: its nodes, how many answered, and the round trips of the edges into them.
+fn group_health(
+    plan: &Plan,
+    topo: &Topology,
+    members: &[NodeId],
+    answered: &HashSet<NodeId>,
+    rtt: &BTreeMap<(NodeId, NodeId), Duration>,
+) -> Vec<GroupHealth> {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let group_of = |n: NodeId| plan.topo[n.index()].map(|t| topo.group_of(t).0 as usize);
+    let mut acc: BTreeMap<usize, (usize, usize, Vec<f64>)> = BTreeMap::new();
+    for &n in members {
+        if let Some(g) = group_of(n) {
+            let e = acc.entry(g).or_default();
+            e.0 += 1;
+            e.1 += usize::from(answered.contains(&n));
+        }
+    }
+    for (&(_, c), &d) in rtt {
+        if let Some(g) = group_of(c) {
+            acc.entry(g).or_default().2.push(ms(d));
+        }
+    }
+    acc.into_iter()
+        .map(|(g, (nodes, ok, rtts))| {
+            let grp = topo.group(peertree::GroupId(g as u32));
+            GroupHealth {
+                group: g,
+                proxy: topo.host(grp.proxy).to_string(),
+                nodes,
+                answered: ok,
+                rtt_ms: RttStats::of(&rtts),
+            }
+        })
+        .collect()
+}
+
 /// Builds the report from the plan and what the root saw.
 pub fn report(
     plan: &Plan,
@@ -265,41 +346,8 @@ pub fn report(
     let members: Vec<NodeId> = order.iter().copied().skip(1).collect();
     let answered_count = members.iter().filter(|n| answered.contains(n)).count();
 
-    // Each silent node hangs below the planned edge into the topmost silent node of its
-    // branch.
-    let mut failed: BTreeMap<usize, (NodeId, NodeId, Vec<NodeId>)> = BTreeMap::new();
+    let failures = failed_edges(plan, &order, &members, &answered);
     let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    for &n in &members {
-        if answered.contains(&n) {
-            continue;
-        }
-        let mut top = n;
-        while let Some(p) = plan.parent[top.index()] {
-            if p == plan.root || answered.contains(&p) {
-                break;
-            }
-            top = p;
-        }
-        let parent = plan.parent[top.index()].unwrap_or(plan.root);
-        failed
-            .entry(pos[&top])
-            .or_insert_with(|| (parent, top, Vec::new()))
-            .2
-            .push(n);
-    }
-    let failures: Vec<EdgeFailure> = failed
-        .into_values()
-        .map(|(p, c, lost)| {
-            let mut hosts: Vec<String> = lost.iter().map(|&n| host(n)).collect();
-            hosts.sort();
-            EdgeFailure {
-                parent: host(p),
-                child: host(c),
-                unreachable: hostlist::compress(&hosts),
-                count: hosts.len(),
-            }
-        })
-        .collect();
     let mut silent: Vec<String> = members
         .iter()
         .filter(|n| !answered.contains(n))
@@ -307,33 +355,9 @@ pub fn report(
         .collect();
     silent.sort();
 
-    let mut groups = Vec::new();
-    if let Some(topo) = topology {
-        let group_of = |n: NodeId| plan.topo[n.index()].map(|t| topo.group_of(t).0 as usize);
-        let mut acc: BTreeMap<usize, (usize, usize, Vec<f64>)> = BTreeMap::new();
-        for &n in &members {
-            if let Some(g) = group_of(n) {
-                let e = acc.entry(g).or_default();
-                e.0 += 1;
-                e.1 += usize::from(answered.contains(&n));
-            }
-        }
-        for (&(_, c), &d) in &rtt {
-            if let Some(g) = group_of(c) {
-                acc.entry(g).or_default().2.push(ms(d));
-            }
-        }
-        for (g, (nodes, ok, rtts)) in acc {
-            let grp = topo.group(peertree::GroupId(g as u32));
-            groups.push(GroupHealth {
-                group: g,
-                proxy: topo.host(grp.proxy).to_string(),
-                nodes,
-                answered: ok,
-                rtt_ms: RttStats::of(&rtts),
-            });
-        }
-    }
+    let groups = topology.map_or_else(Vec::new, |topo| {
+        group_health(plan, topo, &members, &answered, &rtt)
+    });
     // In plan order of the child (a node started by an ancestor after its parent died
     // stays where the plan put it).
     let mut measured: Vec<(&(NodeId, NodeId), &Duration)> = rtt.iter().collect();

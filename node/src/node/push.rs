@@ -151,6 +151,38 @@ pub async fn push(
     Ok(out)
 }
 
+/// Bytes in and out of each group over its uplink: the edges whose ends are in different
+/// groups (or outside every group, like the root), in group order.
+fn uplinks(plan: &Plan, topo: &Topology, edges: &HashMap<(NodeId, NodeId), u64>) -> Vec<Uplink> {
+    let group_of = |n: NodeId| plan.topo[n.index()].map(|t| topo.group_of(t));
+    let mut acc: HashMap<usize, (u64, u64)> = HashMap::new();
+    for (&(p, c), &b) in edges {
+        let (gp, gc) = (group_of(p), group_of(c));
+        if gp != gc {
+            if let Some(g) = gp {
+                acc.entry(g.0 as usize).or_default().1 += b;
+            }
+            if let Some(g) = gc {
+                acc.entry(g.0 as usize).or_default().0 += b;
+            }
+        }
+    }
+    let mut groups: Vec<_> = acc.into_iter().collect();
+    groups.sort_by_key(|(g, _)| *g);
+    groups
+        .into_iter()
+        .map(|(g, (i, o))| {
+            let grp = topo.group(peertree::GroupId(g as u32));
+            Uplink {
+                group: g,
+                proxy: topo.host(grp.proxy).to_string(),
+                in_bytes: i,
+                out_bytes: o,
+            }
+        })
+        .collect()
+}
+
 /// Builds the report from what the root saw.
 pub fn report(
     plan: &Plan,
@@ -173,24 +205,19 @@ pub fn report(
                 let e = edges.entry((p, c)).or_default();
                 *e = (*e).max(b);
             }
-            Event::EdgeFailed(p, c) => failures.push(Failure {
-                kind: "failed".into(),
-                parent: host(p),
-                child: host(c),
-                at_s: *t,
-            }),
-            Event::Unreachable(p, c) => failures.push(Failure {
-                kind: "unreachable".into(),
-                parent: host(p),
-                child: host(c),
-                at_s: *t,
-            }),
-            Event::Liar(p, c) => failures.push(Failure {
-                kind: "liar".into(),
-                parent: host(p),
-                child: host(c),
-                at_s: *t,
-            }),
+            Event::EdgeFailed(p, c) | Event::Unreachable(p, c) | Event::Liar(p, c) => {
+                let kind = match ev {
+                    Event::EdgeFailed(..) => "failed",
+                    Event::Unreachable(..) => "unreachable",
+                    _ => "liar",
+                };
+                failures.push(Failure {
+                    kind: kind.into(),
+                    parent: host(p),
+                    child: host(c),
+                    at_s: *t,
+                });
+            }
             _ => {}
         }
     }
@@ -208,33 +235,7 @@ pub fn report(
             }
         })
         .collect();
-    let mut uplinks: Vec<Uplink> = Vec::new();
-    if let Some(topo) = topology {
-        let group_of = |n: NodeId| plan.topo[n.index()].map(|t| topo.group_of(t));
-        let mut acc: HashMap<usize, (u64, u64)> = HashMap::new();
-        for (&(p, c), &b) in &edges {
-            let (gp, gc) = (group_of(p), group_of(c));
-            if gp != gc {
-                if let Some(g) = gp {
-                    acc.entry(g.0 as usize).or_default().1 += b;
-                }
-                if let Some(g) = gc {
-                    acc.entry(g.0 as usize).or_default().0 += b;
-                }
-            }
-        }
-        let mut groups: Vec<_> = acc.into_iter().collect();
-        groups.sort_by_key(|(g, _)| *g);
-        for (g, (i, o)) in groups {
-            let grp = topo.group(peertree::GroupId(g as u32));
-            uplinks.push(Uplink {
-                group: g,
-                proxy: topo.host(grp.proxy).to_string(),
-                in_bytes: i,
-                out_bytes: o,
-            });
-        }
-    }
+    let uplinks = topology.map_or_else(Vec::new, |topo| uplinks(plan, topo, &edges));
     let mut edge_list: Vec<EdgeBytes> = edges
         .into_iter()
         .map(|((p, c), b)| EdgeBytes {
