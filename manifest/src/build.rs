@@ -245,7 +245,6 @@ pub fn build(
     sink: &dyn ChunkSink,
     progress: &dyn BuildProgress,
 ) -> Result<(Index, BuildReport), Error> {
-    let mut report = BuildReport::default();
     // A layer given as a symlink to a directory is that directory (walking the link
     // itself would make the root a symlink entry).
     let resolved;
@@ -255,29 +254,63 @@ pub fn build(
     } else {
         root
     };
-    let mut entries: Vec<Entry> = Vec::new();
-    let mut paths: HashMap<u32, PathBuf> = HashMap::new();
-    // What each file looked like before its content was read: compared afterwards, so a
-    // file written while it was published is never signed as half old, half new.
-    let mut stamps: HashMap<u32, Stamp> = HashMap::new();
-    let mut work: Vec<Work> = Vec::new();
-    let mut seen_inodes: HashMap<(u64, u64), u32> = HashMap::new();
-    let mut dir_stack: Vec<u32> = Vec::new();
-    let cs = u64::from(opts.chunk_size);
+    let walk = Walk::run(root, opts)?;
+    progress.total(walk.total_bytes());
+    let outcomes: Vec<Outcome> = walk
+        .work
+        .par_iter()
+        .map(|w| process(w, &walk.paths, opts, sink, progress))
+        .collect::<Result<_, _>>()?;
+    walk.check_unchanged()?;
+    Ok(walk.assemble(outcomes, opts.chunk_size))
+}
 
-    let walker = walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .sort_by(|a, b| a.file_name().cmp(b.file_name()));
-    for item in walker {
-        let item = item.map_err(|e| {
-            let path = e.path().unwrap_or(root).to_path_buf();
-            Error::Io {
-                path,
-                source: e.into_io_error().unwrap_or_else(|| {
-                    std::io::Error::other("filesystem loop while walking the layer")
-                }),
-            }
-        })?;
+/// The layer as the walk found it: entries in index order, with file contents still to be
+/// read, and the reads that will fill them in.
+#[derive(Default)]
+struct Walk {
+    entries: Vec<Entry>,
+    report: BuildReport,
+    paths: HashMap<u32, PathBuf>,
+    /// What each file looked like before its content was read: compared afterwards, so a
+    /// file written while it was published is never signed as half old, half new.
+    stamps: HashMap<u32, Stamp>,
+    work: Vec<Work>,
+    /// The first entry of each file with more than one name, by device and inode.
+    seen_inodes: HashMap<(u64, u64), u32>,
+    /// The entry of each directory on the way from the root to the current item.
+    dir_stack: Vec<u32>,
+}
+
+impl Walk {
+    /// Walks `root` in name order, so an unchanged tree always gives the same entries.
+    fn run(root: &Path, opts: &BuildOptions) -> Result<Self, Error> {
+        let mut walk = Self::default();
+        let walker = walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .sort_by(|a, b| a.file_name().cmp(b.file_name()));
+        for item in walker {
+            let item = item.map_err(|e| {
+                let path = e.path().unwrap_or(root).to_path_buf();
+                Error::Io {
+                    path,
+                    source: e.into_io_error().unwrap_or_else(|| {
+                        std::io::Error::other("filesystem loop while walking the layer")
+                    }),
+                }
+            })?;
+            walk.add(root, &item, opts)?;
+        }
+        Ok(walk)
+    }
+
+    /// Records one item of the walk as an entry, or as skipped if an index cannot hold it.
+    fn add(
+        &mut self,
+        root: &Path,
+        item: &walkdir::DirEntry,
+        opts: &BuildOptions,
+    ) -> Result<(), Error> {
         let depth = item.depth();
         let path = item.path();
         let md = item.metadata().map_err(|e| Error::Io {
@@ -286,196 +319,239 @@ pub fn build(
                 .into_io_error()
                 .unwrap_or_else(|| std::io::Error::other("metadata")),
         })?;
-        let idx = entries.len() as u32;
+        let idx = self.entries.len() as u32;
         let (parent, name): (u32, Box<[u8]>) = if depth == 0 {
             (0, Box::default())
         } else {
-            dir_stack.truncate(depth);
-            (dir_stack[depth - 1], item.file_name().as_bytes().into())
+            self.dir_stack.truncate(depth);
+            (
+                self.dir_stack[depth - 1],
+                item.file_name().as_bytes().into(),
+            )
         };
         let ft = md.file_type();
         check_xattrs(path, opts)?;
         let mut flags = EntryFlags::default();
         let kind = if ft.is_dir() {
-            report.dirs += 1;
-            dir_stack.push(idx);
+            self.report.dirs += 1;
+            self.dir_stack.push(idx);
             if depth > 0 && is_opaque(path) {
-                report.opaque_dirs += 1;
+                self.report.opaque_dirs += 1;
                 flags.0 |= EntryFlags::OPAQUE;
             }
             EntryKind::Dir
         } else if is_whiteout(&md) {
-            report.whiteouts += 1;
+            self.report.whiteouts += 1;
             flags.0 |= EntryFlags::WHITEOUT;
             EntryKind::File {
                 size: 0,
                 data: FileData::Inline(Box::default()),
             }
         } else if ft.is_symlink() {
-            report.symlinks += 1;
+            self.report.symlinks += 1;
             let target = std::fs::read_link(path).map_err(io_err(path))?;
             EntryKind::Symlink {
                 target: target.as_os_str().as_bytes().into(),
             }
         } else if ft.is_file() {
-            if md.nlink() > 1 {
-                if let Some(&target) = seen_inodes.get(&(md.dev(), md.ino())) {
-                    report.hardlinks += 1;
-                    entries.push(Entry {
-                        parent: EntryIdx(parent),
-                        name,
-                        meta: entries[target as usize].meta,
-                        flags: EntryFlags::default(),
-                        kind: EntryKind::Hardlink {
-                            target: EntryIdx(target),
-                        },
-                    });
-                    continue;
-                }
-                seen_inodes.insert((md.dev(), md.ino()), idx);
+            if let Some(target) = self.earlier_name(&md, idx) {
+                self.report.hardlinks += 1;
+                self.entries.push(Entry {
+                    parent: EntryIdx(parent),
+                    name,
+                    meta: self.entries[target as usize].meta,
+                    flags: EntryFlags::default(),
+                    kind: EntryKind::Hardlink {
+                        target: EntryIdx(target),
+                    },
+                });
+                return Ok(());
             }
-            report.files += 1;
-            let size = md.len();
-            report.file_bytes += size;
-            paths.insert(idx, path.to_path_buf());
-            stamps.insert(idx, Stamp::of(&md));
-            if size <= u64::from(opts.inline_max) {
-                work.push(Work::Inline { entry: idx, size });
-            } else {
-                let n = size.div_ceil(cs);
-                let sparse = md.blocks().saturating_mul(512) < size;
-                for pos in 0..n {
-                    let len = (size - pos * cs).min(cs) as u32;
-                    work.push(Work::Chunk {
-                        entry: idx,
-                        pos,
-                        len,
-                        sparse,
-                    });
-                }
-            }
-            EntryKind::File {
-                size,
-                data: FileData::Chunks(Box::default()),
-            }
+            self.add_file(idx, path, &md, opts)
         } else {
-            use std::os::unix::fs::FileTypeExt;
-            let what = if ft.is_fifo() {
-                "fifo"
-            } else if ft.is_socket() {
-                "socket"
-            } else if ft.is_char_device() {
-                "character device"
-            } else {
-                "block device"
-            };
-            let rel = path.strip_prefix(root).unwrap_or(path).to_path_buf();
-            tracing::warn!(path = %rel.display(), kind = what, "skipping: an index cannot hold it");
-            report.skipped.push(Skipped {
-                path: rel,
-                kind: what,
-            });
-            continue;
+            self.skip(root, path, ft);
+            return Ok(());
         };
-        entries.push(Entry {
+        self.entries.push(Entry {
             parent: EntryIdx(parent),
             name,
             meta: meta_of(&md),
             flags,
             kind,
         });
+        Ok(())
     }
 
-    let total: u64 = work
-        .iter()
-        .map(|w| match w {
-            Work::Inline { size, .. } => *size,
-            Work::Chunk { len, .. } => u64::from(*len),
-        })
-        .sum();
-    progress.total(total);
+    /// For a file with more than one name, the entry of a name the walk met before; the
+    /// first name met becomes the one later names link to.
+    fn earlier_name(&mut self, md: &std::fs::Metadata, idx: u32) -> Option<u32> {
+        if md.nlink() <= 1 {
+            return None;
+        }
+        let inode = (md.dev(), md.ino());
+        if let Some(&target) = self.seen_inodes.get(&inode) {
+            return Some(target);
+        }
+        self.seen_inodes.insert(inode, idx);
+        None
+    }
 
-    let outcomes: Vec<Outcome> = work
-        .par_iter()
-        .map(|w| process(w, &paths, opts, sink, progress))
-        .collect::<Result<_, _>>()?;
-    for (idx, before) in &stamps {
-        let path = &paths[idx];
-        let after = std::fs::symlink_metadata(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                changed(path)
-            } else {
-                io_err(path)(e)
+    /// Plans the reads of a regular file's content (inline, or one per chunk) and answers
+    /// its entry kind, whose data the assembly fills in.
+    fn add_file(
+        &mut self,
+        idx: u32,
+        path: &Path,
+        md: &std::fs::Metadata,
+        opts: &BuildOptions,
+    ) -> EntryKind {
+        self.report.files += 1;
+        let size = md.len();
+        self.report.file_bytes += size;
+        self.paths.insert(idx, path.to_path_buf());
+        self.stamps.insert(idx, Stamp::of(md));
+        if size <= u64::from(opts.inline_max) {
+            self.work.push(Work::Inline { entry: idx, size });
+        } else {
+            let cs = u64::from(opts.chunk_size);
+            let n = size.div_ceil(cs);
+            let sparse = md.blocks().saturating_mul(512) < size;
+            for pos in 0..n {
+                let len = (size - pos * cs).min(cs) as u32;
+                self.work.push(Work::Chunk {
+                    entry: idx,
+                    pos,
+                    len,
+                    sparse,
+                });
             }
-        })?;
-        if Stamp::of(&after) != *before {
-            return Err(changed(path));
+        }
+        EntryKind::File {
+            size,
+            data: FileData::Chunks(Box::default()),
         }
     }
 
-    // Assemble in work order, which follows entry order, so the chunk table and hence the
-    // index id are deterministic for an unchanged tree.
-    let mut chunks: Vec<ChunkInfo> = Vec::new();
-    let mut table: HashMap<ChunkId, u32> = HashMap::new();
-    let mut slots: HashMap<u32, Vec<Slot>> = HashMap::new();
-    let mut new_ids: std::collections::HashSet<ChunkId> = Default::default();
-    for (w, o) in work.iter().zip(outcomes) {
-        match (w, o) {
-            (Work::Inline { entry, .. }, Outcome::Inline(bytes)) => {
-                report.inline_bytes += bytes.len() as u64;
-                if let EntryKind::File { data, .. } = &mut entries[*entry as usize].kind {
-                    *data = FileData::Inline(bytes);
+    /// Reports a special file an index cannot hold, rather than dropping it silently.
+    fn skip(&mut self, root: &Path, path: &Path, ft: std::fs::FileType) {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ft.is_fifo() {
+            "fifo"
+        } else if ft.is_socket() {
+            "socket"
+        } else if ft.is_char_device() {
+            "character device"
+        } else {
+            "block device"
+        };
+        let rel = path.strip_prefix(root).unwrap_or(path).to_path_buf();
+        tracing::warn!(path = %rel.display(), kind = what, "skipping: an index cannot hold it");
+        self.report.skipped.push(Skipped {
+            path: rel,
+            kind: what,
+        });
+    }
+
+    /// Bytes of file content the reads will hash.
+    fn total_bytes(&self) -> u64 {
+        self.work
+            .iter()
+            .map(|w| match w {
+                Work::Inline { size, .. } => *size,
+                Work::Chunk { len, .. } => u64::from(*len),
+            })
+            .sum()
+    }
+
+    /// Refuses the build if any file changed or went away while its content was read.
+    fn check_unchanged(&self) -> Result<(), Error> {
+        for (idx, before) in &self.stamps {
+            let path = &self.paths[idx];
+            let after = std::fs::symlink_metadata(path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    changed(path)
+                } else {
+                    io_err(path)(e)
                 }
+            })?;
+            if Stamp::of(&after) != *before {
+                return Err(changed(path));
             }
-            (Work::Chunk { entry, len, .. }, Outcome::Hole) => {
-                report.hole_bytes += u64::from(*len);
-                slots.entry(*entry).or_default().push(Slot::HOLE);
-            }
-            (
-                Work::Chunk { entry, .. },
-                Outcome::Chunk {
-                    id,
-                    plain_len,
-                    stored_len,
-                    new,
-                },
-            ) => {
-                report.chunk_refs += 1;
-                report.chunk_ref_bytes += u64::from(plain_len);
-                let pos = *table.entry(id).or_insert_with(|| {
-                    chunks.push(ChunkInfo {
+        }
+        Ok(())
+    }
+
+    /// Fills the file entries in from the outcomes of their reads, numbers the unique
+    /// chunks and completes the report.
+    fn assemble(self, outcomes: Vec<Outcome>, chunk_size: u32) -> (Index, BuildReport) {
+        let Self {
+            mut entries,
+            mut report,
+            work,
+            ..
+        } = self;
+        // Assemble in work order, which follows entry order, so the chunk table and hence
+        // the index id are deterministic for an unchanged tree.
+        let mut chunks: Vec<ChunkInfo> = Vec::new();
+        let mut table: HashMap<ChunkId, u32> = HashMap::new();
+        let mut slots: HashMap<u32, Vec<Slot>> = HashMap::new();
+        let mut new_ids: std::collections::HashSet<ChunkId> = Default::default();
+        for (w, o) in work.iter().zip(outcomes) {
+            match (w, o) {
+                (Work::Inline { entry, .. }, Outcome::Inline(bytes)) => {
+                    report.inline_bytes += bytes.len() as u64;
+                    if let EntryKind::File { data, .. } = &mut entries[*entry as usize].kind {
+                        *data = FileData::Inline(bytes);
+                    }
+                }
+                (Work::Chunk { entry, len, .. }, Outcome::Hole) => {
+                    report.hole_bytes += u64::from(*len);
+                    slots.entry(*entry).or_default().push(Slot::HOLE);
+                }
+                (
+                    Work::Chunk { entry, .. },
+                    Outcome::Chunk {
                         id,
                         plain_len,
                         stored_len,
+                        new,
+                    },
+                ) => {
+                    report.chunk_refs += 1;
+                    report.chunk_ref_bytes += u64::from(plain_len);
+                    let pos = *table.entry(id).or_insert_with(|| {
+                        chunks.push(ChunkInfo {
+                            id,
+                            plain_len,
+                            stored_len,
+                        });
+                        (chunks.len() - 1) as u32
                     });
-                    (chunks.len() - 1) as u32
-                });
-                if new && new_ids.insert(id) {
-                    report.new_chunks += 1;
-                    report.new_stored_bytes += u64::from(stored_len);
+                    if new && new_ids.insert(id) {
+                        report.new_chunks += 1;
+                        report.new_stored_bytes += u64::from(stored_len);
+                    }
+                    slots.entry(*entry).or_default().push(Slot::chunk(pos));
                 }
-                slots.entry(*entry).or_default().push(Slot::chunk(pos));
+                _ => unreachable!("process() answers each work item with its own kind"),
             }
-            _ => unreachable!("process() answers each work item with its own kind"),
         }
-    }
-    for (entry, s) in slots {
-        if let EntryKind::File { data, .. } = &mut entries[entry as usize].kind {
-            *data = FileData::Chunks(s.into());
+        for (entry, s) in slots {
+            if let EntryKind::File { data, .. } = &mut entries[entry as usize].kind {
+                *data = FileData::Chunks(s.into());
+            }
         }
-    }
-    report.unique_chunks = chunks.len() as u64;
-    report.unique_plain_bytes = chunks.iter().map(|c| u64::from(c.plain_len)).sum();
-    report.unique_stored_bytes = chunks.iter().map(|c| u64::from(c.stored_len)).sum();
-    Ok((
-        Index {
-            chunk_size: opts.chunk_size,
+        report.unique_chunks = chunks.len() as u64;
+        report.unique_plain_bytes = chunks.iter().map(|c| u64::from(c.plain_len)).sum();
+        report.unique_stored_bytes = chunks.iter().map(|c| u64::from(c.stored_len)).sum();
+        let index = Index {
+            chunk_size,
             chunks,
             entries,
             urgent: Vec::new(),
-        },
-        report,
-    ))
+        };
+        (index, report)
+    }
 }
 
 /// Makes `paths` the index's ordered urgent set (see [`Index::urgent`]).

@@ -208,6 +208,33 @@ fn check_unique_names(entries: &[Entry]) -> Result<(), Error> {
 /// Decodes and validates an index body.
 pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
     let mut r = Reader::new(body);
+    let (version, chunk_size) = decode_header(&mut r, limits)?;
+    let chunks = decode_chunk_table(&mut r, chunk_size, limits)?;
+    let (entries, siblings_sorted) = decode_entries(&mut r, chunk_size, &chunks, limits)?;
+    let urgent = if version == VERSION_1 {
+        (0..entries.len() as u32)
+            .map(EntryIdx)
+            .filter(|&i| entries[i.get()].flags.urgent())
+            .collect()
+    } else {
+        decode_urgent(&mut r, &entries, limits)?
+    };
+    if r.remaining() != 0 {
+        return Err(Error::TrailingBytes(r.remaining()));
+    }
+    if !siblings_sorted {
+        check_unique_names(&entries)?;
+    }
+    Ok(Index {
+        chunk_size,
+        chunks,
+        entries,
+        urgent,
+    })
+}
+
+/// Reads the magic, the version and the chunk size; answers the version and chunk size.
+fn decode_header(r: &mut Reader<'_>, limits: &Limits) -> Result<(u8, u32), Error> {
     if r.raw(MAGIC.len(), "magic")? != MAGIC {
         return Err(Error::BadMagic { what: "index" });
     }
@@ -226,8 +253,16 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
             limit: limits.min_chunk_size,
         });
     }
-    let chunk_size = chunk_size as u32;
+    Ok((version, chunk_size as u32))
+}
 
+/// Reads the chunk table: no chunk longer than the chunk size (plus the stored form's
+/// codec byte) and none empty.
+fn decode_chunk_table(
+    r: &mut Reader<'_>,
+    chunk_size: u32,
+    limits: &Limits,
+) -> Result<Vec<ChunkInfo>, Error> {
     // Each chunk record takes at least 34 bytes, so a count larger than that allows is
     // refused before anything is allocated.
     let n_chunks = r.bounded("chunk count", limits.max_chunks)?;
@@ -251,7 +286,17 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
             stored_len,
         });
     }
+    Ok(chunks)
+}
 
+/// Reads the entry table. Also answers whether every directory's children came in strictly
+/// increasing name order, in which case no two siblings can share a name.
+fn decode_entries(
+    r: &mut Reader<'_>,
+    chunk_size: u32,
+    chunks: &[ChunkInfo],
+    limits: &Limits,
+) -> Result<(Vec<Entry>, bool), Error> {
     let n_entries = r.bounded("entry count", limits.max_entries)?;
     // The smallest entry (a hard link) takes 5 bytes.
     if n_entries > (r.remaining() / 5) as u64 + 1 {
@@ -263,6 +308,12 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
             reason: "the index has no root directory".into(),
         });
     }
+    let table = EntryTable {
+        n_entries,
+        chunk_size,
+        chunks,
+        limits,
+    };
     let mut entries: Vec<Entry> = Vec::with_capacity(n_entries as usize);
     // The builder writes siblings in name order. While that holds (each name above the
     // previous sibling's), no two siblings can share a name and the grouped check at the
@@ -270,9 +321,39 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
     let mut last_child = vec![0u32; n_entries as usize];
     let mut in_order = true;
     for i in 0..n_entries {
+        let (parent, name) = table.place(r, i, &entries)?;
+        if i != 0 {
+            let prev = std::mem::replace(&mut last_child[parent as usize], i as u32);
+            if in_order && prev != 0 && entries[prev as usize].name[..] >= *name {
+                in_order = false;
+            }
+        }
+        let entry = table.entry(r, i, EntryIdx(parent as u32), name, &entries)?;
+        entries.push(entry);
+    }
+    Ok((entries, in_order))
+}
+
+/// What each entry of the table is checked against.
+struct EntryTable<'c> {
+    n_entries: u64,
+    chunk_size: u32,
+    chunks: &'c [ChunkInfo],
+    limits: &'c Limits,
+}
+
+impl EntryTable<'_> {
+    /// Reads entry `i`'s parent and name and checks where it sits: the root first and its
+    /// own parent, every other entry under a directory that comes before it.
+    fn place<'a>(
+        &self,
+        r: &mut Reader<'a>,
+        i: u64,
+        entries: &[Entry],
+    ) -> Result<(u64, &'a [u8]), Error> {
         let parent = r.varint("parent")?;
         // Read up to 4 KiB so an overlong name is reported with its entry, not as a bare limit.
-        let name = r.bytes("name", limits.max_name_len.max(4096))?;
+        let name = r.bytes("name", self.limits.max_name_len.max(4096))?;
         if i == 0 {
             if parent != 0 || !name.is_empty() {
                 return Err(Error::BadEntry {
@@ -280,22 +361,31 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
                     reason: "the root must have an empty name and be its own parent".into(),
                 });
             }
-        } else {
-            check_name(i, name, limits)?;
-            if parent >= n_entries {
-                return Err(Error::DanglingParent { entry: i, parent });
-            }
-            if parent >= i {
-                return Err(Error::Cycle { entry: i, parent });
-            }
-            if !matches!(entries[parent as usize].kind, EntryKind::Dir) {
-                return Err(Error::ParentNotDirectory { entry: i, parent });
-            }
-            let prev = std::mem::replace(&mut last_child[parent as usize], i as u32);
-            if in_order && prev != 0 && entries[prev as usize].name[..] >= *name {
-                in_order = false;
-            }
+            return Ok((parent, name));
         }
+        check_name(i, name, self.limits)?;
+        if parent >= self.n_entries {
+            return Err(Error::DanglingParent { entry: i, parent });
+        }
+        if parent >= i {
+            return Err(Error::Cycle { entry: i, parent });
+        }
+        if !matches!(entries[parent as usize].kind, EntryKind::Dir) {
+            return Err(Error::ParentNotDirectory { entry: i, parent });
+        }
+        Ok((parent, name))
+    }
+
+    /// Reads the rest of entry `i` (kind, flags, metadata, kind payload) once its place is
+    /// known.
+    fn entry(
+        &self,
+        r: &mut Reader<'_>,
+        i: u64,
+        parent: EntryIdx,
+        name: &[u8],
+        entries: &[Entry],
+    ) -> Result<Entry, Error> {
         let kind_tag = r.u8("entry kind")?;
         let flags = r.u8("entry flags")?;
         if flags & !EntryFlags::KNOWN != 0 {
@@ -311,13 +401,14 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
             });
         }
         if kind_tag == KIND_HARDLINK {
+            // A hard link carries no metadata of its own: it shares its target's.
             let target = r.varint("hard link target")?;
             let ok = target < i && matches!(entries[target as usize].kind, EntryKind::File { .. });
             if !ok {
                 return Err(Error::BadHardlink { entry: i, target });
             }
-            entries.push(Entry {
-                parent: EntryIdx(parent as u32),
+            return Ok(Entry {
+                parent,
                 name: name.into(),
                 meta: entries[target as usize].meta,
                 flags: EntryFlags(flags),
@@ -325,84 +416,12 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
                     target: EntryIdx(target as u32),
                 },
             });
-            continue;
         }
-        let mode = r.bounded("mode", 0o7777)? as u32;
-        let uid = r.u32_bounded("uid")?;
-        let gid = r.u32_bounded("gid")?;
-        let mtime = r.zigzag("mtime")?;
-        let mtime_nsec = r.bounded("mtime nanoseconds", 999_999_999)? as u32;
-        let meta = Meta {
-            mode,
-            uid,
-            gid,
-            mtime,
-            mtime_nsec,
-        };
+        let meta = decode_meta(r)?;
         let kind = match kind_tag {
             KIND_DIR => EntryKind::Dir,
-            KIND_SYMLINK => {
-                let target = r.bytes("symlink target", limits.max_symlink_len)?;
-                if target.is_empty() || target.contains(&0) {
-                    return Err(Error::BadEntry {
-                        entry: i,
-                        reason: "symlink target is empty or contains NUL".into(),
-                    });
-                }
-                EntryKind::Symlink {
-                    target: target.into(),
-                }
-            }
-            KIND_FILE => {
-                let size = r.bounded("file size", limits.max_file_size)?;
-                let data = match r.u8("file data tag")? {
-                    DATA_INLINE => {
-                        let bytes = r.bytes("inline data", limits.max_inline_len)?;
-                        if bytes.len() as u64 != size {
-                            return Err(Error::BadEntry {
-                                entry: i,
-                                reason: format!(
-                                    "inline data is {} bytes but the size says {size}",
-                                    bytes.len()
-                                ),
-                            });
-                        }
-                        FileData::Inline(bytes.into())
-                    }
-                    DATA_CHUNKS => {
-                        let n = size.div_ceil(u64::from(chunk_size));
-                        if n > r.remaining() as u64 {
-                            return Err(Error::Truncated("chunk list"));
-                        }
-                        let mut slots = Vec::with_capacity(n as usize);
-                        for pos in 0..n {
-                            let s = r.bounded("chunk reference", n_chunks)?;
-                            if s > 0 {
-                                let want =
-                                    (size - pos * u64::from(chunk_size)).min(u64::from(chunk_size));
-                                let have = chunks[(s - 1) as usize].plain_len;
-                                if u64::from(have) != want {
-                                    return Err(Error::BadEntry {
-                                        entry: i,
-                                        reason: format!(
-                                            "chunk {pos} is {have} bytes where the file needs {want}"
-                                        ),
-                                    });
-                                }
-                            }
-                            slots.push(Slot(s as u32));
-                        }
-                        FileData::Chunks(slots.into())
-                    }
-                    t => {
-                        return Err(Error::BadEntry {
-                            entry: i,
-                            reason: format!("unknown file data tag {t}"),
-                        });
-                    }
-                };
-                EntryKind::File { size, data }
-            }
+            KIND_SYMLINK => decode_symlink(r, i, self.limits)?,
+            KIND_FILE => self.file(r, i)?,
             t => {
                 return Err(Error::BadEntry {
                     entry: i,
@@ -410,48 +429,119 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
                 });
             }
         };
-        let f = EntryFlags(flags);
-        if f.whiteout() && !matches!(kind, EntryKind::File { size: 0, .. }) {
-            return Err(Error::BadEntry {
-                entry: i,
-                reason: "a whiteout that is not an empty file entry".into(),
-            });
-        }
-        if f.opaque() && !matches!(kind, EntryKind::Dir) {
-            return Err(Error::BadEntry {
-                entry: i,
-                reason: "an opaque flag on something that is not a directory".into(),
-            });
-        }
-        entries.push(Entry {
-            parent: EntryIdx(parent as u32),
+        check_overlay_flags(i, EntryFlags(flags), &kind)?;
+        Ok(Entry {
+            parent,
             name: name.into(),
             meta,
             flags: EntryFlags(flags),
             kind,
+        })
+    }
+
+    /// Reads a regular file's size and content: inline bytes of exactly that size, or one
+    /// chunk reference per chunk-size piece.
+    fn file(&self, r: &mut Reader<'_>, i: u64) -> Result<EntryKind, Error> {
+        let size = r.bounded("file size", self.limits.max_file_size)?;
+        let data = match r.u8("file data tag")? {
+            DATA_INLINE => {
+                let bytes = r.bytes("inline data", self.limits.max_inline_len)?;
+                if bytes.len() as u64 != size {
+                    return Err(Error::BadEntry {
+                        entry: i,
+                        reason: format!(
+                            "inline data is {} bytes but the size says {size}",
+                            bytes.len()
+                        ),
+                    });
+                }
+                FileData::Inline(bytes.into())
+            }
+            DATA_CHUNKS => self.chunk_list(r, i, size)?,
+            t => {
+                return Err(Error::BadEntry {
+                    entry: i,
+                    reason: format!("unknown file data tag {t}"),
+                });
+            }
+        };
+        Ok(EntryKind::File { size, data })
+    }
+
+    /// Reads the chunk list of a file of `size` bytes: each reference is a hole or a chunk
+    /// whose plain length is exactly the piece of the file it stands for.
+    fn chunk_list(&self, r: &mut Reader<'_>, i: u64, size: u64) -> Result<FileData, Error> {
+        let chunk_size = u64::from(self.chunk_size);
+        let n = size.div_ceil(chunk_size);
+        // Each reference takes at least one byte.
+        if n > r.remaining() as u64 {
+            return Err(Error::Truncated("chunk list"));
+        }
+        let mut slots = Vec::with_capacity(n as usize);
+        for pos in 0..n {
+            let s = r.bounded("chunk reference", self.chunks.len() as u64)?;
+            if s > 0 {
+                let want = (size - pos * chunk_size).min(chunk_size);
+                let have = self.chunks[(s - 1) as usize].plain_len;
+                if u64::from(have) != want {
+                    return Err(Error::BadEntry {
+                        entry: i,
+                        reason: format!("chunk {pos} is {have} bytes where the file needs {want}"),
+                    });
+                }
+            }
+            slots.push(Slot(s as u32));
+        }
+        Ok(FileData::Chunks(slots.into()))
+    }
+}
+
+/// Reads the metadata that every entry but a hard link carries.
+fn decode_meta(r: &mut Reader<'_>) -> Result<Meta, Error> {
+    let mode = r.bounded("mode", 0o7777)? as u32;
+    let uid = r.u32_bounded("uid")?;
+    let gid = r.u32_bounded("gid")?;
+    let mtime = r.zigzag("mtime")?;
+    let mtime_nsec = r.bounded("mtime nanoseconds", 999_999_999)? as u32;
+    Ok(Meta {
+        mode,
+        uid,
+        gid,
+        mtime,
+        mtime_nsec,
+    })
+}
+
+/// Reads a symlink target: a path the kernel will accept from `readlink`.
+fn decode_symlink(r: &mut Reader<'_>, i: u64, limits: &Limits) -> Result<EntryKind, Error> {
+    let target = r.bytes("symlink target", limits.max_symlink_len)?;
+    if target.is_empty() || target.contains(&0) {
+        return Err(Error::BadEntry {
+            entry: i,
+            reason: "symlink target is empty or contains NUL".into(),
         });
     }
-    let urgent = if version == VERSION_1 {
-        (0..entries.len() as u32)
-            .map(EntryIdx)
-            .filter(|&i| entries[i.get()].flags.urgent())
-            .collect()
-    } else {
-        decode_urgent(&mut r, &entries, limits)?
-    };
-    if r.remaining() != 0 {
-        return Err(Error::TrailingBytes(r.remaining()));
-    }
-    drop(last_child);
-    if !in_order {
-        check_unique_names(&entries)?;
-    }
-    Ok(Index {
-        chunk_size,
-        chunks,
-        entries,
-        urgent,
+    Ok(EntryKind::Symlink {
+        target: target.into(),
     })
+}
+
+/// Refuses overlay marks on entries that overlayfs would not give them: a whiteout is an
+/// empty file, only a directory can be opaque.
+fn check_overlay_flags(i: u64, flags: EntryFlags, kind: &EntryKind) -> Result<(), Error> {
+    if flags.whiteout() && !matches!(kind, EntryKind::File { size: 0, .. }) {
+        return Err(Error::BadEntry {
+            entry: i,
+            reason: "a whiteout that is not an empty file entry".into(),
+        });
+    }
+    if flags.opaque() && !matches!(kind, EntryKind::Dir) {
+        return Err(Error::BadEntry {
+            entry: i,
+            reason: "an opaque flag on something that is not a directory".into(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
