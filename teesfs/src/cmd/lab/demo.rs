@@ -25,8 +25,9 @@ pub struct DemoArgs {
     /// Where the application layer is built (pip install --target) and cached.
     #[arg(long, value_name = "DIR", default_value = "/var/tmp/teesfs-lab-demo")]
     layer_dir: PathBuf,
-    /// The HTML report to write (an .svg is written beside it).
-    #[arg(long, value_name = "FILE", default_value = "teesfs-lab-demo.html")]
+    /// The HTML report to write (an .svg is written beside it); outside the working tree,
+    /// so a run from a checkout leaves nothing in it.
+    #[arg(long, value_name = "FILE", default_value = "/var/tmp/teesfs-lab-demo.html")]
     report: PathBuf,
     /// Python interpreter (must match the one the layer was built with).
     #[arg(long, default_value = "python3")]
