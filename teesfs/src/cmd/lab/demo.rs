@@ -27,7 +27,11 @@ pub struct DemoArgs {
     layer_dir: PathBuf,
     /// The HTML report to write (an .svg is written beside it); outside the working tree,
     /// so a run from a checkout leaves nothing in it.
-    #[arg(long, value_name = "FILE", default_value = "/var/tmp/teesfs-lab-demo.html")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/tmp/teesfs-lab-demo.html"
+    )]
     report: PathBuf,
     /// Python interpreter (must match the one the layer was built with).
     #[arg(long, default_value = "python3")]
