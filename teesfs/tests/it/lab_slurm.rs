@@ -265,38 +265,14 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
     // left, nothing mounted.
     slurm.cancel(job).expect("scancel");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let jobs_on = |h: &str| -> usize {
-        std::process::Command::new(teesfs_bin())
-            .args(["status", "--json", "--control"])
-            .arg(work.join(h).join("sock"))
-            .output()
-            .ok()
-            .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
-            .and_then(|v| v["jobs"].as_array().map(Vec::len))
-            .unwrap_or(usize::MAX)
-    };
-    while hosts.iter().any(|h| jobs_on(h) != 0) {
+    while hosts.iter().any(|h| jobs_on(&work, h) != 0) {
         assert!(
             std::time::Instant::now() < deadline,
             "the epilog did not release the job everywhere"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    for h in &hosts {
-        let st = std::process::Command::new(teesfs_bin())
-            .args(["status", "--json", "--control"])
-            .arg(work.join(h).join("sock"))
-            .output()
-            .expect("status");
-        let v: serde_json::Value = serde_json::from_slice(&st.stdout).expect("status JSON");
-        assert_eq!(v["jobs"].as_array().map(Vec::len), Some(0), "{h}: {v}");
-        let pid = lab.daemon_pid(h).expect("daemon");
-        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
-        assert!(
-            !mounts.contains(&format!("{h}/jobs/")),
-            "{h} still has a job mounted"
-        );
-    }
+    assert_released(&lab, &hosts);
     assert!(
         std::fs::read_dir(tmp.path()).expect("tmp").all(|e| !e
             .expect("entry")
@@ -329,6 +305,23 @@ fn jobs_on(work: &Path, host: &str) -> usize {
         .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
         .and_then(|v| v["jobs"].as_array().map(Vec::len))
         .unwrap_or(usize::MAX)
+}
+
+/// Every node's daemon has no job left and no job mounted (what the epilog leaves).
+fn assert_released(lab: &Lab, hosts: &[String]) {
+    for h in hosts {
+        assert_eq!(
+            jobs_on(lab.work(), h),
+            0,
+            "{h} still has a job after the epilog"
+        );
+        let pid = lab.daemon_pid(h).expect("daemon");
+        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
+        assert!(
+            !mounts.contains(&format!("{h}/jobs/")),
+            "{h} still has a job mounted"
+        );
+    }
 }
 
 /// A user of this machine other than root, by name: (uid, gid).
@@ -369,7 +362,6 @@ fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
     let lab = Lab::up(&LabSpec::default(), &LabOptions::new(teesfs_bin())).expect("lab up");
     let site = Site::new(&lab, true);
     let slurm = site.start(&lab);
-    let work = lab.work().to_path_buf();
     let tmp = site.tmp.path();
     let hosts = slurm.hosts().to_vec();
     assert_eq!(hosts.len(), 32, "the reference lab has 32 compute nodes");
@@ -417,15 +409,7 @@ fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
     assert_eq!(report1["nodes"].as_u64(), Some(32), "{report1}");
 
     // The epilog released the job everywhere: no job, no mount.
-    for h in &hosts {
-        assert_eq!(jobs_on(&work, h), 0, "{h} still has a job after the epilog");
-        let pid = lab.daemon_pid(h).expect("daemon");
-        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
-        assert!(
-            !mounts.contains(&format!("{h}/jobs/")),
-            "{h} still has a job mounted"
-        );
-    }
+    assert_released(&lab, &hosts);
 
     // A second job right after reuses the chunks the nodes hold.
     let job2 = slurm
