@@ -1,12 +1,13 @@
-//! One job on one process: the [`Relay`] behind a mutex, and the glue that turns its outputs
-//! into network traffic and its inputs out of network traffic.
+//! One job on one process: the [`Relay`] owned by one task, and the glue that turns its
+//! outputs into network traffic and its inputs out of network traffic.
 //!
-//! - every call into the relay goes through [`JobCore::with_relay`], which afterwards sends
-//!   what the relay queued, records events, starts pumps for new children and wakes
-//!   whoever waits;
-//! - one **pump** task per child pulls the next chunk with `poll_bulk` and writes it to the
+//! - the **job's task** owns the relay: it is woken by its inputs (messages, verified
+//!   chunks, unreachable peers, local reads, store losses, pumps asking for work) and by the
+//!   relay's own timer, applies them, then sends what the relay queued, hands out its
+//!   events, starts pumps for new children, wakes the pumps that have work and publishes a
+//!   [`JobView`] for status and reports;
+//! - one **pump** task per child asks the job's task for the next chunk and writes it to the
 //!   child's bulk stream, so QUIC flow control is the back-pressure;
-//! - one **timer** task calls `handle_timeout` when the relay asks;
 //! - incoming chunks are verified against the index before the relay hears of them;
 //! - a chunk the store drops (evicted, unreadable) is reported to the relay as lost, at
 //!   once when the store announces it and whenever a read or a send finds it missing, so a
@@ -20,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use manifest::{ChunkId, Index, IndexId, decode_chunk};
 use peertree::NodeId;
-use peertree::relay::{Event, JobId, Msg, Relay, Transmit};
-use tokio::sync::{Notify, mpsc, oneshot};
+use peertree::relay::{Event, JobId, Msg, Phase, Relay, Transmit};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::peers::{Peers, frame, frame_parts};
 use crate::Error;
@@ -97,7 +98,73 @@ impl JobKnobs {
     }
 }
 
-/// The shared state of one job.
+/// What the job's task is told; every change to the relay goes through one of these.
+enum Input {
+    /// A control or demand message from a peer of the job.
+    Message { from: NodeId, msg: Msg },
+    /// A chunk arrived from `from` and was verified (`valid`) and stored.
+    Chunk {
+        from: NodeId,
+        chunk: u32,
+        valid: bool,
+    },
+    /// A peer could not be reached.
+    Unreachable(NodeId),
+    /// A reader here waits for `chunk`.
+    Want(u32),
+    /// The store dropped `chunk`.
+    Lost(u32),
+    /// A chunk given to `child`'s pump could not be read back from the store.
+    Unsent { child: NodeId, chunk: u32 },
+    /// `child`'s pump asks for its next chunk: `None` if `child` is no longer a child,
+    /// `Some(None)` if nothing is ready for it yet (it is woken when something is).
+    NextBulk {
+        child: NodeId,
+        reply: oneshot::Sender<Option<Option<u32>>>,
+    },
+    /// `child`'s pump has stopped.
+    PumpDone(NodeId),
+}
+
+/// What the job's task last published of its relay, for status and reports.
+#[derive(Debug, Clone, Default)]
+pub struct JobView {
+    /// The parent's host, if attached.
+    pub parent: Option<String>,
+    /// The children's hosts.
+    pub children: Vec<String>,
+    /// Chunks held here.
+    pub have: usize,
+    /// Chunks in the job.
+    pub chunks: usize,
+    /// Whether this node holds the urgent set and the whole layer.
+    pub done: [bool; 2],
+    /// Whether the job is finished for this node.
+    pub finished: bool,
+    /// The relay's counters.
+    pub stats: peertree::relay::RelayStats,
+    /// Bytes pushed to each child (`(me, child, bytes)`).
+    pub child_bytes: Vec<(NodeId, NodeId, u64)>,
+}
+
+impl JobView {
+    fn of(r: &Relay) -> Self {
+        let host = |id| r.peer(id).map(|n| n.host.clone()).unwrap_or_default();
+        Self {
+            parent: r.parent().map(host),
+            children: r.children().map(host).collect(),
+            have: r.have_count(),
+            chunks: r.schedule().len(),
+            done: [r.local_done(Phase::Urgent), r.local_done(Phase::All)],
+            finished: r.finished(),
+            stats: r.stats(),
+            child_bytes: r.child_bytes().map(|(c, b)| (r.me(), c, b)).collect(),
+        }
+    }
+}
+
+/// One job on this process: the handle every task holds. The relay itself is owned by the
+/// job's task ([`JobCore::start`]), which the handle feeds.
 pub struct JobCore {
     /// The job.
     pub job: JobId,
@@ -107,26 +174,36 @@ pub struct JobCore {
     pub index: Arc<Index>,
     /// Its id.
     pub index_id: IndexId,
-    relay: Mutex<Relay>,
+    inputs: mpsc::UnboundedSender<Input>,
+    /// The relay and the inputs' receiving end until [`JobCore::start`] hands them to the
+    /// job's task.
+    parked: Mutex<Option<(Relay, mpsc::UnboundedReceiver<Input>)>>,
+    view: watch::Receiver<JobView>,
+    view_tx: watch::Sender<JobView>,
     hosts: HashMap<String, NodeId>,
     addrs: HashMap<NodeId, (String, String)>,
     peers: Arc<Peers>,
     bytes: Arc<dyn ChunkBytes>,
     chunk_of: HashMap<ChunkId, u32>,
     waiters: Mutex<HashMap<u32, Vec<Waiter>>>,
-    pump_wake: Notify,
-    timer_wake: Notify,
-    pumps: Mutex<HashSet<NodeId>>,
     events: mpsc::UnboundedSender<TimedEvent>,
     counters: Mutex<JobCounters>,
     rt: tokio::runtime::Handle,
-    closed: std::sync::atomic::AtomicBool,
-    closing: tokio::sync::watch::Sender<bool>,
+    closing: watch::Sender<bool>,
     knobs: JobKnobs,
 }
 
+/// The job's task's own state besides the relay: the pumps it started.
+#[derive(Default)]
+struct Pumps {
+    /// Each child's pump and its wake-up.
+    running: HashMap<NodeId, Arc<Notify>>,
+    /// Pumps waiting for a chunk to become ready.
+    idle: HashSet<NodeId>,
+}
+
 impl JobCore {
-    /// Wraps a relay; returns the core and the stream of its events. Call
+    /// Wraps a relay; returns the handle and the stream of the job's events. Call
     /// [`JobCore::start`] once it is shared.
     pub fn new(
         relay: Relay,
@@ -138,6 +215,7 @@ impl JobCore {
         knobs: JobKnobs,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<TimedEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (inputs, inputs_rx) = mpsc::unbounded_channel();
         let mut hosts = HashMap::new();
         let mut addrs = HashMap::new();
         for n in known {
@@ -150,55 +228,174 @@ impl JobCore {
             .enumerate()
             .map(|(i, c)| (c.id, i as u32))
             .collect();
+        let (view_tx, view) = watch::channel(JobView::of(&relay));
         let core = Arc::new(Self {
             job: relay.job(),
             me: relay.me(),
             index,
             index_id,
-            relay: Mutex::new(relay),
+            inputs,
+            parked: Mutex::new(Some((relay, inputs_rx))),
+            view,
+            view_tx,
             hosts,
             addrs,
             peers,
             bytes,
             chunk_of,
             waiters: Mutex::new(HashMap::new()),
-            pump_wake: Notify::new(),
-            timer_wake: Notify::new(),
-            pumps: Mutex::new(HashSet::new()),
             events: tx,
             counters: Mutex::new(JobCounters::default()),
             rt: tokio::runtime::Handle::current(),
-            closed: std::sync::atomic::AtomicBool::new(false),
-            closing: tokio::sync::watch::Sender::new(false),
+            closing: watch::Sender::new(false),
             knobs,
         });
         (core, rx)
     }
 
-    /// Starts the timer and sends what the relay queued at creation.
+    /// Starts the job's task, which owns the relay from now on and first sends what the
+    /// relay queued at creation. A second call does nothing.
     pub fn start(self: &Arc<Self>) {
-        let this = self.clone();
-        self.rt.spawn(async move { this.timer().await });
+        let Some((relay, inputs)) = lock(&self.parked).take() else {
+            return;
+        };
+        let span = tracing::debug_span!("job", job = %self.job);
+        let run = self.clone().run(relay, inputs);
+        self.rt.spawn(tracing::Instrument::instrument(run, span));
         if let Some(losses) = self.bytes.watch_losses() {
             let this = Arc::downgrade(self);
             let closing = self.closing.subscribe();
             self.rt.spawn(Self::follow_losses(this, losses, closing));
         }
-        self.with_relay(|_, _| ());
+    }
+
+    /// The job's task: applies each input to the relay as it comes (and the relay's timer
+    /// when it is due), then carries out what the relay asked for, until the job closes.
+    async fn run(self: Arc<Self>, mut relay: Relay, mut inputs: mpsc::UnboundedReceiver<Input>) {
+        let mut pumps = Pumps::default();
+        let mut closing = self.closing.subscribe();
+        self.carry_out(&mut relay, &mut pumps, Instant::now());
+        loop {
+            let due = relay.poll_timeout();
+            let timer = async {
+                match due {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let input = tokio::select! {
+                biased;
+                _ = closing.wait_for(|&c| c) => return,
+                i = inputs.recv() => match i {
+                    Some(i) => Some(i),
+                    None => return,
+                },
+                () = timer => None,
+            };
+            let now = Instant::now();
+            match input {
+                Some(i) => self.apply(&mut relay, &mut pumps, now, i),
+                None => relay.handle_timeout(now),
+            }
+            // Take in what else has queued up before sending, so a burst costs one pass.
+            for _ in 0..64 {
+                let Ok(i) = inputs.try_recv() else { break };
+                self.apply(&mut relay, &mut pumps, now, i);
+            }
+            self.carry_out(&mut relay, &mut pumps, now);
+        }
+    }
+
+    fn apply(&self, r: &mut Relay, pumps: &mut Pumps, now: Instant, input: Input) {
+        match input {
+            Input::Message { from, msg } => r.handle_message(now, from, msg),
+            Input::Chunk { from, chunk, valid } => r.handle_chunk(now, from, chunk, valid),
+            Input::Unreachable(peer) => r.handle_unreachable(now, peer),
+            Input::Want(chunk) => {
+                if r.has(chunk) {
+                    tracing::warn!(
+                        chunk,
+                        "a chunk counted as held is not in the store (evicted or unreadable); fetching it again"
+                    );
+                    r.handle_lost(now, chunk);
+                }
+                r.handle_local_want(now, chunk);
+            }
+            Input::Lost(chunk) => r.handle_lost(now, chunk),
+            Input::Unsent { child, chunk } => r.handle_unsent(now, child, chunk),
+            Input::NextBulk { child, reply } => {
+                let is_child = r.children().any(|c| c == child);
+                let next = is_child.then(|| r.poll_bulk(now, child));
+                if next == Some(None) {
+                    pumps.idle.insert(child);
+                }
+                let _ = reply.send(next);
+            }
+            Input::PumpDone(child) => {
+                pumps.running.remove(&child);
+                pumps.idle.remove(&child);
+            }
+        }
+    }
+
+    /// Sends what the relay queued, hands out its events, starts pumps for new children,
+    /// wakes the pumps that have a chunk to send (or no child any more) and publishes the
+    /// job's view. Messages go to the links before events are handed out.
+    fn carry_out(self: &Arc<Self>, r: &mut Relay, pumps: &mut Pumps, now: Instant) {
+        while let Some(t) = r.poll_transmit(now) {
+            if let Some((child, chunk)) = self.transmit(r, t) {
+                r.handle_unsent(now, child, chunk);
+            }
+        }
+        while let Some(e) = r.poll_event() {
+            // A peer given up may come back as a new process: talk to it afresh.
+            if let Event::ChildFailed(peer) | Event::ParentLost(peer) = e
+                && let Some((host, _)) = self.peer_addr(r, peer)
+            {
+                self.peers.forget(&host);
+            }
+            let _ = self.events.send((now, e));
+        }
+        let children: HashSet<NodeId> = r.children().collect();
+        for &c in &children {
+            if pumps.running.contains_key(&c) {
+                continue;
+            }
+            let Some((host, addr)) = self.peer_addr(r, c) else {
+                tracing::warn!(child = ?c, "no address for child");
+                continue;
+            };
+            let wake = Arc::new(Notify::new());
+            pumps.running.insert(c, wake.clone());
+            let span = tracing::debug_span!("pump", job = %self.job, child = %host);
+            let pump = self.clone().pump(c, host, addr, wake);
+            self.rt.spawn(tracing::Instrument::instrument(pump, span));
+        }
+        if !pumps.idle.is_empty() {
+            let mut wake: Vec<NodeId> = r.bulk_ready().filter(|c| pumps.idle.contains(c)).collect();
+            wake.extend(pumps.idle.iter().filter(|c| !children.contains(c)));
+            for c in wake {
+                pumps.idle.remove(&c);
+                if let Some(n) = pumps.running.get(&c) {
+                    n.notify_one();
+                }
+            }
+        }
+        self.view_tx.send_replace(JobView::of(r));
     }
 
     /// Tells the relay of every chunk of this job the store drops, until the job closes.
     async fn follow_losses(
         this: std::sync::Weak<Self>,
         mut losses: mpsc::UnboundedReceiver<ChunkId>,
-        mut closing: tokio::sync::watch::Receiver<bool>,
+        mut closing: watch::Receiver<bool>,
     ) {
         loop {
             tokio::select! {
                 id = losses.recv() => {
                     let (Some(id), Some(core)) = (id, this.upgrade()) else { return };
                     if let Some(&chunk) = core.chunk_of.get(&id) {
-                        core.with_relay(|r, now| r.handle_lost(now, chunk));
+                        core.tell(Input::Lost(chunk));
                     }
                 }
                 _ = closing.wait_for(|&c| c) => return,
@@ -206,23 +403,30 @@ impl JobCore {
         }
     }
 
+    fn tell(&self, input: Input) {
+        // The job's task has ended only when the job closed: nothing left to tell.
+        let _ = self.inputs.send(input);
+    }
+
     /// Stops the job's tasks (connections stay, they are shared).
     pub fn close(&self) {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         self.closing.send_replace(true);
         // Readers waiting for a chunk get an error now instead of waiting for their bound.
         lock(&self.waiters).clear();
-        self.pump_wake.notify_waiters();
-        self.timer_wake.notify_waiters();
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+        *self.closing.borrow()
+    }
+
+    /// What the job's task last published of the relay.
+    pub fn view(&self) -> JobView {
+        self.view.borrow().clone()
     }
 
     /// Counters so far.
     pub fn counters(&self) -> JobCounters {
-        let stats = self.relay(|r| r.stats());
+        let stats = self.view.borrow().stats;
         let mut c = lock(&self.counters).clone();
         c.wants_sent = stats.wants_sent;
         c.demand_served = stats.demand_served;
@@ -231,61 +435,16 @@ impl JobCore {
         c
     }
 
-    /// Runs `f` on the relay, then carries out everything it asked for.
-    pub fn with_relay<R>(self: &Arc<Self>, f: impl FnOnce(&mut Relay, Instant) -> R) -> R {
-        let now = Instant::now();
-        let mut out = Vec::new();
-        let mut events = Vec::new();
-        let (result, children) = {
-            let mut r = lock(&self.relay);
-            let result = f(&mut r, now);
-            while let Some(t) = r.poll_transmit(now) {
-                out.push(t);
-            }
-            while let Some(e) = r.poll_event() {
-                events.push(e);
-            }
-            (result, r.children().collect::<Vec<_>>())
-        };
-        for t in out {
-            self.transmit(t);
-        }
-        for e in events {
-            // A peer given up may come back as a new process: talk to it afresh.
-            if let Event::ChildFailed(peer) | Event::ParentLost(peer) = e
-                && let Some((host, _)) = self.peer_addr(peer)
-            {
-                self.peers.forget(&host);
-            }
-            let _ = self.events.send((now, e));
-        }
-        for c in children {
-            if lock(&self.pumps).insert(c) {
-                let this = self.clone();
-                self.rt.spawn(async move {
-                    this.clone().pump(c).await;
-                    lock(&this.pumps).remove(&c);
-                });
-            }
-        }
-        self.pump_wake.notify_waiters();
-        self.timer_wake.notify_one();
-        result
-    }
-
-    /// Read-only access to the relay.
-    pub fn relay<R>(&self, f: impl FnOnce(&Relay) -> R) -> R {
-        f(&lock(&self.relay))
-    }
-
-    fn peer_addr(&self, id: NodeId) -> Option<(String, String)> {
+    fn peer_addr(&self, r: &Relay, id: NodeId) -> Option<(String, String)> {
         if let Some(a) = self.addrs.get(&id) {
             return Some(a.clone());
         }
-        self.relay(|r| r.peer(id).map(|n| (n.host.clone(), n.addr.clone())))
+        r.peer(id).map(|n| (n.host.clone(), n.addr.clone()))
     }
 
-    fn transmit(self: &Arc<Self>, t: Transmit) {
+    /// Hands one message to the links. A demanded chunk the store no longer holds is
+    /// returned (`(child, chunk)`) for the relay to fetch again.
+    fn transmit(&self, r: &Relay, t: Transmit) -> Option<(NodeId, u32)> {
         let (to, kind, bytes) = match t {
             Transmit::Control { to, msg } => {
                 let kind = match msg {
@@ -300,8 +459,7 @@ impl JobCore {
                         chunk,
                         "a demanded chunk is no longer in the store; fetching it again for the child"
                     );
-                    self.with_relay(|r, now| r.handle_unsent(now, to, chunk));
-                    return;
+                    return Some((to, chunk));
                 };
                 let msg = Msg::Chunk {
                     chunk,
@@ -311,11 +469,11 @@ impl JobCore {
                 (to, StreamKind::Demand, frame(self.job, &msg))
             }
         };
-        let Some((host, addr)) = self.peer_addr(to) else {
-            tracing::warn!(?to, "no address for peer");
-            return;
-        };
-        self.peers.send(&host, &addr, kind, bytes);
+        match self.peer_addr(r, to) {
+            Some((host, addr)) => self.peers.send(&host, &addr, kind, bytes),
+            None => tracing::warn!(?to, "no address for peer"),
+        }
+        None
     }
 
     fn chunk_bytes(&self, chunk: u32) -> Option<Vec<u8>> {
@@ -334,108 +492,71 @@ impl JobCore {
         Some(data)
     }
 
-    async fn pump(self: Arc<Self>, child: NodeId) {
-        let Some((host, addr)) = self.peer_addr(child) else {
-            return;
-        };
-        let span = tracing::debug_span!("pump", job = %self.job, child = %host);
-        // The span covers every await of the pump (an entered guard must not cross awaits).
-        tracing::Instrument::instrument(self.clone().pump_loop(child, host, addr), span).await;
+    /// Pushes chunks to one child on its bulk stream, one at a time as the job's task hands
+    /// them out, so QUIC flow control is the back-pressure. Ends when the child is no
+    /// longer a child, cannot be reached, or the job closes.
+    async fn pump(self: Arc<Self>, child: NodeId, host: String, addr: String, wake: Arc<Notify>) {
+        self.pump_chunks(child, &host, &addr, &wake).await;
+        self.tell(Input::PumpDone(child));
     }
 
-    async fn pump_loop(self: Arc<Self>, child: NodeId, host: String, addr: String) {
-        let conn = match self.peers.conn(&host, &addr).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "child unreachable");
-                self.with_relay(|r, now| r.handle_unreachable(now, child));
-                return;
-            }
+    async fn pump_chunks(&self, child: NodeId, host: &str, addr: &str, wake: &Notify) {
+        let mut closing = self.closing.subscribe();
+        let opened = match self.peers.conn(host, addr).await {
+            Ok(conn) => conn.open(StreamKind::Bulk).await,
+            Err(e) => Err(e),
         };
-        let mut tx = match conn.open(StreamKind::Bulk).await {
+        let mut tx = match opened {
             Ok(tx) => tx,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot open bulk stream");
-                self.with_relay(|r, now| r.handle_unreachable(now, child));
+                tracing::warn!(error = %e, "child unreachable");
+                self.tell(Input::Unreachable(child));
                 return;
             }
         };
         loop {
+            let (reply, next) = oneshot::channel();
+            self.tell(Input::NextBulk { child, reply });
+            let chunk = match next.await {
+                Ok(Some(Some(chunk))) => chunk,
+                Ok(Some(None)) => {
+                    tokio::select! {
+                        () = wake.notified() => continue,
+                        _ = closing.wait_for(|&c| c) => return,
+                    }
+                }
+                // No longer a child, or the job's task has ended.
+                Ok(None) | Err(_) => return,
+            };
+            let Some(data) = self.chunk_bytes(chunk) else {
+                tracing::warn!(
+                    chunk,
+                    "a chunk to forward is no longer in the store; fetching it again for the child"
+                );
+                self.tell(Input::Unsent { child, chunk });
+                continue;
+            };
+            let msg = Msg::Chunk {
+                chunk,
+                demand: false,
+                data,
+            };
+            let (head, body) = frame_parts(self.job, &msg);
+            drop(msg);
+            let len = head.len() + body.len();
+            if let Err(e) = tx.send_parts(&head, body).await {
+                tracing::debug!(error = %e, "bulk send failed");
+                self.tell(Input::Unreachable(child));
+                return;
+            }
+            if let Some(rate) = self.knobs.rate_limit.filter(|&r| r > 0) {
+                // Pacing to the configured rate, not waiting for a message.
+                let secs = len as f64 / rate as f64;
+                tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            }
             if self.is_closed() {
                 return;
             }
-            let woken = self.pump_wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let next = self.with_relay_quiet(|r, now| {
-                if !r.children().any(|c| c == child) {
-                    return Err(());
-                }
-                Ok(r.poll_bulk(now, child))
-            });
-            match next {
-                Err(()) => return,
-                Ok(Some(chunk)) => {
-                    let Some(data) = self.chunk_bytes(chunk) else {
-                        tracing::warn!(
-                            chunk,
-                            "a chunk to forward is no longer in the store; fetching it again for the child"
-                        );
-                        self.with_relay(|r, now| r.handle_unsent(now, child, chunk));
-                        continue;
-                    };
-                    let msg = Msg::Chunk {
-                        chunk,
-                        demand: false,
-                        data,
-                    };
-                    let (head, body) = frame_parts(self.job, &msg);
-                    drop(msg);
-                    let len = head.len() + body.len();
-                    if let Err(e) = tx.send_parts(&head, body).await {
-                        tracing::debug!(error = %e, "bulk send failed");
-                        self.with_relay(|r, now| r.handle_unreachable(now, child));
-                        return;
-                    }
-                    if let Some(rate) = self.knobs.rate_limit.filter(|&r| r > 0) {
-                        let secs = len as f64 / rate as f64;
-                        tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-                    }
-                }
-                Ok(None) => {
-                    let _ = tokio::time::timeout(Duration::from_millis(500), woken).await;
-                }
-            }
-        }
-    }
-
-    /// Like [`JobCore::with_relay`] but without waking the pumps (a pump polling itself).
-    fn with_relay_quiet<R>(self: &Arc<Self>, f: impl FnOnce(&mut Relay, Instant) -> R) -> R {
-        let now = Instant::now();
-        let mut r = lock(&self.relay);
-        let result = f(&mut r, now);
-        let mut out = Vec::new();
-        while let Some(t) = r.poll_transmit(now) {
-            out.push(t);
-        }
-        drop(r);
-        for t in out {
-            self.transmit(t);
-        }
-        result
-    }
-
-    async fn timer(self: Arc<Self>) {
-        while !self.is_closed() {
-            let next = self.relay(|r| r.poll_timeout());
-            let sleep = next.map_or(Duration::from_secs(1), |t| {
-                t.saturating_duration_since(Instant::now())
-            });
-            tokio::select! {
-                _ = tokio::time::sleep(sleep) => {}
-                _ = self.timer_wake.notified() => continue,
-            }
-            self.with_relay(|r, now| r.handle_timeout(now));
         }
     }
 
@@ -448,7 +569,7 @@ impl JobCore {
         match msg {
             Msg::Chunk { chunk, data, .. } => self.on_chunk(from, chunk, &data),
             Msg::Start(_) => {}
-            other => self.with_relay(|r, now| r.handle_message(now, from, other)),
+            msg => self.tell(Input::Message { from, msg }),
         }
     }
 
@@ -471,7 +592,7 @@ impl JobCore {
             lock(&self.counters).bad_chunks += 1;
             tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
         }
-        self.with_relay(|r, now| r.handle_chunk(now, from, chunk, valid));
+        self.tell(Input::Chunk { from, chunk, valid });
         if valid {
             self.wake(chunk, data);
         }
@@ -490,7 +611,7 @@ impl JobCore {
     /// The peer could not be reached.
     pub fn on_unreachable(self: &Arc<Self>, host: &str) {
         if let Some(&id) = self.hosts.get(host) {
-            self.with_relay(|r, now| r.handle_unreachable(now, id));
+            self.tell(Input::Unreachable(id));
         }
     }
 
@@ -520,13 +641,7 @@ impl JobCore {
         if let Some(b) = self.bytes.get(id) {
             return Ok(b);
         }
-        self.with_relay(|r, now| {
-            if r.has(chunk) {
-                tracing::warn!(chunk = %id.short(), job = %self.job, "a chunk counted as held is not in the store (evicted or unreadable); fetching it again");
-                r.handle_lost(now, chunk);
-            }
-            r.handle_local_want(now, chunk);
-        });
+        self.tell(Input::Want(chunk));
         match rx.await {
             Ok(data) => Ok(data.to_vec()),
             Err(_) => Err(Error::JobClosed),

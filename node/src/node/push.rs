@@ -140,9 +140,7 @@ pub async fn push(
         }
     }
     // Edge byte counts of the root's own children, which the relay keeps itself.
-    let root_edges: Vec<(NodeId, NodeId, u64)> = session
-        .core()
-        .relay(|r| r.child_bytes().map(|(c, b)| (r.me(), c, b)).collect());
+    let root_edges = session.core().view().child_bytes;
     let now = session.start.elapsed().as_secs_f64();
     for (p, c, b) in root_edges {
         out.events.push((now, Event::EdgeBytes(p, c, b)));

@@ -494,7 +494,7 @@ impl Daemon {
     pub fn phase_done(&self, job: JobId, phase: Phase) -> bool {
         lock(&self.jobs)
             .get(&job)
-            .is_some_and(|j| j.core.relay(|r| r.local_done(phase)))
+            .is_some_and(|j| j.core.view().done[phase.index()])
     }
 }
 
@@ -538,28 +538,19 @@ impl Router for Daemon {
 
 /// One job as `status` shows it.
 fn job_status(j: &NodeJob) -> JobStatus {
-    let (parent, children, have, chunks, finished) = j.core.relay(|r| {
-        let host = |id| r.peer(id).map(|n| n.host.clone()).unwrap_or_default();
-        (
-            r.parent().map(host).unwrap_or_default(),
-            r.children().map(host).collect(),
-            r.have_count(),
-            r.schedule().len(),
-            r.finished(),
-        )
-    });
+    let view = j.core.view();
     let phases = *lock(&j.phases);
     JobStatus {
         job: j.core.job.to_string(),
         index: j.core.index_id.to_hex(),
-        parent,
-        children,
-        have,
-        chunks,
+        parent: view.parent.unwrap_or_default(),
+        children: view.children,
+        have: view.have,
+        chunks: view.chunks,
         urgent_s: phases[0],
         all_s: phases[1],
         mountpoint: j.mountpoint.display().to_string(),
-        finished,
+        finished: view.finished,
         owner: j.owner,
         counters: j.core.counters(),
     }
