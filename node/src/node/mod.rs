@@ -8,6 +8,8 @@
 //! - [`control`]: the daemon's control requests and who may make them.
 //! - [`root`]: the login node as the root of one job's tree (one session for push and probe).
 //! - [`push`]: a push: the root over the login node's store, and its report.
+//! - [`handover`]: a push that returns at the urgent set while a background copy streams
+//!   the rest.
 //! - [`report`]: the push report (documented JSON).
 //! - [`health`]: `teesfs health`, an empty broadcast measuring every edge (documented JSON).
 //!
@@ -16,6 +18,7 @@
 pub mod admit;
 pub mod control;
 pub mod daemon;
+pub mod handover;
 pub mod health;
 pub mod job;
 pub mod peers;

@@ -66,7 +66,7 @@ pub struct Failure {
 }
 
 /// The whole report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PushReport {
     /// Format version.
     pub version: u32,

@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use peertree::Strategy;
 use peertree::relay::{JobId, Phase, Timing};
 use seeder::DirStore;
+use teesfs::node::handover::{self, Background, Handover};
 use teesfs::node::push::{PushSpec, push, report};
 use teesfs::node::report::PushReport;
 
@@ -90,7 +91,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         Some(id) => JobId(id),
         None => teesfs::node::fresh_job_id(&index_id.0),
     };
-    let serving = std::env::var_os(SERVE_ENV).is_some();
+    let serving = handover::serving().is_some();
     // The process that carries the push out holds the proxies it borrows (a foreground
     // that hands off to a background copy only shows the plan).
     let _hold = if args.job.borrow_idle && (serving || args.wait == Wait::All) {
@@ -103,21 +104,12 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         // Nodes read from the file system: the root only tells each node to start.
         plan = plan.flat_without_storage();
     }
-    let globs = build_globs(&args.urgent)?;
-    let order = manifest::push_order(&index, &|p: &[u8]| {
-        globs
-            .as_ref()
-            .is_some_and(|g| g.is_match(String::from_utf8_lossy(p).as_ref()))
-    });
+    let order = push_order(&index, &args.urgent)?;
     let RootContact {
         nodes,
         identity,
         advertise,
     } = args.root.contact(&plan, &args.job.login)?;
-    let timing = Timing {
-        heartbeat_ms: args.heartbeat.as_millis().clamp(10, u32::MAX as u128) as u32,
-        deadline_ms: args.deadline.as_millis().clamp(50, u32::MAX as u128) as u32,
-    };
     let index = Arc::new(index);
     let spec = PushSpec {
         job,
@@ -127,17 +119,19 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         index_id,
         store,
         order: order.clone(),
-        timing,
+        timing: Timing {
+            heartbeat_ms: args.heartbeat.as_millis().clamp(10, u32::MAX as u128) as u32,
+            deadline_ms: args.deadline.as_millis().clamp(50, u32::MAX as u128) as u32,
+        },
         identity,
         listen: args.root.listen,
         shared_store: shared,
         advertise,
         rate_limit: args.rate_limit,
-        owner: match args.owner {
-            Some(u) => Some(u),
-            None if nix::unistd::getuid().is_root() => None,
-            None => Some(nix::unistd::getuid().as_raw()),
-        },
+        owner: args.owner.or_else(|| {
+            let me = nix::unistd::getuid();
+            (!me.is_root()).then(|| me.as_raw())
+        }),
     };
     let n = plan.len() - 1;
     let bar = progress_bar(args.quiet, n);
@@ -175,7 +169,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         ));
         if serving && !urgent_sent && so_far.urgent_s.is_some() {
             urgent_sent = true;
-            emit(&serde_json::json!({ "event": "urgent", "report": report_of(so_far) }));
+            Handover::Urgent(report_of(so_far)).emit();
         }
     }))?;
     bar.finish_and_clear();
@@ -186,14 +180,11 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
 /// Shows or hands over the final report, writes `--report`, and fails when nodes did.
 fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> anyhow::Result<()> {
     if serving {
-        emit(&serde_json::json!({ "event": "done", "report": rep }));
+        Handover::Done(rep.clone()).emit();
     } else {
         print_report(rep);
     }
-    if let Some(path) = &args.report {
-        std::fs::write(path, serde_json::to_vec_pretty(rep)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_report(args, rep)?;
     if timed_out {
         bail!("timed out after {}", util::duration(args.timeout));
     }
@@ -204,9 +195,7 @@ fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> 
         );
     }
     // A background copy that completed leaves no log behind (a failed one keeps it).
-    if let Some(log) = std::env::var_os(SERVE_ENV) {
-        let _ = std::fs::remove_file(log);
-    }
+    handover::completed();
     Ok(())
 }
 
@@ -273,75 +262,50 @@ fn hold_borrowed(
     )
 }
 
-/// Set (to its log file) in the environment of the background copy that keeps serving
-/// after the urgent set.
-const SERVE_ENV: &str = "TEESFS_PUSH_SERVE";
-
-/// One JSON line to the foreground process (which may have gone: errors are ignored).
-fn emit(v: &serde_json::Value) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
-}
-
 /// Runs this same command again in the background with the whole layer as its goal, shows
 /// its progress, and returns once it reports the urgent set everywhere.
 fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
-    use std::io::BufRead;
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("finding the teesfs binary")?;
-    let log = std::env::temp_dir().join(format!("teesfs-push-{}.log", std::process::id()));
-    let mut child = std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env(SERVE_ENV, &log)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?)
-        // Its own process group: Ctrl-C on this terminal does not stop the streaming.
-        .process_group(0)
-        .spawn()
-        .context("starting the background push")?;
-    let out = child.stdout.take().expect("stdout is piped");
-    for line in std::io::BufReader::new(out).lines() {
-        let line = line?;
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        let event = v["event"].as_str().unwrap_or_default();
-        if event == "urgent" || event == "done" {
-            bar.finish_and_clear();
-            let rep: PushReport = serde_json::from_value(v["report"].clone())
-                .context("reading the background push's report")?;
-            print_report(&rep);
-            if let Some(path) = &args.report {
-                std::fs::write(path, serde_json::to_vec_pretty(&rep)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            if event == "urgent" {
-                println!(
-                    "the rest of the layer keeps streaming in the background (pid {}, log {}, \
-                     removed when it completes); nodes fetch anything they need first on demand",
-                    child.id(),
-                    log.display()
-                );
-            }
-            if !rep.failures.is_empty() {
-                bail!(
-                    "{} node(s) failed; see the report above",
-                    rep.failures.len()
-                );
-            }
-            return Ok(());
-        }
+    let mut bg = Background::spawn()?;
+    let first = bg.first();
+    bar.finish_and_clear();
+    let first = first?;
+    let rep = first.report();
+    print_report(rep);
+    write_report(args, rep)?;
+    if let Handover::Urgent(_) = first {
+        println!(
+            "the rest of the layer keeps streaming in the background (pid {}, log {}, \
+             removed when it completes); nodes fetch anything they need first on demand",
+            bg.pid(),
+            bg.log().display()
+        );
     }
-    let status = child.wait()?;
-    let tail = std::fs::read_to_string(&log).unwrap_or_default();
-    let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-    bail!(
-        "the push ended ({status}) before the urgent set arrived everywhere:\n{}",
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-    )
+    if !rep.failures.is_empty() {
+        bail!(
+            "{} node(s) failed; see the report above",
+            rep.failures.len()
+        );
+    }
+    Ok(())
+}
+
+fn write_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
+    if let Some(path) = &args.report {
+        std::fs::write(path, serde_json::to_vec_pretty(rep)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The order chunks are pushed in: the index's urgent set, plus the files `--urgent` globs
+/// match, first.
+fn push_order(index: &manifest::Index, urgent: &[String]) -> anyhow::Result<(Vec<u32>, usize)> {
+    let globs = build_globs(urgent)?;
+    Ok(manifest::push_order(index, &|p: &[u8]| {
+        globs
+            .as_ref()
+            .is_some_and(|g| g.is_match(String::from_utf8_lossy(p).as_ref()))
+    }))
 }
 
 fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> {
