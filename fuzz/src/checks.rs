@@ -1,6 +1,6 @@
 //! What every fuzz target asserts about one input, as plain functions so that the same checks
 //! run under libFuzzer (`fuzz/fuzz_targets/*`) and as an ordinary test over the committed
-//! corpus (`teesfs/tests/it/fuzz_corpus.rs` includes this file by path).
+//! corpus (`peertree/tests/fuzz_corpus.rs` includes this file by path).
 //!
 //! Each check must return for any input; a panic (including a failed assertion below) or an
 //! allocation the input did not pay for is a bug in the decoder.

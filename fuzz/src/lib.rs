@@ -1,4 +1,4 @@
 //! Fuzz harness support: the checks each target runs (shared with the corpus replay test in
-//! `teesfs/tests/it/fuzz_corpus.rs`, which includes `checks.rs` by path).
+//! `peertree/tests/fuzz_corpus.rs`, which includes `checks.rs` by path).
 
 pub mod checks;

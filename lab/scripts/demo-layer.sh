@@ -5,7 +5,7 @@
 # --target`, byte-compiled, and the list of files the application reads at start-up
 # (its urgent set) written beside the layer.
 #
-# Usage: scripts/lab-demo-layer.sh OUT_DIR      -> OUT_DIR/layer, OUT_DIR/urgent.txt
+# Usage: lab/scripts/demo-layer.sh OUT_DIR      -> OUT_DIR/layer, OUT_DIR/urgent.txt
 set -euo pipefail
 out=${1:?usage: $0 OUT_DIR}
 py=${PYTHON:-python3}

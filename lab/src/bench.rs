@@ -265,18 +265,6 @@ pub fn run(
             seed += 1;
             let file = dir.join("payload.bin");
             let r = match m {
-                Method::Torrent => {
-                    let tr = crate::torrent::distribute(lab, &file, BASELINE_TIMEOUT, false)?;
-                    Run {
-                        method: m,
-                        rep,
-                        all_s: tr.all_s,
-                        wall_s: tr.all_s,
-                        uplink_in_bytes: tr.uplink_in(),
-                        root_out_bytes: tr.root_link.tx,
-                        cpu_s: tr.cpu_s,
-                    }
-                }
                 Method::Sbcast => {
                     let (s, job) = slurm.as_ref().ok_or_else(|| {
                         LabError::Shape("sbcast needs Slurm, which did not start".into())
@@ -284,19 +272,9 @@ pub fn run(
                     sbcast_run(lab, s, *job, &file, m, rep)?
                 }
                 _ => {
-                    let index = lab.publish(&dir)?;
-                    let _ = std::fs::remove_dir_all(&dir);
-                    let pr = lab.push(&m.push_options(&index))?;
-                    stored = pr.report.total_bytes;
-                    Run {
-                        method: m,
-                        rep,
-                        all_s: pr.report.all_complete_s.unwrap_or(f64::NAN),
-                        wall_s: pr.wall_s,
-                        uplink_in_bytes: pr.uplink_in(),
-                        root_out_bytes: pr.root_link.tx,
-                        cpu_s: pr.cpu_s,
-                    }
+                    let (r, s) = one_run(lab, m, rep, &dir, &file)?;
+                    stored = s.unwrap_or(stored);
+                    r
                 }
             };
             let _ = std::fs::remove_dir_all(&dir);
@@ -311,7 +289,56 @@ pub fn run(
         // Only baselines ran: they move the payload itself.
         stored = payload;
     }
-    let l = lab.layout();
+    Ok(report(lab.layout(), methods, reps, payload, stored, runs))
+}
+
+/// One run of a BitTorrent or teesfs method on the payload in `dir`; for teesfs also the
+/// stored size of the published layer.
+fn one_run(
+    lab: &Lab,
+    m: Method,
+    rep: usize,
+    dir: &Path,
+    file: &Path,
+) -> Result<(Run, Option<u64>)> {
+    if m == Method::Torrent {
+        let tr = crate::torrent::distribute(lab, file, BASELINE_TIMEOUT, false)?;
+        let run = Run {
+            method: m,
+            rep,
+            all_s: tr.all_s,
+            wall_s: tr.all_s,
+            uplink_in_bytes: tr.uplink_in(),
+            root_out_bytes: tr.root_link.tx,
+            cpu_s: tr.cpu_s,
+        };
+        return Ok((run, None));
+    }
+    let index = lab.publish(dir)?;
+    let _ = std::fs::remove_dir_all(dir);
+    let pr = lab.push(&m.push_options(&index))?;
+    let run = Run {
+        method: m,
+        rep,
+        all_s: pr.report.all_complete_s.unwrap_or(f64::NAN),
+        wall_s: pr.wall_s,
+        uplink_in_bytes: pr.uplink_in(),
+        root_out_bytes: pr.root_link.tx,
+        cpu_s: pr.cpu_s,
+    };
+    Ok((run, Some(pr.report.total_bytes)))
+}
+
+/// The report: every run, and per method the medians with their ratios to `topo`, to the
+/// link lower bound and to the minimum uplink traffic.
+fn report(
+    l: &crate::layout::Layout,
+    methods: &[Method],
+    reps: usize,
+    payload: u64,
+    stored: u64,
+    runs: Vec<Run>,
+) -> BenchReport {
     let lower = l.lower_bound_s(stored);
     let min_up = stored * l.spec.groups as u64;
     let med = |m: Method, f: &dyn Fn(&Run) -> f64| {
@@ -336,7 +363,7 @@ pub fn run(
             }
         })
         .collect();
-    Ok(BenchReport {
+    BenchReport {
         version: 1,
         groups: l.spec.groups,
         group_size: l.spec.group_size,
@@ -347,7 +374,7 @@ pub fn run(
         min_uplink_bytes: min_up,
         runs,
         summary,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,11 @@
 //! The demo as a library: push a layer urgent-first and start an application on every node
 //! as soon as its mount appears (reads block on chunks not there yet), then report when
 //! the urgent set, the application and the whole layer reached every node.
+//!
+//! [`python_demo`] is the README's main job: a Python application with real PyPI
+//! dependencies (built by `lab/scripts/demo-layer.sh`), its summary and its HTML report.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -230,4 +234,168 @@ pub fn run_warm(lab: &Lab, job: &str, app: &App) -> Result<Vec<AppRun>> {
         });
     }
     Ok(runs)
+}
+
+/// Builds the demo's layer: a Python application with real PyPI dependencies.
+const LAYER_SCRIPT: &str = include_str!("../scripts/demo-layer.sh");
+
+/// The demo's layer, built into a directory.
+#[derive(Debug, Clone)]
+pub struct PythonLayer {
+    /// The layer's root.
+    pub layer: PathBuf,
+    /// The interpreter's absolute path (the nodes run it from the host's file system).
+    pub python: String,
+    /// The urgent set as globs (the files the application opened when it was recorded).
+    pub urgent: Vec<String>,
+}
+
+/// Builds the demo layer in `dir` with `python` (needs pip and access to PyPI).
+pub fn build_python_layer(dir: &Path, python: &str) -> Result<PythonLayer> {
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(LAYER_SCRIPT)
+        .arg("demo-layer.sh")
+        .arg(dir)
+        .env("PYTHON", python)
+        .status()
+        .map_err(|source| LabError::Spawn {
+            program: "bash".into(),
+            source,
+        })?;
+    if !status.success() {
+        return Err(LabError::Command {
+            command: "demo-layer.sh (building the demo layer)".into(),
+            stderr: "it failed; it needs pip and access to PyPI".into(),
+        });
+    }
+    let out = std::process::Command::new(python)
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .map_err(|source| LabError::Spawn {
+            program: python.into(),
+            source,
+        })?;
+    let list = dir.join("urgent.txt");
+    let urgent = std::fs::read_to_string(&list)
+        .map_err(LabError::io(&list))?
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(glob_escape)
+        .collect();
+    Ok(PythonLayer {
+        layer: dir.join("layer"),
+        python: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        urgent,
+    })
+}
+
+/// A path as a glob that matches only itself.
+fn glob_escape(p: &str) -> String {
+    p.chars()
+        .map(|c| match c {
+            '*' | '?' | '[' | ']' | '{' | '}' => format!("[{c}]"),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// The demo application: imports the layer's modules and prints `app ok on HOST`.
+pub fn python_app(python: &str) -> App {
+    App {
+        program: python.into(),
+        args: vec![
+            "-c".into(),
+            "import sys, runpy; sys.path.insert(0, '{mount}'); sys.argv = ['app', '{host}']; \
+             runpy.run_module('app.main', run_name='__main__')"
+                .into(),
+        ],
+        env: vec![
+            ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+            ("PYTHONNOUSERSITE".into(), "1".into()),
+        ],
+        expect: "app ok on {host}".into(),
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The demo's HTML report: the summary, the picture and a row per node.
+pub fn html(summary: &str, picture: &str, apps: &[AppRun]) -> String {
+    let mut rows = String::new();
+    for x in apps {
+        let _ = writeln!(
+            rows,
+            "<tr><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td><code>{}</code></td></tr>",
+            esc(&x.host),
+            x.started_s,
+            x.done_s,
+            if x.ok { "ok" } else { "FAILED" },
+            esc(&x.output)
+        );
+    }
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>teesfs lab demo</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 10px;text-align:left}}</style>\
+         </head><body><h1>teesfs lab demo</h1><pre>{}</pre>{picture}<h2>Application on each node</h2>\
+         <table><tr><th>host</th><th>mounted, started (s)</th><th>finished (s)</th><th>status</th>\
+         <th>output</th></tr>{rows}</table></body></html>\n",
+        esc(summary)
+    )
+}
+
+/// The demo's summary for a person: when the urgent set, the application and the whole
+/// layer reached every node, against copying everything first (`warm`: the application
+/// started everywhere from local data), with the uplink bytes and the link bound.
+pub fn summary(lab: &Lab, layer: &Path, run: &DemoRun, warm: &[AppRun]) -> String {
+    let r = &run.push.report;
+    let layout = lab.layout();
+    let ok = run.apps.iter().filter(|x| x.ok).count();
+    let app_all = run.apps.iter().map(|x| x.done_s).fold(0.0, f64::max);
+    let urgent_s = r.urgent_complete_s.unwrap_or(f64::NAN);
+    let all_s = r.all_complete_s.unwrap_or(f64::NAN);
+    let app_warm = warm.iter().map(|x| x.done_s).fold(0.0, f64::max);
+    let min_up = r.total_bytes * layout.spec.groups as u64;
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "teesfs lab demo: {} nodes in {} groups, layer {} ({} stored), urgent set {}",
+        r.nodes,
+        layout.spec.groups,
+        layer.display(),
+        mib(r.total_bytes),
+        mib(r.urgent_bytes)
+    );
+    let _ = writeln!(text, "  urgent set on every node:       {urgent_s:6.2} s");
+    let _ = writeln!(
+        text,
+        "  application started everywhere: {app_all:6.2} s  ({ok}/{} nodes ran it from their mount)",
+        run.apps.len()
+    );
+    let _ = writeln!(text, "  whole layer on every node:      {all_s:6.2} s");
+    let _ = writeln!(
+        text,
+        "  copy-everything-first launch:   {:6.2} s  (whole layer, then starting everywhere from local data took {app_warm:.2} s): urgent-first is {:.1}x sooner",
+        all_s + app_warm,
+        (all_s + app_warm) / app_all
+    );
+    let _ = writeln!(
+        text,
+        "  group uplinks carried {} in; minimum {} (each group once): {:.2}x",
+        mib(run.push.uplink_in()),
+        mib(min_up),
+        run.push.uplink_in() as f64 / min_up as f64
+    );
+    let _ = writeln!(
+        text,
+        "  link lower bound for the whole layer: {:.2} s; cpu {:.1} s",
+        layout.lower_bound_s(r.total_bytes),
+        run.push.cpu_s
+    );
+    text
 }

@@ -71,6 +71,17 @@ pub enum LabError {
     /// A step ran past its time limit.
     #[error("{0} timed out")]
     Timeout(String),
+    /// The planner or the simulator refused a simulated job.
+    #[error("{what}: {source}")]
+    Sim {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: peertree::Error,
+    },
+    /// A plot could not be drawn.
+    #[error("drawing the plot: {0}")]
+    Plot(String),
 }
 
 /// Result alias for the lab.

@@ -161,6 +161,59 @@ fn proxy_core_addr(g: usize) -> Ipv4Addr {
     core_addr(10 + g as u8)
 }
 
+/// A group's proxy: a port on the core switch (its uplink) and the group's first port.
+fn proxy_node(host: String, netns: String, g: usize, r: Rates, routes: Vec<Route>) -> NodeSpec {
+    NodeSpec {
+        netns,
+        role: Role::Proxy,
+        group: Some(g),
+        ifaces: vec![
+            Iface {
+                name: "eth0".into(),
+                port: format!("c-p{g}"),
+                bridge: "core".into(),
+                addr: proxy_core_addr(g),
+                prefix: 24,
+                rate: r.proxy_uplink,
+            },
+            Iface {
+                name: "eth1".into(),
+                port: format!("g{g}-0"),
+                bridge: format!("g{g}"),
+                addr: group_addr(g, 1),
+                prefix: 24,
+                rate: r.proxy_group,
+            },
+        ],
+        routes,
+        forward: true,
+        host,
+    }
+}
+
+/// The `i`th member of group `g` (not its proxy), routed through the proxy.
+fn slave_node(host: String, netns: String, g: usize, i: usize, r: Rates) -> NodeSpec {
+    NodeSpec {
+        netns,
+        role: Role::Slave,
+        group: Some(g),
+        ifaces: vec![Iface {
+            name: "eth0".into(),
+            port: format!("g{g}-{i}"),
+            bridge: format!("g{g}"),
+            addr: group_addr(g, 1 + i as u8),
+            prefix: 24,
+            rate: r.slave,
+        }],
+        routes: vec![Route {
+            dest: "default".into(),
+            via: group_addr(g, 1),
+        }],
+        forward: false,
+        host,
+    }
+}
+
 impl Layout {
     /// Lays out `spec` under `prefix` (e.g. `tlab3f2a`).
     pub fn new(prefix: &str, spec: &LabSpec) -> Result<Self> {
@@ -219,53 +272,11 @@ impl Layout {
         for g in 0..spec.groups {
             for i in 0..spec.group_size {
                 let host = format!("n{:0width$}", g * spec.group_size + i + 1);
+                let netns = ns(&host);
                 let node = if i == 0 {
-                    NodeSpec {
-                        netns: ns(&host),
-                        role: Role::Proxy,
-                        group: Some(g),
-                        ifaces: vec![
-                            Iface {
-                                name: "eth0".into(),
-                                port: format!("c-p{g}"),
-                                bridge: "core".into(),
-                                addr: proxy_core_addr(g),
-                                prefix: 24,
-                                rate: r.proxy_uplink,
-                            },
-                            Iface {
-                                name: "eth1".into(),
-                                port: format!("g{g}-0"),
-                                bridge: format!("g{g}"),
-                                addr: group_addr(g, 1),
-                                prefix: 24,
-                                rate: r.proxy_group,
-                            },
-                        ],
-                        routes: group_routes(Some(g)),
-                        forward: true,
-                        host,
-                    }
+                    proxy_node(host, netns, g, r, group_routes(Some(g)))
                 } else {
-                    NodeSpec {
-                        netns: ns(&host),
-                        role: Role::Slave,
-                        group: Some(g),
-                        ifaces: vec![Iface {
-                            name: "eth0".into(),
-                            port: format!("g{g}-{i}"),
-                            bridge: format!("g{g}"),
-                            addr: group_addr(g, 1 + i as u8),
-                            prefix: 24,
-                            rate: r.slave,
-                        }],
-                        routes: vec![Route {
-                            dest: "default".into(),
-                            via: group_addr(g, 1),
-                        }],
-                        forward: false,
-                        host,
-                    }
+                    slave_node(host, netns, g, i, r)
                 };
                 nodes.push(node);
             }

@@ -9,6 +9,8 @@
 //! - [`report`]: the push report as `teesfs push --report` writes it, and the SVG timeline;
 //! - [`demo`]: push urgent-first and start an application on every node as it mounts;
 //! - [`bench`]: the same job by each method, with ratios;
+//! - [`sweep`] and [`plot`]: simulated pushes at scale (`teesfs sim`), their table, CSV and
+//!   plots;
 //! - [`slurm`]: real Slurm (munge, slurmctld, one slurmd per node) in a lab, and `sbcast`;
 //! - [`torrent`]: the BitTorrent baseline (a tracker, `mktorrent`, `aria2c` per node);
 //! - [`fault`]: faults injected into a running lab (daemon crash, stop, link down) and
@@ -25,10 +27,12 @@ pub mod error;
 pub mod fault;
 pub mod layout;
 pub mod net;
+pub mod plot;
 pub mod proc;
 pub mod report;
 mod sh;
 pub mod slurm;
+pub mod sweep;
 pub mod torrent;
 
 use std::sync::atomic::{AtomicBool, Ordering};

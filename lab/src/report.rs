@@ -6,12 +6,15 @@
 use std::path::Path;
 
 use plotters::coord::Shift;
+use plotters::coord::ranged1d::SegmentedCoord;
+use plotters::coord::types::{RangedCoordf64, RangedCoordi32};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
 use crate::layout::{Layout, Role};
+use crate::plot::plot_err;
 
 /// One node's arrival times.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -156,15 +159,6 @@ fn seconds(t: Option<f64>) -> String {
     t.map_or_else(|| "never".to_string(), |t| format!("{t:.2} s"))
 }
 
-/// Plotters' errors carry the backend's error type; the lab has no drawing variant, and a
-/// picture that cannot be made from a report is a report the lab could not read.
-fn plot_err(e: impl std::fmt::Display) -> LabError {
-    LabError::Parse {
-        what: "the push report for its SVG picture".into(),
-        detail: e.to_string(),
-    }
-}
-
 /// Draws the run as SVG: a title with the strategy, node count and completion times; the
 /// tree (groups as boxes, proxies filled, edges parent to child, rows by depth, failed
 /// nodes and edges in red) above a per-node timeline (one row per node, grouped by group:
@@ -194,17 +188,7 @@ fn draw(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Result
     let fails = failures(rep);
     let failed_node = |h: &str| fails.iter().any(|f| f.child == h);
 
-    // Rows: the layout's compute nodes in group order (so groups stay together), then any
-    // host the report names that the layout does not know, so no reported node is dropped.
-    let mut rows: Vec<(String, Option<usize>)> = layout
-        .compute()
-        .map(|n| (n.host.clone(), n.group))
-        .collect();
-    for n in &rep.per_node {
-        if !rows.iter().any(|r| r.0 == n.host) {
-            rows.push((n.host.clone(), None));
-        }
-    }
+    let rows = timeline_rows(layout, rep);
 
     let groups = layout.spec.groups;
     let gs = px(layout.spec.group_size);
@@ -253,15 +237,7 @@ fn draw(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Result
         }
     };
 
-    let tmax = rep
-        .per_node
-        .iter()
-        .flat_map(|n| [n.all_s, n.urgent_s])
-        .chain([rep.urgent_complete_s, rep.all_complete_s])
-        .chain(fails.iter().map(|f| f.at_s))
-        .flatten()
-        .chain(marks.at.iter().map(|m| m.1))
-        .fold(0.1f64, f64::max);
+    let tmax = last_time(rep, &fails, marks);
 
     let unsigned = |v: i32| u32::try_from(v).unwrap_or(0);
     let timeline_h = unsigned(px(rows.len())) * TIMELINE_ROW_H + 110;
@@ -276,32 +252,70 @@ fn draw(layout: &Layout, rep: &PushReport, marks: &Marks, title: &str) -> Result
         let (header, rest) = root.split_vertically(HEADER_H);
         let (tree, timeline) = rest.split_vertically(tree_h_px);
 
-        header
-            .draw(&Text::new(
-                title.to_string(),
-                (20, 10),
-                ("sans-serif", 17).into_font().style(FontStyle::Bold),
-            ))
-            .map_err(plot_err)?;
-        let mut summary = format!(
-            "strategy {}, {} nodes; every node held the urgent set at {}, the whole layer at {}",
-            rep.strategy,
-            rep.nodes,
-            seconds(rep.urgent_complete_s),
-            seconds(rep.all_complete_s)
-        );
-        if !fails.is_empty() {
-            summary.push_str(&format!("; {} failure(s)", fails.len()));
-        }
-        header
-            .draw(&Text::new(summary, (20, 32), ("sans-serif", 13)))
-            .map_err(plot_err)?;
-
+        draw_header(&header, title, rep, fails.len())?;
         draw_tree(&tree, layout, rep, &fails, &pos, (gw, tree_h))?;
         draw_timeline(&timeline, rep, marks, &fails, &rows, tmax, &failed_node)?;
         root.present().map_err(plot_err)?;
     }
     Ok(out)
+}
+
+/// The timeline's rows: the layout's compute nodes in group order (so groups stay
+/// together), then any host the report names that the layout does not know, so no reported
+/// node is dropped.
+fn timeline_rows(layout: &Layout, rep: &PushReport) -> Vec<(String, Option<usize>)> {
+    let mut rows: Vec<(String, Option<usize>)> = layout
+        .compute()
+        .map(|n| (n.host.clone(), n.group))
+        .collect();
+    for n in &rep.per_node {
+        if !rows.iter().any(|r| r.0 == n.host) {
+            rows.push((n.host.clone(), None));
+        }
+    }
+    rows
+}
+
+/// The latest time anything in the picture happens (at least 0.1 s).
+fn last_time(rep: &PushReport, fails: &[Failure], marks: &Marks) -> f64 {
+    rep.per_node
+        .iter()
+        .flat_map(|n| [n.all_s, n.urgent_s])
+        .chain([rep.urgent_complete_s, rep.all_complete_s])
+        .chain(fails.iter().map(|f| f.at_s))
+        .flatten()
+        .chain(marks.at.iter().map(|m| m.1))
+        .fold(0.1f64, f64::max)
+}
+
+/// The title and a one-line summary of the run.
+fn draw_header(
+    header: &DrawingArea<SVGBackend<'_>, Shift>,
+    title: &str,
+    rep: &PushReport,
+    failures: usize,
+) -> Result<()> {
+    header
+        .draw(&Text::new(
+            title.to_string(),
+            (20, 10),
+            ("sans-serif", 17).into_font().style(FontStyle::Bold),
+        ))
+        .map_err(plot_err)?;
+    let mut summary = format!(
+        "strategy {}, {} nodes; every node held the urgent set at {}, the whole layer at {}",
+        rep.strategy,
+        rep.nodes,
+        seconds(rep.urgent_complete_s),
+        seconds(rep.all_complete_s)
+    );
+    if failures > 0 {
+        summary.push_str(&format!("; {} failure(s)", failures));
+    }
+    header
+        .draw(&Text::new(summary, (20, 32), ("sans-serif", 13)))
+        .map_err(plot_err)?;
+    Ok(())
 }
 
 /// The tree: group boxes, edges parent to child, the root, compute nodes (proxies filled),
@@ -454,7 +468,35 @@ fn draw_timeline(
         .draw()
         .map_err(plot_err)?;
 
-    // Group bands: consecutive rows of one group share a band; every other band is tinted.
+    draw_bands(&mut chart, rows, tmax, xmax, &y_of)?;
+
+    draw_arrivals(&mut chart, rep, &row_of)?;
+    draw_marks(&mut chart, marks, fails, &row_of)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .margin(8)
+        .label_font(("sans-serif", 12))
+        .background_style(WHITE.mix(0.9))
+        .border_style(MUTED)
+        .draw()
+        .map_err(plot_err)?;
+    Ok(())
+}
+
+/// The timeline's chart: seconds across, one segment per node row.
+type Timeline<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, SegmentedCoord<RangedCoordi32>>>;
+
+/// Group bands behind the timeline: consecutive rows of one group share a band, every other
+/// band is tinted, and each is named at its top.
+fn draw_bands(
+    chart: &mut Timeline<'_, '_>,
+    rows: &[(String, Option<usize>)],
+    tmax: f64,
+    xmax: f64,
+    y_of: &dyn Fn(usize) -> i32,
+) -> Result<()> {
     let mut bands: Vec<(Option<usize>, usize, usize)> = Vec::new();
     for (i, r) in rows.iter().enumerate() {
         match bands.last_mut() {
@@ -484,6 +526,16 @@ fn draw_timeline(
             .map_err(plot_err)?;
     }
 
+    Ok(())
+}
+
+/// A bar per node from zero to when it held the whole layer, and over it one to when it
+/// held the urgent set.
+fn draw_arrivals(
+    chart: &mut Timeline<'_, '_>,
+    rep: &PushReport,
+    row_of: &dyn Fn(&str) -> Option<i32>,
+) -> Result<()> {
     let bar = |t: f64, y: i32, c: RGBColor| {
         let mut r = Rectangle::new(
             [
@@ -516,7 +568,16 @@ fn draw_timeline(
         .map_err(plot_err)?
         .label("urgent set held")
         .legend(legend_box(URGENT));
+    Ok(())
+}
 
+/// The application marks (diamonds) and the failures (crosses, with the failed edge).
+fn draw_marks(
+    chart: &mut Timeline<'_, '_>,
+    marks: &Marks,
+    fails: &[Failure],
+    row_of: &dyn Fn(&str) -> Option<i32>,
+) -> Result<()> {
     let diamond = |c: RGBColor| {
         move |at: (f64, SegmentValue<i32>)| {
             EmptyElement::at(at) + Polygon::new(vec![(0, -6), (5, 0), (0, 6), (-5, 0)], c.filled())
@@ -555,15 +616,6 @@ fn draw_timeline(
             .label("failure (edge parent to node)")
             .legend(|(x, y)| Cross::new((x + 7, y), 5, FAILED.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .margin(8)
-        .label_font(("sans-serif", 12))
-        .background_style(WHITE.mix(0.9))
-        .border_style(MUTED)
-        .draw()
-        .map_err(plot_err)?;
     Ok(())
 }
 

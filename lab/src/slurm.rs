@@ -526,47 +526,7 @@ impl Slurm<'_> {
             mkdir(&self.dir.join("nodes").join(h).join("spool"), 0o755)?;
             mkdir(&self.node_local(h), 0o755)?;
         }
-        // munge: a fresh key, a private socket.
-        let mdir = self.dir.join("munge");
-        mkdir(&mdir, 0o711)?;
-        let key = mdir.join("munge.key");
-        let mut k = [0u8; 1024];
-        getrandom::fill(&mut k).map_err(|e| LabError::Io {
-            path: key.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&key)
-                .map_err(LabError::io(&key))?;
-            f.write_all(&k).map_err(LabError::io(&key))?;
-        }
-        let socket = mdir.join("munge.socket");
-        let munged = which("munged").unwrap_or_else(|| "munged".into());
-        let log = mdir.join("munged.log");
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net=/run/netns/{login}"))
-            .args(["setpriv", "--pdeathsig", "KILL", "--"])
-            .arg(&munged)
-            .args(["--foreground", "--force"])
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--key-file={}", key.display()))
-            .arg(format!("--pid-file={}", mdir.join("munged.pid").display()))
-            .arg(format!(
-                "--seed-file={}",
-                mdir.join("munged.seed").display()
-            ))
-            .arg(format!("--log-file={}", log.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file(&mdir.join("munged.out"))?);
-        self.munged = Some(spawn(&mut cmd, "login", log.clone())?);
-        self.wait_for("munged", &log, || socket.exists())?;
+        let socket = self.start_munge(&login)?;
 
         if !self.scripts.plugstack.is_empty() {
             let p = self.dir.join("plugstack.conf");
@@ -614,6 +574,53 @@ impl Slurm<'_> {
             .filter(|u| Some(u) != own.as_ref())
             .collect();
         Ok(())
+    }
+
+    /// Starts munged in the login node's network namespace with a fresh key and a private
+    /// socket; returns the socket once it exists.
+    fn start_munge(&mut self, login: &str) -> Result<PathBuf> {
+        let mdir = self.dir.join("munge");
+        mkdir(&mdir, 0o711)?;
+        let key = mdir.join("munge.key");
+        let mut k = [0u8; 1024];
+        getrandom::fill(&mut k).map_err(|e| LabError::Io {
+            path: key.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&key)
+                .map_err(LabError::io(&key))?;
+            f.write_all(&k).map_err(LabError::io(&key))?;
+        }
+        let socket = mdir.join("munge.socket");
+        let munged = which("munged").unwrap_or_else(|| "munged".into());
+        let log = mdir.join("munged.log");
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{login}"))
+            .args(["setpriv", "--pdeathsig", "KILL", "--"])
+            .arg(&munged)
+            .args(["--foreground", "--force"])
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--pid-file={}", mdir.join("munged.pid").display()))
+            .arg(format!(
+                "--seed-file={}",
+                mdir.join("munged.seed").display()
+            ))
+            .arg(format!("--log-file={}", log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file(&mdir.join("munged.out"))?);
+        self.munged = Some(spawn(&mut cmd, "login", log.clone())?);
+        self.wait_for("munged", &log, || socket.exists())?;
+
+        Ok(socket)
     }
 
     /// Waits until `ready`, failing if a daemon died or the time is up.

@@ -419,38 +419,14 @@ pub fn distribute(lab: &Lab, file: &Path, timeout: Duration, keep: bool) -> Resu
         ],
     )?;
     let aria2c = crate::slurm::which("aria2c").unwrap_or_else(|| "aria2c".into());
-    let seed_dir = file.parent().unwrap_or(Path::new("/"));
-    let seed_log = dir.join("seed.log");
-    let mut cmd = sh::command_in(&login.netns, "setpriv");
-    cmd.args(["--pdeathsig", "KILL", "--"]).arg(&aria2c);
-    aria2_common(&mut cmd, seed_dir, &seed_log);
-    cmd.args(["--bt-seed-unverified=true", "--check-integrity=false"])
-        .arg(&torrent)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let seed = NodeProc::new(
-        "login",
-        seed_log.clone(),
-        cmd.spawn().map_err(|source| LabError::Spawn {
-            program: "aria2c".into(),
-            source,
-        })?,
-    );
-    let mut procs = vec![seed];
-    // The seed is ready once it has announced itself complete.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tracker.seeders() == 0 {
-        check_interrupt()?;
-        if Instant::now() > deadline || !procs[0].alive() {
-            return Err(LabError::Daemon {
-                host: "login".into(),
-                reason: "the aria2c seed never announced itself".into(),
-                log: seed_log,
-            });
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut procs = vec![start_seed(
+        &login.netns,
+        &aria2c,
+        file,
+        &torrent,
+        &dir,
+        &tracker,
+    )?];
 
     let nodes: Vec<_> = layout.compute().cloned().collect();
     let mut markers = Vec::new();
@@ -459,65 +435,12 @@ pub fn distribute(lab: &Lab, file: &Path, timeout: Duration, keep: bool) -> Resu
     let root_before = lab.net().counters("login", "eth0")?;
     let t0 = Instant::now();
     for n in &nodes {
-        let ndir = dir.join(&n.host);
-        std::fs::create_dir_all(&ndir).map_err(LabError::io(&ndir))?;
-        let marker = ndir.join("complete");
-        let hook = ndir.join("hook.sh");
-        std::fs::write(&hook, format!("#!/bin/sh\n: > '{}'\n", marker.display()))
-            .map_err(LabError::io(&hook))?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
-                .map_err(LabError::io(&hook))?;
-        }
-        let log = ndir.join("aria2.log");
-        let mut cmd = sh::command_in(&n.netns, "setpriv");
-        cmd.args(["--pdeathsig", "KILL", "--"]).arg(&aria2c);
-        aria2_common(&mut cmd, &ndir, &log);
-        cmd.arg(format!("--on-bt-download-complete={}", hook.display()))
-            .arg(&torrent)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd.spawn().map_err(|source| LabError::Spawn {
-            program: "aria2c".into(),
-            source,
-        })?;
-        procs.push(NodeProc::new(&n.host, log, child));
+        let (proc, marker) = start_leech(n, &aria2c, &dir, &torrent)?;
+        procs.push(proc);
         markers.push(marker);
-        copies.push(ndir.join(&name));
+        copies.push(dir.join(&n.host).join(&name));
     }
-    let mut done: Vec<Option<f64>> = vec![None; nodes.len()];
-    let deadline = t0 + timeout;
-    while done.iter().any(Option::is_none) {
-        check_interrupt()?;
-        for (d, m) in done.iter_mut().zip(&markers) {
-            if d.is_none() && m.exists() {
-                *d = Some(t0.elapsed().as_secs_f64());
-            }
-        }
-        if Instant::now() > deadline {
-            let missing: Vec<&str> = nodes
-                .iter()
-                .zip(&done)
-                .filter(|(_, d)| d.is_none())
-                .map(|(n, _)| n.host.as_str())
-                .collect();
-            return Err(LabError::Timeout(format!(
-                "BitTorrent distribution (nodes without the payload: {}; logs in {})",
-                missing.join(","),
-                dir.display()
-            )));
-        }
-        if let Some(p) = procs.iter_mut().find_map(|p| (!p.alive()).then_some(p)) {
-            return Err(LabError::Daemon {
-                host: p.host.clone(),
-                reason: "aria2c exited".into(),
-                log: p.log.clone(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let done = wait_complete(&nodes, &markers, &mut procs, t0, t0 + timeout, &dir)?;
     let up_after = lab.net().uplinks()?;
     let root_after = lab.net().counters("login", "eth0")?;
     let cpu_s: f64 = procs
@@ -558,6 +481,127 @@ pub fn distribute(lab: &Lab, file: &Path, timeout: Duration, keep: bool) -> Resu
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(run)
+}
+
+/// Starts the login node's seeding client; returns once the tracker lists it as a seeder.
+fn start_seed(
+    netns: &str,
+    aria2c: &Path,
+    file: &Path,
+    torrent: &Path,
+    dir: &Path,
+    tracker: &Tracker,
+) -> Result<NodeProc> {
+    let seed_dir = file.parent().unwrap_or(Path::new("/"));
+    let seed_log = dir.join("seed.log");
+    let mut cmd = sh::command_in(netns, "setpriv");
+    cmd.args(["--pdeathsig", "KILL", "--"]).arg(aria2c);
+    aria2_common(&mut cmd, seed_dir, &seed_log);
+    cmd.args(["--bt-seed-unverified=true", "--check-integrity=false"])
+        .arg(torrent)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut seed = NodeProc::new(
+        "login",
+        seed_log.clone(),
+        cmd.spawn().map_err(|source| LabError::Spawn {
+            program: "aria2c".into(),
+            source,
+        })?,
+    );
+    // The seed is ready once it has announced itself complete.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tracker.seeders() == 0 {
+        check_interrupt()?;
+        if Instant::now() > deadline || !seed.alive() {
+            return Err(LabError::Daemon {
+                host: "login".into(),
+                reason: "the aria2c seed never announced itself".into(),
+                log: seed_log,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(seed)
+}
+
+/// Starts a downloading client on compute node `n`; returns it and the file its completion
+/// hook creates.
+fn start_leech(
+    n: &crate::layout::NodeSpec,
+    aria2c: &Path,
+    dir: &Path,
+    torrent: &Path,
+) -> Result<(NodeProc, PathBuf)> {
+    let ndir = dir.join(&n.host);
+    std::fs::create_dir_all(&ndir).map_err(LabError::io(&ndir))?;
+    let marker = ndir.join("complete");
+    let hook = ndir.join("hook.sh");
+    std::fs::write(&hook, format!("#!/bin/sh\n: > '{}'\n", marker.display()))
+        .map_err(LabError::io(&hook))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
+            .map_err(LabError::io(&hook))?;
+    }
+    let log = ndir.join("aria2.log");
+    let mut cmd = sh::command_in(&n.netns, "setpriv");
+    cmd.args(["--pdeathsig", "KILL", "--"]).arg(aria2c);
+    aria2_common(&mut cmd, &ndir, &log);
+    cmd.arg(format!("--on-bt-download-complete={}", hook.display()))
+        .arg(torrent)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = cmd.spawn().map_err(|source| LabError::Spawn {
+        program: "aria2c".into(),
+        source,
+    })?;
+    Ok((NodeProc::new(&n.host, log, child), marker))
+}
+
+/// Waits until every node's completion marker exists (seconds since `t0` each), failing at
+/// `deadline` or when a client exits.
+fn wait_complete(
+    nodes: &[crate::layout::NodeSpec],
+    markers: &[PathBuf],
+    procs: &mut [NodeProc],
+    t0: Instant,
+    deadline: Instant,
+    dir: &Path,
+) -> Result<Vec<Option<f64>>> {
+    let mut done: Vec<Option<f64>> = vec![None; nodes.len()];
+    while done.iter().any(Option::is_none) {
+        check_interrupt()?;
+        for (d, m) in done.iter_mut().zip(markers) {
+            if d.is_none() && m.exists() {
+                *d = Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<&str> = nodes
+                .iter()
+                .zip(&done)
+                .filter(|(_, d)| d.is_none())
+                .map(|(n, _)| n.host.as_str())
+                .collect();
+            return Err(LabError::Timeout(format!(
+                "BitTorrent distribution (nodes without the payload: {}; logs in {})",
+                missing.join(","),
+                dir.display()
+            )));
+        }
+        if let Some(p) = procs.iter_mut().find_map(|p| (!p.alive()).then_some(p)) {
+            return Err(LabError::Daemon {
+                host: p.host.clone(),
+                reason: "aria2c exited".into(),
+                log: p.log.clone(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(done)
 }
 
 #[cfg(test)]

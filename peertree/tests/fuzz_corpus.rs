@@ -5,7 +5,7 @@
 //! the fuzzer once found stays fixed even where cargo-fuzz is not installed.
 //!
 //! Regenerate the seeds after a format change with
-//! `TEESFS_WRITE_FUZZ_SEEDS=1 cargo test -p teesfs --test it fuzz_corpus`.
+//! `TEESFS_WRITE_FUZZ_SEEDS=1 cargo test -p peertree --test fuzz_corpus`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use manifest::{
 use peertree::NodeId;
 use peertree::relay::{JobId, Msg, NodeInfo, Phase, Prepare, Report, Start, Timing};
 
-#[path = "../../../fuzz/src/checks.rs"]
+#[path = "../../fuzz/src/checks.rs"]
 #[allow(dead_code, missing_docs)]
 mod checks;
 

@@ -3,22 +3,19 @@
 //!
 //! Sweeps job sizes x strategies x payloads on a Tianhe-like machine (groups of 8, width
 //! 15), optionally with a two-level hierarchy (super nodes of 14 groups, cabinets of 168),
-//! optionally killing nodes mid-push. Prints a table, writes CSV and SVG plots: deployment
-//! time against job size per strategy with the model's lower bound (the paper's Fig. 4)
-//! and uplink load normalised to `topo` (Fig. 5). All modelling lives in `peertree`; this
-//! module plans, runs, formats and draws.
+//! optionally killing nodes mid-push. Prints a table, writes CSV and SVG plots (the paper's
+//! Fig. 4 and Fig. 5). The sweep, its table and plots are `lab::sweep` and `lab::plot`;
+//! this module parses, shows progress and writes files.
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use bytesize::ByteSize;
 use indicatif::{ProgressBar, ProgressStyle};
-use peertree::sim::{Network, Sim, SimConfig, SimReport, pick_victims};
-use peertree::topology::Topology;
-use peertree::{Plan, PlanOptions, Strategy, measure};
-use plotters::prelude::*;
+use lab::plot;
+use lab::sweep::{self, Sweep, SweepSpec};
+use peertree::Strategy;
 
 /// The modelled machines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -99,17 +96,6 @@ pub struct SimArgs {
     plots: Option<PathBuf>,
 }
 
-/// One simulation's outcome.
-struct Row {
-    payload: u64,
-    nodes: usize,
-    strategy: Strategy,
-    depth: u32,
-    min_uplink: u64,
-    report: SimReport,
-    wall: Duration,
-}
-
 /// Runs `teesfs sim`.
 pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
     if args.lab {
@@ -117,47 +103,30 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         args.nodes = vec![32];
         args.first = 1;
     }
-    if args.nodes.is_empty() || args.strategy.is_empty() || args.payload.is_empty() {
-        bail!("give at least one --nodes, --strategy and --payload");
-    }
-    let largest = args.nodes.iter().copied().max().unwrap_or(0);
-    let first = usize::try_from(args.first - 1).context("--first is too large")?;
-    let topology = machine_topology(args.machine, largest + first + 4)?;
-    let mut network = match args.machine {
-        Machine::Tianhe => Network::tianhe(),
-        Machine::TwoLevel => Network::two_level(),
-        Machine::Lab => Network::lab(),
+    let machine = match args.machine {
+        Machine::Tianhe => sweep::Machine::Tianhe,
+        Machine::TwoLevel => sweep::Machine::TwoLevel,
+        Machine::Lab => sweep::Machine::Lab,
     };
-    network.setup = args.setup.unwrap_or(network.setup);
-    network.latency = args.latency.unwrap_or(network.latency);
-    network.shared_cores = args.cores.unwrap_or(network.shared_cores);
-    let all: Vec<String> = (0..topology.len())
-        .map(|i| {
-            topology
-                .host(peertree::topology::TopoId(i as u32))
-                .to_string()
-        })
-        .collect();
-    let opts = PlanOptions {
+    let payloads: Vec<u64> = args.payload.iter().map(ByteSize::as_u64).collect();
+    let sweep = Sweep::new(SweepSpec {
+        machine,
+        nodes: args.nodes.clone(),
+        payloads: payloads.clone(),
+        chunk: args.chunk.as_u64(),
+        strategies: args.strategy.clone(),
         width: args.width,
         threshold: args.threshold,
         seed: args.seed,
-        // The modelled machines have a shared file system.
-        shared_storage: true,
-        ..PlanOptions::default()
-    };
-
-    let mut jobs = Vec::new();
-    for payload in &args.payload {
-        for &n in &args.nodes {
-            for &s in &args.strategy {
-                let one_to_all = matches!(s, Strategy::Flat | Strategy::Storage);
-                if !(one_to_all && n > args.max_one_to_all) {
-                    jobs.push((payload.as_u64(), n, s));
-                }
-            }
-        }
-    }
+        kill: args.kill,
+        kill_at: args.at,
+        setup: args.setup,
+        cores: args.cores,
+        latency: args.latency,
+        max_one_to_all: args.max_one_to_all,
+        first: usize::try_from(args.first - 1).context("--first is too large")?,
+    })?;
+    let jobs = sweep.jobs();
     let bar = if jobs.len() > 1 {
         ProgressBar::new(jobs.len() as u64).with_style(
             ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed}]")
@@ -169,341 +138,33 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for (payload, n, strategy) in jobs {
         bar.set_message(format!("{n} nodes, {strategy}, {}", ByteSize::b(payload)));
-        // Contiguous jobs from --first: by default mid-group (node 5), so the first and
-        // last groups are partial.
-        let job = &all[first..first + n];
-        let plan = peertree::plan(&topology, job, strategy, &opts)
-            .with_context(|| format!("planning {n} nodes with {strategy}"))?;
-        let mut cfg = SimConfig::new(network.clone(), payload, args.chunk.as_u64());
-        cfg.limit = Duration::from_secs(24 * 3600);
-        let started = Instant::now();
-        let report = simulate(&plan, &topology, cfg, args.kill, args.at, args.seed)
-            .with_context(|| format!("simulating {n} nodes with {strategy}"))?;
-        let metrics = measure(&plan, &topology, payload);
-        rows.push(Row {
-            payload,
-            nodes: n,
-            strategy: plan.strategy,
-            depth: plan.depth(),
-            min_uplink: metrics.min_uplink_bytes,
-            report,
-            wall: started.elapsed(),
-        });
+        rows.push(sweep.run(payload, n, strategy)?);
         bar.inc(1);
     }
     bar.finish_and_clear();
 
-    print!("{}", table(&rows, args.kill));
+    print!("{}", sweep::table(&rows, args.kill));
     if let Some(path) = &args.csv {
-        std::fs::write(path, csv(&rows, args.machine))
+        std::fs::write(path, sweep::csv(&rows, machine))
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     if let Some(dir) = &args.plots {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for payload in &args.payload {
-            let p = payload.as_u64();
-            let these: Vec<&Row> = rows.iter().filter(|r| r.payload == p).collect();
+        for p in payloads {
+            let these: Vec<&sweep::Row> = rows.iter().filter(|r| r.payload == p).collect();
             let tag = if p % (1 << 20) == 0 {
                 format!("{}MiB", p >> 20)
             } else {
                 format!("{p}B")
             };
             let f4 = dir.join(format!("sim-fig4-{tag}.svg"));
-            plot_time(&f4, &these, p)?;
+            plot::plot_time(&f4, &these, p)?;
             let f5 = dir.join(format!("sim-fig5-{tag}.svg"));
-            plot_uplink(&f5, &these, p)?;
+            plot::plot_uplink(&f5, &these, p)?;
             println!("wrote {} and {}", f4.display(), f5.display());
         }
     }
-    Ok(())
-}
-
-fn simulate(
-    plan: &Plan,
-    topology: &Topology,
-    cfg: SimConfig,
-    kill: usize,
-    at: Duration,
-    seed: u64,
-) -> anyhow::Result<SimReport> {
-    let mut sim = Sim::new(plan, Some(topology), cfg, Instant::now())?;
-    if kill > 0 {
-        sim.kill(at, pick_victims(plan, kill, seed));
-    }
-    Ok(sim.run()?)
-}
-
-/// The machine: `nodes` hosts `cn00001...` in groups of 8, the first the proxy, with the
-/// two upper levels for `two-level`.
-fn machine_topology(machine: Machine, nodes: usize) -> anyhow::Result<Topology> {
-    let nodes = nodes.next_multiple_of(8);
-    let mut toml = format!(
-        "[[pattern]]\nnodes = \"cn[00001-{nodes:05}]\"\ngroup_size = 8\nproxy = \"first\"\n"
-    );
-    if machine == Machine::TwoLevel {
-        toml.push_str("[[level]]\nname = \"supernode\"\nsize = 112\n");
-        toml.push_str("[[level]]\nname = \"cabinet\"\nsize = 1344\n");
-    }
-    Ok(Topology::from_toml(&toml)?)
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
-/// The `topo` row of the same payload and size, if it was run.
-fn topo_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
-    rows.iter()
-        .find(|t| t.strategy == Strategy::Topo && t.payload == r.payload && t.nodes == r.nodes)
-}
-
-fn ratio(a: f64, b: Option<f64>) -> String {
-    match b {
-        Some(b) if b > 0.0 => format!("{:.2}", a / b),
-        _ => "-".into(),
-    }
-}
-
-fn table(rows: &[Row], kill: usize) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "| payload | nodes | strategy | depth | deploy | ÷ bound | ÷ topo | uplink in | ÷ topo | ÷ min |{} events | wall |",
-        if kill > 0 {
-            " killed | failed edges | unreachable | incomplete |"
-        } else {
-            ""
-        }
-    );
-    let _ = writeln!(
-        out,
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|{}---:|---:|",
-        if kill > 0 { "---:|---:|---:|---:|" } else { "" }
-    );
-    for r in rows {
-        let t = topo_of(rows, r);
-        let rep = &r.report;
-        let failures = if kill > 0 {
-            format!(
-                " {} | {} | {} | {} |",
-                rep.killed,
-                rep.failed_edges.len(),
-                rep.unreachable.len(),
-                rep.incomplete.len()
-            )
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {:.1} ms | {:.2} | {} | {:.2} GiB | {} | {:.2} |{failures} {} | {:.1} s |",
-            ByteSize::b(r.payload),
-            r.nodes,
-            r.strategy,
-            r.depth,
-            secs(rep.deploy) * 1e3,
-            secs(rep.deploy) / secs(rep.lower_bound),
-            ratio(secs(rep.deploy), t.map(|t| secs(t.report.deploy))),
-            rep.uplink_in as f64 / (1u64 << 30) as f64,
-            ratio(rep.uplink_in as f64, t.map(|t| t.report.uplink_in as f64)),
-            rep.uplink_in as f64 / r.min_uplink.max(1) as f64,
-            rep.events,
-            secs(r.wall),
-        );
-    }
-    out
-}
-
-fn csv(rows: &[Row], machine: Machine) -> String {
-    let mut out = String::from(
-        "machine,payload_bytes,nodes,strategy,depth,deploy_s,urgent_s,root_done_s,lower_bound_s,\
-         deploy_over_bound,deploy_over_topo,uplink_in_bytes,uplink_out_bytes,uplink_over_topo,\
-         min_uplink_bytes,core_bytes,start_bytes,link_bytes,killed,failed_edges,unreachable,incomplete,\
-         events,wall_s\n",
-    );
-    let machine = format!("{machine:?}").to_lowercase();
-    for r in rows {
-        let t = topo_of(rows, r);
-        let rep = &r.report;
-        let _ = writeln!(
-            out,
-            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}",
-            r.payload,
-            r.nodes,
-            r.strategy,
-            r.depth,
-            secs(rep.deploy),
-            secs(rep.urgent),
-            secs(rep.root_done),
-            secs(rep.lower_bound),
-            secs(rep.deploy) / secs(rep.lower_bound),
-            ratio(secs(rep.deploy), t.map(|t| secs(t.report.deploy))),
-            rep.uplink_in,
-            rep.uplink_out,
-            ratio(rep.uplink_in as f64, t.map(|t| t.report.uplink_in as f64)),
-            r.min_uplink,
-            rep.core_bytes,
-            rep.start_bytes,
-            rep.link_bytes,
-            rep.killed,
-            rep.failed_edges.len(),
-            rep.unreachable.len(),
-            rep.incomplete.len(),
-            rep.events,
-            secs(r.wall),
-        );
-    }
-    out
-}
-
-const COLORS: [RGBColor; 7] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-];
-
-/// Strategies present in `rows`, in order of first appearance.
-fn strategies(rows: &[&Row]) -> Vec<Strategy> {
-    let mut out: Vec<Strategy> = Vec::new();
-    for r in rows {
-        if !out.contains(&r.strategy) {
-            out.push(r.strategy);
-        }
-    }
-    out
-}
-
-fn x_range(rows: &[&Row]) -> std::ops::Range<f64> {
-    let lo = rows.iter().map(|r| r.nodes).min().unwrap_or(1) as f64;
-    let hi = rows.iter().map(|r| r.nodes).max().unwrap_or(10) as f64;
-    (lo / 1.5)..(hi * 1.5)
-}
-
-fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow::anyhow!("drawing the plot: {e:?}")
-}
-
-/// Deployment time against job size per strategy, with the lower bound (Fig. 4).
-fn plot_time(path: &Path, rows: &[&Row], payload: u64) -> anyhow::Result<()> {
-    let times: Vec<f64> = rows.iter().map(|r| secs(r.report.deploy)).collect();
-    let bound = rows.first().map_or(1e-3, |r| secs(r.report.lower_bound));
-    let lo = times.iter().copied().fold(bound, f64::min) / 1.5;
-    let hi = times.iter().copied().fold(bound, f64::max) * 1.5;
-    let root = SVGBackend::new(path, (800, 520)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "Simulated deployment time, {} (cf. TEES Fig. 4)",
-                ByteSize::b(payload)
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x_range(rows).log_scale(), (lo..hi).log_scale())
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("job nodes")
-        .y_desc("seconds until every node holds the payload")
-        .draw()
-        .map_err(plot_err)?;
-    for (i, s) in strategies(rows).into_iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = rows
-            .iter()
-            .filter(|r| r.strategy == s)
-            .map(|r| (r.nodes as f64, secs(r.report.deploy)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(s.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(plot_err)?;
-    }
-    let xr = x_range(rows);
-    chart
-        .draw_series(LineSeries::new(
-            vec![(xr.start, bound), (xr.end, bound)],
-            BLACK.stroke_width(1),
-        ))
-        .map_err(plot_err)?
-        .label("lower bound")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)?;
-    Ok(())
-}
-
-/// Bytes entering groups per strategy, as a multiple of `topo`'s (Fig. 5).
-fn plot_uplink(path: &Path, rows: &[&Row], payload: u64) -> anyhow::Result<()> {
-    let norm = |r: &Row| {
-        rows.iter()
-            .find(|t| t.strategy == Strategy::Topo && t.nodes == r.nodes)
-            .map(|t| r.report.uplink_in as f64 / t.report.uplink_in.max(1) as f64)
-    };
-    let hi = rows.iter().filter_map(|r| norm(r)).fold(1.0f64, f64::max) * 1.15;
-    let root = SVGBackend::new(path, (800, 520)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "Simulated group-uplink load ÷ topo, {} (cf. TEES Fig. 5)",
-                ByteSize::b(payload)
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x_range(rows).log_scale(), 0.0..hi)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("job nodes")
-        .y_desc("bytes into groups ÷ topo's")
-        .draw()
-        .map_err(plot_err)?;
-    for (i, s) in strategies(rows).into_iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = rows
-            .iter()
-            .filter(|r| r.strategy == s)
-            .filter_map(|r| norm(r).map(|v| (r.nodes as f64, v)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(s.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(plot_err)?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! teesfs integration tests: one binary, real FUSE mounts, real processes.
 //!
-//! Tests that need root and /dev/fuse skip with a printed reason elsewhere; CI runs as root.
+//! Tests that need root and /dev/fuse skip with a printed reason outside CI and fail under CI
+//! (the `CI` environment variable), which runs as root.
 //! Every mount is made in a fresh temporary directory and torn down by a Drop guard, also
 //! when the test panics.
 
@@ -11,7 +12,6 @@ mod daemon_bounds;
 mod daemon_service;
 mod deps;
 mod distribution;
-mod fuzz_corpus;
 mod health;
 mod lab;
 mod lab_baselines;

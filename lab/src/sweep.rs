@@ -1,0 +1,316 @@
+//! Simulated pushes at scale: sweeps of job sizes x strategies x payloads on a modelled
+//! machine (`peertree::sim` drives the shipping relay of every node), with the table, the
+//! CSV and the plots (the TEES paper's Fig. 4 and Fig. 5) that `teesfs sim` writes. All
+//! modelling lives in `peertree`; this module plans, runs and formats.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use peertree::sim::{Network, Sim, SimConfig, SimReport, pick_victims};
+use peertree::topology::Topology;
+use peertree::{Plan, PlanOptions, Strategy, measure};
+
+use crate::error::{LabError, Result};
+use bytesize::ByteSize;
+
+/// The modelled machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    /// Groups of 8 behind a proxy, 10 Gbit/s nodes, 80 Gbit/s proxy port and uplink.
+    Tianhe,
+    /// Tianhe plus super nodes of 14 groups and cabinets of 168 groups, 2:1 oversubscribed.
+    TwoLevel,
+    /// The lab's reference shape: 100 Mbit/s slaves, 400 Mbit/s proxy links.
+    Lab,
+}
+
+/// What a sweep runs.
+#[derive(Debug, Clone)]
+pub struct SweepSpec {
+    /// The modelled machine.
+    pub machine: Machine,
+    /// Job sizes.
+    pub nodes: Vec<usize>,
+    /// Payloads in bytes.
+    pub payloads: Vec<u64>,
+    /// Chunk size in bytes.
+    pub chunk: u64,
+    /// Strategies.
+    pub strategies: Vec<Strategy>,
+    /// Most children per node.
+    pub width: usize,
+    /// `auto` uses storage at or below this many nodes.
+    pub threshold: usize,
+    /// Seed of `random` and of the choice of killed nodes.
+    pub seed: u64,
+    /// Random job nodes killed during each push.
+    pub kill: usize,
+    /// When they are killed (simulated time).
+    pub kill_at: Duration,
+    /// Connection set-up cost (default: the machine's).
+    pub setup: Option<Duration>,
+    /// Shared cores for chunk processing (default: the machine's).
+    pub cores: Option<u32>,
+    /// Per-message latency (default: the machine's).
+    pub latency: Option<Duration>,
+    /// `flat` and `storage` are skipped above this many nodes.
+    pub max_one_to_all: usize,
+    /// Index in the machine (from 0) of each job's first node.
+    pub first: usize,
+}
+
+/// One simulation's outcome.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Payload bytes.
+    pub payload: u64,
+    /// Job nodes.
+    pub nodes: usize,
+    /// The plan's strategy.
+    pub strategy: Strategy,
+    /// The plan's depth.
+    pub depth: u32,
+    /// The least bytes that must enter the job's groups.
+    pub min_uplink: u64,
+    /// What the simulator measured.
+    pub report: SimReport,
+    /// Wall time the simulation took.
+    pub wall: Duration,
+}
+
+/// A sweep ready to run: the machine built once for the largest job.
+pub struct Sweep {
+    spec: SweepSpec,
+    topology: Topology,
+    network: Network,
+    hosts: Vec<String>,
+}
+
+impl Sweep {
+    /// Builds the machine for `spec`.
+    pub fn new(spec: SweepSpec) -> Result<Self> {
+        if spec.nodes.is_empty() || spec.strategies.is_empty() || spec.payloads.is_empty() {
+            return Err(LabError::Shape(
+                "give at least one --nodes, --strategy and --payload".into(),
+            ));
+        }
+        let largest = spec.nodes.iter().copied().max().unwrap_or(0);
+        let topology = machine_topology(spec.machine, largest + spec.first + 4)?;
+        let mut network = match spec.machine {
+            Machine::Tianhe => Network::tianhe(),
+            Machine::TwoLevel => Network::two_level(),
+            Machine::Lab => Network::lab(),
+        };
+        network.setup = spec.setup.unwrap_or(network.setup);
+        network.latency = spec.latency.unwrap_or(network.latency);
+        network.shared_cores = spec.cores.unwrap_or(network.shared_cores);
+        let hosts = (0..topology.len())
+            .map(|i| {
+                topology
+                    .host(peertree::topology::TopoId(i as u32))
+                    .to_string()
+            })
+            .collect();
+        Ok(Self {
+            spec,
+            topology,
+            network,
+            hosts,
+        })
+    }
+
+    /// The simulations to run: (payload, nodes, strategy), payload-major.
+    pub fn jobs(&self) -> Vec<(u64, usize, Strategy)> {
+        let s = &self.spec;
+        let mut jobs = Vec::new();
+        for &payload in &s.payloads {
+            for &n in &s.nodes {
+                for &strategy in &s.strategies {
+                    let one_to_all = matches!(strategy, Strategy::Flat | Strategy::Storage);
+                    if !(one_to_all && n > s.max_one_to_all) {
+                        jobs.push((payload, n, strategy));
+                    }
+                }
+            }
+        }
+        jobs
+    }
+
+    /// Plans and simulates one job of `n` contiguous nodes from the spec's first.
+    pub fn run(&self, payload: u64, n: usize, strategy: Strategy) -> Result<Row> {
+        let s = &self.spec;
+        let opts = PlanOptions {
+            width: s.width,
+            threshold: s.threshold,
+            seed: s.seed,
+            // The modelled machines have a shared file system.
+            shared_storage: true,
+            ..PlanOptions::default()
+        };
+        let job = &self.hosts[s.first..s.first + n];
+        let sim_err = |what: &str| {
+            let what = format!("{what} {n} nodes with {strategy}");
+            move |e: peertree::Error| LabError::Sim { what, source: e }
+        };
+        let plan =
+            peertree::plan(&self.topology, job, strategy, &opts).map_err(sim_err("planning"))?;
+        let mut cfg = SimConfig::new(self.network.clone(), payload, s.chunk);
+        cfg.limit = Duration::from_secs(24 * 3600);
+        let started = Instant::now();
+        let report = simulate(&plan, &self.topology, cfg, s.kill, s.kill_at, s.seed)
+            .map_err(sim_err("simulating"))?;
+        let metrics = measure(&plan, &self.topology, payload);
+        Ok(Row {
+            payload,
+            nodes: n,
+            strategy: plan.strategy,
+            depth: plan.depth(),
+            min_uplink: metrics.min_uplink_bytes,
+            report,
+            wall: started.elapsed(),
+        })
+    }
+}
+
+fn simulate(
+    plan: &Plan,
+    topology: &Topology,
+    cfg: SimConfig,
+    kill: usize,
+    at: Duration,
+    seed: u64,
+) -> std::result::Result<SimReport, peertree::Error> {
+    let mut sim = Sim::new(plan, Some(topology), cfg, Instant::now())?;
+    if kill > 0 {
+        sim.kill(at, pick_victims(plan, kill, seed));
+    }
+    sim.run()
+}
+
+/// The machine: `nodes` hosts `cn00001...` in groups of 8, the first the proxy, with the
+/// two upper levels for `two-level`.
+fn machine_topology(machine: Machine, nodes: usize) -> Result<Topology> {
+    let nodes = nodes.next_multiple_of(8);
+    let mut toml = format!(
+        "[[pattern]]\nnodes = \"cn[00001-{nodes:05}]\"\ngroup_size = 8\nproxy = \"first\"\n"
+    );
+    if machine == Machine::TwoLevel {
+        toml.push_str("[[level]]\nname = \"supernode\"\nsize = 112\n");
+        toml.push_str("[[level]]\nname = \"cabinet\"\nsize = 1344\n");
+    }
+    Topology::from_toml(&toml).map_err(|source| LabError::Sim {
+        what: "building the modelled machine".into(),
+        source,
+    })
+}
+
+pub(crate) fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// The `topo` row of the same payload and size, if it was run.
+pub(crate) fn topo_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+    rows.iter()
+        .find(|t| t.strategy == Strategy::Topo && t.payload == r.payload && t.nodes == r.nodes)
+}
+
+fn ratio(a: f64, b: Option<f64>) -> String {
+    match b {
+        Some(b) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
+    }
+}
+
+/// The sweep as a Markdown table (ratios to the bound, to `topo` and to the minimum uplink).
+pub fn table(rows: &[Row], kill: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| payload | nodes | strategy | depth | deploy | ÷ bound | ÷ topo | uplink in | ÷ topo | ÷ min |{} events | wall |",
+        if kill > 0 {
+            " killed | failed edges | unreachable | incomplete |"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|{}---:|---:|",
+        if kill > 0 { "---:|---:|---:|---:|" } else { "" }
+    );
+    for r in rows {
+        let t = topo_of(rows, r);
+        let rep = &r.report;
+        let failures = if kill > 0 {
+            format!(
+                " {} | {} | {} | {} |",
+                rep.killed,
+                rep.failed_edges.len(),
+                rep.unreachable.len(),
+                rep.incomplete.len()
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.1} ms | {:.2} | {} | {:.2} GiB | {} | {:.2} |{failures} {} | {:.1} s |",
+            ByteSize::b(r.payload),
+            r.nodes,
+            r.strategy,
+            r.depth,
+            secs(rep.deploy) * 1e3,
+            secs(rep.deploy) / secs(rep.lower_bound),
+            ratio(secs(rep.deploy), t.map(|t| secs(t.report.deploy))),
+            rep.uplink_in as f64 / (1u64 << 30) as f64,
+            ratio(rep.uplink_in as f64, t.map(|t| t.report.uplink_in as f64)),
+            rep.uplink_in as f64 / r.min_uplink.max(1) as f64,
+            rep.events,
+            secs(r.wall),
+        );
+    }
+    out
+}
+
+/// The sweep as CSV, one row per simulation.
+pub fn csv(rows: &[Row], machine: Machine) -> String {
+    let mut out = String::from(
+        "machine,payload_bytes,nodes,strategy,depth,deploy_s,urgent_s,root_done_s,lower_bound_s,\
+         deploy_over_bound,deploy_over_topo,uplink_in_bytes,uplink_out_bytes,uplink_over_topo,\
+         min_uplink_bytes,core_bytes,start_bytes,link_bytes,killed,failed_edges,unreachable,incomplete,\
+         events,wall_s\n",
+    );
+    let machine = format!("{machine:?}").to_lowercase();
+    for r in rows {
+        let t = topo_of(rows, r);
+        let rep = &r.report;
+        let _ = writeln!(
+            out,
+            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}",
+            r.payload,
+            r.nodes,
+            r.strategy,
+            r.depth,
+            secs(rep.deploy),
+            secs(rep.urgent),
+            secs(rep.root_done),
+            secs(rep.lower_bound),
+            secs(rep.deploy) / secs(rep.lower_bound),
+            ratio(secs(rep.deploy), t.map(|t| secs(t.report.deploy))),
+            rep.uplink_in,
+            rep.uplink_out,
+            ratio(rep.uplink_in as f64, t.map(|t| t.report.uplink_in as f64)),
+            r.min_uplink,
+            rep.core_bytes,
+            rep.start_bytes,
+            rep.link_bytes,
+            rep.killed,
+            rep.failed_edges.len(),
+            rep.unreachable.len(),
+            rep.incomplete.len(),
+            rep.events,
+            secs(r.wall),
+        );
+    }
+    out
+}
