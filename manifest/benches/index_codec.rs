@@ -54,6 +54,26 @@ fn text(rng: &mut Rng, len: usize) -> Box<[u8]> {
     out.into()
 }
 
+/// Random chunk ids for a file of `size` bytes, appended to `chunks`; the file's slots.
+fn file_chunks(rng: &mut Rng, chunks: &mut Vec<ChunkInfo>, size: u64) -> Vec<Slot> {
+    let n = size.div_ceil(u64::from(CHUNK));
+    (0..n)
+        .map(|pos| {
+            let plain_len = (size - pos * u64::from(CHUNK)).min(u64::from(CHUNK)) as u32;
+            let mut id = [0u8; 32];
+            for w in id.chunks_mut(8) {
+                w.copy_from_slice(&rng.next().to_le_bytes());
+            }
+            chunks.push(ChunkInfo {
+                id: ChunkId(id),
+                plain_len,
+                stored_len: plain_len / 3 + 1,
+            });
+            Slot::chunk((chunks.len() - 1) as u32)
+        })
+        .collect()
+}
+
 fn layer(inline_share: u64) -> Index {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut chunks: Vec<ChunkInfo> = Vec::new();
@@ -117,22 +137,7 @@ fn layer(inline_share: u64) -> Index {
                 0 => u64::from(CHUNK) * (1 + rng.below(3)) + rng.below(u64::from(CHUNK)),
                 _ => 4096 + rng.below(u64::from(CHUNK) - 4096),
             };
-            let n = size.div_ceil(u64::from(CHUNK));
-            let slots: Vec<Slot> = (0..n)
-                .map(|pos| {
-                    let plain_len = (size - pos * u64::from(CHUNK)).min(u64::from(CHUNK)) as u32;
-                    let mut id = [0u8; 32];
-                    for w in id.chunks_mut(8) {
-                        w.copy_from_slice(&rng.next().to_le_bytes());
-                    }
-                    chunks.push(ChunkInfo {
-                        id: ChunkId(id),
-                        plain_len,
-                        stored_len: plain_len / 3 + 1,
-                    });
-                    Slot::chunk((chunks.len() - 1) as u32)
-                })
-                .collect();
+            let slots = file_chunks(&mut rng, &mut chunks, size);
             (
                 format!("n{i:07}_data.bin"),
                 0o644,

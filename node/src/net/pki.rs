@@ -62,30 +62,7 @@ pub fn make_cluster_valid_for(
     for host in hosts {
         check_host(host)?;
     }
-    // A validity that overflows the calendar (it panicked) or is empty is refused before
-    // anything is written.
-    let not_after = match valid_for {
-        None => None,
-        Some(d) => {
-            let now = time::OffsetDateTime::now_utc();
-            let end = time::Duration::try_from(d)
-                .ok()
-                .and_then(|d| now.checked_add(d))
-                .filter(|end| end.year() <= 9999 && d > std::time::Duration::ZERO);
-            match end {
-                Some(end) => Some(end),
-                None => {
-                    return Err(NetError::Credential {
-                        path: dir.to_path_buf(),
-                        reason: format!(
-                            "a validity of {} days is not a usable expiry (1 day to the year 9999)",
-                            d.as_secs() / 86_400
-                        ),
-                    });
-                }
-            }
-        }
-    };
+    let not_after = not_after(dir, valid_for)?;
     if !dir.exists() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -94,48 +71,7 @@ pub fn make_cluster_valid_for(
             .map_err(|source| io_err(dir, source))?;
     }
     let mut written = Vec::new();
-    let ca_cert = dir.join(CA_CERT);
-    let ca_key = dir.join(CA_KEY);
-    let issuer = match (ca_cert.exists(), ca_key.exists()) {
-        (true, true) => load_issuer(dir)?,
-        (false, false) => {
-            let key = KeyPair::generate()?;
-            let mut params = CertificateParams::default();
-            // A per-cluster name makes "unknown issuer" errors name the other cluster's CA.
-            let tag = blake3::hash(key.public_key_raw()).to_hex();
-            params.distinguished_name = rcgen::DistinguishedName::new();
-            params.distinguished_name.push(
-                DnType::CommonName,
-                format!("teesfs cluster CA {}", &tag[..12]),
-            );
-            params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-            params.key_usages = vec![
-                KeyUsagePurpose::KeyCertSign,
-                KeyUsagePurpose::CrlSign,
-                KeyUsagePurpose::DigitalSignature,
-            ];
-            let cert = params.self_signed(&key)?;
-            write_atomic(&ca_key, key.serialize_pem().as_bytes(), 0o600, false)?;
-            write_atomic(&ca_cert, cert.pem().as_bytes(), 0o644, false)?;
-            written.extend([ca_cert.clone(), ca_key.clone()]);
-            Issuer::new(params, key)
-        }
-        (cert_exists, _) => {
-            let (present, missing) = if cert_exists {
-                (&ca_cert, &ca_key)
-            } else {
-                (&ca_key, &ca_cert)
-            };
-            return Err(NetError::Credential {
-                path: missing.clone(),
-                reason: format!(
-                    "missing while {} exists; restore it, or remove both to make a new cluster CA \
-                     (which invalidates every certificate it signed)",
-                    present.display()
-                ),
-            });
-        }
-    };
+    let issuer = cluster_ca(dir, &mut written)?;
 
     let revoked = revoked_serials(dir)?;
     for host in hosts {
@@ -169,6 +105,80 @@ pub fn make_cluster_valid_for(
         written.extend([cert_path, key_path]);
     }
     Ok(written)
+}
+
+/// The end of a new host certificate's validity, `valid_for` from now. A validity that
+/// overflows the calendar (it panicked) or is empty is refused before anything is written.
+fn not_after(
+    dir: &Path,
+    valid_for: Option<std::time::Duration>,
+) -> Result<Option<time::OffsetDateTime>, NetError> {
+    let Some(d) = valid_for else {
+        return Ok(None);
+    };
+    let now = time::OffsetDateTime::now_utc();
+    time::Duration::try_from(d)
+        .ok()
+        .and_then(|d| now.checked_add(d))
+        .filter(|end| end.year() <= 9999 && d > std::time::Duration::ZERO)
+        .map(Some)
+        .ok_or_else(|| NetError::Credential {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "a validity of {} days is not a usable expiry (1 day to the year 9999)",
+                d.as_secs() / 86_400
+            ),
+        })
+}
+
+/// The cluster CA in `dir`: loaded, or made (and its files added to `written`) when neither
+/// of its files exists. One file without the other is an error that says what to do.
+fn cluster_ca(
+    dir: &Path,
+    written: &mut Vec<PathBuf>,
+) -> Result<Issuer<'static, KeyPair>, NetError> {
+    let ca_cert = dir.join(CA_CERT);
+    let ca_key = dir.join(CA_KEY);
+    match (ca_cert.exists(), ca_key.exists()) {
+        (true, true) => load_issuer(dir),
+        (false, false) => {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::default();
+            // A per-cluster name makes "unknown issuer" errors name the other cluster's CA.
+            let tag = blake3::hash(key.public_key_raw()).to_hex();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params.distinguished_name.push(
+                DnType::CommonName,
+                format!("teesfs cluster CA {}", &tag[..12]),
+            );
+            params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+            params.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::CrlSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
+            let cert = params.self_signed(&key)?;
+            write_atomic(&ca_key, key.serialize_pem().as_bytes(), 0o600, false)?;
+            write_atomic(&ca_cert, cert.pem().as_bytes(), 0o644, false)?;
+            written.extend([ca_cert, ca_key]);
+            Ok(Issuer::new(params, key))
+        }
+        (cert_exists, _) => {
+            let (present, missing) = if cert_exists {
+                (&ca_cert, &ca_key)
+            } else {
+                (&ca_key, &ca_cert)
+            };
+            Err(NetError::Credential {
+                path: missing.clone(),
+                reason: format!(
+                    "missing while {} exists; restore it, or remove both to make a new cluster CA \
+                     (which invalidates every certificate it signed)",
+                    present.display()
+                ),
+            })
+        }
+    }
 }
 
 /// Revokes the current certificates of `hosts`: adds their serial numbers to the cluster's

@@ -323,95 +323,21 @@ impl<'a> Sim<'a> {
     }
 
     fn handle(&mut self, ev: Ev) -> Result<()> {
-        let now = self.at(self.now);
         match ev {
-            Ev::Deliver { from, to, msg } => {
-                if self.dead[to.index()] || self.dead[from.index()] {
-                    return Ok(());
-                }
-                if let Msg::Prepare(p) = &msg {
-                    // A hint for a node not yet in the job: pass it on at once, which
-                    // starts the set-up of the connections to its children.
-                    if self.relays[to.index()].is_none() && !self.prepared[to.index()] {
-                        self.prepared[to.index()] = true;
-                        let fwd = crate::relay::forward_prepare(p)
-                            .map_err(|e| Error::SimSetup(e.to_string()))?;
-                        for (child, p) in fwd {
-                            self.depart_after_setup(to, child.id, Out::Control(Msg::Prepare(p)));
-                        }
-                    }
-                    return Ok(());
-                }
-                match &mut self.relays[to.index()] {
-                    Some(r) => {
-                        r.handle_message(now, from, msg);
-                        self.pump(to, from);
-                    }
-                    None => {
-                        let Msg::Start(start) = msg else {
-                            return Ok(());
-                        };
-                        let r = Relay::new_node(*start, self.schedule.clone(), now)
-                            .map_err(|e| Error::SimSetup(e.to_string()))?;
-                        self.relays[to.index()] = Some(r);
-                    }
-                }
-                self.outputs(to);
-            }
+            Ev::Deliver { from, to, msg } => self.deliver(from, to, msg)?,
             Ev::Arrive {
                 from,
                 to,
                 chunk,
                 push,
                 hops,
-            } => {
-                if self.dead[to.index()] || self.dead[from.index()] {
-                    return Ok(());
-                }
-                let bytes = u64::from(self.schedule.sizes[chunk as usize]);
-                let forwarding = transfer_ns(bytes * u64::from(hops), self.cfg.network.link_cpu_bw);
-                let mut start = self.now.max(self.cpu_busy[to.index()]);
-                // With shared cores, the first one to free up (lowest index on ties).
-                let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]);
-                if let Some(c) = core {
-                    start = start.max(self.cores[c]);
-                }
-                let done = start + self.cfg.network.chunk_ns(bytes) + forwarding;
-                self.cpu_busy[to.index()] = done;
-                if let Some(c) = core {
-                    self.cores[c] = done;
-                }
-                self.push(
-                    done,
-                    Ev::Processed {
-                        from,
-                        to,
-                        chunk,
-                        push,
-                    },
-                );
-            }
+            } => self.arrive(from, to, chunk, push, hops),
             Ev::Processed {
                 from,
                 to,
                 chunk,
                 push,
-            } => {
-                if self.dead[to.index()] {
-                    return Ok(());
-                }
-                let Some(r) = &mut self.relays[to.index()] else {
-                    return Ok(());
-                };
-                r.handle_chunk(now, from, chunk, true);
-                if push {
-                    self.pushed_rx[to.index()] += 1;
-                } else {
-                    self.demand_rx += 1;
-                }
-                self.pump_all(to);
-                self.outputs(to);
-            }
+            } => self.processed(from, to, chunk, push),
             Ev::TxDone { from, to } => {
                 self.busy_edges.remove(&(from, to));
                 if !self.dead[from.index()] {
@@ -431,6 +357,91 @@ impl<'a> Sim<'a> {
             }
         }
         Ok(())
+    }
+
+    /// A control message reaches `to`.
+    fn deliver(&mut self, from: NodeId, to: NodeId, msg: Msg) -> Result<()> {
+        let now = self.at(self.now);
+        if self.dead[to.index()] || self.dead[from.index()] {
+            return Ok(());
+        }
+        if let Msg::Prepare(p) = &msg {
+            // A hint for a node not yet in the job: pass it on at once, which
+            // starts the set-up of the connections to its children.
+            if self.relays[to.index()].is_none() && !self.prepared[to.index()] {
+                self.prepared[to.index()] = true;
+                let fwd =
+                    crate::relay::forward_prepare(p).map_err(|e| Error::SimSetup(e.to_string()))?;
+                for (child, p) in fwd {
+                    self.depart_after_setup(to, child.id, Out::Control(Msg::Prepare(p)));
+                }
+            }
+            return Ok(());
+        }
+        match &mut self.relays[to.index()] {
+            Some(r) => {
+                r.handle_message(now, from, msg);
+                self.pump(to, from);
+            }
+            None => {
+                let Msg::Start(start) = msg else {
+                    return Ok(());
+                };
+                let r = Relay::new_node(*start, self.schedule.clone(), now)
+                    .map_err(|e| Error::SimSetup(e.to_string()))?;
+                self.relays[to.index()] = Some(r);
+            }
+        }
+        self.outputs(to);
+        Ok(())
+    }
+
+    /// A chunk's last byte reaches `to`: it waits for a core, then is processed.
+    fn arrive(&mut self, from: NodeId, to: NodeId, chunk: u32, push: bool, hops: u32) {
+        if self.dead[to.index()] || self.dead[from.index()] {
+            return;
+        }
+        let bytes = u64::from(self.schedule.sizes[chunk as usize]);
+        let forwarding = transfer_ns(bytes * u64::from(hops), self.cfg.network.link_cpu_bw);
+        let mut start = self.now.max(self.cpu_busy[to.index()]);
+        // With shared cores, the first one to free up (lowest index on ties).
+        let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]);
+        if let Some(c) = core {
+            start = start.max(self.cores[c]);
+        }
+        let done = start + self.cfg.network.chunk_ns(bytes) + forwarding;
+        self.cpu_busy[to.index()] = done;
+        if let Some(c) = core {
+            self.cores[c] = done;
+        }
+        self.push(
+            done,
+            Ev::Processed {
+                from,
+                to,
+                chunk,
+                push,
+            },
+        );
+    }
+
+    /// A chunk has been verified and stored at `to`.
+    fn processed(&mut self, from: NodeId, to: NodeId, chunk: u32, push: bool) {
+        let now = self.at(self.now);
+        if self.dead[to.index()] {
+            return;
+        }
+        let Some(r) = &mut self.relays[to.index()] else {
+            return;
+        };
+        r.handle_chunk(now, from, chunk, true);
+        if push {
+            self.pushed_rx[to.index()] += 1;
+        } else {
+            self.demand_rx += 1;
+        }
+        self.pump_all(to);
+        self.outputs(to);
     }
 
     fn timer(&mut self, node: NodeId) {

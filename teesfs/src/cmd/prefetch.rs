@@ -83,19 +83,66 @@ fn push_args(
             p.clone()
         }
     };
-    let n = &spec.nodes;
-    let strategy = match n.strategy.as_ref().or(site.tree.strategy.as_ref()) {
-        Some(s) => s.parse().map_err(|e: peertree::Error| {
-            anyhow::anyhow!("[nodes] strategy (or the site's [tree] strategy): {e}")
-        })?,
-        None => peertree::Strategy::Auto,
-    };
     let store = match (&spec.layer.store, &site.store.path) {
         (Some(s), _) => rel(s),
         (None, Some(s)) => s.clone(),
         (None, None) => anyhow::bail!(
             "no store: set [layer] store in the job spec, or [store] path in the site's teesfs.toml"
         ),
+    };
+    let wait = match spec.network.wait.as_deref() {
+        Some("all") => Wait::All,
+        _ => Wait::Urgent,
+    };
+    let net = &spec.network;
+    Ok(PushArgs {
+        store,
+        index: spec.layer.index.clone(),
+        job: job_args(spec, args, &rel, site)?,
+        root: RootArgs {
+            identity: net
+                .identity
+                .as_ref()
+                .map(&rel)
+                .or_else(|| site.network.identity.clone())
+                .unwrap_or_else(|| PathBuf::from("/etc/teesfs/cluster")),
+            hosts: net
+                .hosts
+                .as_ref()
+                .map(&rel)
+                .or_else(|| site.network.hosts.clone()),
+            port: net.port.or(site.network.port).unwrap_or(7411),
+            listen: args.listen,
+            advertise: None,
+        },
+        wait,
+        report: args.report.clone(),
+        urgent: spec.launch.urgent.clone(),
+        heartbeat: Duration::from_secs(1),
+        deadline: Duration::from_secs(5),
+        timeout: Duration::from_secs(30 * 60),
+        trust: args.trust.clone(),
+        rate_limit: None,
+        quiet: args.quiet,
+        job_id: args.job_id,
+        owner: args.owner,
+    })
+}
+
+/// The nodes, topology and tree of a spec, each from the spec, else the site, else the
+/// built-in default.
+fn job_args(
+    spec: &JobSpec,
+    args: &PrefetchArgs,
+    rel: &dyn Fn(&PathBuf) -> PathBuf,
+    site: &manifest::SiteConfig,
+) -> anyhow::Result<JobArgs> {
+    let n = &spec.nodes;
+    let strategy = match n.strategy.as_ref().or(site.tree.strategy.as_ref()) {
+        Some(s) => s.parse().map_err(|e: peertree::Error| {
+            anyhow::anyhow!("[nodes] strategy (or the site's [tree] strategy): {e}")
+        })?,
+        None => peertree::Strategy::Auto,
     };
     // The spec's topology, else the site's (one of them, never mixed).
     let (topology, cluster, group_size) =
@@ -118,66 +165,29 @@ fn push_args(
              [topology] file or cluster and group_size in the site's teesfs.toml"
         );
     }
-    let wait = match spec.network.wait.as_deref() {
-        Some("all") => Wait::All,
-        _ => Wait::Urgent,
-    };
-    Ok(PushArgs {
-        store,
-        index: spec.layer.index.clone(),
-        job: JobArgs {
-            nodes: args.nodes.clone().or_else(|| n.list.clone()),
-            topology,
-            cluster,
-            group_size,
-            busy: None,
-            idle: None,
-            borrow_idle: false,
-            strategy,
-            width: n.width.or(site.tree.width).unwrap_or(15),
-            threshold: n.threshold.or(site.tree.threshold).unwrap_or(512),
-            seed: 0,
-            login: n
-                .login
-                .clone()
-                .or_else(|| site.root.host.clone())
-                .unwrap_or_else(|| "login".into()),
-            storage: "storage".into(),
-            shared_store: spec
-                .network
-                .shared_store
-                .clone()
-                .or_else(|| site.store.shared.clone()),
-        },
-        root: RootArgs {
-            identity: spec
-                .network
-                .identity
-                .as_ref()
-                .map(rel)
-                .or_else(|| site.network.identity.clone())
-                .unwrap_or_else(|| PathBuf::from("/etc/teesfs/cluster")),
-            hosts: spec
-                .network
-                .hosts
-                .as_ref()
-                .map(rel)
-                .or_else(|| site.network.hosts.clone()),
-            port: spec.network.port.or(site.network.port).unwrap_or(7411),
-            listen: args.listen,
-            advertise: None,
-        },
-        wait,
-        report: args.report.clone(),
-        urgent: spec.launch.urgent.clone(),
-        heartbeat: Duration::from_secs(1),
-        deadline: Duration::from_secs(5),
-        timeout: Duration::from_secs(30 * 60),
-        trust: args.trust.clone(),
-        rate_limit: None,
-        quiet: args.quiet,
-        job_id: args.job_id,
-        owner: args.owner,
+    Ok(JobArgs {
+        nodes: args.nodes.clone().or_else(|| n.list.clone()),
+        topology,
+        cluster,
+        group_size,
+        busy: None,
+        idle: None,
+        borrow_idle: false,
+        strategy,
+        width: n.width.or(site.tree.width).unwrap_or(15),
+        threshold: n.threshold.or(site.tree.threshold).unwrap_or(512),
+        seed: 0,
+        login: n
+            .login
+            .clone()
+            .or_else(|| site.root.host.clone())
+            .unwrap_or_else(|| "login".into()),
+        storage: "storage".into(),
+        shared_store: spec
+            .network
+            .shared_store
+            .clone()
+            .or_else(|| site.store.shared.clone()),
     })
 }
 

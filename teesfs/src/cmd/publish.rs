@@ -143,7 +143,12 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     let p = seeder::publish_with_urgent(&args.layer, &store, &key, &opts, &urgent, &progress)
         .with_context(|| format!("publishing {}", args.layer.display()))?;
     progress.0.finish_and_clear();
+    print_summary(&p);
+    Ok(())
+}
 
+/// What a publish did, for a person.
+fn print_summary(p: &seeder::Published) {
     let r = &p.report;
     for s in &r.skipped {
         eprintln!(
@@ -207,5 +212,4 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         util::duration(p.elapsed),
         util::bytes((r.file_bytes as f64 / secs) as u64)
     );
-    Ok(())
 }
