@@ -133,38 +133,29 @@ impl Drop for NodeProc {
 
 /// CPU seconds (user + system) process `pid` has used so far; 0 when it is gone.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100)
-        .max(1);
-    ticks as f64 / hz as f64
+    stat_seconds(pid, 2)
 }
 
 /// CPU seconds of process `pid` plus those of its children it has waited for (a daemon
 /// that forks a helper per request); 0 when it is gone.
 pub fn cpu_seconds_with_children(pid: u32) -> f64 {
+    stat_seconds(pid, 4)
+}
+
+/// The first `fields` of utime, stime, cutime and cstime (fields 14 to 17 of
+/// `/proc/PID/stat`) of `pid`, in seconds.
+fn stat_seconds(pid: u32, fields: usize) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
+    // The fields after the parenthesised command name, which may hold spaces.
     let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
         return 0.0;
     };
-    // utime, stime, cutime, cstime: fields 14 to 17.
     let ticks: u64 = rest
         .split_whitespace()
         .skip(11)
-        .take(4)
+        .take(fields)
         .filter_map(|s| s.parse::<u64>().ok())
         .sum();
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)

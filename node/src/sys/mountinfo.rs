@@ -1,7 +1,8 @@
 //! The mount table of a mount namespace, from `/proc/<pid>/mountinfo` (proc(5)): the one
 //! parser of it in the crate. Mount points come back as paths with the kernel's octal
 //! escapes (`\040` for a space, `\011`, `\012`, `\134`) undone, byte for byte, so a path
-//! that is not UTF-8 survives. It reads; it never mounts or unmounts.
+//! that is not UTF-8 survives. It reads; it never mounts or unmounts. [`Watch`] waits for
+//! the table to change (the kernel wakes a poller of mountinfo on every mount and unmount).
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -30,6 +31,28 @@ pub fn read(pid: Option<u32>) -> std::io::Result<Vec<Mount>> {
         None => "/proc/self/mountinfo".to_string(),
     };
     Ok(parse(&std::fs::read_to_string(path)?))
+}
+
+/// This namespace's mount table, opened to wait for changes.
+pub struct Watch(std::fs::File);
+
+impl Watch {
+    /// Opens `/proc/self/mountinfo` for watching.
+    pub fn new() -> std::io::Result<Self> {
+        std::fs::File::open("/proc/self/mountinfo").map(Self)
+    }
+
+    /// Waits until the mount table changes or `timeout` passes (at most about a minute per
+    /// call); returns whether it changed.
+    pub fn changed(&mut self, timeout: std::time::Duration) -> std::io::Result<bool> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLPRI)];
+        // A change seen by poll is consumed by it: the next poll waits for the next one.
+        let n = poll(&mut fds, PollTimeout::from(ms)).map_err(std::io::Error::from)?;
+        Ok(n > 0)
+    }
 }
 
 fn parse_line(line: &str) -> Option<Mount> {
@@ -75,6 +98,46 @@ fn unescape(s: &str) -> Vec<u8> {
 mod tests {
     use super::*;
     use std::path::Path;
+    use std::time::Duration;
+
+    /// A mount made while a watcher waits wakes it (root: CI fails here when not root).
+    #[test]
+    fn a_mount_wakes_the_watch() {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(std::env::var_os("CI").is_none(), "CI must run this as root");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().to_path_buf();
+        struct Unmount(std::path::PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let mut watch = Watch::new().expect("watch");
+        let mounter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            nix::mount::mount(
+                Some("tmpfs"),
+                &target,
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                None::<&str>,
+            )
+            .expect("mount tmpfs");
+            Unmount(target)
+        });
+        let changed = watch.changed(Duration::from_secs(20)).expect("poll");
+        let _guard = mounter.join().expect("mounter");
+        assert!(changed, "the mount did not wake the watch");
+        assert!(
+            read(None)
+                .expect("mountinfo")
+                .iter()
+                .any(|m| m.mount_point == dir.path())
+        );
+    }
 
     #[test]
     fn fields_and_escapes() {

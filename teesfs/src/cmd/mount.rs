@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use seeder::DirStore;
 use teesfs::fs::copies::Copies;
 use teesfs::fs::fuse::PassthroughConfig;
 use teesfs::fs::mount::{MountConfig, mount};
@@ -28,15 +27,8 @@ pub enum Passthrough {
 pub struct MountArgs {
     /// Where to mount (an existing directory).
     mountpoint: PathBuf,
-    /// The store holding the index and chunks.
-    #[arg(long, value_name = "DIR")]
-    store: PathBuf,
-    /// Index id or unique prefix (see `teesfs inspect --store DIR`).
-    #[arg(long, value_name = "ID")]
-    index: String,
-    /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
-    #[arg(long, value_name = "FILE.pub")]
-    trust: Vec<PathBuf>,
+    #[command(flatten)]
+    at: util::IndexArgs,
     /// Memory for decompressed chunks.
     #[arg(long, default_value = "256MiB", value_parser = util::parse_size)]
     cache: u64,
@@ -61,9 +53,7 @@ pub struct MountArgs {
 
 /// Runs `teesfs mount`.
 pub fn run(args: MountArgs) -> anyhow::Result<()> {
-    let store = DirStore::open(&args.store)?;
-    let (id, _, index) = util::open_trusted_index(&store, &args.index, &args.trust)
-        .context("refusing to mount it")?;
+    let (store, id, index) = args.at.open().context("refusing to mount it")?;
     let root = nix::unistd::geteuid().is_root();
     let passthrough = if args.passthrough == Passthrough::Auto && root {
         let dir = args

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use seeder::DirStore;
 use teesfs::fs::mount::{MountConfig, mount};
 use teesfs::fs::record::{Recorder, Recording};
 use teesfs::fs::tree::Tree;
@@ -31,15 +30,8 @@ The list holds one layer path per line in the order of first use; lines starting
 are comments and lines starting with `!` are names the command looked up that exist neither
 in the layer nor on this node (a node answers those from its index, without the network).")]
 pub struct RecordArgs {
-    /// The store holding the index and chunks.
-    #[arg(long, value_name = "DIR")]
-    store: PathBuf,
-    /// Index id or unique prefix (see `teesfs inspect --store DIR`).
-    #[arg(long, value_name = "ID")]
-    index: String,
-    /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
-    #[arg(long, value_name = "FILE.pub")]
-    trust: Vec<PathBuf>,
+    #[command(flatten)]
+    at: util::IndexArgs,
     /// Where to write the list.
     #[arg(short, long, value_name = "FILE", default_value = "urgent.list")]
     output: PathBuf,
@@ -50,9 +42,7 @@ pub struct RecordArgs {
 
 /// Runs `teesfs record`.
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
-    let store = DirStore::open(&args.store)?;
-    let (id, _, index) = util::open_trusted_index(&store, &args.index, &args.trust)
-        .context("refusing to record against it")?;
+    let (store, id, index) = args.at.open().context("refusing to record against it")?;
     let tree = Tree::new(index.clone());
     let mountpoint = tempfile::Builder::new()
         .prefix("teesfs-record.")
@@ -107,7 +97,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     }
     println!(
         "next: teesfs publish LAYER --store {} --urgent-list {}",
-        args.store.display(),
+        args.at.store.display(),
         args.output.display()
     );
     Ok(())

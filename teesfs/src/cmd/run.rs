@@ -117,6 +117,7 @@ fn find_job(root: &Path, job: Option<&str>, wait: Duration) -> anyhow::Result<Pa
         bail!("{w:?} is not a job id: up to 16 hex digits (`teesfs status` lists the jobs)");
     }
     let deadline = Instant::now() + wait;
+    let mut watch = teesfs::sys::mountinfo::Watch::new().context("watching the mount table")?;
     loop {
         let mounted = mounted_jobs(root);
         let found: Vec<&PathBuf> = match &wanted {
@@ -156,7 +157,8 @@ fn find_job(root: &Path, job: Option<&str>, wait: Duration) -> anyhow::Result<Pa
                     .join(", ")
             ),
         }
-        std::thread::sleep(Duration::from_millis(100));
+        // Woken by the next mount (or unmount) in this namespace.
+        watch.changed(deadline.saturating_duration_since(Instant::now()))?;
     }
 }
 

@@ -143,6 +143,30 @@ pub fn open_trusted_index(
     Ok((id, bytes, index))
 }
 
+/// The store, one index in it and the keys it must be signed by: the arguments of every
+/// command that opens one published index on this machine.
+#[derive(Debug, clap::Args)]
+pub struct IndexArgs {
+    /// The store holding the index and chunks.
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// Index id or unique prefix (see `teesfs inspect --store DIR`).
+    #[arg(long, value_name = "ID")]
+    pub index: String,
+    /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
+    #[arg(long, value_name = "FILE.pub")]
+    pub trust: Vec<PathBuf>,
+}
+
+impl IndexArgs {
+    /// Opens the store and the index, checking its signature ([`open_trusted_index`]).
+    pub fn open(&self) -> anyhow::Result<(seeder::DirStore, manifest::IndexId, manifest::Index)> {
+        let store = seeder::DirStore::open(&self.store)?;
+        let (id, _, index) = open_trusted_index(&store, &self.index, &self.trust)?;
+        Ok((store, id, index))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
