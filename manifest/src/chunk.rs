@@ -25,6 +25,28 @@ pub fn encode_chunk(plain: &[u8], zstd_level: i32) -> Vec<u8> {
     out
 }
 
+/// A chunk's plain bytes, decoded and checked against its id: only [`verify_chunk`] makes
+/// one, so a value of this type is never unverified data.
+#[derive(Debug, Clone)]
+pub struct Verified(std::sync::Arc<[u8]>);
+
+impl Verified {
+    /// The plain bytes.
+    pub fn bytes(&self) -> &std::sync::Arc<[u8]> {
+        &self.0
+    }
+
+    /// The plain bytes, shared.
+    pub fn into_bytes(self) -> std::sync::Arc<[u8]> {
+        self.0
+    }
+}
+
+/// [`decode_chunk`], keeping the plain bytes as [`Verified`].
+pub fn verify_chunk(stored: &[u8], id: &ChunkId, plain_len: u32) -> Result<Verified, Error> {
+    decode_chunk(stored, id, plain_len).map(|plain| Verified(plain.into()))
+}
+
 /// Decodes a stored chunk and checks it: length `plain_len` and blake3 equal to `id`.
 pub fn decode_chunk(stored: &[u8], id: &ChunkId, plain_len: u32) -> Result<Vec<u8>, Error> {
     let corrupt = |reason: String| Error::CorruptChunk { id: *id, reason };

@@ -1,22 +1,34 @@
-//! Where chunk bytes come from. The filesystem asks a [`ChunkSource`] for a chunk's stored
-//! bytes and verifies them itself, so a source can be a local store now and a parent peer in
-//! the tree later, and a lying source can never make the mount return wrong data.
+//! Where chunk bytes come from. The filesystem asks a [`ChunkSource`] for a chunk and
+//! verifies the stored bytes it gets itself, so a source can be a local store now and a
+//! parent peer in the tree later, and a lying source can never make the mount return wrong
+//! data. A source that has already verified a chunk (a node that checked it on arrival)
+//! hands over the [`Verified`] plain bytes instead, so no chunk is decoded and hashed twice.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use manifest::{ChunkId, ChunkInfo};
+use manifest::{ChunkId, ChunkInfo, Verified};
 use seeder::DirStore;
 
-/// A fetch in progress: resolves to the chunk's stored (encoded) bytes.
-pub type ChunkFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, crate::Error>> + Send>>;
+/// What a fetch produced.
+#[derive(Debug)]
+pub enum Fetched {
+    /// The stored (encoded) bytes, which the reader verifies.
+    Stored(Vec<u8>),
+    /// The plain bytes, already decoded and checked against the chunk's id.
+    Verified(Verified),
+}
+
+/// A fetch in progress.
+pub type ChunkFuture = Pin<Box<dyn Future<Output = Result<Fetched, crate::Error>> + Send>>;
 
 /// A provider of chunk bytes.
 pub trait ChunkSource: Send + Sync + 'static {
-    /// Starts fetching a chunk. Must not block the caller; the work happens when the future
-    /// is polled (on the runtime), so a slow fetch never holds a FUSE thread.
-    fn fetch(&self, chunk: ChunkInfo) -> ChunkFuture;
+    /// Starts fetching chunk number `at` of the index (`chunk`). Must not block the caller;
+    /// the work happens when the future is polled (on the runtime), so a slow fetch never
+    /// holds a FUSE thread.
+    fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture;
 
     /// Whether the chunk is available without waiting (decides passthrough eligibility).
     fn is_local(&self, id: &ChunkId) -> bool;
@@ -37,10 +49,11 @@ impl StoreSource {
 }
 
 impl ChunkSource for StoreSource {
-    fn fetch(&self, chunk: ChunkInfo) -> ChunkFuture {
+    fn fetch(&self, _at: u32, chunk: ChunkInfo) -> ChunkFuture {
         let store = self.store.clone();
         Box::pin(async move {
-            Ok(tokio::task::spawn_blocking(move || store.get_chunk(&chunk.id)).await??)
+            let stored = tokio::task::spawn_blocking(move || store.get_chunk(&chunk.id)).await??;
+            Ok(Fetched::Stored(stored))
         })
     }
 

@@ -24,7 +24,7 @@ use tokio::sync::OnceCell;
 use super::FsError;
 use super::copies::{Copies, CopyUser, Lease, verify_copy};
 use super::tree::Tree;
-use crate::source::ChunkSource;
+use crate::source::{ChunkSource, Fetched};
 
 type Shared = Arc<OnceCell<Result<Arc<[u8]>, FsError>>>;
 
@@ -41,6 +41,9 @@ pub struct DataStats {
     pub fetches: u64,
     /// Chunks that failed verification.
     pub corrupt: u64,
+    /// Chunks this reader decoded and checked itself (a source's already verified chunks
+    /// are not counted: they are not checked twice).
+    pub decoded: u64,
 }
 
 /// The content side of a mounted layer.
@@ -292,7 +295,7 @@ impl Data {
         let result = cell
             .get_or_init(|| {
                 let this = self.clone();
-                async move { this.fetch_verified(ci).await.map(Arc::from) }
+                async move { this.fetch_verified(ci).await }
             })
             .await
             .clone();
@@ -325,8 +328,9 @@ impl Data {
         }
     }
 
-    /// Fetches and verifies a chunk without caching it.
-    async fn fetch_verified(&self, ci: u32) -> Result<Vec<u8>, FsError> {
+    /// Fetches and verifies a chunk without caching it (a source that verified it already
+    /// hands over plain bytes, which are not checked again).
+    async fn fetch_verified(&self, ci: u32) -> Result<Arc<[u8]>, FsError> {
         let info = *self
             .tree
             .index()
@@ -334,7 +338,8 @@ impl Data {
             .get(ci as usize)
             .ok_or(FsError::Invalid)?;
         lock(&self.stats).fetches += 1;
-        let stored = match tokio::time::timeout(self.read_timeout, self.source.fetch(info)).await {
+        let fetch = self.source.fetch(ci, info);
+        let stored = match tokio::time::timeout(self.read_timeout, fetch).await {
             Ok(r) => r.map_err(|e| {
                 tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
                 FsError::Unavailable(e.to_string())
@@ -351,11 +356,17 @@ impl Data {
                 });
             }
         };
-        decode_chunk(&stored, &info.id, info.plain_len).map_err(|e| {
+        let stored = match stored {
+            Fetched::Verified(plain) => return Ok(plain.into_bytes()),
+            Fetched::Stored(stored) => stored,
+        };
+        lock(&self.stats).decoded += 1;
+        let plain = decode_chunk(&stored, &info.id, info.plain_len).map_err(|e| {
             lock(&self.stats).corrupt += 1;
             tracing::error!(chunk = %info.id, error = %e, "refusing a corrupt chunk: reads of it fail with EIO");
             FsError::Corrupt(e.to_string())
-        })
+        })?;
+        Ok(Arc::from(plain))
     }
 
     /// Whether every chunk of a file is available locally (passthrough candidates).
@@ -509,6 +520,8 @@ mod tests {
         Corrupt,
         /// Never.
         Silent,
+        /// Plain bytes it verified itself, as a node hands over a chunk that just arrived.
+        Verified,
     }
 
     struct Source {
@@ -519,7 +532,7 @@ mod tests {
     }
 
     impl ChunkSource for Source {
-        fn fetch(&self, chunk: ChunkInfo) -> crate::source::ChunkFuture {
+        fn fetch(&self, _at: u32, chunk: ChunkInfo) -> crate::source::ChunkFuture {
             self.fetches.fetch_add(1, Ordering::SeqCst);
             let mut bytes = self.chunks.get(&chunk.id).cloned().unwrap_or_default();
             let mode = *lock(&self.mode);
@@ -529,12 +542,17 @@ mod tests {
                 *b ^= 0x5a;
             }
             let mut gate = self.gate.clone();
+            let verified = (mode == Mode::Verified)
+                .then(|| manifest::verify_chunk(&bytes, &chunk.id, chunk.plain_len));
             Box::pin(async move {
                 if mode == Mode::Silent {
                     std::future::pending::<()>().await;
                 }
                 let _ = gate.wait_for(|open| *open).await;
-                Ok(bytes)
+                Ok(match verified {
+                    Some(v) => Fetched::Verified(v?),
+                    None => Fetched::Stored(bytes),
+                })
             })
         }
         fn is_local(&self, _id: &ChunkId) -> bool {
@@ -609,6 +627,23 @@ mod tests {
             2,
             "the bad bytes were not kept"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chunk_verified_by_its_source_is_not_decoded_again() {
+        let (data, _source, open) = setup(Mode::Verified);
+        open.send_replace(true);
+        let a = data.clone().chunk(0).await.expect("verified by the source");
+        assert_eq!(data.stats().decoded, 0, "checked once, by the source");
+        let (stored, _, open) = setup(Mode::Honest);
+        open.send_replace(true);
+        let b = stored.clone().chunk(0).await.expect("stored bytes");
+        assert_eq!(
+            stored.stats().decoded,
+            1,
+            "stored bytes are checked by the reader"
+        );
+        assert_eq!(a[..], b[..]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use manifest::{ChunkId, Index, IndexId, decode_chunk};
+use manifest::{ChunkId, Index, IndexId, Verified, verify_chunk};
 use peertree::NodeId;
 use peertree::relay::{Event, JobId, Msg, Phase, Relay, Transmit};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -27,6 +27,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use super::peers::{Peers, frame, frame_parts};
 use crate::Error;
 use crate::net::StreamKind;
+use crate::source::Fetched;
 
 /// Where a job reads chunk bytes to send (the login node's store, or the node's store).
 pub trait ChunkBytes: Send + Sync + 'static {
@@ -42,8 +43,8 @@ pub trait ChunkBytes: Send + Sync + 'static {
     }
 }
 
-/// A reader waiting for a chunk: it gets the chunk's stored bytes.
-type Waiter = oneshot::Sender<Arc<[u8]>>;
+/// A reader waiting for a chunk: it gets the plain bytes verified on arrival.
+type Waiter = oneshot::Sender<Verified>;
 
 /// A timestamped relay event.
 pub type TimedEvent = (Instant, Event);
@@ -577,12 +578,13 @@ impl JobCore {
         let Some(info) = self.index.chunks.get(chunk as usize).copied() else {
             return;
         };
-        let valid = decode_chunk(data, &info.id, info.plain_len).is_ok();
-        if valid {
+        let verified = verify_chunk(data, &info.id, info.plain_len).ok();
+        let valid = verified.is_some();
+        if let Some(plain) = &verified {
             if let Err(e) = self.bytes.put(&info.id, data) {
                 tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
                 // Readers waiting for it still get it; the relay does not count it as held.
-                self.wake(chunk, data);
+                self.wake(chunk, plain);
                 return;
             }
             let mut c = lock(&self.counters);
@@ -593,17 +595,16 @@ impl JobCore {
             tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
         }
         self.tell(Input::Chunk { from, chunk, valid });
-        if valid {
-            self.wake(chunk, data);
+        if let Some(plain) = &verified {
+            self.wake(chunk, plain);
         }
     }
 
     /// Hands a verified chunk to the readers waiting for it.
-    fn wake(&self, chunk: u32, data: &[u8]) {
+    fn wake(&self, chunk: u32, plain: &Verified) {
         if let Some(ws) = lock(&self.waiters).remove(&chunk) {
-            let data: Arc<[u8]> = Arc::from(data);
             for w in ws {
-                let _ = w.send(data.clone());
+                let _ = w.send(plain.clone());
             }
         }
     }
@@ -615,19 +616,20 @@ impl JobCore {
         }
     }
 
-    /// The stored bytes of chunk `id`: from the store, or asked of the tree and awaited.
-    /// A chunk the relay counts as held but the store cannot produce is reported lost
-    /// first, so it is fetched again instead of awaited for ever. The caller bounds the
-    /// wait (dropping the future gives up).
-    pub async fn want(self: &Arc<Self>, id: &ChunkId) -> Result<Vec<u8>, Error> {
-        let Some(&chunk) = self.chunk_of.get(id) else {
+    /// Chunk number `chunk` of the index (whose id the caller gives as `id`): its stored
+    /// bytes from the store, or, asked of the tree and awaited, the plain bytes verified
+    /// when they arrived. A chunk the relay counts as held but the store cannot produce is
+    /// reported lost first, so it is fetched again instead of awaited for ever. The caller
+    /// bounds the wait (dropping the future gives up).
+    pub async fn want(self: &Arc<Self>, chunk: u32, id: &ChunkId) -> Result<Fetched, Error> {
+        if self.index.chunks.get(chunk as usize).map(|c| &c.id) != Some(id) {
             return Err(Error::ChunkNotInJob {
                 chunk: *id,
                 job: self.job,
             });
-        };
+        }
         if let Some(b) = self.bytes.get(id) {
-            return Ok(b);
+            return Ok(Fetched::Stored(b));
         }
         let (tx, rx) = oneshot::channel();
         {
@@ -639,13 +641,12 @@ impl JobCore {
         }
         // It may have arrived between the check and the registration.
         if let Some(b) = self.bytes.get(id) {
-            return Ok(b);
+            return Ok(Fetched::Stored(b));
         }
         self.tell(Input::Want(chunk));
-        match rx.await {
-            Ok(data) => Ok(data.to_vec()),
-            Err(_) => Err(Error::JobClosed),
-        }
+        rx.await
+            .map(Fetched::Verified)
+            .map_err(|_| Error::JobClosed)
     }
 
     /// Whether the chunk is held here.

@@ -67,9 +67,9 @@ pub fn advertised(advertise: Option<&str>, host: &str, bound: SocketAddr) -> Str
 pub struct JobSource(pub Arc<JobCore>);
 
 impl ChunkSource for JobSource {
-    fn fetch(&self, chunk: ChunkInfo) -> ChunkFuture {
+    fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture {
         let core = self.0.clone();
-        Box::pin(async move { core.want(&chunk.id).await })
+        Box::pin(async move { core.want(at, &chunk.id).await })
     }
 
     fn is_local(&self, id: &ChunkId) -> bool {

@@ -26,14 +26,14 @@ struct GatedSource {
 }
 
 impl ChunkSource for GatedSource {
-    fn fetch(&self, chunk: ChunkInfo) -> ChunkFuture {
+    fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture {
         *self
             .fetches
             .lock()
             .expect("not poisoned")
             .entry(chunk.id)
             .or_default() += 1;
-        let inner = self.inner.fetch(chunk);
+        let inner = self.inner.fetch(at, chunk);
         if chunk.id != self.gated {
             return inner;
         }
