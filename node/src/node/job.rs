@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use manifest::{ChunkId, Index, IndexId, Verified, verify_chunk};
 use peertree::NodeId;
-use peertree::relay::{Event, JobId, Msg, Phase, Relay, Transmit};
+use peertree::relay::{Event, JobId, Msg, Phase, Relay, RelayMsg, Transmit};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::peers::{Peers, frame, frame_parts};
@@ -102,7 +102,7 @@ impl JobKnobs {
 /// What the job's task is told; every change to the relay goes through one of these.
 enum Input {
     /// A control or demand message from a peer of the job.
-    Message { from: NodeId, msg: Msg },
+    Message { from: NodeId, msg: RelayMsg },
     /// A chunk arrived from `from` and was verified (`valid`) and stored.
     Chunk {
         from: NodeId,
@@ -561,16 +561,27 @@ impl JobCore {
         }
     }
 
-    /// A message from the peer named `from_host`.
-    pub fn on_message(self: &Arc<Self>, from_host: &str, msg: Msg) {
-        let Some(&from) = self.hosts.get(from_host) else {
+    /// The job's node id of the peer named `from_host`, if it is in the job's tree.
+    fn sender(&self, from_host: &str) -> Option<NodeId> {
+        let from = self.hosts.get(from_host).copied();
+        if from.is_none() {
             tracing::warn!(peer = %from_host, job = %self.job, "message from a host outside this job's tree; ignored");
-            return;
-        };
-        match msg {
-            Msg::Chunk { chunk, data, .. } => self.on_chunk(from, chunk, &data),
-            Msg::Start(_) => {}
-            msg => self.tell(Input::Message { from, msg }),
+        }
+        from
+    }
+
+    /// A message for the relay from the peer named `from_host`.
+    pub fn on_relay_msg(self: &Arc<Self>, from_host: &str, msg: RelayMsg) {
+        if let Some(from) = self.sender(from_host) {
+            self.tell(Input::Message { from, msg });
+        }
+    }
+
+    /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
+    /// the waiting readers before the relay hears of it.
+    pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: &[u8]) {
+        if let Some(from) = self.sender(from_host) {
+            self.on_chunk(from, chunk, data);
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
-use peertree::relay::{JobId, Msg};
+use peertree::relay::{JobId, Msg, Routed};
 use tokio::sync::{mpsc, watch};
 
 use crate::net::{Conn, NetError, StreamKind, Transport};
@@ -17,7 +17,7 @@ use crate::net::{Conn, NetError, StreamKind, Transport};
 /// Where incoming messages go.
 pub trait Router: Send + Sync + 'static {
     /// A message for `job` from the peer whose certificate names `from_host`.
-    fn deliver(&self, from_host: &str, job: JobId, msg: Msg);
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed);
     /// `host` could not be reached at all.
     fn unreachable(&self, host: &str);
 }
@@ -184,7 +184,7 @@ impl Peers {
                             Ok(Some(bytes)) => match unframe(&bytes) {
                                 Ok((job, msg)) => {
                                     if let Some(r) = router.as_ref().and_then(Weak::upgrade) {
-                                        r.deliver(&host, job, msg);
+                                        r.deliver(&host, job, msg.route());
                                     }
                                 }
                                 Err(e) => {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use manifest::{Index, IndexId};
-use peertree::relay::{Event, JobId, NodeInfo, Relay};
+use peertree::relay::{Event, JobId, NodeInfo, Relay, Routed};
 use tokio::sync::mpsc;
 
 use super::job::{ChunkBytes, JobCore, JobKnobs, TimedEvent};
@@ -48,9 +48,17 @@ pub struct RootJob {
 struct RootRouter(Arc<JobCore>);
 
 impl Router for RootRouter {
-    fn deliver(&self, from_host: &str, job: JobId, msg: peertree::relay::Msg) {
-        if job == self.0.job {
-            self.0.on_message(from_host, msg);
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) {
+        if job != self.0.job {
+            return;
+        }
+        match msg {
+            Routed::Relay(m) => self.0.on_relay_msg(from_host, m),
+            Routed::Chunk { chunk, data, .. } => self.0.on_chunk_msg(from_host, chunk, &data),
+            // Nobody starts or prepares a job at its root.
+            Routed::Start(_) | Routed::Prepare(_) => {
+                tracing::warn!(peer = %from_host, "a Start or Prepare sent to the root; ignored")
+            }
         }
     }
     fn unreachable(&self, host: &str) {

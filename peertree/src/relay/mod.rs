@@ -53,7 +53,9 @@ use std::time::{Duration, Instant};
 use fixedbitset::FixedBitSet;
 
 use demand::Waiter;
-pub use msg::{JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, Report, Start, Timing};
+pub use msg::{
+    JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, RelayMsg, Report, Routed, Start, Timing,
+};
 use recovery::Attaching;
 use root::RootState;
 pub use schedule::Schedule;
@@ -468,19 +470,19 @@ impl Relay {
         }
     }
 
-    /// A message arrived from `from` (chunks go through [`Relay::handle_chunk`]).
-    pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Msg) {
+    /// A message arrived from `from` (chunks go through [`Relay::handle_chunk`]; see
+    /// [`Msg::route`]).
+    pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: RelayMsg) {
         self.touch(from, now);
         match msg {
-            Msg::Start(_) | Msg::Chunk { .. } | Msg::Prepare(_) => {}
-            Msg::Ping => {}
-            Msg::Want { chunk } => self.on_want(now, Waiter::Child(from), chunk),
-            Msg::Lost { chunk } => self.on_lost(now, from, chunk),
-            Msg::Report(r) => self.on_report(now, from, r),
-            Msg::Attach { have } => self.on_attach(now, from, &have),
-            Msg::Held { have } => self.on_held(from, &have),
-            Msg::Adopted => self.on_adopted(now, from),
-            Msg::Finished => {
+            RelayMsg::Ping => {}
+            RelayMsg::Want { chunk } => self.on_want(now, Waiter::Child(from), chunk),
+            RelayMsg::Lost { chunk } => self.on_lost(now, from, chunk),
+            RelayMsg::Report(r) => self.on_report(now, from, r),
+            RelayMsg::Attach { have } => self.on_attach(now, from, &have),
+            RelayMsg::Held { have } => self.on_held(from, &have),
+            RelayMsg::Adopted => self.on_adopted(now, from),
+            RelayMsg::Finished => {
                 if Some(from) == self.parent && !self.finished {
                     self.finish();
                 }

@@ -200,6 +200,88 @@ pub enum Msg {
     },
 }
 
+/// An arriving message, sorted once by the process that receives it: what starts or
+/// prepares a job goes to the daemon, a chunk to the job (which verifies it before the relay
+/// hears of it), and the rest to the job's relay ([`crate::relay::Relay::handle_message`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Routed {
+    /// [`Msg::Start`].
+    Start(Box<Start>),
+    /// [`Msg::Prepare`].
+    Prepare(Prepare),
+    /// [`Msg::Chunk`].
+    Chunk {
+        /// Position in the index's chunk table.
+        chunk: u32,
+        /// Whether this answers a demand.
+        demand: bool,
+        /// The stored (encoded) chunk.
+        data: Vec<u8>,
+    },
+    /// A message for the relay.
+    Relay(RelayMsg),
+}
+
+/// The messages a relay handles, each as in [`Msg`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayMsg {
+    /// [`Msg::Want`].
+    Want {
+        /// Position in the chunk table.
+        chunk: u32,
+    },
+    /// [`Msg::Report`].
+    Report(Report),
+    /// [`Msg::Ping`].
+    Ping,
+    /// [`Msg::Attach`].
+    Attach {
+        /// Bitset of held chunk positions, 64 per word.
+        have: Vec<u64>,
+    },
+    /// [`Msg::Adopted`].
+    Adopted,
+    /// [`Msg::Finished`].
+    Finished,
+    /// [`Msg::Lost`].
+    Lost {
+        /// Position in the chunk table.
+        chunk: u32,
+    },
+    /// [`Msg::Held`].
+    Held {
+        /// Bitset of held chunk positions, 64 per word.
+        have: Vec<u64>,
+    },
+}
+
+impl Msg {
+    /// Where this message goes.
+    pub fn route(self) -> Routed {
+        match self {
+            Msg::Start(s) => Routed::Start(s),
+            Msg::Prepare(p) => Routed::Prepare(p),
+            Msg::Chunk {
+                chunk,
+                demand,
+                data,
+            } => Routed::Chunk {
+                chunk,
+                demand,
+                data,
+            },
+            Msg::Want { chunk } => Routed::Relay(RelayMsg::Want { chunk }),
+            Msg::Report(r) => Routed::Relay(RelayMsg::Report(r)),
+            Msg::Ping => Routed::Relay(RelayMsg::Ping),
+            Msg::Attach { have } => Routed::Relay(RelayMsg::Attach { have }),
+            Msg::Adopted => Routed::Relay(RelayMsg::Adopted),
+            Msg::Finished => Routed::Relay(RelayMsg::Finished),
+            Msg::Lost { chunk } => Routed::Relay(RelayMsg::Lost { chunk }),
+            Msg::Held { have } => Routed::Relay(RelayMsg::Held { have }),
+        }
+    }
+}
+
 /// The content of [`Msg::Prepare`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prepare {
@@ -317,6 +399,54 @@ pub(super) fn bits_from_words(n: usize, words: &[u64]) -> FixedBitSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each message goes to exactly one place: `Start` and `Prepare` to the daemon, chunks
+    /// to the job, and the rest to the relay unchanged.
+    #[test]
+    fn every_message_routes_to_one_place() {
+        let data = vec![1, 2, 3];
+        let chunk = Msg::Chunk {
+            chunk: 7,
+            demand: true,
+            data: data.clone(),
+        };
+        assert_eq!(
+            chunk.route(),
+            Routed::Chunk {
+                chunk: 7,
+                demand: true,
+                data
+            }
+        );
+        let prepare = Prepare {
+            subtree: Vec::new(),
+        };
+        assert_eq!(
+            Msg::Prepare(prepare.clone()).route(),
+            Routed::Prepare(prepare)
+        );
+        for (msg, relay) in [
+            (Msg::Want { chunk: 3 }, RelayMsg::Want { chunk: 3 }),
+            (Msg::Lost { chunk: 4 }, RelayMsg::Lost { chunk: 4 }),
+            (Msg::Ping, RelayMsg::Ping),
+            (Msg::Adopted, RelayMsg::Adopted),
+            (Msg::Finished, RelayMsg::Finished),
+            (
+                Msg::Attach { have: vec![5] },
+                RelayMsg::Attach { have: vec![5] },
+            ),
+            (
+                Msg::Held { have: vec![6] },
+                RelayMsg::Held { have: vec![6] },
+            ),
+            (
+                Msg::Report(Report::default()),
+                RelayMsg::Report(Report::default()),
+            ),
+        ] {
+            assert_eq!(msg.route(), Routed::Relay(relay));
+        }
+    }
 
     /// The messages as they were encoded before `data` and `index` became byte strings
     /// (with the fields added since, which are not byte strings).

@@ -151,7 +151,9 @@ impl Net {
                     if let Msg::Want { .. } = m {
                         *self.wants.entry((from, to)).or_default() += 1;
                     }
-                    if let Some(r) = self.relays.get_mut(&to) {
+                    if let (Some(r), crate::relay::Routed::Relay(m)) =
+                        (self.relays.get_mut(&to), m.route())
+                    {
                         r.handle_message(self.now, from, m);
                     }
                 }

@@ -22,7 +22,7 @@ use super::SimConfig;
 use super::net::{Links, Res, transfer_ns};
 use crate::error::{Error, Result};
 use crate::plan::{NodeId, Plan, Role};
-use crate::relay::{Event, JobId, Msg, Phase, Relay, Schedule, Transmit, plan_nodes};
+use crate::relay::{Event, JobId, Msg, Phase, Relay, Routed, Schedule, Transmit, plan_nodes};
 use crate::topology::Topology;
 
 /// What happens at a point of simulated time.
@@ -365,32 +365,35 @@ impl<'a> Sim<'a> {
         if self.dead[to.index()] || self.dead[from.index()] {
             return Ok(());
         }
-        if let Msg::Prepare(p) = &msg {
-            // A hint for a node not yet in the job: pass it on at once, which
-            // starts the set-up of the connections to its children.
-            if self.relays[to.index()].is_none() && !self.prepared[to.index()] {
-                self.prepared[to.index()] = true;
-                let fwd =
-                    crate::relay::forward_prepare(p).map_err(|e| Error::SimSetup(e.to_string()))?;
-                for (child, p) in fwd {
-                    self.depart_after_setup(to, child.id, Out::Control(Msg::Prepare(p)));
+        let joined = self.relays[to.index()].is_some();
+        match msg.route() {
+            Routed::Prepare(p) => {
+                // A hint for a node not yet in the job: pass it on at once, which
+                // starts the set-up of the connections to its children.
+                if !joined && !self.prepared[to.index()] {
+                    self.prepared[to.index()] = true;
+                    let fwd = crate::relay::forward_prepare(&p)
+                        .map_err(|e| Error::SimSetup(e.to_string()))?;
+                    for (child, p) in fwd {
+                        self.depart_after_setup(to, child.id, Out::Control(Msg::Prepare(p)));
+                    }
                 }
+                return Ok(());
             }
-            return Ok(());
-        }
-        match &mut self.relays[to.index()] {
-            Some(r) => {
-                r.handle_message(now, from, msg);
-                self.pump(to, from);
-            }
-            None => {
-                let Msg::Start(start) = msg else {
-                    return Ok(());
-                };
+            Routed::Start(start) if !joined => {
                 let r = Relay::new_node(*start, self.schedule.clone(), now)
                     .map_err(|e| Error::SimSetup(e.to_string()))?;
                 self.relays[to.index()] = Some(r);
             }
+            Routed::Relay(m) => {
+                let Some(r) = &mut self.relays[to.index()] else {
+                    return Ok(());
+                };
+                r.handle_message(now, from, m);
+                self.pump(to, from);
+            }
+            // A second `Start`, or a chunk sent as a message (chunks travel as `Arrive`).
+            Routed::Start(_) | Routed::Chunk { .. } => return Ok(()),
         }
         self.outputs(to);
         Ok(())

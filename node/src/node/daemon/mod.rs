@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use manifest::PublicKey;
-use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Start};
+use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Routed, Start};
 use serde::Serialize;
 
 use super::JobSource;
@@ -505,26 +505,28 @@ mod probe;
 use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};
 
 impl Router for Daemon {
-    fn deliver(&self, from_host: &str, job: JobId, msg: Msg) {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) {
+        let d = || self.me.upgrade();
+        let running = || {
+            let j = lock(&self.jobs).get(&job).cloned();
+            if j.is_none() {
+                tracing::debug!(%job, peer = %from_host, "message for an unknown job");
+            }
+            j
+        };
         match msg {
-            Msg::Start(start) => {
-                if let Some(d) = self.me.upgrade() {
-                    d.start_job(from_host, job, *start);
+            Routed::Start(start) => d().map_or((), |d| d.start_job(from_host, job, *start)),
+            Routed::Prepare(prepare) => d().map_or((), |d| d.prepare_job(from_host, job, prepare)),
+            Routed::Chunk { chunk, data, .. } => {
+                if let Some(j) = running() {
+                    j.core.on_chunk_msg(from_host, chunk, &data);
                 }
-                return;
             }
-            Msg::Prepare(prepare) => {
-                if let Some(d) = self.me.upgrade() {
-                    d.prepare_job(from_host, job, prepare);
+            Routed::Relay(m) => {
+                if let Some(j) = running() {
+                    j.core.on_relay_msg(from_host, m);
                 }
-                return;
             }
-            _ => {}
-        }
-        let j = lock(&self.jobs).get(&job).cloned();
-        match j {
-            Some(j) => j.core.on_message(from_host, msg),
-            None => tracing::debug!(%job, peer = %from_host, "message for an unknown job"),
         }
     }
 
