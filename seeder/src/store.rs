@@ -190,6 +190,26 @@ impl DirStore {
     }
 }
 
+/// A content-addressed chunk store, as a push and a node use it: the one trait of the
+/// publisher's [`DirStore`] (the root of a push reads from it) and of a node's budgeted
+/// store (which keeps what arrives and serves its children). Writing goes through
+/// [`ChunkSink`], which the builder uses too.
+pub trait ChunkStore: ChunkSink + Send + Sync + 'static {
+    /// The stored bytes of a chunk, if held and readable.
+    fn get(&self, id: &ChunkId) -> Option<Vec<u8>>;
+    /// Whether a chunk is held (cheap: no read).
+    fn contains(&self, id: &ChunkId) -> bool;
+}
+
+impl ChunkStore for DirStore {
+    fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
+        self.get_chunk(id).ok()
+    }
+    fn contains(&self, id: &ChunkId) -> bool {
+        self.chunk_path(id).exists()
+    }
+}
+
 impl ChunkSink for DirStore {
     fn stored_len(&self, id: &ChunkId, plain_len: u32) -> Option<u32> {
         let stored = match self.get_chunk(id) {

@@ -34,7 +34,7 @@ use peertree::relay::{Event, JobId, NodeInfo, Phase, Relay, Timing};
 use peertree::{NodeId, Plan, Topology, hostlist};
 use serde::{Deserialize, Serialize};
 
-use super::job::{ChunkBytes, JobKnobs};
+use super::job::JobKnobs;
 use super::root::{RootEndpoint, RootJob, RootSession};
 use crate::Error;
 use crate::net::Identity;
@@ -42,12 +42,18 @@ use crate::net::Identity;
 /// The chunk store of a probe: holds nothing, takes nothing.
 pub struct NoChunks;
 
-impl ChunkBytes for NoChunks {
+impl seeder::ChunkStore for NoChunks {
     fn get(&self, _id: &ChunkId) -> Option<Vec<u8>> {
         None
     }
     fn contains(&self, _id: &ChunkId) -> bool {
         false
+    }
+}
+
+impl manifest::ChunkSink for NoChunks {
+    fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+        None
     }
     fn put(&self, _id: &ChunkId, _stored: &[u8]) -> std::io::Result<()> {
         Ok(())

@@ -22,26 +22,13 @@ use std::time::{Duration, Instant};
 use manifest::{ChunkId, Index, IndexId, Verified, verify_chunk};
 use peertree::NodeId;
 use peertree::relay::{Event, JobId, Msg, Phase, Relay, RelayMsg, Transmit};
+use seeder::ChunkStore;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::peers::{Peers, frame, frame_parts};
 use crate::Error;
 use crate::net::StreamKind;
 use crate::source::Fetched;
-
-/// Where a job reads chunk bytes to send (the login node's store, or the node's store).
-pub trait ChunkBytes: Send + Sync + 'static {
-    /// Stored bytes of a chunk, if held.
-    fn get(&self, id: &ChunkId) -> Option<Vec<u8>>;
-    /// Whether a chunk is held (cheap).
-    fn contains(&self, id: &ChunkId) -> bool;
-    /// Keeps a verified chunk (nodes only; the root never receives chunks).
-    fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()>;
-    /// Chunks the store drops from now on (evicted or lost), if it ever drops any.
-    fn watch_losses(&self) -> Option<mpsc::UnboundedReceiver<ChunkId>> {
-        None
-    }
-}
 
 /// A reader waiting for a chunk: it gets the plain bytes verified on arrival.
 type Waiter = oneshot::Sender<Verified>;
@@ -184,7 +171,7 @@ pub struct JobCore {
     hosts: HashMap<String, NodeId>,
     addrs: HashMap<NodeId, (String, String)>,
     peers: Arc<Peers>,
-    bytes: Arc<dyn ChunkBytes>,
+    bytes: Arc<dyn ChunkStore>,
     chunk_of: HashMap<ChunkId, u32>,
     waiters: Mutex<HashMap<u32, Vec<Waiter>>>,
     events: mpsc::UnboundedSender<TimedEvent>,
@@ -211,7 +198,7 @@ impl JobCore {
         index: Arc<Index>,
         index_id: IndexId,
         peers: Arc<Peers>,
-        bytes: Arc<dyn ChunkBytes>,
+        bytes: Arc<dyn ChunkStore>,
         known: &[peertree::relay::NodeInfo],
         knobs: JobKnobs,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<TimedEvent>) {
@@ -263,11 +250,14 @@ impl JobCore {
         let span = tracing::debug_span!("job", job = %self.job);
         let run = self.clone().run(relay, inputs);
         self.rt.spawn(tracing::Instrument::instrument(run, span));
-        if let Some(losses) = self.bytes.watch_losses() {
-            let this = Arc::downgrade(self);
-            let closing = self.closing.subscribe();
-            self.rt.spawn(Self::follow_losses(this, losses, closing));
-        }
+    }
+
+    /// Follows the chunks the store drops (a node's budgeted store announces them) until
+    /// the job closes: each is reported to the relay as lost, so it is fetched again.
+    pub fn follow_losses(self: &Arc<Self>, losses: mpsc::UnboundedReceiver<ChunkId>) {
+        let this = Arc::downgrade(self);
+        let closing = self.closing.subscribe();
+        self.rt.spawn(Self::follow(this, losses, closing));
     }
 
     /// The job's task: applies each input to the relay as it comes (and the relay's timer
@@ -386,7 +376,7 @@ impl JobCore {
     }
 
     /// Tells the relay of every chunk of this job the store drops, until the job closes.
-    async fn follow_losses(
+    async fn follow(
         this: std::sync::Weak<Self>,
         mut losses: mpsc::UnboundedReceiver<ChunkId>,
         mut closing: watch::Receiver<bool>,

@@ -77,36 +77,6 @@ impl ChunkSource for JobSource {
     }
 }
 
-/// Chunks of the login node's store, for the root.
-pub struct StoreBytes(pub seeder::DirStore);
-
-impl job::ChunkBytes for StoreBytes {
-    fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
-        self.0.get_chunk(id).ok()
-    }
-    fn contains(&self, id: &ChunkId) -> bool {
-        self.0.chunk_path(id).exists()
-    }
-    fn put(&self, _id: &ChunkId, _stored: &[u8]) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl job::ChunkBytes for store::NodeStore {
-    fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
-        store::NodeStore::get(self, id)
-    }
-    fn contains(&self, id: &ChunkId) -> bool {
-        store::NodeStore::contains(self, id)
-    }
-    fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
-        store::NodeStore::put(self, id, stored)
-    }
-    fn watch_losses(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<ChunkId>> {
-        Some(self.watch())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::advertised;

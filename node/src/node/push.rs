@@ -10,7 +10,6 @@ use manifest::{Index, IndexId};
 use peertree::relay::{Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
 use peertree::{NodeId, Plan, Topology};
 
-use super::StoreBytes;
 use super::job::JobKnobs;
 use super::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
 use super::root::{RootEndpoint, RootJob, RootSession};
@@ -96,7 +95,7 @@ pub async fn push(
     let job = RootJob {
         index: spec.index,
         index_id: spec.index_id,
-        bytes: Arc::new(StoreBytes(spec.store)),
+        bytes: Arc::new(spec.store),
         knobs: JobKnobs::rate_limited(spec.rate_limit),
     };
     let (id, timing, signed) = (spec.job, spec.timing, spec.signed_index);

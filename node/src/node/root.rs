@@ -12,7 +12,7 @@ use manifest::{Index, IndexId};
 use peertree::relay::{Event, JobId, NodeInfo, Relay, Routed};
 use tokio::sync::mpsc;
 
-use super::job::{ChunkBytes, JobCore, JobKnobs, TimedEvent};
+use super::job::{JobCore, JobKnobs, TimedEvent};
 use super::peers::{Peers, Router};
 use crate::Error;
 use crate::net::{Identity, Transport};
@@ -39,7 +39,7 @@ pub struct RootJob {
     /// Its id.
     pub index_id: IndexId,
     /// Where chunks are served from.
-    pub bytes: Arc<dyn ChunkBytes>,
+    pub bytes: Arc<dyn seeder::ChunkStore>,
     /// Per-job knobs.
     pub knobs: JobKnobs,
 }

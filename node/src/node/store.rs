@@ -131,7 +131,7 @@ impl NodeStore {
     }
 
     /// Stores a chunk the caller has verified.
-    pub fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+    pub fn put_verified(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
         if self.contains(id) {
             return Ok(());
         }
@@ -162,5 +162,24 @@ impl NodeStore {
         }
         // Outside the lock: a watcher may read the store.
         self.announce(&gone);
+    }
+}
+
+impl seeder::ChunkStore for NodeStore {
+    fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
+        NodeStore::get(self, id)
+    }
+    fn contains(&self, id: &ChunkId) -> bool {
+        NodeStore::contains(self, id)
+    }
+}
+
+impl ChunkSink for NodeStore {
+    /// Chunks reach a node verified by the job; none is offered twice on purpose.
+    fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+        None
+    }
+    fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+        self.put_verified(id, stored)
     }
 }

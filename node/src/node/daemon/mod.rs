@@ -357,8 +357,8 @@ impl Daemon {
             );
         }
         let index = Arc::new(index);
-        let bytes: Arc<dyn super::job::ChunkBytes> = match &shared {
-            Some(s) => Arc::new(super::StoreBytes(s.clone())),
+        let bytes: Arc<dyn seeder::ChunkStore> = match &shared {
+            Some(s) => Arc::new(s.clone()),
             None => self.store.clone(),
         };
         let (core, events) = JobCore::new(
@@ -391,6 +391,9 @@ impl Daemon {
             );
         }
         core.start();
+        if shared.is_none() {
+            core.follow_losses(self.store.watch());
+        }
 
         self.rt.spawn(log_events(nj.clone(), events));
 
