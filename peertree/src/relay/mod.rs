@@ -179,6 +179,9 @@ pub struct Relay {
     lost_urgent: usize,
     finished: bool,
     stats: RelayStats,
+    /// Every ready child has been sent the whole urgent set (a memo of
+    /// [`Relay::urgent_gate_open`]; false means "look again").
+    urgent_all_sent: bool,
     root: Option<RootState>,
     shared_store: Option<String>,
     /// A health probe: no chunks, every node answers at once.
@@ -344,6 +347,7 @@ impl Relay {
             lost_urgent: 0,
             finished: false,
             stats: RelayStats::default(),
+            urgent_all_sent: false,
             root: None,
             shared_store: None,
             probe: false,
@@ -453,7 +457,11 @@ impl Relay {
             c.last_heard = now;
             // The child has its Start (it speaks to us), so chunks sent now will not race
             // ahead of it on another stream.
-            c.ready = true;
+            if !c.ready {
+                c.ready = true;
+                // A new receiver of the urgent set closes the gate for hysteretic chunks.
+                self.urgent_all_sent = false;
+            }
             let mut fact = Report::default();
             if std::mem::take(&mut c.restarted) {
                 c.adopted = true;

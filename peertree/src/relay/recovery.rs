@@ -142,7 +142,9 @@ impl Relay {
             // A repeated Attach: chunks already on their way stay counted as sent.
             c.sent.union_with(&sent);
             c.cursor = 0;
+            self.urgent_all_sent = false;
         } else {
+            self.urgent_all_sent = false;
             self.children.insert(
                 from,
                 Child {
@@ -157,6 +159,7 @@ impl Relay {
                     restarted: false,
                     adopted: true,
                     start_sent: None,
+                    urgent_waiting: std::collections::HashSet::new(),
                 },
             );
         }

@@ -3,7 +3,7 @@
 //! of chunks down to them in the root's order ([`Relay::poll_bulk`]). Failures below are
 //! handled in [`super::recovery`]; nothing here decides that a child is dead.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use fixedbitset::FixedBitSet;
@@ -41,6 +41,12 @@ pub(super) struct Child {
     /// When its `Start` was handed to the transport, until its first answer (the edge's
     /// round trip is measured from here).
     pub(super) start_sent: Option<Instant>,
+    /// Nodes of its planned subtree (itself included) that have not reported holding the
+    /// urgent set: no hysteretic chunk goes to it until none is left, so that while the
+    /// urgent set spreads below it no node spends link or CPU on the rest of the layer.
+    /// Empty for a child whose subtree is not known (adopted) or has changed (a failure or
+    /// a re-attachment below it).
+    pub(super) urgent_waiting: HashSet<NodeId>,
 }
 
 impl Child {
@@ -58,6 +64,7 @@ impl Child {
             restarted,
             adopted: false,
             start_sent: None,
+            urgent_waiting: HashSet::new(),
         }
     }
 }
@@ -104,9 +111,14 @@ impl Relay {
         }
         for info in kids {
             let id = info.id;
-            self.children
-                .insert(id, Child::pending(info, self.schedule.len(), now, false));
-            let start = self.start_for(parts.remove(&id).unwrap_or_default());
+            let subtree = parts.remove(&id).unwrap_or_default();
+            let mut child = Child::pending(info, self.schedule.len(), now, false);
+            if self.schedule.urgent > 0 {
+                child.urgent_waiting = subtree.iter().map(|n| n.id).collect();
+                child.urgent_waiting.insert(id);
+            }
+            self.children.insert(id, child);
+            let start = self.start_for(subtree);
             self.control.push_back(Transmit::Control {
                 to: id,
                 msg: Msg::Start(Box::new(start)),
@@ -152,6 +164,16 @@ impl Relay {
                 }
             }
             r.edge_bytes.extend(edge);
+            if let Some(c) = self.children.get_mut(&from) {
+                if r.failed.is_empty() && r.attached.is_empty() {
+                    for (node, _) in &r.done {
+                        c.urgent_waiting.remove(node);
+                    }
+                } else {
+                    // The subtree below has changed: stop waiting on it.
+                    c.urgent_waiting.clear();
+                }
+            }
             self.failed_log.extend(r.failed.iter().copied());
             self.absorb(now, r);
         }
@@ -166,7 +188,10 @@ impl Relay {
     }
 
     /// The next chunk to push to `child`, if it is started and the chunk next in order is
-    /// held here. Marks it as sent.
+    /// held here. Marks it as sent. Urgent first, end to end: no child is given a chunk of
+    /// the hysteretic set while any child still waits for one of the urgent set
+    /// ([`Relay::urgent_gate_open`]: this node's own link), nor before every node of that
+    /// child's subtree has reported holding the urgent set (their links and CPUs).
     pub fn poll_bulk(&mut self, now: Instant, child: NodeId) -> Option<u32> {
         if self.shared_store.is_some() {
             // Everyone reads from shared storage: nothing travels the tree.
@@ -180,10 +205,17 @@ impl Relay {
         while c.cursor < order.len() && c.sent.contains(order[c.cursor] as usize) {
             c.cursor += 1;
         }
-        let chunk = *order.get(c.cursor)?;
+        let at = c.cursor;
+        let chunk = *order.get(at)?;
         if !self.have.contains(chunk as usize) {
             return None;
         }
+        if at >= self.schedule.urgent
+            && (!self.children[&child].urgent_waiting.is_empty() || !self.urgent_gate_open())
+        {
+            return None;
+        }
+        let c = self.children.get_mut(&child)?;
         c.sent.insert(chunk as usize);
         c.cursor += 1;
         c.bytes += u64::from(self.schedule.sizes[chunk as usize]);
@@ -192,17 +224,42 @@ impl Relay {
         Some(chunk)
     }
 
+    /// Whether every ready child has been sent the whole urgent set, so hysteretic chunks
+    /// may flow (remembered once true, until a child joins or re-attaches).
+    pub fn urgent_gate_open(&mut self) -> bool {
+        if !self.urgent_all_sent && self.urgent_sent_to_all() {
+            self.urgent_all_sent = true;
+        }
+        self.urgent_all_sent
+    }
+
+    /// The look behind [`Relay::urgent_gate_open`], without remembering it.
+    fn urgent_sent_to_all(&self) -> bool {
+        let (order, urgent) = (&self.schedule.order, self.schedule.urgent);
+        self.children.values().filter(|c| c.ready).all(|c| {
+            let mut i = c.cursor;
+            while i < urgent && c.sent.contains(order[i] as usize) {
+                i += 1;
+            }
+            i >= urgent
+        })
+    }
+
     /// Children that have a chunk ready to push right now.
     pub fn bulk_ready(&self) -> impl Iterator<Item = NodeId> + '_ {
         let order = &self.schedule.order;
+        let gate = self.urgent_all_sent || self.urgent_sent_to_all();
         self.children.iter().filter_map(move |(&id, c)| {
             if !c.ready {
                 return None;
             }
-            let next = order[c.cursor.min(order.len())..]
+            let skip = order[c.cursor.min(order.len())..]
                 .iter()
-                .find(|&&x| !c.sent.contains(x as usize))?;
-            self.have.contains(*next as usize).then_some(id)
+                .position(|&x| !c.sent.contains(x as usize))?;
+            let at = c.cursor + skip;
+            let hysteretic_ok = gate && c.urgent_waiting.is_empty();
+            (self.have.contains(order[at] as usize) && (hysteretic_ok || at < self.schedule.urgent))
+                .then_some(id)
         })
     }
 }

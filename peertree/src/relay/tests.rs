@@ -866,3 +866,53 @@ fn a_proxy_forwards_what_it_kept_to_children_that_did_not_keep_it() {
         assert_eq!(got, want, "{id:?}");
     }
 }
+
+/// Urgent first on a node's own link: once one child has the urgent set, it gets no
+/// hysteretic chunk while another child still waits for urgent chunks the node holds; and
+/// none before its subtree reports holding the urgent set.
+#[test]
+fn no_hysteretic_chunk_leaves_while_a_child_waits_for_an_urgent_one() {
+    let p = plan(1, 3, Strategy::Flat);
+    let mut net = Net::new(&p, 6, 2);
+    let now = net.now;
+    let root = net.relays.get_mut(&net.root_id).expect("root");
+    let kids: Vec<NodeId> = root.children().collect();
+    assert!(kids.len() >= 2, "a flat plan of three nodes: {kids:?}");
+    let (a, b) = (kids[0], kids[1]);
+    for &k in &kids {
+        root.handle_message(now, k, RelayMsg::Ping);
+    }
+    let urgent = |c: u32| net.schedule.urgent_chunk(c);
+    let to_a: Vec<u32> = std::iter::from_fn(|| root.poll_bulk(now, a)).collect();
+    assert_eq!(
+        to_a.len(),
+        2,
+        "only the urgent set goes to a first: {to_a:?}"
+    );
+    assert!(to_a.iter().all(|&c| urgent(c)));
+    assert!(
+        !root.bulk_ready().any(|k| k == a),
+        "a is not ready for more"
+    );
+    for &k in &kids[1..] {
+        let got: Vec<u32> = (0..2).filter_map(|_| root.poll_bulk(now, k)).collect();
+        assert!(got.iter().all(|&c| urgent(c)), "{got:?}");
+    }
+    // Sent is not held: the rest waits until each child's subtree reports the urgent set.
+    assert!(!root.bulk_ready().any(|k| k == a));
+    assert_eq!(root.poll_bulk(now, a), None);
+    for &k in &kids {
+        let report = Report {
+            done: vec![(k, Phase::Urgent)],
+            ..Report::default()
+        };
+        root.handle_message(now, k, RelayMsg::Report(report));
+    }
+    assert!(
+        root.bulk_ready().any(|k| k == a),
+        "every child holds the urgent set now"
+    );
+    let next = root.poll_bulk(now, a).expect("a hysteretic chunk for a");
+    assert!(!urgent(next));
+    assert!(root.poll_bulk(now, b).is_some_and(|c| !urgent(c)));
+}

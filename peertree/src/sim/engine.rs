@@ -341,7 +341,12 @@ impl<'a> Sim<'a> {
             Ev::TxDone { from, to } => {
                 self.busy_edges.remove(&(from, to));
                 if !self.dead[from.index()] {
+                    let was_open = self.urgent_gate_open(from);
                     self.pump(from, to);
+                    // The last urgent chunk to a child lets every child have hysteretic ones.
+                    if !was_open && self.urgent_gate_open(from) {
+                        self.pump_all(from);
+                    }
                 }
             }
             Ev::Depart { from, to, what } => {
@@ -621,6 +626,12 @@ impl<'a> Sim<'a> {
         if let Some(chunk) = r.poll_bulk(now, child) {
             self.depart_after_setup(node, child, Out::Chunk { chunk, push: true });
         }
+    }
+
+    fn urgent_gate_open(&mut self, node: NodeId) -> bool {
+        self.relays[node.index()]
+            .as_mut()
+            .is_none_or(Relay::urgent_gate_open)
     }
 
     fn pump_all(&mut self, node: NodeId) {

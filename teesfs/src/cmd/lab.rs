@@ -146,6 +146,10 @@ struct UpArgs {
     /// Strategy of that push.
     #[arg(long, default_value = "topo")]
     strategy: String,
+    /// The push's urgent set, as globs of layer paths (repeatable); the report then gives
+    /// when every node held it.
+    #[arg(long, value_name = "GLOB")]
+    urgent: Vec<String>,
     /// Tear down right after the push instead of waiting for Ctrl-C.
     #[arg(long)]
     exit: bool,
@@ -199,8 +203,16 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         let index = lab.publish(layer)?;
         let mut o = PushOptions::new(&index);
         o.strategy = a.strategy.clone();
+        o.urgent = a.urgent.clone();
         let run = lab.push(&o)?;
         let r = &run.report;
+        if r.urgent_bytes > 0 {
+            println!(
+                "urgent set ({}) on all nodes in {:.2} s",
+                util::bytes(r.urgent_bytes),
+                r.urgent_complete_s.unwrap_or(f64::NAN)
+            );
+        }
         println!(
             "pushed {} ({}) with {}: all nodes in {:.2} s (lower bound {:.2} s), uplinks {} in \
              (minimum {}), cpu {:.1} s",
