@@ -667,20 +667,25 @@ impl Slurm<'_> {
     /// Waits until `sinfo` shows every node idle.
     fn wait_idle(&mut self) -> Result<()> {
         let log = self.dir.join("ctld").join("slurmctld.log");
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut last = String::new();
+        // 32 slurmds registering on a loaded 2-core machine can take longer than one
+        // client command may.
+        let deadline = Instant::now() + 2 * START_TIMEOUT;
+        let mut last: String;
         loop {
             check_interrupt()?;
             self.check_alive()?;
-            if let Ok(out) = self.run("sinfo", &["-h", "-N", "-o", "%N %t"], START_TIMEOUT) {
-                let idle = out
-                    .lines()
-                    .filter(|l| l.split_whitespace().nth(1) == Some("idle"))
-                    .count();
-                if idle == self.hosts.len() {
-                    return Ok(());
+            match self.run("sinfo", &["-h", "-N", "-o", "%N %t"], START_TIMEOUT) {
+                Ok(out) => {
+                    let idle = out
+                        .lines()
+                        .filter(|l| l.split_whitespace().nth(1) == Some("idle"))
+                        .count();
+                    if idle == self.hosts.len() {
+                        return Ok(());
+                    }
+                    last = out;
                 }
-                last = out;
+                Err(e) => last = format!("sinfo: {e}"),
             }
             if Instant::now() > deadline {
                 return Err(LabError::Daemon {
