@@ -25,6 +25,7 @@ use peertree::relay::{Event, JobId, Msg, Phase, Relay, RelayMsg, Transmit};
 use seeder::ChunkStore;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
+use super::bulk::BulkWorkers;
 use super::peers::{Peers, frame, frame_parts};
 use crate::Error;
 use crate::net::StreamKind;
@@ -179,6 +180,8 @@ pub struct JobCore {
     rt: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
     knobs: JobKnobs,
+    /// The urgent set, by chunk position.
+    urgent: fixedbitset::FixedBitSet,
 }
 
 /// The job's task's own state besides the relay: the pumps it started.
@@ -217,6 +220,13 @@ impl JobCore {
             .map(|(i, c)| (c.id, i as u32))
             .collect();
         let (view_tx, view) = watch::channel(JobView::of(&relay));
+        let schedule = relay.schedule();
+        let mut urgent = fixedbitset::FixedBitSet::with_capacity(schedule.len());
+        urgent.extend(
+            schedule.order[..schedule.urgent]
+                .iter()
+                .map(|&c| c as usize),
+        );
         let core = Arc::new(Self {
             job: relay.job(),
             me: relay.me(),
@@ -237,6 +247,7 @@ impl JobCore {
             rt: tokio::runtime::Handle::current(),
             closing: watch::Sender::new(false),
             knobs,
+            urgent,
         });
         (core, rx)
     }
@@ -568,11 +579,19 @@ impl JobCore {
     }
 
     /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
-    /// the waiting readers before the relay hears of it.
-    pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: &[u8]) {
-        if let Some(from) = self.sender(from_host) {
-            self.on_chunk(from, chunk, data);
+    /// the waiting readers before the relay hears of it. A chunk of the hysteretic set that
+    /// no reader waits for is handled by the idle-priority [`BulkWorkers`].
+    pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: Vec<u8>) {
+        let Some(from) = self.sender(from_host) else {
+            return;
+        };
+        let urgent = self.urgent.contains(chunk as usize);
+        if urgent || lock(&self.waiters).contains_key(&chunk) {
+            self.on_chunk(from, chunk, &data);
+            return;
         }
+        let this = self.clone();
+        BulkWorkers::get().run(Box::new(move || this.on_chunk(from, chunk, &data)));
     }
 
     fn on_chunk(self: &Arc<Self>, from: NodeId, chunk: u32, data: &[u8]) {

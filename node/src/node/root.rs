@@ -54,7 +54,7 @@ impl Router for RootRouter {
         }
         match msg {
             Routed::Relay(m) => self.0.on_relay_msg(from_host, m),
-            Routed::Chunk { chunk, data, .. } => self.0.on_chunk_msg(from_host, chunk, &data),
+            Routed::Chunk { chunk, data, .. } => self.0.on_chunk_msg(from_host, chunk, data),
             // Nobody starts or prepares a job at its root.
             Routed::Start(_) | Routed::Prepare(_) => {
                 tracing::warn!(peer = %from_host, "a Start or Prepare sent to the root; ignored")

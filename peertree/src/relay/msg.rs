@@ -222,7 +222,9 @@ pub enum Routed {
     Relay(RelayMsg),
 }
 
-/// The messages a relay handles, each as in [`Msg`].
+/// The messages a relay handles, each as in [`Msg`]. It mirrors those variants of [`Msg`]
+/// one for one (the wire format stays one enum; this one is what the relay matches
+/// exhaustively), so their fields are written twice on purpose.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RelayMsg {
     /// [`Msg::Want`].

@@ -32,25 +32,18 @@ pub struct ElfInfo {
     pub nodeflib: bool,
 }
 
-/// Why a file could not be read as ELF.
-#[derive(Debug)]
+/// Why a file could not be read as ELF (wrapped by [`crate::Error`] with the file's path).
+#[derive(Debug, thiserror::Error)]
 pub enum ElfError {
     /// The file does not start with the ELF magic number.
+    #[error("not an ELF file (no ELF magic number)")]
     NotElf,
     /// It is ELF but malformed (the reason).
+    #[error("malformed ELF: {0}")]
     Malformed(String),
     /// Reading failed.
+    #[error(transparent)]
     Io(std::io::Error),
-}
-
-impl std::fmt::Display for ElfError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NotElf => f.write_str("not an ELF file (no ELF magic number)"),
-            Self::Malformed(r) => write!(f, "malformed ELF: {r}"),
-            Self::Io(e) => write!(f, "{e}"),
-        }
-    }
 }
 
 /// Reads the loader-relevant parts of the ELF file at `path`.

@@ -522,7 +522,7 @@ impl Router for Daemon {
             Routed::Prepare(prepare) => d().map_or((), |d| d.prepare_job(from_host, job, prepare)),
             Routed::Chunk { chunk, data, .. } => {
                 if let Some(j) = running() {
-                    j.core.on_chunk_msg(from_host, chunk, &data);
+                    j.core.on_chunk_msg(from_host, chunk, data);
                 }
             }
             Routed::Relay(m) => {
