@@ -277,17 +277,33 @@ pub fn build_python_layer(dir: &Path, python: &str) -> Result<PythonLayer> {
             source,
         })?;
     let list = dir.join("urgent.txt");
-    let urgent = std::fs::read_to_string(&list)
-        .map_err(LabError::io(&list))?
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(glob_escape)
-        .collect();
+    let urgent = urgent_globs(&std::fs::read_to_string(&list).map_err(LabError::io(&list))?);
     Ok(PythonLayer {
         layer: dir.join("layer"),
         python: String::from_utf8_lossy(&out.stdout).trim().to_string(),
         urgent,
     })
+}
+
+/// An urgent list (one layer path per line, as `teesfs record` writes it; `#` comments and
+/// `!absent` lines skipped) as globs that each match only their path.
+pub fn urgent_globs(list: &str) -> Vec<String> {
+    list.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .map(|l| glob_escape(l.trim_start_matches('/')))
+        .collect()
+}
+
+/// A shell command started on every node with `TEESFS_MOUNT` set to the node's mount of
+/// the layer; it counts as started when it exits 0.
+pub fn shell_app(command: &str) -> App {
+    App {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), command.into()],
+        env: vec![("TEESFS_MOUNT".into(), "{mount}".into())],
+        expect: String::new(),
+    }
 }
 
 /// A path as a glob that matches only itself.
@@ -324,8 +340,8 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The demo's HTML report: the summary, the picture and a row per node.
-pub fn html(summary: &str, picture: &str, apps: &[AppRun]) -> String {
+/// The launch's HTML report: the summary, the picture and a row per node.
+pub fn html(title: &str, summary: &str, picture: &str, apps: &[AppRun]) -> String {
     let mut rows = String::new();
     for x in apps {
         let _ = writeln!(
@@ -339,19 +355,20 @@ pub fn html(summary: &str, picture: &str, apps: &[AppRun]) -> String {
         );
     }
     format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>teesfs lab demo</title>\
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title>\
          <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 10px;text-align:left}}</style>\
-         </head><body><h1>teesfs lab demo</h1><pre>{}</pre>{picture}<h2>Application on each node</h2>\
+         </head><body><h1>{title}</h1><pre>{}</pre>{picture}<h2>Application on each node</h2>\
          <table><tr><th>host</th><th>mounted, started (s)</th><th>finished (s)</th><th>status</th>\
          <th>output</th></tr>{rows}</table></body></html>\n",
-        esc(summary)
+        esc(summary),
+        title = esc(title)
     )
 }
 
 /// The demo's summary for a person: when the urgent set, the application and the whole
 /// layer reached every node, against copying everything first (`warm`: the application
 /// started everywhere from local data), with the uplink bytes and the link bound.
-pub fn summary(lab: &Lab, layer: &Path, run: &DemoRun, warm: &[AppRun]) -> String {
+pub fn summary(title: &str, lab: &Lab, layer: &Path, run: &DemoRun, warm: &[AppRun]) -> String {
     let r = &run.push.report;
     let layout = lab.layout();
     let ok = run.apps.iter().filter(|x| x.ok).count();
@@ -364,7 +381,7 @@ pub fn summary(lab: &Lab, layer: &Path, run: &DemoRun, warm: &[AppRun]) -> Strin
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "teesfs lab demo: {} nodes in {} groups, layer {} ({} stored), urgent set {}",
+        "{title}: {} nodes in {} groups, layer {} ({} stored), urgent set {}",
         r.nodes,
         layout.spec.groups,
         layer.display(),
@@ -398,4 +415,18 @@ pub fn summary(lab: &Lab, layer: &Path, run: &DemoRun, warm: &[AppRun]) -> Strin
         run.push.cpu_s
     );
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_urgent_list_becomes_globs_that_match_only_their_paths() {
+        let list = "# recorded by teesfs record\n/app/main.py\n!libmissing.so\n\nlib/a[1]*.py\n";
+        assert_eq!(
+            urgent_globs(list),
+            vec!["app/main.py".to_string(), "lib/a[[]1[]][*].py".to_string()]
+        );
+    }
 }

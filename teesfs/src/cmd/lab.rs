@@ -12,6 +12,7 @@ use super::util;
 
 mod bench;
 mod demo;
+mod launch;
 
 /// Arguments of `teesfs lab`.
 #[derive(Debug, clap::Args)]
@@ -31,6 +32,9 @@ enum LabCmd {
     Demo(demo::DemoArgs),
     /// The same job by each distribution method, several repetitions, with ratios.
     Bench(bench::BenchArgs),
+    /// A launch benchmark on any layer: push urgent-first, start an application on every
+    /// node, and compare with copying the whole layer first.
+    Launch(launch::LaunchArgs),
 }
 
 /// The lab's shape, shared by the subcommands.
@@ -167,6 +171,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         LabCmd::Clean => clean(),
         LabCmd::Demo(a) => demo::run(a),
         LabCmd::Bench(a) => bench::run(a),
+        LabCmd::Launch(a) => launch::run(a),
     }
 }
 

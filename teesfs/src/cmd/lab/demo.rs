@@ -5,10 +5,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
-use lab::PushOptions;
-use lab::report::{Marks, svg};
-
 use super::ShapeArgs;
 
 /// Arguments of `teesfs lab demo`.
@@ -32,57 +28,21 @@ pub struct DemoArgs {
     python: String,
 }
 
-/// Runs the demo.
+/// Runs the demo: [`super::launch::launch`] on the Python layer it builds.
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     lab::require_root()?;
     let built = lab::demo::build_python_layer(&a.layer_dir, &a.python)?;
     let lab = a.shape.up()?;
-    let t = std::time::Instant::now();
-    let index = lab.publish(&built.layer)?;
-    eprintln!(
-        "published {} in {:.1} s (index {})",
-        built.layer.display(),
-        t.elapsed().as_secs_f64(),
-        &index[..12.min(index.len())]
-    );
-    let mut o = PushOptions::new(&index);
-    o.urgent = built.urgent.clone();
-    // 32 interpreters starting at once on a small machine can starve a daemon's heartbeat
-    // for seconds; that is CPU contention of the emulation, not a failed node.
-    o.extra = vec!["--deadline".into(), "30s".into()];
     let app = lab::demo::python_app(&built.python);
-    let run = lab::demo::run(&lab, &o, &app, "app/main.py")?;
-    // What launching costs once everything is local: the copy-everything-first baseline.
-    let warm = lab::demo::run_warm(&lab, &run.push.report.job, &app)?;
-    let text = lab::demo::summary(&lab, &built.layer, &run, &warm);
-    print!("{text}");
-    for x in run.apps.iter().filter(|x| !x.ok) {
-        println!("  FAILED on {}: {}", x.host, x.output);
-    }
-    let marks = Marks {
-        label: "application finished starting".into(),
-        at: run
-            .apps
-            .iter()
-            .map(|x| (x.host.clone(), x.done_s))
-            .collect(),
-    };
-    let picture = svg(
-        lab.layout(),
-        &run.push.report,
-        &marks,
-        "teesfs lab demo: tree and per-node timeline",
+    let result = super::launch::launch(
+        &lab,
+        &built.layer,
+        built.urgent.clone(),
+        &app,
+        "app/main.py",
+        &a.report,
+        "teesfs lab demo",
     );
-    let svg_path = a.report.with_extension("svg");
-    std::fs::write(&svg_path, &picture)
-        .with_context(|| format!("writing {}", svg_path.display()))?;
-    std::fs::write(&a.report, lab::demo::html(&text, &picture, &run.apps))
-        .with_context(|| format!("writing {}", a.report.display()))?;
-    println!("report: {} and {}", a.report.display(), svg_path.display());
     lab.down()?;
-    let failed = run.apps.iter().filter(|x| !x.ok).count();
-    if failed > 0 {
-        bail!("the application failed on {failed} node(s)");
-    }
-    Ok(())
+    result
 }
