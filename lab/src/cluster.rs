@@ -434,11 +434,7 @@ impl Lab {
         Ok(PushRun {
             report,
             wall_s,
-            uplinks: up_after
-                .iter()
-                .zip(&up_before)
-                .map(|(a, b)| a.since(*b))
-                .collect(),
+            uplinks: crate::net::Counters::each_since(&up_after, &up_before),
             root_link: root_after.since(root_before),
             cpu_s: cpu_s.max(0.0),
         })

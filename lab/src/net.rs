@@ -36,6 +36,11 @@ impl Counters {
             tx: self.tx.saturating_sub(before.tx),
         }
     }
+
+    /// [`Counters::since`] for each of a list of links (the group uplinks).
+    pub fn each_since(after: &[Counters], before: &[Counters]) -> Vec<Counters> {
+        after.iter().zip(before).map(|(a, b)| a.since(*b)).collect()
+    }
 }
 
 impl Network {

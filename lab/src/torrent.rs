@@ -468,11 +468,7 @@ pub fn distribute(lab: &Lab, file: &Path, timeout: Duration, keep: bool) -> Resu
     let run = TorrentRun {
         all_s: per_node_s.iter().copied().fold(0.0, f64::max),
         per_node_s,
-        uplinks: up_after
-            .iter()
-            .zip(&up_before)
-            .map(|(a, b)| a.since(*b))
-            .collect(),
+        uplinks: crate::net::Counters::each_since(&up_after, &up_before),
         root_link: root_after.since(root_before),
         cpu_s,
         copies,
