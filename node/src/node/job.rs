@@ -34,6 +34,10 @@ use crate::source::Fetched;
 /// A reader waiting for a chunk: it gets the plain bytes verified on arrival.
 type Waiter = oneshot::Sender<Verified>;
 
+/// A chunk handed to the bulk workers and not handled yet (the sender and the bytes): taken
+/// by the worker, or by a reader that comes to wait for it first.
+type Queued = Arc<Mutex<Option<(NodeId, Vec<u8>)>>>;
+
 /// A timestamped relay event.
 pub type TimedEvent = (Instant, Event);
 
@@ -182,6 +186,9 @@ pub struct JobCore {
     knobs: JobKnobs,
     /// The urgent set, by chunk position.
     urgent: fixedbitset::FixedBitSet,
+    /// Chunks waiting for the idle-priority bulk workers, so that a reader never waits on
+    /// one of them behind busy CPUs: it handles the chunk itself.
+    queued: Mutex<HashMap<u32, Queued>>,
 }
 
 /// The job's task's own state besides the relay: the pumps it started.
@@ -248,6 +255,7 @@ impl JobCore {
             closing: watch::Sender::new(false),
             knobs,
             urgent,
+            queued: Mutex::new(HashMap::new()),
         });
         (core, rx)
     }
@@ -590,8 +598,21 @@ impl JobCore {
             self.on_chunk(from, chunk, &data);
             return;
         }
+        let slot: Queued = Arc::new(Mutex::new(Some((from, data))));
+        lock(&self.queued).insert(chunk, slot.clone());
         let this = self.clone();
-        BulkWorkers::get().run(Box::new(move || this.on_chunk(from, chunk, &data)));
+        BulkWorkers::get().run(Box::new(move || {
+            {
+                let mut queued = lock(&this.queued);
+                if queued.get(&chunk).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                    queued.remove(&chunk);
+                }
+            }
+            let taken = lock(&slot).take();
+            if let Some((from, data)) = taken {
+                this.on_chunk(from, chunk, &data);
+            }
+        }));
     }
 
     fn on_chunk(self: &Arc<Self>, from: NodeId, chunk: u32, data: &[u8]) {
@@ -663,7 +684,16 @@ impl JobCore {
         if let Some(b) = self.bytes.get(id) {
             return Ok(Fetched::Stored(b));
         }
-        self.tell(Input::Want(chunk));
+        // It may wait for the bulk workers: handle it now (that wakes this reader).
+        let queued = lock(&self.queued).remove(&chunk);
+        let taken = queued.and_then(|slot| lock(&slot).take());
+        if let Some((from, data)) = taken {
+            self.on_chunk(from, chunk, &data);
+        }
+        // Not held after all (none was queued, or it was corrupt): ask the tree.
+        if !self.bytes.contains(id) {
+            self.tell(Input::Want(chunk));
+        }
         rx.await
             .map(Fetched::Verified)
             .map_err(|_| Error::JobClosed)
