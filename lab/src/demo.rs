@@ -285,14 +285,18 @@ pub fn build_python_layer(dir: &Path, python: &str) -> Result<PythonLayer> {
     })
 }
 
-/// An urgent list (one layer path per line, as `teesfs record` writes it; `#` comments and
-/// `!absent` lines skipped) as globs that each match only their path.
-pub fn urgent_globs(list: &str) -> Vec<String> {
+/// The layer paths of an urgent list (one per line, as `teesfs record` writes it; `#`
+/// comments and `!absent` lines skipped), relative to the layer's root.
+pub fn urgent_paths(list: &str) -> impl Iterator<Item = &str> {
     list.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
-        .map(|l| glob_escape(l.trim_start_matches('/')))
-        .collect()
+        .map(|l| l.trim_start_matches('/'))
+}
+
+/// An urgent list as globs that each match only their path.
+pub fn urgent_globs(list: &str) -> Vec<String> {
+    urgent_paths(list).map(glob_escape).collect()
 }
 
 /// A shell command started on every node with `TEESFS_MOUNT` set to the node's mount of

@@ -72,10 +72,7 @@ impl BulkWorkers {
     /// runs.
     pub fn run(&self, work: Work) {
         if let Err(e) = self.queue.try_send(work) {
-            let work = match e {
-                mpsc::error::TrySendError::Full(w) | mpsc::error::TrySendError::Closed(w) => w,
-            };
-            work();
+            (e.into_inner())();
         }
     }
 

@@ -171,8 +171,7 @@ pub struct JobCore {
     /// The relay and the inputs' receiving end until [`JobCore::start`] hands them to the
     /// job's task.
     parked: Mutex<Option<(Relay, mpsc::UnboundedReceiver<Input>)>>,
-    view: watch::Receiver<JobView>,
-    view_tx: watch::Sender<JobView>,
+    view: watch::Sender<JobView>,
     hosts: HashMap<String, NodeId>,
     addrs: HashMap<NodeId, (String, String)>,
     peers: Arc<Peers>,
@@ -184,8 +183,8 @@ pub struct JobCore {
     rt: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
     knobs: JobKnobs,
-    /// The urgent set, by chunk position.
-    urgent: fixedbitset::FixedBitSet,
+    /// The push order and its urgent set (the relay's own).
+    schedule: Arc<peertree::relay::Schedule>,
     /// Chunks waiting for the idle-priority bulk workers, so that a reader never waits on
     /// one of them behind busy CPUs: it handles the chunk itself.
     queued: Mutex<HashMap<u32, Queued>>,
@@ -226,14 +225,8 @@ impl JobCore {
             .enumerate()
             .map(|(i, c)| (c.id, i as u32))
             .collect();
-        let (view_tx, view) = watch::channel(JobView::of(&relay));
-        let schedule = relay.schedule();
-        let mut urgent = fixedbitset::FixedBitSet::with_capacity(schedule.len());
-        urgent.extend(
-            schedule.order[..schedule.urgent]
-                .iter()
-                .map(|&c| c as usize),
-        );
+        let view = watch::Sender::new(JobView::of(&relay));
+        let schedule = relay.schedule().clone();
         let core = Arc::new(Self {
             job: relay.job(),
             me: relay.me(),
@@ -242,7 +235,6 @@ impl JobCore {
             inputs,
             parked: Mutex::new(Some((relay, inputs_rx))),
             view,
-            view_tx,
             hosts,
             addrs,
             peers,
@@ -254,7 +246,7 @@ impl JobCore {
             rt: tokio::runtime::Handle::current(),
             closing: watch::Sender::new(false),
             knobs,
-            urgent,
+            schedule,
             queued: Mutex::new(HashMap::new()),
         });
         (core, rx)
@@ -391,7 +383,7 @@ impl JobCore {
                 }
             }
         }
-        self.view_tx.send_replace(JobView::of(r));
+        self.view.send_replace(JobView::of(r));
     }
 
     /// Tells the relay of every chunk of this job the store drops, until the job closes.
@@ -427,6 +419,11 @@ impl JobCore {
 
     fn is_closed(&self) -> bool {
         *self.closing.borrow()
+    }
+
+    /// Whether this node holds `phase` (as the job's task last published).
+    pub fn holds(&self, phase: Phase) -> bool {
+        self.view.borrow().done[phase.index()]
     }
 
     /// What the job's task last published of the relay.
@@ -593,7 +590,7 @@ impl JobCore {
         let Some(from) = self.sender(from_host) else {
             return;
         };
-        let urgent = self.urgent.contains(chunk as usize);
+        let urgent = self.schedule.urgent_chunk(chunk);
         if urgent || lock(&self.waiters).contains_key(&chunk) {
             self.on_chunk(from, chunk, &data);
             return;

@@ -67,6 +67,16 @@ impl Child {
             urgent_waiting: HashSet::new(),
         }
     }
+
+    /// The position in `order` of the first chunk from the cursor on that it has not been
+    /// sent (`order.len()` if none).
+    fn next_unsent(&self, order: &[u32]) -> usize {
+        let from = self.cursor.min(order.len());
+        order[from..]
+            .iter()
+            .position(|&x| !self.sent.contains(x as usize))
+            .map_or(order.len(), |skip| from + skip)
+    }
 }
 
 impl Relay {
@@ -202,17 +212,14 @@ impl Relay {
         if !c.ready {
             return None;
         }
-        while c.cursor < order.len() && c.sent.contains(order[c.cursor] as usize) {
-            c.cursor += 1;
-        }
+        c.cursor = c.next_unsent(order);
         let at = c.cursor;
         let chunk = *order.get(at)?;
+        let subtree_waits = !c.urgent_waiting.is_empty();
         if !self.have.contains(chunk as usize) {
             return None;
         }
-        if at >= self.schedule.urgent
-            && (!self.children[&child].urgent_waiting.is_empty() || !self.urgent_gate_open())
-        {
+        if at >= self.schedule.urgent && (subtree_waits || !self.urgent_gate_open()) {
             return None;
         }
         let c = self.children.get_mut(&child)?;
@@ -236,13 +243,10 @@ impl Relay {
     /// The look behind [`Relay::urgent_gate_open`], without remembering it.
     fn urgent_sent_to_all(&self) -> bool {
         let (order, urgent) = (&self.schedule.order, self.schedule.urgent);
-        self.children.values().filter(|c| c.ready).all(|c| {
-            let mut i = c.cursor;
-            while i < urgent && c.sent.contains(order[i] as usize) {
-                i += 1;
-            }
-            i >= urgent
-        })
+        self.children
+            .values()
+            .filter(|c| c.ready)
+            .all(|c| c.next_unsent(order) >= urgent)
     }
 
     /// Children that have a chunk ready to push right now.
@@ -253,12 +257,10 @@ impl Relay {
             if !c.ready {
                 return None;
             }
-            let skip = order[c.cursor.min(order.len())..]
-                .iter()
-                .position(|&x| !c.sent.contains(x as usize))?;
-            let at = c.cursor + skip;
+            let at = c.next_unsent(order);
             let hysteretic_ok = gate && c.urgent_waiting.is_empty();
-            (self.have.contains(order[at] as usize) && (hysteretic_ok || at < self.schedule.urgent))
+            (self.have.contains(*order.get(at)? as usize)
+                && (hysteretic_ok || at < self.schedule.urgent))
                 .then_some(id)
         })
     }

@@ -493,11 +493,20 @@ impl Daemon {
             .map(|m| m.mountpoint().to_path_buf())
     }
 
+    /// A job this node runs, for a message from `from_host` about it.
+    fn running(&self, job: JobId, from_host: &str) -> Option<Arc<NodeJob>> {
+        let j = lock(&self.jobs).get(&job).cloned();
+        if j.is_none() {
+            tracing::debug!(%job, peer = %from_host, "message for an unknown job");
+        }
+        j
+    }
+
     /// Whether a job's local copy holds `phase`.
     pub fn phase_done(&self, job: JobId, phase: Phase) -> bool {
         lock(&self.jobs)
             .get(&job)
-            .is_some_and(|j| j.core.view().done[phase.index()])
+            .is_some_and(|j| j.core.holds(phase))
     }
 }
 
@@ -509,24 +518,24 @@ use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};
 
 impl Router for Daemon {
     fn deliver(&self, from_host: &str, job: JobId, msg: Routed) {
-        let d = || self.me.upgrade();
-        let running = || {
-            let j = lock(&self.jobs).get(&job).cloned();
-            if j.is_none() {
-                tracing::debug!(%job, peer = %from_host, "message for an unknown job");
-            }
-            j
-        };
         match msg {
-            Routed::Start(start) => d().map_or((), |d| d.start_job(from_host, job, *start)),
-            Routed::Prepare(prepare) => d().map_or((), |d| d.prepare_job(from_host, job, prepare)),
+            Routed::Start(start) => {
+                if let Some(d) = self.me.upgrade() {
+                    d.start_job(from_host, job, *start);
+                }
+            }
+            Routed::Prepare(prepare) => {
+                if let Some(d) = self.me.upgrade() {
+                    d.prepare_job(from_host, job, prepare);
+                }
+            }
             Routed::Chunk { chunk, data, .. } => {
-                if let Some(j) = running() {
+                if let Some(j) = self.running(job, from_host) {
                     j.core.on_chunk_msg(from_host, chunk, data);
                 }
             }
             Routed::Relay(m) => {
-                if let Some(j) = running() {
+                if let Some(j) = self.running(job, from_host) {
                     j.core.on_relay_msg(from_host, m);
                 }
             }

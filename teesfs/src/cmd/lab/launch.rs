@@ -58,10 +58,10 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
     };
     let urgent = lab::demo::urgent_globs(&list);
     let probe = a.probe.clone().unwrap_or_else(|| {
-        list.lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
-            .map_or_else(String::new, |l| l.trim_start_matches('/').to_string())
+        lab::demo::urgent_paths(&list)
+            .next()
+            .unwrap_or_default()
+            .to_string()
     });
     let lab = a.shape.up()?;
     let app = lab::demo::shell_app(&a.app);
