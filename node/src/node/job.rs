@@ -25,7 +25,6 @@ use peertree::relay::{Event, JobId, Msg, Phase, Relay, RelayMsg, Transmit};
 use seeder::ChunkStore;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use super::bulk::BulkWorkers;
 use super::peers::{Peers, frame, frame_parts};
 use crate::Error;
 use crate::net::StreamKind;
@@ -33,10 +32,6 @@ use crate::source::Fetched;
 
 /// A reader waiting for a chunk: it gets the plain bytes verified on arrival.
 type Waiter = oneshot::Sender<Verified>;
-
-/// A chunk handed to the bulk workers and not handled yet (the sender and the bytes): taken
-/// by the worker, or by a reader that comes to wait for it first.
-type Queued = Arc<Mutex<Option<(NodeId, Vec<u8>)>>>;
 
 /// A timestamped relay event.
 pub type TimedEvent = (Instant, Event);
@@ -183,11 +178,6 @@ pub struct JobCore {
     rt: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
     knobs: JobKnobs,
-    /// The push order and its urgent set (the relay's own).
-    schedule: Arc<peertree::relay::Schedule>,
-    /// Chunks waiting for the idle-priority bulk workers, so that a reader never waits on
-    /// one of them behind busy CPUs: it handles the chunk itself.
-    queued: Mutex<HashMap<u32, Queued>>,
 }
 
 /// The job's task's own state besides the relay: the pumps it started.
@@ -226,7 +216,6 @@ impl JobCore {
             .map(|(i, c)| (c.id, i as u32))
             .collect();
         let view = watch::Sender::new(JobView::of(&relay));
-        let schedule = relay.schedule().clone();
         let core = Arc::new(Self {
             job: relay.job(),
             me: relay.me(),
@@ -246,8 +235,6 @@ impl JobCore {
             rt: tokio::runtime::Handle::current(),
             closing: watch::Sender::new(false),
             knobs,
-            schedule,
-            queued: Mutex::new(HashMap::new()),
         });
         (core, rx)
     }
@@ -584,32 +571,11 @@ impl JobCore {
     }
 
     /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
-    /// the waiting readers before the relay hears of it. A chunk of the hysteretic set that
-    /// no reader waits for is handled by the idle-priority [`BulkWorkers`].
+    /// the waiting readers before the relay hears of it.
     pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: Vec<u8>) {
-        let Some(from) = self.sender(from_host) else {
-            return;
-        };
-        let urgent = self.schedule.urgent_chunk(chunk);
-        if urgent || lock(&self.waiters).contains_key(&chunk) {
+        if let Some(from) = self.sender(from_host) {
             self.on_chunk(from, chunk, &data);
-            return;
         }
-        let slot: Queued = Arc::new(Mutex::new(Some((from, data))));
-        lock(&self.queued).insert(chunk, slot.clone());
-        let this = self.clone();
-        BulkWorkers::get().run(Box::new(move || {
-            {
-                let mut queued = lock(&this.queued);
-                if queued.get(&chunk).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
-                    queued.remove(&chunk);
-                }
-            }
-            let taken = lock(&slot).take();
-            if let Some((from, data)) = taken {
-                this.on_chunk(from, chunk, &data);
-            }
-        }));
     }
 
     fn on_chunk(self: &Arc<Self>, from: NodeId, chunk: u32, data: &[u8]) {
@@ -681,16 +647,7 @@ impl JobCore {
         if let Some(b) = self.bytes.get(id) {
             return Ok(Fetched::Stored(b));
         }
-        // It may wait for the bulk workers: handle it now (that wakes this reader).
-        let queued = lock(&self.queued).remove(&chunk);
-        let taken = queued.and_then(|slot| lock(&slot).take());
-        if let Some((from, data)) = taken {
-            self.on_chunk(from, chunk, &data);
-        }
-        // Not held after all (none was queued, or it was corrupt): ask the tree.
-        if !self.bytes.contains(id) {
-            self.tell(Input::Want(chunk));
-        }
+        self.tell(Input::Want(chunk));
         rx.await
             .map(Fetched::Verified)
             .map_err(|_| Error::JobClosed)

@@ -4,7 +4,6 @@
 //! - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
 //! - [`store`]: the node's budgeted, content-addressed chunk store.
 //! - [`admit`]: whether a node takes a job a parent offers (pure checks of the `Start`).
-//! - [`bulk`]: idle-priority workers that verify and store the rest of the layer.
 //! - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
 //! - [`control`]: the daemon's control requests and who may make them.
 //! - [`root`]: the login node as the root of one job's tree (one session for push and probe).
@@ -17,7 +16,6 @@
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
 
 pub mod admit;
-pub mod bulk;
 pub mod control;
 pub mod daemon;
 pub mod handover;
