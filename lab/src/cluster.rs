@@ -9,7 +9,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::error::{LabError, Result};
@@ -74,6 +75,9 @@ pub struct PushOptions {
     pub nodes: Option<String>,
     /// More environment for the push (e.g. `SLURM_CONF` for `--borrow-idle`).
     pub env: Vec<(String, String)>,
+    /// For a push that keeps serving demand (`--serve`): set it to end the push (it gets
+    /// SIGTERM, finishes the job on every node and writes its report).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl PushOptions {
@@ -89,6 +93,7 @@ impl PushOptions {
             extra: Vec::new(),
             nodes: None,
             env: Vec::new(),
+            stop: None,
         }
     }
 }
@@ -291,6 +296,20 @@ impl Lab {
         Ok((NodeProc::new(&node.host, log, child), rx))
     }
 
+    /// Stops every daemon, empties every node's store and state, and starts them again:
+    /// the next push finds nothing held, as on nodes that never ran the layer.
+    pub fn fresh_nodes(&mut self) -> Result<()> {
+        self.stop_daemons();
+        for node in self.layout().compute() {
+            let state = self.work().join(&node.host).join("state");
+            if state.exists() {
+                std::fs::remove_dir_all(&state).map_err(LabError::io(&state))?;
+            }
+        }
+        let opts = self.opts.clone();
+        self.start_daemons(&opts)
+    }
+
     /// Starts `host`'s daemon again as [`Lab::up`] did (same directories, same address),
     /// after stopping the running one if any, and waits until it listens.
     pub fn restart_daemon(&mut self, host: &str) -> Result<()> {
@@ -412,6 +431,11 @@ impl Lab {
             match guard.try_exit() {
                 Some(s) => break s,
                 None => std::thread::sleep(Duration::from_millis(10)),
+            }
+            if let Some(stop) = &o.stop
+                && stop.swap(false, Ordering::SeqCst)
+            {
+                guard.signal_stop();
             }
         };
         let wall_s = t0.elapsed().as_secs_f64();

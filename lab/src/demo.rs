@@ -110,6 +110,9 @@ pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        if let Some(stop) = &o.stop {
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let push = pusher
             .join()
             .map_err(|_| LabError::Shape("the push thread panicked".into()))??;
@@ -199,10 +202,20 @@ fn step(
 /// all at once; returns each node's run with times relative to this call. This is the
 /// launch cost that remains when the whole layer is copied before starting.
 pub fn run_warm(lab: &Lab, job: &str, app: &App) -> Result<Vec<AppRun>> {
+    start_everywhere(lab, app, |host| lab.mountpoint(host, job))
+}
+
+/// Starts `app` on every compute node at once, with `{mount}` the directory `mount_of`
+/// gives for the node, and waits for each; times are relative to this call.
+pub fn start_everywhere(
+    lab: &Lab,
+    app: &App,
+    mount_of: impl Fn(&str) -> PathBuf,
+) -> Result<Vec<AppRun>> {
     let t0 = Instant::now();
     let mut children = Vec::new();
     for node in lab.layout().compute() {
-        let mp = lab.mountpoint(&node.host, job);
+        let mp = mount_of(&node.host);
         let mut cmd = lab.command_on(&node.host, &app.program)?;
         cmd.args(app.args.iter().map(|a| subst(a, &mp, &node.host)))
             .stdin(Stdio::null())
@@ -369,17 +382,15 @@ pub fn html(title: &str, summary: &str, picture: &str, apps: &[AppRun]) -> Strin
     )
 }
 
-/// The demo's summary for a person: when the urgent set, the application and the whole
-/// layer reached every node, against copying everything first (`warm`: the application
-/// started everywhere from local data), with the uplink bytes and the link bound.
-pub fn summary(title: &str, lab: &Lab, layer: &Path, run: &DemoRun, warm: &[AppRun]) -> String {
+/// An urgent-first launch's summary for a person: when the urgent set, the application and
+/// the whole layer reached every node, with the uplink bytes and the link bound.
+pub fn summary(title: &str, lab: &Lab, layer: &Path, run: &DemoRun) -> String {
     let r = &run.push.report;
     let layout = lab.layout();
     let ok = run.apps.iter().filter(|x| x.ok).count();
     let app_all = run.apps.iter().map(|x| x.done_s).fold(0.0, f64::max);
     let urgent_s = r.urgent_complete_s.unwrap_or(f64::NAN);
     let all_s = r.all_complete_s.unwrap_or(f64::NAN);
-    let app_warm = warm.iter().map(|x| x.done_s).fold(0.0, f64::max);
     let min_up = r.total_bytes * layout.spec.groups as u64;
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
     let mut text = String::new();
@@ -399,12 +410,6 @@ pub fn summary(title: &str, lab: &Lab, layer: &Path, run: &DemoRun, warm: &[AppR
         run.apps.len()
     );
     let _ = writeln!(text, "  whole layer on every node:      {all_s:6.2} s");
-    let _ = writeln!(
-        text,
-        "  copy-everything-first launch:   {:6.2} s  (whole layer, then starting everywhere from local data took {app_warm:.2} s): urgent-first is {:.1}x sooner",
-        all_s + app_warm,
-        (all_s + app_warm) / app_all
-    );
     let _ = writeln!(
         text,
         "  group uplinks carried {} in; minimum {} (each group once): {:.2}x",

@@ -9,6 +9,7 @@
 //! - [`report`]: the push report as `teesfs push --report` writes it, and the SVG timeline;
 //! - [`demo`]: push urgent-first and start an application on every node as it mounts;
 //! - [`bench`]: the same job by each method, with ratios;
+//! - [`launch`]: one application started on every node by each launch method, with ratios;
 //! - [`sweep`] and [`plot`]: simulated pushes at scale (`teesfs sim`), their table, CSV and
 //!   plots;
 //! - [`slurm`]: real Slurm (munge, slurmctld, one slurmd per node) in a lab, and `sbcast`;
@@ -25,6 +26,7 @@ pub mod cluster;
 pub mod demo;
 pub mod error;
 pub mod fault;
+pub mod launch;
 pub mod layout;
 pub mod net;
 pub mod plot;

@@ -55,6 +55,9 @@ pub struct PushReport {
     pub urgent_bytes: u64,
     /// Stored bytes of the layer.
     pub total_bytes: u64,
+    /// Stored bytes the push streamed (the rest travels on demand).
+    #[serde(default)]
+    pub streamed_bytes: u64,
     /// When every node held the urgent set.
     pub urgent_complete_s: Option<f64>,
     /// When every node held everything.
@@ -657,6 +660,7 @@ mod tests {
             nodes: 32,
             urgent_bytes: 1,
             total_bytes: 2,
+            streamed_bytes: 2,
             urgent_complete_s: Some(0.9),
             all_complete_s: Some(1.7),
             per_node,

@@ -112,6 +112,8 @@ enum Input {
     },
     /// `child`'s pump has stopped.
     PumpDone(NodeId),
+    /// The root stops serving demand and finishes the job.
+    EndServing,
 }
 
 /// What the job's task last published of its relay, for status and reports.
@@ -324,6 +326,7 @@ impl JobCore {
                 pumps.running.remove(&child);
                 pumps.idle.remove(&child);
             }
+            Input::EndServing => r.end_serving(),
         }
     }
 
@@ -395,6 +398,11 @@ impl JobCore {
     fn tell(&self, input: Input) {
         // The job's task has ended only when the job closed: nothing left to tell.
         let _ = self.inputs.send(input);
+    }
+
+    /// At the root of a push that leaves chunks to demand: stop serving and finish the job.
+    pub fn end_serving(&self) {
+        self.tell(Input::EndServing);
     }
 
     /// Stops the job's tasks (connections stay, they are shared).

@@ -47,6 +47,9 @@ pub struct PushSpec {
     pub rate_limit: Option<u64>,
     /// The job's owner (uid) on the nodes; `None`: root only.
     pub owner: Option<u32>,
+    /// When the order leaves chunks out: how long the root keeps serving the nodes'
+    /// demand for them after the wait completed (ended early by SIGTERM or SIGINT).
+    pub serve: Option<Duration>,
 }
 
 /// Live progress for a progress bar.
@@ -99,7 +102,7 @@ pub async fn push(
         knobs: JobKnobs::rate_limited(spec.rate_limit),
     };
     let (id, timing, signed) = (spec.job, spec.timing, spec.signed_index);
-    let (shared_store, owner) = (spec.shared_store, spec.owner);
+    let (shared_store, owner, spec_serve) = (spec.shared_store, spec.owner, spec.serve);
     let nodes = spec.nodes.len();
     let mut session = RootSession::open(&endpoint, spec.nodes, job, |nodes, start| {
         let mut relay = Relay::new_root(id, nodes, signed.into(), schedule, timing, start)?;
@@ -138,6 +141,9 @@ pub async fn push(
             break;
         }
     }
+    if let Some(serve) = spec_serve.filter(|_| !out.timed_out) {
+        serve_demand(&mut session, serve, &mut out).await;
+    }
     // Edge byte counts of the root's own children, which the relay keeps itself.
     let root_edges = session.core().view().child_bytes;
     let now = session.start.elapsed().as_secs_f64();
@@ -146,6 +152,38 @@ pub async fn push(
     }
     session.close(out.all_s.is_some()).await;
     Ok(out)
+}
+
+/// Keeps the root serving the nodes' demand for chunks the push did not stream, for `serve`
+/// or until SIGTERM or SIGINT, then finishes the job on every node.
+async fn serve_demand(session: &mut RootSession, serve: Duration, out: &mut Outcome) {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    async fn fired(s: &mut Option<Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    let until = tokio::time::Instant::now() + serve;
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut int = signal(SignalKind::interrupt()).ok();
+    tracing::info!(
+        ?serve,
+        "serving the nodes' demand for the chunks not streamed"
+    );
+    loop {
+        tokio::select! {
+            e = session.next_event(until) => match e {
+                Some(e) => out.events.push(e),
+                None => break,
+            },
+            () = fired(&mut term) => break,
+            () = fired(&mut int) => break,
+        }
+    }
+    session.core().end_serving();
 }
 
 /// Bytes in and out of each group over its uplink: the edges whose ends are in different
@@ -255,9 +293,10 @@ pub fn report(
         root: host(plan.root),
         nodes: plan.len() - 1,
         urgent_chunks: order.1,
-        chunks: order.0.len(),
+        chunks: index.chunks.len(),
         urgent_bytes: stored(&order.0[..order.1]),
-        total_bytes: stored(&order.0),
+        total_bytes: index.chunks.iter().map(|c| u64::from(c.stored_len)).sum(),
+        streamed_bytes: stored(&order.0),
         urgent_complete_s: out.urgent_s,
         all_complete_s: out.all_s,
         per_node,

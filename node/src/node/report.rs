@@ -4,6 +4,7 @@
 //! ```text
 //! { "version": 1, "job": "<hex>", "index": "<hex>", "strategy": "topo", "root": "login",
 //!   "nodes": 32, "urgent_chunks": 12, "chunks": 40, "urgent_bytes": N, "total_bytes": N,
+//!   "streamed_bytes": N,
 //!   "urgent_complete_s": 1.23 | null, "all_complete_s": 2.34 | null,
 //!   "per_node": [ { "host": "cn01", "parent": "login", "urgent_s": 0.9, "all_s": 1.8 } ],
 //!   "edges": [ { "parent": "login", "child": "cn01", "bytes": N } ],
@@ -88,6 +89,10 @@ pub struct PushReport {
     pub urgent_bytes: u64,
     /// Stored bytes of the layer.
     pub total_bytes: u64,
+    /// Stored bytes the push streams to every node (the layer, or with `--stream` only
+    /// the urgent set or nothing; the rest travels on demand). Older reports lack it.
+    #[serde(default)]
+    pub streamed_bytes: u64,
     /// When every reachable node held the urgent set.
     pub urgent_complete_s: Option<f64>,
     /// When every reachable node held everything.

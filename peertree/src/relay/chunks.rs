@@ -23,10 +23,7 @@ impl Relay {
         for p in positions {
             if (p as usize) < n && !self.have.put(p as usize) {
                 held.insert(p as usize);
-                self.have_count += 1;
-                if self.schedule.urgent_chunk(p) {
-                    self.urgent_have += 1;
-                }
+                self.count_held(p, true);
             }
         }
         if held.is_clear() {
@@ -61,16 +58,13 @@ impl Relay {
             return;
         }
         self.have.set(i, false);
-        self.have_count -= 1;
-        if self.schedule.urgent_chunk(chunk) {
-            self.urgent_have -= 1;
-        }
+        self.count_held(chunk, false);
         self.stats.lost += 1;
         if self.root.is_some() {
             return;
         }
-        if self.lost.insert(chunk) && self.schedule.urgent_chunk(chunk) {
-            self.lost_urgent += 1;
+        if self.lost.insert(chunk) {
+            self.count_lost(chunk, true);
         }
         let needed =
             self.wants.contains_key(&chunk) || self.children.values().any(|c| !c.sent.contains(i));
@@ -128,12 +122,9 @@ impl Relay {
             self.stats.duplicates += 1;
             return;
         }
-        self.have_count += 1;
-        if self.schedule.urgent_chunk(chunk) {
-            self.urgent_have += 1;
-        }
-        if self.lost.remove(&chunk) && self.schedule.urgent_chunk(chunk) {
-            self.lost_urgent -= 1;
+        self.count_held(chunk, true);
+        if self.lost.remove(&chunk) {
+            self.count_lost(chunk, false);
         }
         self.asked.remove(&chunk);
         if let Some(waiters) = self.wants.remove(&chunk) {
@@ -146,10 +137,34 @@ impl Relay {
         self.check_local_done();
     }
 
+    /// Counts `chunk` as held (`up`) or no longer held, overall and in the phase it
+    /// belongs to.
+    fn count_held(&mut self, chunk: u32, up: bool) {
+        let step = |n: &mut usize| if up { *n += 1 } else { *n -= 1 };
+        step(&mut self.have_count);
+        if self.schedule.urgent_chunk(chunk) {
+            step(&mut self.urgent_have);
+        }
+        if self.schedule.pushed_chunk(chunk) {
+            step(&mut self.pushed_have);
+        }
+    }
+
+    /// Counts `chunk` as lost here (`up`) or back, in the phase it belongs to.
+    fn count_lost(&mut self, chunk: u32, up: bool) {
+        let step = |n: &mut usize| if up { *n += 1 } else { *n -= 1 };
+        if self.schedule.urgent_chunk(chunk) {
+            step(&mut self.lost_urgent);
+        }
+        if self.schedule.pushed_chunk(chunk) {
+            step(&mut self.lost_pushed);
+        }
+    }
+
     pub(super) fn check_local_done(&mut self) {
         let reached = [
             self.urgent_have + self.lost_urgent == self.schedule.urgent,
-            self.have_count + self.lost.len() == self.schedule.len(),
+            self.pushed_have + self.lost_pushed == self.schedule.pushed(),
         ];
         for phase in Phase::BOTH {
             let i = phase.index();

@@ -150,6 +150,8 @@ pub struct Relay {
     have: FixedBitSet,
     have_count: usize,
     urgent_have: usize,
+    /// Held chunks that the push streams (the "all" phase counts these).
+    pushed_have: usize,
     local_done: [bool; 2],
     /// My planned subtree, me first (for handing children their part).
     subtree: Vec<NodeInfo>,
@@ -177,6 +179,7 @@ pub struct Relay {
     /// How many of `lost` are urgent. A phase is complete when every chunk of it arrived
     /// once, held now or lost since: a store smaller than the layer still completes.
     lost_urgent: usize,
+    lost_pushed: usize,
     finished: bool,
     stats: RelayStats,
     /// Every ready child has been sent the whole urgent set (a memo of
@@ -233,6 +236,7 @@ impl Relay {
         r.have = have;
         r.have_count = r.schedule.len();
         r.urgent_have = r.schedule.urgent;
+        r.pushed_have = r.schedule.pushed();
         r.local_done = [true, true];
         r.probe = probe;
         r.root = Some(root);
@@ -298,6 +302,7 @@ impl Relay {
             r.have.insert_range(..);
             r.have_count = r.schedule.len();
             r.urgent_have = r.schedule.urgent;
+            r.pushed_have = r.schedule.pushed();
         }
         r.shared_store = shared;
         r.adopt_planned_children(now);
@@ -328,6 +333,7 @@ impl Relay {
             have: FixedBitSet::with_capacity(n),
             have_count: 0,
             urgent_have: 0,
+            pushed_have: 0,
             local_done: [false, false],
             subtree,
             ancestors,
@@ -345,6 +351,7 @@ impl Relay {
             asked: HashSet::new(),
             lost: HashSet::new(),
             lost_urgent: 0,
+            lost_pushed: 0,
             finished: false,
             stats: RelayStats::default(),
             urgent_all_sent: false,
@@ -416,6 +423,15 @@ impl Relay {
     /// Whether the root declared the job finished.
     pub fn finished(&self) -> bool {
         self.finished
+    }
+
+    /// At the root of a push that leaves chunks to demand: stop serving them and finish
+    /// the job (every node is told, and stops its heartbeats). Nothing happens elsewhere
+    /// or when already finished.
+    pub fn end_serving(&mut self) {
+        if self.root.is_some() && !self.finished {
+            self.finish();
+        }
     }
 
     /// Sets the job's owner (root side; nodes take it from their `Start`).

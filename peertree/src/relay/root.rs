@@ -244,7 +244,10 @@ impl Relay {
                 self.events.push_back(Event::JobPhaseDone(phase));
             }
         }
-        if root.complete == [true, true] && !self.finished {
+        // A push that leaves chunks to demand stays open for them until it is ended
+        // ([`Relay::end_serving`]).
+        let everything_streamed = self.schedule.pushed() == self.schedule.len();
+        if root.complete == [true, true] && everything_streamed && !self.finished {
             self.finish();
         }
     }

@@ -1,5 +1,7 @@
 //! The push order of a job's chunks ([`Schedule`]): the urgent set first, then the rest,
-//! with each chunk's stored size for byte accounting. One is shared by every relay of a
+//! with each chunk's stored size for byte accounting. The order may leave chunks out: those
+//! are never streamed, only fetched through the tree by the nodes that read them (the
+//! demand-only and urgent-only pushes). One is shared by every relay of a
 //! job. It only checks and answers questions about the order; what was sent to whom lives
 //! in the relay.
 
@@ -10,20 +12,22 @@ use crate::error::{Error, Result};
 /// The push order of a job's chunks, shared by every relay of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
-    /// Chunk-table positions in push order: the urgent set first.
+    /// Chunk-table positions in push order: the urgent set first. Chunks it leaves out
+    /// are fetched on demand only.
     pub order: Vec<u32>,
     /// How many of `order` are urgent.
     pub urgent: usize,
     /// Stored size of each chunk, by chunk-table position (for byte accounting).
     pub sizes: Vec<u32>,
     is_urgent: FixedBitSet,
+    is_pushed: FixedBitSet,
 }
 
 impl Schedule {
-    /// Checks that `order` lists every chunk exactly once and `urgent <= order.len()`; the
-    /// error says which of the two does not hold.
+    /// Checks that `order` lists chunks of the table at most once each and `urgent <=
+    /// order.len()`; the error says which of the two does not hold.
     pub fn new(order: Vec<u32>, urgent: usize, sizes: Vec<u32>) -> Result<Self> {
-        if order.len() != sizes.len() {
+        if order.len() > sizes.len() {
             return Err(Error::OrderLength {
                 positions: order.len(),
                 chunks: sizes.len(),
@@ -51,17 +55,28 @@ impl Schedule {
             urgent,
             sizes,
             is_urgent,
+            is_pushed: seen,
         })
     }
 
-    /// Number of chunks.
+    /// Number of chunks in the layer.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.sizes.len()
     }
 
     /// Whether the layer has no chunks at all.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.sizes.is_empty()
+    }
+
+    /// Number of chunks the push streams (the rest are fetched on demand only).
+    pub fn pushed(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether the push streams a chunk.
+    pub fn pushed_chunk(&self, chunk: u32) -> bool {
+        self.is_pushed.contains(chunk as usize)
     }
 
     /// Whether a chunk is in the urgent set.

@@ -55,8 +55,14 @@ fn plan(groups: usize, group: usize, strategy: Strategy) -> crate::Plan {
 
 impl Net {
     fn new(plan: &crate::Plan, chunks: usize, urgent: usize) -> Self {
+        Self::streaming(plan, chunks, urgent, chunks)
+    }
+
+    /// A push of `chunks` chunks that streams only the first `pushed` of its order (the
+    /// rest are fetched on demand).
+    fn streaming(plan: &crate::Plan, chunks: usize, urgent: usize, pushed: usize) -> Self {
         let now = Instant::now();
-        let order: Vec<u32> = (0..chunks as u32).rev().collect();
+        let order: Vec<u32> = (0..chunks as u32).rev().take(pushed).collect();
         let schedule = Arc::new(Schedule::new(order, urgent, vec![1000; chunks]).expect("valid"));
         let nodes = plan_nodes(plan, |h| format!("{h}:7000"));
         let root = Relay::new_root(
@@ -407,11 +413,65 @@ fn concurrent_demands_make_one_request_per_edge() {
 }
 
 #[test]
-fn schedules_must_be_permutations() {
+fn schedules_list_each_chunk_at_most_once() {
     assert!(Schedule::new(vec![0, 1, 1], 1, vec![1; 3]).is_err());
     assert!(Schedule::new(vec![0, 5], 1, vec![1; 2]).is_err());
     assert!(Schedule::new(vec![1, 0], 3, vec![1; 2]).is_err());
+    assert!(Schedule::new(vec![0, 1, 2], 1, vec![1; 2]).is_err());
     assert!(Schedule::new(vec![1, 0], 1, vec![1; 2]).is_ok());
+    let part = Schedule::new(vec![2], 1, vec![1; 3]).expect("a subset streams only part");
+    assert_eq!((part.len(), part.pushed()), (3, 1));
+    assert!(part.pushed_chunk(2) && !part.pushed_chunk(0));
+}
+
+/// A push that streams only its urgent set (or nothing): every node completes both phases
+/// once it holds what is streamed, nothing else travels unasked, and a chunk left out of
+/// the order still reaches a reader through the tree on demand.
+#[test]
+fn chunks_left_out_of_the_order_travel_only_on_demand() {
+    let p = plan(3, 8, Strategy::Topo);
+    for pushed in [0, 4] {
+        let mut net = Net::streaming(&p, 20, pushed, pushed);
+        net.run_until(20_000, |n| n.job_done(Phase::All));
+        for id in p.ids().skip(1) {
+            let r = &net.relays[&id];
+            assert_eq!(
+                r.have_count(),
+                pushed,
+                "{id:?} got only the streamed chunks"
+            );
+        }
+        assert!(net.wants.is_empty(), "nothing was asked for");
+        let leaf = p
+            .ids()
+            .skip(1)
+            .find(|&id| p.children[id.index()].is_empty())
+            .expect("a leaf");
+        let chunk = 0; // last in the full order: never streamed
+        let now = net.now;
+        net.relays
+            .get_mut(&leaf)
+            .expect("started")
+            .handle_local_want(now, chunk);
+        net.run_until(10_000, |n| n.relays[&leaf].has(chunk));
+        let others = p
+            .ids()
+            .skip(1)
+            .filter(|&id| id != leaf && net.relays[&id].has(chunk))
+            .count();
+        let depth =
+            std::iter::successors(p.parent[leaf.index()], |n| p.parent[n.index()]).count() - 1;
+        assert_eq!(
+            others, depth,
+            "only the nodes on the reader's path fetched it"
+        );
+        assert!(!net.root().finished(), "the root keeps serving demand");
+        net.relays
+            .get_mut(&net.root_id)
+            .expect("root")
+            .end_serving();
+        net.run_until(10_000, |n| n.relays.values().all(Relay::finished));
+    }
 }
 
 /// The planned edges `(parent, child)` of a plan.

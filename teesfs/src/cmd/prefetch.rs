@@ -116,6 +116,8 @@ fn push_args(
             advertise: None,
         },
         wait,
+        stream: super::push::Stream::All,
+        serve: None,
         report: args.report.clone(),
         urgent: spec.launch.urgent.clone(),
         heartbeat: Duration::from_secs(1),

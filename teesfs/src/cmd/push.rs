@@ -26,6 +26,17 @@ pub enum Wait {
     All,
 }
 
+/// What the tree streams to every node ahead of use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Stream {
+    /// The whole layer, urgent set first.
+    All,
+    /// Only the urgent set; the rest is fetched through the tree by the nodes that read it.
+    Urgent,
+    /// Nothing: every node fetches what it reads through the tree (as Copper does).
+    None,
+}
+
 /// Arguments of `teesfs push`.
 #[derive(Debug, clap::Args)]
 pub struct PushArgs {
@@ -43,6 +54,16 @@ pub struct PushArgs {
     /// background copy of this command), or once every node holds the whole layer.
     #[arg(long, value_enum, default_value_t = Wait::All)]
     pub wait: Wait,
+    /// What the tree streams to every node ahead of use. With `urgent` or `none`, what is
+    /// not streamed is fetched on demand through the tree, from this command while it keeps
+    /// serving (`--serve`).
+    #[arg(long, value_enum, default_value_t = Stream::All)]
+    pub stream: Stream,
+    /// With `--stream urgent` or `none`: how long to keep serving the nodes' demand once
+    /// the wait is over (the job's time limit; SIGTERM or Ctrl-C ends it sooner and
+    /// finishes the job on every node).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub serve: Option<Duration>,
     /// Also write the report as JSON (format documented in node/src/node/report.rs).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -104,7 +125,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         // Nodes read from the file system: the root only tells each node to start.
         plan = plan.flat_without_storage();
     }
-    let order = push_order(&index, &args.urgent)?;
+    let order = streamed(push_order(&index, &args.urgent)?, args.stream, args.serve)?;
     let RootContact {
         nodes,
         identity,
@@ -132,6 +153,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             let me = nix::unistd::getuid();
             (!me.is_root()).then(|| me.as_raw())
         }),
+        serve: args.serve,
     };
     let n = plan.len() - 1;
     let bar = progress_bar(args.quiet, n);
@@ -297,6 +319,40 @@ fn write_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The part of the push order that `stream` streams; the rest is left to demand, which
+/// needs the root to keep serving (`serve`).
+fn streamed(
+    (mut order, urgent): (Vec<u32>, usize),
+    stream: Stream,
+    serve: Option<Duration>,
+) -> anyhow::Result<(Vec<u32>, usize)> {
+    let keep = match stream {
+        Stream::All => order.len(),
+        Stream::Urgent => urgent,
+        Stream::None => 0,
+    };
+    match (keep < order.len(), serve) {
+        (true, None) => bail!(
+            "--stream {} leaves {} of the layer's {} chunks on this node only: say how long to \
+             serve them on demand with --serve (the job's time limit, e.g. --serve 2h), or \
+             stream everything (--stream all)",
+            if stream == Stream::None {
+                "none"
+            } else {
+                "urgent"
+            },
+            order.len() - keep,
+            order.len()
+        ),
+        (false, Some(_)) if stream == Stream::All => {
+            bail!("--serve applies only with --stream urgent or none")
+        }
+        _ => {}
+    }
+    order.truncate(keep);
+    Ok((order, urgent.min(keep)))
+}
+
 /// The order chunks are pushed in: the index's urgent set, plus the files `--urgent` globs
 /// match, first.
 fn push_order(index: &manifest::Index, urgent: &[String]) -> anyhow::Result<(Vec<u32>, usize)> {
@@ -359,5 +415,33 @@ fn print_report(r: &PushReport) {
             "  FAILED ({}) {} -> {} at {:.2} s",
             f.kind, f.parent, f.child, f.at_s
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_part_of_the_layer_needs_a_serving_time() {
+        let order = (vec![5, 1, 2, 0, 4, 3], 2);
+        assert_eq!(
+            streamed(order.clone(), Stream::All, None).expect("all"),
+            order
+        );
+        let hour = Some(Duration::from_secs(3600));
+        assert_eq!(
+            streamed(order.clone(), Stream::Urgent, hour).expect("urgent"),
+            (vec![5, 1], 2)
+        );
+        assert_eq!(
+            streamed(order.clone(), Stream::None, hour).expect("none"),
+            (vec![], 0)
+        );
+        let e = streamed(order.clone(), Stream::None, None).expect_err("no --serve");
+        assert!(e.to_string().contains("--serve"), "{e}");
+        assert!(e.to_string().contains("6 of the layer's 6 chunks"), "{e}");
+        let e = streamed(order, Stream::All, hour).expect_err("--serve without --stream");
+        assert!(e.to_string().contains("--stream urgent or none"), "{e}");
     }
 }

@@ -16,6 +16,7 @@ mod health;
 mod lab;
 mod lab_baselines;
 mod lab_faults;
+mod lab_launch;
 mod lab_slurm;
 mod local_state;
 mod packaging;

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use lab::launch::{Launch, Method};
+
 use super::ShapeArgs;
 
 /// Arguments of `teesfs lab demo`.
@@ -28,21 +30,28 @@ pub struct DemoArgs {
     python: String,
 }
 
-/// Runs the demo: [`super::launch::launch`] on the Python layer it builds.
+/// Runs the demo: [`super::launch::launch`] on the Python layer it builds, with the
+/// teesfs methods (no Slurm needed).
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     lab::require_root()?;
     let built = lab::demo::build_python_layer(&a.layer_dir, &a.python)?;
-    let lab = a.shape.up()?;
-    let app = lab::demo::python_app(&built.python);
-    let result = super::launch::launch(
-        &lab,
-        &built.layer,
-        built.urgent.clone(),
-        &app,
-        "app/main.py",
-        &a.report,
-        "teesfs lab demo",
-    );
+    let mut lab = a.shape.up()?;
+    let result = (|| {
+        let l = Launch {
+            layer: built.layer.clone(),
+            index: super::launch::publish(&lab, &built.layer)?,
+            urgent: built.urgent.clone(),
+            app: lab::demo::python_app(&built.python),
+            probe: "app/main.py".into(),
+        };
+        let methods = [
+            Method::UrgentFirst,
+            Method::CopyFirst,
+            Method::DemandOnly,
+            Method::SharedStorage,
+        ];
+        super::launch::launch(&mut lab, &l, &methods, &a.report, "teesfs lab demo")
+    })();
     lab.down()?;
     result
 }

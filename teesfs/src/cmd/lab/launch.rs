@@ -1,24 +1,29 @@
 //! `teesfs lab launch`: a launch benchmark on any layer. Builds the lab, publishes the layer,
-//! pushes it with its urgent set first, starts the application on every node as soon as its
-//! mount appears, and reports when the urgent set, the application and the whole layer
-//! reached every node, against copying the whole layer first and then starting (measured in
-//! the same run). Writes the HTML/SVG report: the tree, the per-node timeline and the
-//! application's start. `teesfs lab demo` is this on its own Python layer.
+//! records its urgent set (or takes the list), and starts the application on every node by
+//! each launch method in turn, each on nodes that hold nothing yet ([`lab::launch`]):
+//! urgent-first, copy-first, demand-only, shared storage and sbcast+untar. Prints when the
+//! application had started everywhere by each, with ratios, and writes the HTML/SVG report:
+//! the urgent-first tree, its per-node timeline and the application's start, and the table.
+//! `teesfs lab demo` is this on its own Python layer.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use lab::demo::App;
+use lab::Lab;
+use lab::launch::{Launch, Method};
 use lab::report::{Marks, svg};
-use lab::{Lab, PushOptions};
 
 use super::ShapeArgs;
 
 /// Arguments of `teesfs lab launch`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:
-  teesfs record --store STORE --index ID -o urgent.list -- python3 -c 'import numpy'
-  sudo teesfs lab launch --layer ./layer --urgent-list urgent.list \\
+#[command(after_help = "Examples:
+  # a layer of scipy, pandas and matplotlib from PyPI (about 300 MB), on 16 nodes:
+  lab/scripts/pypi-layer.sh /var/tmp/pypi
+  sudo TMPDIR=/dev/shm teesfs lab launch --groups 4 --group-size 4 --layer /var/tmp/pypi/layer \\
+      --app 'PYTHONPATH=$TEESFS_MOUNT python3 -m sciapp'
+  # only two methods, with a recorded urgent list:
+  sudo teesfs lab launch --layer ./layer --urgent-list urgent.list --methods urgent-first,copy-first \\
       --app 'PYTHONPATH=$TEESFS_MOUNT python3 -c \"import numpy\"'")]
 pub struct LaunchArgs {
     #[command(flatten)]
@@ -27,18 +32,28 @@ pub struct LaunchArgs {
     #[arg(long, value_name = "DIR")]
     layer: PathBuf,
     /// The application: a shell command run on every node, with `TEESFS_MOUNT` set to the
-    /// node's mount of the layer; it has started when it exits 0.
+    /// node's copy of the layer (its mount, or its unpacked tarball); it has started when
+    /// it exits 0.
     #[arg(long, value_name = "CMD")]
     app: String,
     /// The urgent set: layer paths in the order of first use, one per line (what `teesfs
-    /// record` writes). Without it nothing is urgent.
+    /// record` writes). Without it, the application is recorded once on the login node
+    /// with `teesfs record` (TEESFS_MOUNT=/, the layer over "/").
     #[arg(long, value_name = "FILE")]
     urgent_list: Option<PathBuf>,
     /// A layer path (relative) whose appearance in a node's mount starts the application;
     /// default: the first path of the urgent list, else the layer's root.
     #[arg(long, value_name = "PATH")]
     probe: Option<String>,
-    /// The HTML report to write (an .svg is written beside it).
+    /// The launch methods to run, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "urgent-first,copy-first,demand-only,shared-storage,sbcast+untar",
+        value_parser = parse_method
+    )]
+    methods: Vec<Method>,
+    /// The HTML report to write (an .svg is written beside it, and the figures as .json).
     #[arg(
         long,
         value_name = "FILE",
@@ -47,49 +62,53 @@ pub struct LaunchArgs {
     report: PathBuf,
 }
 
+fn parse_method(s: &str) -> Result<Method, String> {
+    Method::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Method::ALL.iter().map(|m| m.name()).collect();
+        format!(
+            "unknown launch method {s:?}; the methods are {}",
+            names.join(", ")
+        )
+    })
+}
+
 /// Runs `teesfs lab launch`.
 pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
     lab::require_root()?;
-    let list = match &a.urgent_list {
-        Some(p) => {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
-        }
-        None => String::new(),
-    };
-    let urgent = lab::demo::urgent_globs(&list);
-    let probe = a.probe.clone().unwrap_or_else(|| {
-        lab::demo::urgent_paths(&list)
-            .next()
-            .unwrap_or_default()
-            .to_string()
-    });
-    let lab = a.shape.up()?;
+    if !a.layer.is_dir() {
+        bail!("--layer {}: not a directory", a.layer.display());
+    }
+    let mut lab = a.shape.up()?;
     let app = lab::demo::shell_app(&a.app);
-    let result = launch(
-        &lab,
-        &a.layer,
-        urgent,
-        &app,
-        &probe,
-        &a.report,
-        "teesfs lab launch",
-    );
+    let result = (|| {
+        let index = publish(&lab, &a.layer)?;
+        let list = match &a.urgent_list {
+            Some(p) => {
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+            }
+            None => record(&lab, &index, &a.app)?,
+        };
+        let probe = a.probe.clone().unwrap_or_else(|| {
+            lab::demo::urgent_paths(&list)
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        });
+        let l = Launch {
+            layer: a.layer.clone(),
+            index,
+            urgent: lab::demo::urgent_globs(&list),
+            app,
+            probe,
+        };
+        launch(&mut lab, &l, &a.methods, &a.report, "teesfs lab launch")
+    })();
     lab.down()?;
     result
 }
 
-/// Publishes `layer`, pushes it urgent-first, starts `app` everywhere as soon as `probe`
-/// shows in a node's mount, then starts it again from local data (the copy-first baseline),
-/// prints the summary and writes the report.
-pub fn launch(
-    lab: &Lab,
-    layer: &Path,
-    urgent: Vec<String>,
-    app: &App,
-    probe: &str,
-    report: &Path,
-    title: &str,
-) -> anyhow::Result<()> {
+/// Publishes `layer` into the lab's store; returns the index id.
+pub fn publish(lab: &Lab, layer: &Path) -> anyhow::Result<String> {
     let t = std::time::Instant::now();
     let index = lab.publish(layer)?;
     eprintln!(
@@ -98,18 +117,95 @@ pub fn launch(
         t.elapsed().as_secs_f64(),
         &index[..12.min(index.len())]
     );
-    let mut o = PushOptions::new(&index);
-    o.urgent = urgent;
-    // 32 applications starting at once on a small machine can starve a daemon's heartbeat
-    // for seconds; that is CPU contention of the emulation, not a failed node.
-    o.extra = vec!["--deadline".into(), "30s".into()];
-    let run = lab::demo::run(lab, &o, app, probe)?;
-    // What launching costs once everything is local: the copy-everything-first baseline.
-    let warm = lab::demo::run_warm(lab, &run.push.report.job, app)?;
-    let text = lab::demo::summary(title, lab, layer, &run, &warm);
+    Ok(index)
+}
+
+/// Records the urgent set of `app` once on the login node with `teesfs record`: the layer
+/// over "/" and `TEESFS_MOUNT=/`.
+fn record(lab: &Lab, index: &str, app: &str) -> anyhow::Result<String> {
+    let out = lab.work().join("recorded-urgent.list");
+    let exe = std::env::current_exe().context("finding the teesfs binary")?;
+    let status = std::process::Command::new(exe)
+        .args(["record", "--store"])
+        .arg(lab.work().join("store"))
+        .args(["--index", index, "--trust"])
+        .arg(lab.work().join("publisher.pub"))
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "/bin/sh", "-c", app])
+        .env("TEESFS_MOUNT", "/")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running teesfs record")?;
+    if !status.success() {
+        bail!(
+            "recording the application's urgent set failed ({status}); check that --app runs with \
+             the layer at $TEESFS_MOUNT, or give the list with --urgent-list"
+        );
+    }
+    let list =
+        std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+    eprintln!(
+        "recorded the urgent set: {} files",
+        lab::demo::urgent_paths(&list).count()
+    );
+    Ok(list)
+}
+
+/// Runs `methods` for `l`, prints the table and writes the report.
+pub fn launch(
+    lab: &mut Lab,
+    l: &Launch,
+    methods: &[Method],
+    report: &Path,
+    title: &str,
+) -> anyhow::Result<()> {
+    let rep = lab::launch::run(lab, l, methods, |o| {
+        eprintln!(
+            "{}: application started on every node in {:.2} s ({})",
+            o.method.name(),
+            o.app_s,
+            o.detail
+        );
+    })?;
+    let mut text = format!(
+        "{title}: {} nodes in {} groups, layer {}\n",
+        lab.layout().compute().count(),
+        lab.layout().spec.groups,
+        l.layer.display()
+    );
+    if let Some(run) = &rep.urgent_first {
+        text = lab::demo::summary(title, lab, &l.layer, run);
+    }
+    text.push_str(&lab::launch::table(&rep));
     print!("{text}");
+    write_report(lab, &rep, &text, report, title)?;
+    let failed: usize = rep.outcomes.iter().map(|o| o.nodes - o.ok).sum();
+    if failed > 0 {
+        bail!("the application failed {failed} time(s); see the table above");
+    }
+    Ok(())
+}
+
+fn write_report(
+    lab: &Lab,
+    rep: &lab::launch::Report,
+    text: &str,
+    report: &Path,
+    title: &str,
+) -> anyhow::Result<()> {
+    if let Some(dir) = report.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let json_path = report.with_extension("json");
+    std::fs::write(&json_path, serde_json::to_vec_pretty(&rep.outcomes)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    let Some(run) = &rep.urgent_first else {
+        println!("figures: {}", json_path.display());
+        return Ok(());
+    };
     for x in run.apps.iter().filter(|x| !x.ok) {
-        println!("  FAILED on {}: {}", x.host, x.output);
+        println!("  urgent-first FAILED on {}: {}", x.host, x.output);
     }
     let marks = Marks {
         label: "application finished starting".into(),
@@ -123,17 +219,18 @@ pub fn launch(
         lab.layout(),
         &run.push.report,
         &marks,
-        &format!("{title}: tree and per-node timeline"),
+        &format!("{title}: urgent-first tree and per-node timeline"),
     );
     let svg_path = report.with_extension("svg");
     std::fs::write(&svg_path, &picture)
         .with_context(|| format!("writing {}", svg_path.display()))?;
-    std::fs::write(report, lab::demo::html(title, &text, &picture, &run.apps))
+    std::fs::write(report, lab::demo::html(title, text, &picture, &run.apps))
         .with_context(|| format!("writing {}", report.display()))?;
-    println!("report: {} and {}", report.display(), svg_path.display());
-    let failed = run.apps.iter().filter(|x| !x.ok).count();
-    if failed > 0 {
-        bail!("the application failed on {failed} node(s)");
-    }
+    println!(
+        "report: {} ({} and {} beside it)",
+        report.display(),
+        svg_path.display(),
+        json_path.display()
+    );
     Ok(())
 }

@@ -1,0 +1,386 @@
+//! The launch benchmark as a library: one layer and one application, started on every
+//! node by each launch method in turn, each on nodes that hold nothing yet
+//! ([`Lab::fresh_nodes`]), in one run:
+//!
+//! - **urgent-first** (teesfs): the urgent set streams first, the rest behind it, and the
+//!   application starts on a node as soon as its mount appears;
+//! - **copy-first** (teesfs): the whole layer reaches every node, then the application
+//!   starts everywhere from local data (its start alone is the "local" reference);
+//! - **demand-only** (teesfs `--stream none`): nothing is streamed; every node fetches
+//!   what it reads through the tree, as Copper on Aurora does;
+//! - **shared storage**: every node fetches what it reads straight from the storage
+//!   node over its link (teesfs `--stream none`, one-to-all from the storage node: the
+//!   traffic of a network file system without client-side sharing; this sandbox's kernel
+//!   has no NFS);
+//! - **sbcast+untar**: today's practice at large sites: `sbcast` of a tarball of the
+//!   layer to every node of a real Slurm allocation, `tar -x` on every node, then start.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::cluster::{Lab, PushOptions};
+use crate::demo::{self, App, AppRun, DemoRun};
+use crate::error::{LabError, Result};
+
+/// A launch method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// teesfs: urgent set first, application on mount.
+    UrgentFirst,
+    /// teesfs: whole layer, then the application.
+    CopyFirst,
+    /// teesfs: nothing streamed, every read through the tree.
+    DemandOnly,
+    /// Every read from the storage node.
+    SharedStorage,
+    /// `sbcast` of a tarball, `tar -x`, then the application.
+    Sbcast,
+}
+
+impl Method {
+    /// Every method, in report order.
+    pub const ALL: [Method; 5] = [
+        Method::UrgentFirst,
+        Method::CopyFirst,
+        Method::DemandOnly,
+        Method::SharedStorage,
+        Method::Sbcast,
+    ];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::UrgentFirst => "urgent-first",
+            Method::CopyFirst => "copy-first",
+            Method::DemandOnly => "demand-only",
+            Method::SharedStorage => "shared-storage",
+            Method::Sbcast => "sbcast+untar",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Method> {
+        Self::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// What to launch.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The layer directory (for the tarball).
+    pub layer: PathBuf,
+    /// Its published index id.
+    pub index: String,
+    /// Urgent globs.
+    pub urgent: Vec<String>,
+    /// The application.
+    pub app: App,
+    /// The layer path whose appearance in a mount starts the application.
+    pub probe: String,
+}
+
+/// One method's launch.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Method.
+    pub method: Method,
+    /// Seconds from the method's start until the application had started (exited 0) on
+    /// every node.
+    pub app_s: f64,
+    /// Seconds until the urgent set was on every node (teesfs pushes).
+    pub urgent_s: Option<f64>,
+    /// Seconds until the whole layer was on every node (methods that copy it).
+    pub all_s: Option<f64>,
+    /// Nodes where the application ran correctly.
+    pub ok: usize,
+    /// Nodes.
+    pub nodes: usize,
+    /// Bytes that entered the groups over their uplinks.
+    pub uplink_in_bytes: u64,
+    /// How the time divides, for a person.
+    pub detail: String,
+}
+
+/// Every method's launch, and the urgent-first run for the picture.
+#[derive(Debug)]
+pub struct Report {
+    /// One per method run, in order.
+    pub outcomes: Vec<Outcome>,
+    /// The application started everywhere from local data with nothing streaming.
+    pub local_s: Option<f64>,
+    /// The urgent-first run (push report and per-node application runs).
+    pub urgent_first: Option<DemoRun>,
+}
+
+fn max_done(apps: &[AppRun]) -> f64 {
+    apps.iter().map(|x| x.done_s).fold(0.0, f64::max)
+}
+
+/// Runs each of `methods` once on fresh nodes; `on_outcome` sees each as it completes.
+pub fn run(
+    lab: &mut Lab,
+    l: &Launch,
+    methods: &[Method],
+    mut on_outcome: impl FnMut(&Outcome),
+) -> Result<Report> {
+    let mut rep = Report {
+        outcomes: Vec::new(),
+        local_s: None,
+        urgent_first: None,
+    };
+    for &m in methods {
+        crate::check_interrupt()?;
+        lab.fresh_nodes()?;
+        let o = match m {
+            Method::UrgentFirst => {
+                let run = on_mount(lab, l, push_options(l, "login", "topo", false))?;
+                let o = teesfs_outcome(m, &run, "");
+                rep.urgent_first = Some(run);
+                o
+            }
+            Method::CopyFirst => {
+                let (o, local) = copy_first(lab, l)?;
+                rep.local_s = Some(local);
+                o
+            }
+            Method::DemandOnly => {
+                let run = on_mount(lab, l, push_options(l, "login", "topo", true))?;
+                teesfs_outcome(m, &run, "every read through the tree")
+            }
+            Method::SharedStorage => {
+                let run = on_mount(lab, l, push_options(l, "storage", "flat", true))?;
+                teesfs_outcome(m, &run, "every read from the storage node")
+            }
+            Method::Sbcast => sbcast_untar(lab, l)?,
+        };
+        on_outcome(&o);
+        rep.outcomes.push(o);
+    }
+    Ok(rep)
+}
+
+fn push_options(l: &Launch, root: &str, strategy: &str, demand: bool) -> PushOptions {
+    let mut o = PushOptions::new(&l.index);
+    o.root = root.into();
+    o.strategy = strategy.into();
+    // 32 applications starting at once on a small machine can starve a daemon's heartbeat
+    // for seconds; that is CPU contention of the emulation, not a failed node.
+    o.extra = vec!["--deadline".into(), "30s".into()];
+    if demand {
+        o.extra
+            .extend(["--stream", "none", "--serve", "1h"].map(String::from));
+        o.stop = Some(Arc::new(AtomicBool::new(false)));
+    } else {
+        o.urgent = l.urgent.clone();
+    }
+    o
+}
+
+fn on_mount(lab: &Lab, l: &Launch, o: PushOptions) -> Result<DemoRun> {
+    demo::run(lab, &o, &l.app, &l.probe)
+}
+
+fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
+    let r = &run.push.report;
+    Outcome {
+        method,
+        app_s: max_done(&run.apps),
+        urgent_s: r
+            .urgent_complete_s
+            .filter(|_| method == Method::UrgentFirst),
+        all_s: r.all_complete_s.filter(|_| method == Method::UrgentFirst),
+        ok: run.apps.iter().filter(|x| x.ok).count(),
+        nodes: run.apps.len(),
+        uplink_in_bytes: run.push.uplink_in(),
+        detail: detail.into(),
+    }
+}
+
+/// The whole layer by teesfs, then the application everywhere from local data; also
+/// returns that start alone (the local reference).
+fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
+    let mut o = push_options(l, "login", "topo", false);
+    o.urgent.clear();
+    let t0 = Instant::now();
+    let push = lab.push(&o)?;
+    let copied = t0.elapsed().as_secs_f64();
+    let apps = demo::run_warm(lab, &push.report.job, &l.app)?;
+    let local = max_done(&apps);
+    let out = Outcome {
+        method: Method::CopyFirst,
+        app_s: copied + local,
+        urgent_s: None,
+        all_s: Some(copied),
+        ok: apps.iter().filter(|x| x.ok).count(),
+        nodes: apps.len(),
+        uplink_in_bytes: push.uplink_in(),
+        detail: format!("copy {copied:.2} s, then start {local:.2} s"),
+    };
+    Ok((out, local))
+}
+
+/// `sbcast` of a tarball of the layer over a real Slurm allocation, `tar -x` on every
+/// node at once, then the application from the unpacked copy.
+fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
+    let tar = lab.work().join("launch-layer.tar");
+    let status = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&l.layer)
+        .arg(".")
+        .status()
+        .map_err(|source| LabError::Spawn {
+            program: "tar".into(),
+            source,
+        })?;
+    if !status.success() {
+        return Err(LabError::Command {
+            command: format!("tar -cf {} -C {} .", tar.display(), l.layer.display()),
+            stderr: "making the tarball failed".into(),
+        });
+    }
+    let slurm = lab.start_slurm()?;
+    let job = slurm.allocate()?;
+    let up_before = lab.net().uplinks()?;
+    let t0 = Instant::now();
+    slurm.sbcast(job, &tar, "layer.tar", &[])?;
+    let copied = t0.elapsed().as_secs_f64();
+    let unpack = |h: &str| slurm.node_local(h).join("layer");
+    let mut untars = Vec::new();
+    for h in slurm.hosts() {
+        let dir = unpack(h);
+        std::fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
+        let mut cmd = lab.command_on(h, "tar")?;
+        cmd.arg("-xf")
+            .arg(slurm.node_local(h).join("layer.tar"))
+            .arg("-C")
+            .arg(&dir);
+        let child = cmd.spawn().map_err(|source| LabError::Spawn {
+            program: "tar".into(),
+            source,
+        })?;
+        untars.push((h.clone(), child));
+    }
+    for (h, mut c) in untars {
+        let ok = c.wait().map(|s| s.success()).unwrap_or(false);
+        if !ok {
+            return Err(LabError::Command {
+                command: format!("tar -x on {h}"),
+                stderr: "unpacking the layer failed".into(),
+            });
+        }
+    }
+    let unpacked = t0.elapsed().as_secs_f64();
+    let apps = demo::start_everywhere(lab, &l.app, unpack)?;
+    let app_s = t0.elapsed().as_secs_f64();
+    let up_after = lab.net().uplinks()?;
+    slurm.cancel(job)?;
+    slurm.down()?;
+    let _ = std::fs::remove_file(&tar);
+    Ok(Outcome {
+        method: Method::Sbcast,
+        app_s,
+        urgent_s: None,
+        all_s: Some(copied),
+        ok: apps.iter().filter(|x| x.ok).count(),
+        nodes: apps.len(),
+        uplink_in_bytes: up_after
+            .iter()
+            .zip(&up_before)
+            .map(|(a, b)| a.since(*b).rx)
+            .sum(),
+        detail: format!(
+            "sbcast {copied:.2} s, untar {:.2} s, start {:.2} s",
+            unpacked - copied,
+            app_s - unpacked
+        ),
+    })
+}
+
+/// The table for a person: each method's application start everywhere, and how much
+/// later than urgent-first it is.
+pub fn table(rep: &Report) -> String {
+    let base = rep
+        .outcomes
+        .iter()
+        .find(|o| o.method == Method::UrgentFirst)
+        .map(|o| o.app_s);
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "  {:<15} {:>10} {:>9} {:>10} {:>9}  detail",
+        "method", "app start", "vs urgent", "urgent set", "uplinks"
+    );
+    for o in &rep.outcomes {
+        let ratio = base.map_or(String::from("-"), |b| format!("{:.1}x", o.app_s / b));
+        let urgent = o
+            .urgent_s
+            .map_or(String::from("-"), |s| format!("{s:.2} s"));
+        let mut detail = o.detail.clone();
+        if o.ok < o.nodes {
+            let _ = write!(detail, " [app FAILED on {} of {}]", o.nodes - o.ok, o.nodes);
+        }
+        let _ = writeln!(
+            t,
+            "  {:<15} {:>8.2} s {:>9} {:>10} {:>6.1} MiB  {detail}",
+            o.method.name(),
+            o.app_s,
+            ratio,
+            urgent,
+            o.uplink_in_bytes as f64 / f64::from(1u32 << 20),
+        );
+    }
+    if let Some(local) = rep.local_s {
+        let _ = writeln!(
+            t,
+            "  application started everywhere from local data, nothing streaming: {local:.2} s{}",
+            base.map_or(String::new(), |b| format!(
+                " (urgent-first: {:.2}x of it)",
+                b / local
+            ))
+        );
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_names_round_trip() {
+        for m in Method::ALL {
+            assert_eq!(Method::parse(m.name()), Some(m));
+        }
+        assert_eq!(Method::parse("nfs"), None);
+    }
+
+    #[test]
+    fn the_table_compares_every_method_with_urgent_first() {
+        let o = |method, app_s| Outcome {
+            method,
+            app_s,
+            urgent_s: None,
+            all_s: None,
+            ok: 4,
+            nodes: 4,
+            uplink_in_bytes: 0,
+            detail: String::new(),
+        };
+        let rep = Report {
+            outcomes: vec![o(Method::UrgentFirst, 2.0), o(Method::Sbcast, 30.0)],
+            local_s: Some(1.0),
+            urgent_first: None,
+        };
+        let t = table(&rep);
+        assert!(t.contains("15.0x"), "{t}");
+        assert!(t.contains("urgent-first: 2.00x of it"), "{t}");
+    }
+}
