@@ -83,6 +83,9 @@ pub struct Launch {
     pub app: App,
     /// The layer path whose appearance in a mount starts the application.
     pub probe: String,
+    /// Urgent-first holds the hysteretic set back this long after the urgent set is on
+    /// every node (`teesfs push --bulk-after`).
+    pub bulk_after: Option<std::time::Duration>,
 }
 
 /// One method's launch.
@@ -179,6 +182,10 @@ fn push_options(l: &Launch, root: &str, strategy: &str, demand: bool) -> PushOpt
     } else {
         o.urgent = l.urgent.clone();
     }
+    if let Some(hold) = l.bulk_after.filter(|_| !demand) {
+        o.extra
+            .extend(["--bulk-after".into(), format!("{}ms", hold.as_millis())]);
+    }
     o
 }
 
@@ -207,6 +214,7 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
 fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
     let mut o = push_options(l, "login", "topo", false);
     o.urgent.clear();
+    o.extra.truncate(2); // no hold: nothing is starting yet
     let t0 = Instant::now();
     let push = lab.push(&o)?;
     let copied = t0.elapsed().as_secs_f64();

@@ -40,7 +40,8 @@ enum Command {
     Push(Box<cmd::push::PushArgs>),
     /// Push the layer a job spec (manifest.toml) names to the job's nodes.
     Prefetch(cmd::prefetch::PrefetchArgs),
-    /// Run a command once against a published layer and list what it used (the urgent set).
+    /// List what a command run once against a published layer used, or what a job used on
+    /// this node (--from-job): the urgent set.
     Record(cmd::record::RecordArgs),
     /// Run a command in the execution environment: the job's layer over "/", private writes.
     Run(cmd::run::RunArgs),

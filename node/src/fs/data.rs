@@ -218,6 +218,28 @@ impl Data {
         }
     }
 
+    /// Whether a read of `[off, off + len)` needs a chunk that is neither cached here nor
+    /// local to the source, so it waits for the chunk to come from elsewhere (on a node: a
+    /// demand request up the tree). Looks without touching the cache's order.
+    pub fn must_wait(&self, file: EntryIdx, off: u64, len: u32) -> bool {
+        let Ok((size, FileData::Chunks(slots))) = self.file(file) else {
+            return false;
+        };
+        let idx = self.tree.index();
+        let cs = u64::from(idx.chunk_size);
+        let uncached: Vec<usize> = {
+            let cache = lock(&self.cache);
+            pieces(&Self::span(size, off, len), cs)
+                .filter_map(|(slot, _)| slots.get(slot).and_then(|s| s.chunk_index()))
+                .filter(|&ci| !cache.map.contains(&(ci as u32)))
+                .collect()
+        };
+        // The source is asked without the cache's lock held.
+        uncached
+            .into_iter()
+            .any(|ci| !self.source.is_local(&idx.chunks[ci].id))
+    }
+
     /// Reads `[off, off + len)` of a file, fetching missing chunks (concurrently) and waiting
     /// for them. Holes read as zeros without a fetch.
     pub async fn read(
@@ -610,6 +632,24 @@ mod tests {
         data.clone().chunk(1).await.expect("cached");
         assert_eq!(source.fetches.load(Ordering::SeqCst), 1);
         assert!(lock(&data.inflight).is_empty(), "the flight is over");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_must_wait_only_for_chunks_neither_cached_nor_local() {
+        let (data, _source, open) = setup(Mode::Honest);
+        let file = EntryIdx(1);
+        assert!(data.must_wait(file, 0, 100), "nothing is here yet");
+        open.send_replace(true);
+        data.clone().chunk(0).await.expect("chunk");
+        assert!(!data.must_wait(file, 0, 100), "cached");
+        assert!(
+            data.must_wait(file, 65536 - 10, 20),
+            "straddles into chunk 1"
+        );
+        assert!(
+            !data.must_wait(file, 4 * 65536, 100),
+            "past the end: nothing to wait for"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

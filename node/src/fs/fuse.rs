@@ -147,7 +147,8 @@ impl LayerFs {
         }
     }
 
-    /// Records opens and failed lookups into `recorder` (`teesfs record`).
+    /// Records opens, failed lookups and reads that wait for a chunk into `recorder`
+    /// (`teesfs record`, and every job a daemon mounts).
     pub fn with_recorder(mut self, recorder: Option<Arc<Recorder>>) -> Self {
         self.recorder = recorder;
         self
@@ -308,6 +309,11 @@ impl Filesystem for LayerFs {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(err(&e)),
             };
+        }
+        if let Some(r) = &self.recorder
+            && self.data.must_wait(entry, offset, size)
+        {
+            r.note_wait(Ino(ino.0));
         }
         let data = self.data.clone();
         self.rt.spawn(async move {

@@ -7,7 +7,8 @@
 //!   cache, one in-flight fetch per chunk, and materialised files for passthrough.
 //! - [`fuse`]: the thin fuser adapter; the only place that speaks errno.
 //! - [`mount`](mod@mount): mounting, options, and clean unmount on signals.
-//! - [`record`]: what a program opens and probes, for `teesfs record`.
+//! - [`record`]: what a program opens, probes and waits for, for `teesfs record` and the
+//!   daemon's record of each job's start.
 
 pub mod copies;
 pub mod data;

@@ -23,7 +23,8 @@ pub struct MountConfig {
     pub passthrough: Option<PassthroughConfig>,
     /// FUSE worker threads.
     pub threads: usize,
-    /// Record opens and failed lookups (`teesfs record`).
+    /// Record opens, failed lookups and reads that wait for a chunk (`teesfs record`, and
+    /// the daemon's record of each job).
     pub recorder: Option<Arc<crate::fs::record::Recorder>>,
     /// Make the root directory this user's and closed to others (a job's owner): other
     /// users cannot enter the mount; root and the owner see the layer as it is below it.

@@ -2,11 +2,12 @@
 //! one JSON reply per line.
 //!
 //! Requests: `status` (the daemon and every job), `status <job id>` (one job), `stop <job id>`
-//! or `release <job id>` (leave the job on this node: unmount it and stop relaying it). The socket is open to every
-//! local user; the daemon learns the caller's uid from the kernel (`SO_PEERCRED`) and
-//! [`authorize`] decides: root may do anything, another user only per-job requests about jobs
-//! it owns. A job's owner is the uid that started it; until the job's start message carries it,
-//! jobs have no owner and only root may touch them.
+//! or `release <job id>` (leave the job on this node: unmount it and stop relaying it),
+//! `record <job id>` (the files the job used while it started, as a [`JobRecord`]). The
+//! socket is open to every local user; the daemon learns the caller's uid from the kernel
+//! (`SO_PEERCRED`) and [`authorize`] decides: root may do anything, another user only
+//! per-job requests about jobs it owns. A job's owner is the uid that started it; until the
+//! job's start message carries it, jobs have no owner and only root may touch them.
 //!
 //! Parsing and the decision are pure; the daemon does the I/O.
 
@@ -33,7 +34,7 @@ pub enum ControlError {
     #[error("empty request; try `status`")]
     Empty,
     /// A verb the daemon does not know.
-    #[error("unknown command; try `status`, `status JOB` or `stop JOB`")]
+    #[error("unknown command; try `status`, `status JOB`, `stop JOB` or `record JOB`")]
     UnknownCommand,
     /// A per-job verb without a job id.
     #[error("`{0}` needs a job id")]
@@ -77,6 +78,8 @@ pub enum Request {
     Job(JobId),
     /// Leave one job on this node.
     Stop(JobId),
+    /// What one job used while it started ([`JobRecord`]).
+    Record(JobId),
 }
 
 impl Request {
@@ -101,6 +104,7 @@ impl Request {
             // `release` is what the Slurm epilog's `teesfs release` sends.
             "stop" => job("stop").map(Request::Stop),
             "release" => job("release").map(Request::Stop),
+            "record" => job("record").map(Request::Record),
             "" => Err(ControlError::Empty),
             _ => Err(ControlError::UnknownCommand),
         }
@@ -110,7 +114,82 @@ impl Request {
     pub fn job(self) -> Option<JobId> {
         match self {
             Request::Status => None,
-            Request::Job(j) | Request::Stop(j) => Some(j),
+            Request::Job(j) | Request::Stop(j) | Request::Record(j) => Some(j),
+        }
+    }
+}
+
+/// The request line (without its newline), as [`Request::parse`] reads it.
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::Status => write!(f, "status"),
+            Request::Job(j) => write!(f, "status {j}"),
+            Request::Stop(j) => write!(f, "stop {j}"),
+            Request::Record(j) => write!(f, "record {j}"),
+        }
+    }
+}
+
+/// The answer to `record JOB`: the files a job used on this node while it started, in order
+/// of first use, for the next publish's urgent set (`teesfs record --from-job`).
+///
+/// Kept are the files opened through the job's mount until the node held the whole layer,
+/// and any file a read of which had to wait for a chunk, whenever that happened (see
+/// [`crate::fs::record`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    /// The job (16 hex digits).
+    pub job: String,
+    /// This node.
+    pub host: String,
+    /// The index the job mounts (hex).
+    pub index: String,
+    /// Whether this node records the job: false for a relay-only daemon and for a job read
+    /// from shared storage (nothing is pushed, so nothing waits).
+    pub recording: bool,
+    /// Whether the job's layer is mounted here yet.
+    pub mounted: bool,
+    /// Whether this node holds the whole layer (from then on only reads that wait add files).
+    pub whole_layer: bool,
+    /// The files, in order of first use.
+    pub files: Vec<LayerPath>,
+    /// Their total size.
+    pub file_bytes: u64,
+    /// Names the job looked up that the layer does not have, in order.
+    pub absent: Vec<LayerPath>,
+    /// Accesses left out because the record was full
+    /// ([`crate::fs::record::MAX_RECORDED`]).
+    pub dropped: u64,
+}
+
+/// A path in the layer, relative to its root. In JSON a string when it is UTF-8, else an
+/// array of its bytes, so no name is mangled on its way to an urgent list.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "PathText", into = "PathText")]
+pub struct LayerPath(pub Vec<u8>);
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum PathText {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl From<PathText> for LayerPath {
+    fn from(p: PathText) -> Self {
+        match p {
+            PathText::Text(s) => LayerPath(s.into_bytes()),
+            PathText::Bytes(b) => LayerPath(b),
+        }
+    }
+}
+
+impl From<LayerPath> for PathText {
+    fn from(p: LayerPath) -> Self {
+        match String::from_utf8(p.0) {
+            Ok(s) => PathText::Text(s),
+            Err(e) => PathText::Bytes(e.into_bytes()),
         }
     }
 }
@@ -227,12 +306,14 @@ mod tests {
         );
         assert_eq!(Request::parse("stop abc"), Ok(Request::Stop(J)));
         assert_eq!(Request::parse("release abc"), Ok(Request::Stop(J)));
+        assert_eq!(Request::parse("record abc"), Ok(Request::Record(J)));
         for (bad, says) in [
             ("", "empty"),
             ("stop", "needs a job id"),
             ("status xyz", "not a job id"),
             ("status 1 2", "unexpected"),
             ("release", "`release` needs a job id"),
+            ("record", "`record` needs a job id"),
             ("mount 1", "unknown command"),
         ] {
             let err = Request::parse(bad).expect_err(bad).to_string();
@@ -241,8 +322,49 @@ mod tests {
     }
 
     #[test]
+    fn every_request_reads_back_from_its_line() {
+        for req in [
+            Request::Status,
+            Request::Job(J),
+            Request::Stop(J),
+            Request::Record(J),
+        ] {
+            assert_eq!(Request::parse(&req.to_string()), Ok(req));
+        }
+    }
+
+    #[test]
+    fn record_paths_survive_json_whatever_their_bytes() {
+        let rec = JobRecord {
+            job: J.to_string(),
+            host: "n01".into(),
+            index: "ab".into(),
+            recording: true,
+            mounted: true,
+            whole_layer: false,
+            files: vec![
+                LayerPath(b"usr/lib/libc.so.6".to_vec()),
+                LayerPath(b"opt/\xff\xfe-latin1".to_vec()),
+            ],
+            file_bytes: 12,
+            absent: vec![LayerPath("opt/ü".as_bytes().to_vec())],
+            dropped: 0,
+        };
+        let json = serde_json::to_string(&rec).expect("serialize");
+        assert!(json.contains(r#""usr/lib/libc.so.6""#), "{json}");
+        assert!(json.contains(r#""opt/ü""#), "{json}");
+        let back: JobRecord = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, rec);
+    }
+
+    #[test]
     fn root_may_do_anything_to_existing_jobs() {
-        for req in [Request::Status, Request::Job(J), Request::Stop(J)] {
+        for req in [
+            Request::Status,
+            Request::Job(J),
+            Request::Stop(J),
+            Request::Record(J),
+        ] {
             for owner in [None, Some(1000)] {
                 assert_eq!(authorize(0, req, JobOwner::Owned(owner)), Ok(()));
             }
@@ -254,7 +376,7 @@ mod tests {
     fn other_users_reach_only_their_own_jobs() {
         let me = 1000;
         assert!(authorize(me, Request::Status, JobOwner::Unknown).is_err());
-        for req in [Request::Job(J), Request::Stop(J)] {
+        for req in [Request::Job(J), Request::Stop(J), Request::Record(J)] {
             assert_eq!(authorize(me, req, JobOwner::Owned(Some(me))), Ok(()));
             let theirs = authorize(me, req, JobOwner::Owned(Some(1001))).expect_err("other's");
             let ownerless = authorize(me, req, JobOwner::Owned(None)).expect_err("no owner");

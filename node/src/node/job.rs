@@ -364,7 +364,10 @@ impl JobCore {
             self.rt.spawn(tracing::Instrument::instrument(pump, span));
         }
         if !pumps.idle.is_empty() {
-            let mut wake: Vec<NodeId> = r.bulk_ready().filter(|c| pumps.idle.contains(c)).collect();
+            let mut wake: Vec<NodeId> = r
+                .bulk_ready(now)
+                .filter(|c| pumps.idle.contains(c))
+                .collect();
             wake.extend(pumps.idle.iter().filter(|c| !children.contains(c)));
             for c in wake {
                 pumps.idle.remove(&c);

@@ -50,6 +50,8 @@ pub struct PushSpec {
     /// When the order leaves chunks out: how long the root keeps serving the nodes'
     /// demand for them after the wait completed (ended early by SIGTERM or SIGINT).
     pub serve: Option<Duration>,
+    /// Hold the hysteretic set back until this long after the urgent set is on every node.
+    pub bulk_hold: Option<Duration>,
 }
 
 /// Live progress for a progress bar.
@@ -103,11 +105,15 @@ pub async fn push(
     };
     let (id, timing, signed) = (spec.job, spec.timing, spec.signed_index);
     let (shared_store, owner, spec_serve) = (spec.shared_store, spec.owner, spec.serve);
+    let bulk_hold = spec.bulk_hold;
     let nodes = spec.nodes.len();
     let mut session = RootSession::open(&endpoint, spec.nodes, job, |nodes, start| {
         let mut relay = Relay::new_root(id, nodes, signed.into(), schedule, timing, start)?;
         relay.set_shared_store(shared_store);
         relay.set_owner(owner);
+        if let Some(hold) = bulk_hold {
+            relay.set_bulk_hold(hold);
+        }
         Ok(relay)
     })?;
 

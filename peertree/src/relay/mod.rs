@@ -185,6 +185,10 @@ pub struct Relay {
     /// Every ready child has been sent the whole urgent set (a memo of
     /// [`Relay::urgent_gate_open`]; false means "look again").
     urgent_all_sent: bool,
+    /// At the root: how long the hysteretic set waits after the urgent set is on every
+    /// node, and from when it may flow once that is known.
+    bulk_hold: Option<Duration>,
+    bulk_from: Option<Instant>,
     root: Option<RootState>,
     shared_store: Option<String>,
     /// A health probe: no chunks, every node answers at once.
@@ -355,6 +359,8 @@ impl Relay {
             finished: false,
             stats: RelayStats::default(),
             urgent_all_sent: false,
+            bulk_hold: None,
+            bulk_from: None,
             root: None,
             shared_store: None,
             probe: false,
@@ -438,6 +444,20 @@ impl Relay {
     pub fn set_owner(&mut self, uid: Option<u32>) {
         self.owner = uid;
         self.refresh_queued_starts();
+    }
+
+    /// At the root: hold the hysteretic set back until `hold` after the urgent set is on
+    /// every node, so that applications starting there fetch what they read on demand
+    /// without bulk traffic competing for links and CPUs.
+    pub fn set_bulk_hold(&mut self, hold: Duration) {
+        if self.root.is_some() {
+            self.bulk_hold = Some(hold);
+        }
+    }
+
+    /// Whether the root still holds the hysteretic set back ([`Relay::set_bulk_hold`]).
+    pub(super) fn bulk_held(&self, now: Instant) -> bool {
+        self.bulk_hold.is_some() && self.bulk_from.is_none_or(|t| now < t)
     }
 
     /// The job's owner (uid), if the push named one.

@@ -242,6 +242,9 @@ impl Relay {
             if !root.complete[i] && root.limbo.is_empty() && root.resolved(phase) == root.total {
                 root.complete[i] = true;
                 self.events.push_back(Event::JobPhaseDone(phase));
+                if phase == Phase::Urgent {
+                    self.bulk_from = self.bulk_hold.map(|h| now + h);
+                }
             }
         }
         // A push that leaves chunks to demand stays open for them until it is ended

@@ -219,7 +219,9 @@ impl Relay {
         if !self.have.contains(chunk as usize) {
             return None;
         }
-        if at >= self.schedule.urgent && (subtree_waits || !self.urgent_gate_open()) {
+        if at >= self.schedule.urgent
+            && (subtree_waits || !self.urgent_gate_open() || self.bulk_held(now))
+        {
             return None;
         }
         let c = self.children.get_mut(&child)?;
@@ -250,9 +252,9 @@ impl Relay {
     }
 
     /// Children that have a chunk ready to push right now.
-    pub fn bulk_ready(&self) -> impl Iterator<Item = NodeId> + '_ {
+    pub fn bulk_ready(&self, now: Instant) -> impl Iterator<Item = NodeId> + '_ {
         let order = &self.schedule.order;
-        let gate = self.urgent_all_sent || self.urgent_sent_to_all();
+        let gate = (self.urgent_all_sent || self.urgent_sent_to_all()) && !self.bulk_held(now);
         self.children.iter().filter_map(move |(&id, c)| {
             if !c.ready {
                 return None;

@@ -951,7 +951,7 @@ fn no_hysteretic_chunk_leaves_while_a_child_waits_for_an_urgent_one() {
     );
     assert!(to_a.iter().all(|&c| urgent(c)));
     assert!(
-        !root.bulk_ready().any(|k| k == a),
+        !root.bulk_ready(net.now).any(|k| k == a),
         "a is not ready for more"
     );
     for &k in &kids[1..] {
@@ -959,7 +959,7 @@ fn no_hysteretic_chunk_leaves_while_a_child_waits_for_an_urgent_one() {
         assert!(got.iter().all(|&c| urgent(c)), "{got:?}");
     }
     // Sent is not held: the rest waits until each child's subtree reports the urgent set.
-    assert!(!root.bulk_ready().any(|k| k == a));
+    assert!(!root.bulk_ready(net.now).any(|k| k == a));
     assert_eq!(root.poll_bulk(now, a), None);
     for &k in &kids {
         let report = Report {
@@ -969,10 +969,39 @@ fn no_hysteretic_chunk_leaves_while_a_child_waits_for_an_urgent_one() {
         root.handle_message(now, k, RelayMsg::Report(report));
     }
     assert!(
-        root.bulk_ready().any(|k| k == a),
+        root.bulk_ready(net.now).any(|k| k == a),
         "every child holds the urgent set now"
     );
     let next = root.poll_bulk(now, a).expect("a hysteretic chunk for a");
     assert!(!urgent(next));
     assert!(root.poll_bulk(now, b).is_some_and(|c| !urgent(c)));
+}
+
+/// With a hold on the hysteretic set, the root streams only the urgent set until the hold
+/// has passed after every node reported it; then the rest flows and the job completes.
+#[test]
+fn a_held_hysteretic_set_waits_for_its_time_after_the_urgent_set() {
+    let p = plan(2, 6, Strategy::Topo);
+    let mut net = Net::new(&p, 30, 6);
+    let hold = Duration::from_millis(300);
+    net.relays
+        .get_mut(&net.root_id)
+        .expect("root")
+        .set_bulk_hold(hold);
+    net.run_until(20_000, |n| n.job_done(Phase::Urgent));
+    let urgent_at = net.now;
+    let hysteretic = |n: &Net| {
+        n.received
+            .values()
+            .flatten()
+            .filter(|&&c| !n.schedule.urgent_chunk(c))
+            .count()
+    };
+    while net.now < urgent_at + hold - Duration::from_millis(5) {
+        net.step();
+        assert_eq!(hysteretic(&net), 0, "bulk left during the hold");
+    }
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    assert!(net.now >= urgent_at + hold);
+    assert_everyone_has_everything(&net, &p);
 }

@@ -17,6 +17,11 @@ pub(super) fn ms(v: u32) -> Duration {
 impl Relay {
     /// Time passed: check deadlines and heartbeats.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.bulk_from.is_some_and(|t| now >= t) {
+            // The hold on the hysteretic set is over.
+            self.bulk_hold = None;
+            self.bulk_from = None;
+        }
         if let Some(a) = &self.attaching
             && now >= a.deadline
         {
@@ -70,6 +75,10 @@ impl Relay {
         let mut t: Option<Instant> = self.attaching.as_ref().map(|a| a.deadline);
         let mut consider = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         if let Some(x) = self.root.as_ref().and_then(RootState::next_limbo) {
+            consider(x);
+        }
+        if let Some(x) = self.bulk_from {
+            // Wake when the held hysteretic set may flow.
             consider(x);
         }
         if self.finished {

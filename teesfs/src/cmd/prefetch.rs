@@ -118,6 +118,7 @@ fn push_args(
         wait,
         stream: super::push::Stream::All,
         serve: None,
+        bulk_after: None,
         report: args.report.clone(),
         urgent: spec.launch.urgent.clone(),
         heartbeat: Duration::from_secs(1),

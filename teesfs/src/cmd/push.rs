@@ -64,6 +64,11 @@ pub struct PushArgs {
     /// finishes the job on every node).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub serve: Option<Duration>,
+    /// Hold the rest of the layer (the hysteretic set) back until this long after the
+    /// urgent set is on every node: applications starting then fetch what else they read
+    /// on demand, without bulk traffic competing for links and CPUs.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub bulk_after: Option<Duration>,
     /// Also write the report as JSON (format documented in node/src/node/report.rs).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -154,6 +159,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             (!me.is_root()).then(|| me.as_raw())
         }),
         serve: args.serve,
+        bulk_hold: args.bulk_after,
     };
     let n = plan.len() - 1;
     let bar = progress_bar(args.quiet, n);

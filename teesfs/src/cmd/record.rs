@@ -1,6 +1,10 @@
 //! `teesfs record`: run a command once against a published layer and write down, in order,
 //! the files it opened and the names it probed that exist nowhere. The list is the urgent
 //! set (and its push order) for `teesfs publish --urgent-list`.
+//!
+//! With `--from-job` nothing runs: the list is learned from a job that ran on this node, as
+//! the node's daemon recorded it (`record JOB` on its control socket). Both write the same
+//! format.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -9,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use peertree::relay::JobId;
 use teesfs::fs::mount::{MountConfig, mount};
-use teesfs::fs::record::{Recorder, Recording};
-use teesfs::fs::tree::Tree;
+use teesfs::fs::record::Recorder;
+use teesfs::node::control::{JobRecord, Request};
 use teesfs::source::StoreSource;
 
 use super::util;
@@ -26,24 +31,62 @@ Example (login node):
 
 The command runs in `teesfs run`'s environment with the published layer (mounted with FUSE,
 which needs root or fusermount3) over \"/\", so it sees exactly what a compute node will.
+
+Example (learned from a job, without a recording run; in the job script, after the
+application has started, or in an interactive allocation):
+  srun -N1 teesfs record --from-job $SLURM_JOB_ID -o urgent.list
+  teesfs publish ~/layer --store /shared/teesfs --urgent-list urgent.list
+
+Every node's daemon records each job it mounts: the files opened through the mount until the
+node held the whole layer, and any file a read of which had to wait for data to arrive, in
+the order of first use (at most 1,000,000 entries). --from-job writes that record of this
+node. Ask before the job ends: releasing the job (the Slurm epilog) forgets it.
+
 The list holds one layer path per line in the order of first use; lines starting with `#`
 are comments and lines starting with `!` are names the command looked up that exist neither
 in the layer nor on this node (a node answers those from its index, without the network).")]
 pub struct RecordArgs {
-    #[command(flatten)]
-    at: util::IndexArgs,
+    /// The store holding the index and chunks.
+    #[arg(long, value_name = "DIR", required_unless_present = "from_job")]
+    store: Option<PathBuf>,
+    /// Index id or unique prefix (see `teesfs inspect --store DIR`).
+    #[arg(long, value_name = "ID", required_unless_present = "from_job")]
+    index: Option<String>,
+    /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
+    #[arg(long, value_name = "FILE.pub")]
+    trust: Vec<PathBuf>,
+    /// Learn the list from a job this node ran instead of running a command. ID is the job's
+    /// number as pushed (`push --job-id`; default: $SLURM_JOB_ID) or its 16 hex digits as
+    /// `teesfs status` shows them.
+    #[arg(
+        long,
+        value_name = "ID",
+        conflicts_with_all = ["store", "index", "trust", "command"]
+    )]
+    from_job: Option<Option<String>>,
+    /// The daemon's control socket (with --from-job).
+    #[arg(long, value_name = "PATH", default_value = "/run/teesfs/daemon.sock")]
+    control: PathBuf,
     /// Where to write the list.
     #[arg(short, long, value_name = "FILE", default_value = "urgent.list")]
     output: PathBuf,
     /// The command to record and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "from_job", value_name = "CMD")]
     command: Vec<OsString>,
 }
 
 /// Runs `teesfs record`.
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
-    let (store, id, index) = args.at.open().context("refusing to record against it")?;
-    let tree = Tree::new(index.clone());
+    if let Some(job) = &args.from_job {
+        return from_job(&args, job.as_deref());
+    }
+    let at = util::IndexArgs {
+        store: args.store.clone().context("--store is required")?,
+        index: args.index.clone().context("--index is required")?,
+        trust: args.trust.clone(),
+    };
+    let (store, id, index) = at.open().context("refusing to record against it")?;
+    let paths_of = index.clone();
     let mountpoint = tempfile::Builder::new()
         .prefix("teesfs-record.")
         .tempdir()
@@ -71,16 +114,25 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         .args(&args.command)
         .status()
         .context("starting `teesfs run`");
-    let recording = recorder.recording(&tree);
+    let recording = recorder.recording(&paths_of);
     mounted.unmount()?;
     let status = status?;
 
-    let absent: Vec<&Vec<u8>> = recording
-        .absent
+    let absent = exist_nowhere(recording.absent.iter().map(Vec::as_slice));
+    let cmd: Vec<String> = args
+        .command
         .iter()
-        .filter(|p| !Path::new("/").join(std::ffi::OsStr::from_bytes(p)).exists())
+        .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    write_list(&args, &id.to_string(), &recording, &absent)
+    let header = [
+        format!("teesfs record of `{}` against index {id}", cmd.join(" ")),
+        format!(
+            "{} files in order of first use, then `!` names looked up that exist nowhere",
+            recording.opened.len()
+        ),
+    ];
+    let opened = recording.opened.iter().map(Vec::as_slice);
+    write_list(&args.output, &header, opened, &absent)
         .with_context(|| format!("writing {}", args.output.display()))?;
     println!(
         "recorded {} files opened ({}) and {} names that exist nowhere -> {}",
@@ -97,43 +149,148 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     }
     println!(
         "next: teesfs publish LAYER --store {} --urgent-list {}",
-        args.at.store.display(),
+        at.store.display(),
         args.output.display()
     );
     Ok(())
 }
 
-fn write_list(
-    args: &RecordArgs,
-    index: &str,
-    rec: &Recording,
-    absent: &[&Vec<u8>],
+/// A job named on the command line: its number as pushed (`push --job-id N`, Slurm's
+/// $SLURM_JOB_ID) or exactly 16 hex digits as `teesfs status` shows it.
+fn parse_job(text: &str) -> anyhow::Result<JobId> {
+    let t = text.trim();
+    if t.len() == 16 && t.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Ok(JobId(u64::from_str_radix(t, 16)?));
+    }
+    t.parse::<u64>().map(JobId).map_err(|_| {
+        anyhow::anyhow!(
+            "{t:?} is not a job id: give the job's number as pushed (e.g. $SLURM_JOB_ID) or \
+             its 16 hex digits as `teesfs status` shows them"
+        )
+    })
+}
+
+/// `teesfs record --from-job`: writes the list from the record this node's daemon kept of
+/// the job.
+fn from_job(args: &RecordArgs, job: Option<&str>) -> anyhow::Result<()> {
+    let text = match job {
+        Some(j) => j.to_owned(),
+        None => match std::env::var("SLURM_JOB_ID") {
+            Ok(j) if !j.is_empty() => j,
+            _ => bail!("which job? pass --from-job ID (`teesfs status` lists the jobs)"),
+        },
+    };
+    let id = parse_job(&text)?;
+    let line =
+        super::status::ask(&args.control, &Request::Record(id).to_string()).with_context(|| {
+            format!(
+                "asking this node's daemon for the record of job {text} (run this on a node \
+                 of the job, e.g. with `srun -N1`)"
+            )
+        })?;
+    let rec: JobRecord = serde_json::from_str(&line)
+        .context("the daemon's answer is not a job record (is it another teesfs version?)")?;
+    check_recorded(&rec, &text)?;
+    let absent = exist_nowhere(rec.absent.iter().map(|p| p.0.as_slice()));
+    // The job as the user named it, and as `teesfs status` shows it if that differs.
+    let named = if text.trim() == rec.job {
+        rec.job.clone()
+    } else {
+        format!("{} ({})", text.trim(), rec.job)
+    };
+    let header = [
+        format!(
+            "teesfs record learned from job {named} on {}: {} files ({}) in order of first use",
+            rec.host,
+            rec.files.len(),
+            util::bytes(rec.file_bytes)
+        ),
+        format!(
+            "index {}; then `!` names the job looked up that exist nowhere",
+            rec.index
+        ),
+    ];
+    let files = rec.files.iter().map(|p| p.0.as_slice());
+    write_list(&args.output, &header, files, &absent)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    println!(
+        "learned {} files ({}) and {} names that exist nowhere from job {text} on {} -> {}",
+        rec.files.len(),
+        util::bytes(rec.file_bytes),
+        absent.len(),
+        rec.host,
+        args.output.display()
+    );
+    if !rec.whole_layer {
+        println!(
+            "note: {} does not hold the whole layer yet; what the job opens from now on is \
+             still recorded (ask again later for a fuller list)",
+            rec.host
+        );
+    }
+    if rec.dropped > 0 {
+        tracing::warn!(
+            dropped = rec.dropped,
+            "the record was full: later files are not in the list"
+        );
+    }
+    println!(
+        "next: teesfs publish LAYER --store DIR --urgent-list {}",
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// Refuses a record that holds no file, saying why.
+fn check_recorded(rec: &JobRecord, job: &str) -> anyhow::Result<()> {
+    let host = &rec.host;
+    if !rec.recording {
+        bail!(
+            "job {job} is not recorded on {host}: its daemon does not mount jobs (relay only), \
+             or the job reads its chunks from shared storage"
+        );
+    }
+    if !rec.files.is_empty() {
+        return Ok(());
+    }
+    if !rec.mounted {
+        bail!("nothing recorded yet for job {job} on {host}: its layer is not mounted yet");
+    }
+    bail!(
+        "nothing recorded yet for job {job} on {host}: no file was opened through its mount \
+         before the whole layer had arrived, and no read had to wait for data. Ask after the \
+         application has started and before the job ends"
+    )
+}
+
+/// The names of `absent` that do not exist on this machine either (the node's own files
+/// are on every node already).
+fn exist_nowhere<'a>(absent: impl Iterator<Item = &'a [u8]>) -> Vec<&'a [u8]> {
+    absent
+        .filter(|p| !Path::new("/").join(std::ffi::OsStr::from_bytes(p)).exists())
+        .collect()
+}
+
+/// Writes an urgent list: `#` header lines, the files, then the absent names as `!` lines.
+fn write_list<'a>(
+    output: &Path,
+    header: &[String],
+    files: impl Iterator<Item = &'a [u8]>,
+    absent: &[&[u8]],
 ) -> std::io::Result<()> {
     let mut out = Vec::new();
-    let cmd: Vec<String> = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    writeln!(
-        out,
-        "# teesfs record of `{}` against index {index}",
-        cmd.join(" ")
-    )?;
-    writeln!(
-        out,
-        "# {} files in order of first use, then `!` names looked up that exist nowhere",
-        rec.opened.len()
-    )?;
-    for p in &rec.opened {
+    for h in header {
+        writeln!(out, "# {h}")?;
+    }
+    for p in files {
         line(&mut out, "", p)?;
     }
     for p in absent {
         line(&mut out, "!", p)?;
     }
-    let tmp = args.output.with_extension("tmp");
+    let tmp = output.with_extension("tmp");
     std::fs::write(&tmp, out)?;
-    std::fs::rename(&tmp, &args.output)
+    std::fs::rename(&tmp, output)
 }
 
 fn line(out: &mut Vec<u8>, prefix: &str, path: &[u8]) -> std::io::Result<()> {
@@ -145,4 +302,28 @@ fn line(out: &mut Vec<u8>, prefix: &str, path: &[u8]) -> std::io::Result<()> {
     out.extend_from_slice(path);
     out.push(b'\n');
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_is_named_by_its_number_or_its_sixteen_hex_digits() {
+        assert_eq!(parse_job("4242").expect("decimal"), JobId(4242));
+        assert_eq!(parse_job(" 4242\n").expect("decimal"), JobId(4242));
+        assert_eq!(
+            parse_job("000000000000109a").expect("hex"),
+            JobId(0x109a),
+            "as `teesfs status` shows it"
+        );
+        assert_eq!(
+            parse_job("0000000000001092").expect("hex"),
+            JobId(0x1092),
+            "sixteen digits are always the hex form"
+        );
+        let e = parse_job("10a").expect_err("neither").to_string();
+        assert!(e.contains("\"10a\" is not a job id"), "{e}");
+        assert!(parse_job("").is_err());
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -29,26 +29,39 @@ pub struct StatusArgs {
     stop: bool,
 }
 
-/// Runs `teesfs status`.
-pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let mut s = UnixStream::connect(&args.control).with_context(|| {
+/// Sends one request line to the daemon at `control` and returns its reply line, or the
+/// daemon's refusal as an error.
+pub fn ask(control: &Path, request: &str) -> anyhow::Result<String> {
+    let mut s = UnixStream::connect(control).with_context(|| {
         format!(
             "no daemon answers at {} (is `teesfs daemon` running? pass --control)",
-            args.control.display()
+            control.display()
         )
     })?;
-    let request = match (&args.job, args.stop) {
-        (Some(job), true) => format!("stop {job}\n"),
-        (Some(job), false) => format!("status {job}\n"),
-        (None, _) => "status\n".to_owned(),
-    };
-    s.write_all(request.as_bytes())?;
+    s.write_all(format!("{request}\n").as_bytes())?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;
-    let v: serde_json::Value = serde_json::from_str(&line).context("daemon reply is not JSON")?;
-    if let Some(e) = v["error"].as_str() {
-        anyhow::bail!("the daemon at {} refused: {e}", args.control.display());
+    /// Every reply is an object; a refusal has an `error` field (and nothing else).
+    #[derive(serde::Deserialize)]
+    struct Refusal {
+        error: Option<String>,
     }
+    let r: Refusal = serde_json::from_str(&line).context("daemon reply is not JSON")?;
+    if let Some(e) = r.error {
+        anyhow::bail!("the daemon at {} refused: {e}", control.display());
+    }
+    Ok(line)
+}
+
+/// Runs `teesfs status`.
+pub fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let request = match (&args.job, args.stop) {
+        (Some(job), true) => format!("stop {job}"),
+        (Some(job), false) => format!("status {job}"),
+        (None, _) => "status".to_owned(),
+    };
+    let line = ask(&args.control, &request)?;
+    let v: serde_json::Value = serde_json::from_str(&line).context("daemon reply is not JSON")?;
     if args.json {
         print!("{line}");
         return Ok(());

@@ -35,6 +35,7 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         urgent: vec!["app/*".into()],
         app: lab::demo::shell_app("grep -q started \"$TEESFS_MOUNT/app/start.txt\""),
         probe: "app/start.txt".into(),
+        bulk_after: None,
     };
     let t = std::time::Instant::now();
     let rep = lab::launch::run(&mut lab, &l, &Method::ALL, |o| eprintln!("{o:?}")).expect("launch");
@@ -65,5 +66,111 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
     assert!(rep.local_s.is_some(), "copy-first measured the local start");
     let run = rep.urgent_first.as_ref().expect("urgent-first run kept");
     assert!(run.push.report.streamed_bytes >= whole);
+    lab.down().expect("lab down");
+}
+
+/// The status JSON of a lab node's daemon.
+fn lab_status(lab: &Lab, host: &str) -> serde_json::Value {
+    let out = std::process::Command::new(teesfs_bin())
+        .args(["status", "--json", "--control"])
+        .arg(lab.work().join(host).join("sock"))
+        .output()
+        .expect("teesfs status");
+    assert!(out.status.success(), "status of {host}: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// A read at the end of a 4-hop chain of capped links, of the file last in push order,
+/// while the hysteretic set streams down the chain: it is fetched on demand through every
+/// hop (each node on the path asks its parent once) and arrives long before the bulk
+/// queued ahead of it would have brought it, with the right bytes.
+#[test]
+fn a_demand_read_overtakes_the_bulk_queued_at_every_hop_of_a_chain() {
+    if !can_lab() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let layer = random_layer(tmp.path(), 40);
+    std::fs::create_dir_all(layer.join("app")).expect("app dir");
+    std::fs::write(layer.join("app/start.txt"), b"started\n").expect("app file");
+    let late: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(layer.join("zz-late.bin"), &late).expect("late file");
+    let spec = LabSpec {
+        groups: 1,
+        group_size: 4,
+        rates: Rates::default(),
+    };
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let index = lab.publish(&layer).expect("publish");
+    let mut o = lab::PushOptions::new(&index);
+    o.strategy = "hostlist".into();
+    o.extra = vec!["--width".into(), "1".into()];
+    o.urgent = vec!["app/*".into()];
+    o.timeout = Duration::from_secs(120);
+    let chain: Vec<String> = lab.layout().compute().map(|n| n.host.clone()).collect();
+    let leaf = chain.last().expect("a leaf").clone();
+    std::thread::scope(|s| {
+        let pusher = s.spawn(|| lab.push(&o));
+        // The urgent file is on the leaf: the application could start.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let job = loop {
+            let st = lab_status(&lab, &leaf);
+            if st["jobs"][0]["urgent_s"].as_f64().is_some() {
+                break st["jobs"][0]["job"].as_str().expect("job id").to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no urgent set on {leaf}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let st = lab_status(&lab, &leaf);
+        let (have, chunks) = (
+            st["jobs"][0]["have"].as_u64().expect("have"),
+            st["jobs"][0]["chunks"].as_u64().expect("chunks"),
+        );
+        assert!(
+            have * 2 < chunks,
+            "the bulk must be far from done: {have}/{chunks}"
+        );
+        let t = std::time::Instant::now();
+        let mp = lab.mountpoint(&leaf, &job);
+        let out = lab
+            .command_on(&leaf, "cat")
+            .expect("command on the leaf")
+            .arg(mp.join("zz-late.bin"))
+            .output()
+            .expect("cat");
+        let read_s = t.elapsed().as_secs_f64();
+        assert!(out.status.success(), "read on {leaf}: {out:?}");
+        assert!(out.stdout == late, "the late file read back wrong bytes");
+        let push = pusher.join().expect("push thread").expect("push");
+        let leaf_all = push
+            .report
+            .per_node
+            .iter()
+            .find(|n| n.host == leaf)
+            .and_then(|n| n.all_s)
+            .expect("the leaf completed");
+        let urgent = push.report.urgent_complete_s.expect("urgent everywhere");
+        eprintln!(
+            "demand read {read_s:.3} s; the leaf's whole layer {leaf_all:.2} s, urgent {urgent:.2} s"
+        );
+        assert!(
+            read_s < 0.3 * (leaf_all - urgent),
+            "the demand read ({read_s:.2} s) waited behind the bulk ({:.2} s)",
+            leaf_all - urgent
+        );
+        for h in &chain {
+            let st = lab_status(&lab, h);
+            let wants = st["jobs"][0]["counters"]["wants_sent"]
+                .as_u64()
+                .expect("wants");
+            assert!(
+                wants >= 1,
+                "{h} did not fetch the late file on demand: {st}"
+            );
+        }
+    });
     lab.down().expect("lab down");
 }

@@ -20,6 +20,7 @@ mod lab_launch;
 mod lab_slurm;
 mod local_state;
 mod packaging;
+mod record_job;
 mod roundtrip;
 mod run;
 mod security;

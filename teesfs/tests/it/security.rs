@@ -83,6 +83,20 @@ fn another_user_cannot_list_query_or_stop_a_job() {
         assert!(err.contains("refused") && err.contains("no job"), "{err}");
         assert!(String::from_utf8_lossy(&out.stdout).is_empty());
     }
+    // Nor learn what it read.
+    let args = [
+        "record",
+        "--from-job",
+        &job,
+        "--control",
+        sock,
+        "-o",
+        "/dev/null",
+    ];
+    let out = teesfs_as_nobody(&args);
+    assert!(!out.status.success(), "nobody ran {args:?}");
+    let err = stderr(&out);
+    assert!(err.contains("refused") && err.contains("no job"), "{err}");
     // Nothing changed: the job is still there and mounted.
     let st = c.status(0);
     assert_eq!(st["jobs"].as_array().map(Vec::len), Some(1), "{st}");

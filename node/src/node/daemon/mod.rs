@@ -1,8 +1,11 @@
 //! `teesfs daemon`: the node side. Accepts jobs from parents (verifying the index against
 //! the trusted publisher keys), mounts each job's layer read-only as soon as its index
 //! arrives, forwards to children, answers demand requests, and reports its state on a
-//! Unix control socket. A health probe (`teesfs health`) is a job without index or chunks:
-//! it is answered and forwarded, never mounted, and dropped once the root finishes it.
+//! Unix control socket. Every mounted job is recorded ([`crate::fs::record`]): the files it
+//! opens until this node holds the whole layer, and those whose reads wait for a chunk, for
+//! `teesfs record --from-job`; releasing the job forgets its record. A health probe
+//! (`teesfs health`) is a job without index or chunks: it is answered and forwarded, never
+//! mounted, and dropped once the root finishes it.
 //!
 //! One daemon per state directory: the first holds an exclusive lock on
 //! `<state-dir>/daemon.lock` for its life, and a second exits naming it before it touches
@@ -27,6 +30,7 @@ use serde::Serialize;
 
 use super::JobSource;
 use super::admit::Admitted;
+use super::control::{JobRecord, LayerPath};
 use super::job::{JobCore, JobCounters};
 use super::peers::{Peers, Router};
 use super::store::NodeStore;
@@ -34,6 +38,7 @@ use crate::Error;
 use crate::fs::copies::Copies;
 use crate::fs::fuse::PassthroughConfig;
 use crate::fs::mount::{MountConfig, Mounted, mount};
+use crate::fs::record::Recorder;
 use crate::net::{Identity, StreamKind, Transport};
 
 /// How a daemon runs.
@@ -80,6 +85,9 @@ struct NodeJob {
     owner: Option<u32>,
     /// A health probe: no index, never mounted, hidden from `status`.
     probe: bool,
+    /// What the job uses while it starts (`None`: not recorded here: a probe, a relay-only
+    /// daemon, a job read from shared storage).
+    record: Option<Arc<Recorder>>,
 }
 
 /// A running daemon.
@@ -371,6 +379,8 @@ impl Daemon {
             self.cfg.knobs,
         );
         let mountpoint = self.cfg.mount_root.join(job.to_string());
+        // A job read from shared storage never waits for the tree: nothing to learn.
+        let record = (self.cfg.mount && shared.is_none()).then(|| Arc::new(Recorder::default()));
         let nj = Arc::new(NodeJob {
             core: core.clone(),
             mounted: Mutex::new(None),
@@ -379,17 +389,11 @@ impl Daemon {
             phases: Mutex::new([None, None]),
             owner,
             probe: false,
+            record,
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
-        let layer: u64 = index.chunks.iter().map(|c| u64::from(c.stored_len)).sum();
-        if layer > self.cfg.store_budget {
-            tracing::warn!(
-                layer_bytes = layer,
-                store_budget = self.cfg.store_budget,
-                "the layer is larger than the store budget: chunks are evicted and read again from the tree while its root lives; raise --store-budget"
-            );
-        }
+        self.warn_if_over_budget(&index);
         core.start();
         if shared.is_none() {
             core.follow_losses(self.store.watch());
@@ -403,6 +407,18 @@ impl Daemon {
                 None => Arc::new(JobSource(core)),
             };
             self.spawn_mount(nj, (*index).clone(), signed.id(), source, owner);
+        }
+    }
+
+    /// Warns when a layer cannot stay whole in the store.
+    fn warn_if_over_budget(&self, index: &manifest::Index) {
+        let layer: u64 = index.chunks.iter().map(|c| u64::from(c.stored_len)).sum();
+        if layer > self.cfg.store_budget {
+            tracing::warn!(
+                layer_bytes = layer,
+                store_budget = self.cfg.store_budget,
+                "the layer is larger than the store budget: chunks are evicted and read again from the tree while its root lives; raise --store-budget"
+            );
         }
     }
 
@@ -423,6 +439,7 @@ impl Daemon {
             }),
             root_owner: owner,
             read_timeout: self.cfg.read_timeout,
+            recorder: nj.record.clone(),
             ..MountConfig::default()
         };
         self.rt.spawn(async move {
@@ -570,6 +587,29 @@ fn job_status(j: &NodeJob) -> JobStatus {
     }
 }
 
+/// One job's record as `record JOB` answers it. Resolving a large record's paths takes a
+/// while: call it off the tasks that carry the network.
+fn job_record(j: &NodeJob, host: String) -> JobRecord {
+    let rec = j
+        .record
+        .as_ref()
+        .map(|r| r.recording(&j.core.index))
+        .unwrap_or_default();
+    let paths = |v: Vec<Vec<u8>>| v.into_iter().map(LayerPath).collect();
+    JobRecord {
+        job: j.core.job.to_string(),
+        host,
+        index: j.core.index_id.to_hex(),
+        recording: j.record.is_some(),
+        mounted: lock(&j.mounted).is_some(),
+        whole_layer: j.core.holds(Phase::All),
+        files: paths(rec.opened),
+        file_bytes: rec.opened_bytes,
+        absent: paths(rec.absent),
+        dropped: rec.dropped,
+    }
+}
+
 /// Logs what happens to a job on this node (phases held, parents lost, children failed,
 /// corrupt chunks) until its events end.
 async fn log_events(
@@ -581,6 +621,11 @@ async fn log_events(
             Event::LocalPhaseDone(p) => {
                 let t = at.saturating_duration_since(nj.started).as_secs_f64();
                 lock(&nj.phases)[p.index()] = Some(t);
+                if let (Phase::All, Some(r)) = (p, &nj.record) {
+                    // The job has started by now or reads local data: opens from here on
+                    // say nothing about what should come first.
+                    r.close_window();
+                }
                 tracing::info!(phase = ?p, seconds = t, "holding phase");
             }
             Event::ParentLost(p) => {

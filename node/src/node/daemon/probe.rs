@@ -43,6 +43,7 @@ impl Daemon {
             phases: Mutex::new([None, None]),
             owner: None,
             probe: true,
+            record: None,
         });
         lock(&self.jobs).insert(job, nj);
         tracing::debug!(%job, parent = %from_host, "health probe");

@@ -43,6 +43,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             urgent: built.urgent.clone(),
             app: lab::demo::python_app(&built.python),
             probe: "app/main.py".into(),
+            bulk_after: None,
         };
         let methods = [
             Method::UrgentFirst,

@@ -53,6 +53,10 @@ pub struct LaunchArgs {
         value_parser = parse_method
     )]
     methods: Vec<Method>,
+    /// Urgent-first holds the rest of the layer back until this long after the urgent set
+    /// is on every node (`teesfs push --bulk-after`).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    bulk_after: Option<std::time::Duration>,
     /// The HTML report to write (an .svg is written beside it, and the figures as .json).
     #[arg(
         long,
@@ -100,6 +104,7 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
             urgent: lab::demo::urgent_globs(&list),
             app,
             probe,
+            bulk_after: a.bulk_after,
         };
         launch(&mut lab, &l, &a.methods, &a.report, "teesfs lab launch")
     })();
