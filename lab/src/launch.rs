@@ -13,7 +13,10 @@
 //!   traffic of a network file system without client-side sharing; this sandbox's kernel
 //!   has no NFS);
 //! - **sbcast+untar**: today's practice at large sites: `sbcast` of a tarball of the
-//!   layer to every node of a real Slurm allocation, `tar -x` on every node, then start.
+//!   layer to every node of a real Slurm allocation, `tar -x` on every node, then start;
+//! - **urgent-learned** (teesfs): urgent-first again, with the urgent set the nodes
+//!   learned during the previous urgent-first or demand-only run of the same launch
+//!   (`teesfs record --from-job` on its first node), instead of the recorded one.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -41,16 +44,19 @@ pub enum Method {
     SharedStorage,
     /// `sbcast` of a tarball, `tar -x`, then the application.
     Sbcast,
+    /// teesfs: urgent-first with the urgent set learned by the nodes in an earlier run.
+    Learned,
 }
 
 impl Method {
     /// Every method, in report order.
-    pub const ALL: [Method; 5] = [
+    pub const ALL: [Method; 6] = [
         Method::UrgentFirst,
         Method::CopyFirst,
         Method::DemandOnly,
         Method::SharedStorage,
         Method::Sbcast,
+        Method::Learned,
     ];
 
     /// Its name.
@@ -61,12 +67,18 @@ impl Method {
             Method::DemandOnly => "demand-only",
             Method::SharedStorage => "shared-storage",
             Method::Sbcast => "sbcast+untar",
+            Method::Learned => "urgent-learned",
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Method> {
         Self::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// Whether it is a teesfs push that streams the urgent set and the rest behind it.
+    fn streams(self) -> bool {
+        matches!(self, Method::UrgentFirst | Method::Learned)
     }
 }
 
@@ -137,14 +149,27 @@ pub fn run(
         local_s: None,
         urgent_first: None,
     };
+    // The urgent set the nodes learned in the last urgent-first or demand-only run.
+    let mut learned: Option<(Method, String)> = None;
     for &m in methods {
         crate::check_interrupt()?;
         lab.fresh_nodes()?;
         let o = match m {
-            Method::UrgentFirst => {
-                let run = on_mount(lab, l, push_options(l, "login", "topo", false))?;
-                let o = teesfs_outcome(m, &run, "");
-                rep.urgent_first = Some(run);
+            Method::UrgentFirst | Method::DemandOnly => {
+                let demand = m == Method::DemandOnly;
+                let run = on_mount(lab, l, push_options(l, "login", "topo", demand))?;
+                if !demand || learned.is_none() {
+                    learned = Some((m, learn(lab, &run.push.report.job)?));
+                }
+                let detail = if demand {
+                    "every read through the tree"
+                } else {
+                    ""
+                };
+                let o = teesfs_outcome(m, &run, detail);
+                if !demand {
+                    rep.urgent_first = Some(run);
+                }
                 o
             }
             Method::CopyFirst => {
@@ -152,20 +177,58 @@ pub fn run(
                 rep.local_s = Some(local);
                 o
             }
-            Method::DemandOnly => {
-                let run = on_mount(lab, l, push_options(l, "login", "topo", true))?;
-                teesfs_outcome(m, &run, "every read through the tree")
-            }
             Method::SharedStorage => {
                 let run = on_mount(lab, l, push_options(l, "storage", "flat", true))?;
                 teesfs_outcome(m, &run, "every read from the storage node")
             }
             Method::Sbcast => sbcast_untar(lab, l)?,
+            Method::Learned => {
+                let (from, list) = learned.clone().ok_or_else(|| {
+                    LabError::Shape(
+                        "urgent-learned learns from an urgent-first or demand-only run of the \
+                         same launch: list one of them before it"
+                            .into(),
+                    )
+                })?;
+                let mut again = l.clone();
+                again.urgent = demo::urgent_globs(&list);
+                let run = on_mount(lab, &again, push_options(&again, "login", "topo", false))?;
+                let files = demo::urgent_paths(&list).count();
+                teesfs_outcome(
+                    m,
+                    &run,
+                    &format!("{files} files learned in {}", from.name()),
+                )
+            }
         };
         on_outcome(&o);
         rep.outcomes.push(o);
     }
     Ok(rep)
+}
+
+/// What the first compute node learned of `job`: `teesfs record --from-job` against its
+/// daemon, as an urgent list.
+fn learn(lab: &Lab, job: &str) -> Result<String> {
+    let host = lab
+        .layout()
+        .compute()
+        .next()
+        .ok_or_else(|| LabError::Shape("no compute node".into()))?
+        .host
+        .clone();
+    let out = lab.work().join(format!("learned-{job}.list"));
+    let sock = lab.work().join(&host).join("sock");
+    lab.run_teesfs(&[
+        "record",
+        "--from-job",
+        job,
+        "--control",
+        &sock.display().to_string(),
+        "-o",
+        &out.display().to_string(),
+    ])?;
+    std::fs::read_to_string(&out).map_err(LabError::io(&out))
 }
 
 fn push_options(l: &Launch, root: &str, strategy: &str, demand: bool) -> PushOptions {
@@ -198,10 +261,8 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
     Outcome {
         method,
         app_s: max_done(&run.apps),
-        urgent_s: r
-            .urgent_complete_s
-            .filter(|_| method == Method::UrgentFirst),
-        all_s: r.all_complete_s.filter(|_| method == Method::UrgentFirst),
+        urgent_s: r.urgent_complete_s.filter(|_| method.streams()),
+        all_s: r.all_complete_s.filter(|_| method.streams()),
         ok: run.apps.iter().filter(|x| x.ok).count(),
         nodes: run.apps.len(),
         uplink_in_bytes: run.push.uplink_in(),

@@ -63,6 +63,15 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         by(Method::DemandOnly).uplink_in_bytes
     );
     assert!(by(Method::UrgentFirst).urgent_s.is_some());
+    // The second launch took the urgent set the nodes learned in the first: the one file
+    // the application read.
+    assert!(
+        by(Method::Learned)
+            .detail
+            .starts_with("1 files learned in urgent-first"),
+        "{:?}",
+        by(Method::Learned)
+    );
     assert!(rep.local_s.is_some(), "copy-first measured the local start");
     let run = rep.urgent_first.as_ref().expect("urgent-first run kept");
     assert!(run.push.report.streamed_bytes >= whole);

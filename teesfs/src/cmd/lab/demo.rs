@@ -50,6 +50,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             Method::CopyFirst,
             Method::DemandOnly,
             Method::SharedStorage,
+            Method::Learned,
         ];
         super::launch::launch(&mut lab, &l, &methods, &a.report, "teesfs lab demo")
     })();
