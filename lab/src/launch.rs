@@ -4,6 +4,9 @@
 //!
 //! - **urgent-first** (teesfs): the urgent set streams first, the rest behind it, and the
 //!   application starts on a node as soon as its mount appears;
+//! - **urgent-polite** (teesfs): urgent-first with the hysteretic set held back while
+//!   the nodes' demand shows applications starting (`teesfs push --bulk-after
+//!   --bulk-quiet`);
 //! - **copy-first** (teesfs): the whole layer reaches every node, then the application
 //!   starts everywhere from local data (its start alone is the "local" reference);
 //! - **demand-only** (teesfs `--stream none`): nothing is streamed; every node fetches
@@ -36,6 +39,8 @@ use crate::error::{LabError, Result};
 pub enum Method {
     /// teesfs: urgent set first, application on mount.
     UrgentFirst,
+    /// teesfs: urgent-first, the hysteretic set held back while applications start.
+    Polite,
     /// teesfs: whole layer, then the application.
     CopyFirst,
     /// teesfs: nothing streamed, every read through the tree.
@@ -50,8 +55,9 @@ pub enum Method {
 
 impl Method {
     /// Every method, in report order.
-    pub const ALL: [Method; 6] = [
+    pub const ALL: [Method; 7] = [
         Method::UrgentFirst,
+        Method::Polite,
         Method::CopyFirst,
         Method::DemandOnly,
         Method::SharedStorage,
@@ -63,6 +69,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::UrgentFirst => "urgent-first",
+            Method::Polite => "urgent-polite",
             Method::CopyFirst => "copy-first",
             Method::DemandOnly => "demand-only",
             Method::SharedStorage => "shared-storage",
@@ -78,7 +85,7 @@ impl Method {
 
     /// Whether it is a teesfs push that streams the urgent set and the rest behind it.
     fn streams(self) -> bool {
-        matches!(self, Method::UrgentFirst | Method::Learned)
+        matches!(self, Method::UrgentFirst | Method::Polite | Method::Learned)
     }
 }
 
@@ -95,9 +102,12 @@ pub struct Launch {
     pub app: App,
     /// The layer path whose appearance in a mount starts the application.
     pub probe: String,
-    /// Urgent-first holds the hysteretic set back this long after the urgent set is on
-    /// every node (`teesfs push --bulk-after`).
-    pub bulk_after: Option<std::time::Duration>,
+    /// Urgent-polite holds the hysteretic set back at most this long after the urgent
+    /// set is on every node (`teesfs push --bulk-after`)...
+    pub bulk_after: std::time::Duration,
+    /// ... and lets it flow while no demand reached the root for this long
+    /// (`teesfs push --bulk-quiet`).
+    pub bulk_quiet: std::time::Duration,
 }
 
 /// One method's launch.
@@ -172,6 +182,15 @@ pub fn run(
                 }
                 o
             }
+            Method::Polite => {
+                let run = on_mount(lab, l, polite_options(l))?;
+                let detail = format!(
+                    "bulk held while demand came in the last {:.1} s (at most {:.0} s)",
+                    l.bulk_quiet.as_secs_f64(),
+                    l.bulk_after.as_secs_f64()
+                );
+                teesfs_outcome(m, &run, &detail)
+            }
             Method::CopyFirst => {
                 let (o, local) = copy_first(lab, l)?;
                 rep.local_s = Some(local);
@@ -245,10 +264,18 @@ fn push_options(l: &Launch, root: &str, strategy: &str, demand: bool) -> PushOpt
     } else {
         o.urgent = l.urgent.clone();
     }
-    if let Some(hold) = l.bulk_after.filter(|_| !demand) {
-        o.extra
-            .extend(["--bulk-after".into(), format!("{}ms", hold.as_millis())]);
-    }
+    o
+}
+
+/// Urgent-first with the hysteretic set held back while applications start.
+fn polite_options(l: &Launch) -> PushOptions {
+    let mut o = push_options(l, "login", "topo", false);
+    o.extra.extend([
+        "--bulk-after".into(),
+        format!("{}ms", l.bulk_after.as_millis()),
+        "--bulk-quiet".into(),
+        format!("{}ms", l.bulk_quiet.as_millis()),
+    ]);
     o
 }
 
@@ -275,7 +302,6 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
 fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
     let mut o = push_options(l, "login", "topo", false);
     o.urgent.clear();
-    o.extra.truncate(2); // no hold: nothing is starting yet
     let t0 = Instant::now();
     let push = lab.push(&o)?;
     let copied = t0.elapsed().as_secs_f64();

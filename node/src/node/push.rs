@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use manifest::{Index, IndexId};
-use peertree::relay::{Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
+use peertree::relay::{BulkHold, Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
 use peertree::{NodeId, Plan, Topology};
 
 use super::job::JobKnobs;
@@ -50,8 +50,8 @@ pub struct PushSpec {
     /// When the order leaves chunks out: how long the root keeps serving the nodes'
     /// demand for them after the wait completed (ended early by SIGTERM or SIGINT).
     pub serve: Option<Duration>,
-    /// Hold the hysteretic set back until this long after the urgent set is on every node.
-    pub bulk_hold: Option<Duration>,
+    /// Hold the hysteretic set back after the urgent set is on every node.
+    pub bulk_hold: Option<BulkHold>,
 }
 
 /// Live progress for a progress bar.

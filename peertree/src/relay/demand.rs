@@ -18,12 +18,27 @@ pub(super) enum Waiter {
 }
 
 impl Relay {
+    /// `n` demands were seen here or reported from below at `now`.
+    pub(super) fn note_demand(&mut self, now: Instant, n: u32) {
+        if n == 0 {
+            return;
+        }
+        if self.root.is_some() {
+            self.last_demand = Some(now);
+        } else {
+            self.report.demand = self.report.demand.saturating_add(n);
+        }
+    }
+
     /// `who` needs `chunk` now: serve it if held, else wait for it, asking the parent only
     /// for the first waiter.
     pub(super) fn on_want(&mut self, now: Instant, who: Waiter, chunk: u32) {
         if chunk as usize >= self.schedule.len() {
             return;
         }
+        // Applications are still starting here or below: a held hysteretic set keeps
+        // waiting ([`Relay::set_bulk_hold`]); the root hears of it with the next report.
+        self.note_demand(now, 1);
         if self.has(chunk) {
             if let Waiter::Child(c) = who {
                 self.serve_demand(c, chunk, now);

@@ -60,6 +60,16 @@ use recovery::Attaching;
 use root::RootState;
 pub use schedule::Schedule;
 use subtree::Child;
+
+/// How long the root holds the hysteretic set back after the urgent set is on every node
+/// ([`Relay::set_bulk_hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BulkHold {
+    /// At most this long.
+    pub max: Duration,
+    /// Release sooner once no demand has reached the root for this long.
+    pub quiet: Option<Duration>,
+}
 pub use subtree::{forward_prepare, plan_nodes, prepares_for};
 
 use crate::error::{Error, Result};
@@ -187,8 +197,13 @@ pub struct Relay {
     urgent_all_sent: bool,
     /// At the root: how long the hysteretic set waits after the urgent set is on every
     /// node, and from when it may flow once that is known.
-    bulk_hold: Option<Duration>,
-    bulk_from: Option<Instant>,
+    bulk_hold: Option<BulkHold>,
+    /// When the urgent set was on every node (root).
+    urgent_done_at: Option<Instant>,
+    /// The release time the timer already woke the relay for.
+    bulk_woken: Option<Instant>,
+    /// When a demand last reached the root.
+    last_demand: Option<Instant>,
     root: Option<RootState>,
     shared_store: Option<String>,
     /// A health probe: no chunks, every node answers at once.
@@ -360,7 +375,9 @@ impl Relay {
             stats: RelayStats::default(),
             urgent_all_sent: false,
             bulk_hold: None,
-            bulk_from: None,
+            urgent_done_at: None,
+            bulk_woken: None,
+            last_demand: None,
             root: None,
             shared_store: None,
             probe: false,
@@ -446,18 +463,31 @@ impl Relay {
         self.refresh_queued_starts();
     }
 
-    /// At the root: hold the hysteretic set back until `hold` after the urgent set is on
-    /// every node, so that applications starting there fetch what they read on demand
-    /// without bulk traffic competing for links and CPUs.
-    pub fn set_bulk_hold(&mut self, hold: Duration) {
+    /// At the root: hold the hysteretic set back after the urgent set is on every node,
+    /// so that applications starting there fetch what they read on demand without bulk
+    /// traffic competing for links and CPUs. Within `hold.max` of the urgent set being
+    /// everywhere, the hysteretic set flows only while no demand has reached the root (by
+    /// a `Want` or in a report) for `hold.quiet`; without `quiet`, not at all.
+    pub fn set_bulk_hold(&mut self, hold: BulkHold) {
         if self.root.is_some() {
             self.bulk_hold = Some(hold);
         }
     }
 
-    /// Whether the root still holds the hysteretic set back ([`Relay::set_bulk_hold`]).
+    /// When a held hysteretic set may flow (again), as things stand, once the urgent set
+    /// is everywhere.
+    pub(super) fn bulk_release_at(&self) -> Option<Instant> {
+        let (hold, done) = (self.bulk_hold.as_ref()?, self.urgent_done_at?);
+        let latest = done + hold.max;
+        let quiet = hold
+            .quiet
+            .map(|q| self.last_demand.map_or(done, |d| d.max(done)) + q);
+        Some(quiet.map_or(latest, |q| q.min(latest)))
+    }
+
+    /// Whether the root holds the hysteretic set back now ([`Relay::set_bulk_hold`]).
     pub(super) fn bulk_held(&self, now: Instant) -> bool {
-        self.bulk_hold.is_some() && self.bulk_from.is_none_or(|t| now < t)
+        self.bulk_hold.is_some() && self.bulk_release_at().is_none_or(|t| now < t)
     }
 
     /// The job's owner (uid), if the push named one.

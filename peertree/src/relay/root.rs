@@ -153,6 +153,7 @@ impl RootState {
 
 impl Relay {
     pub(super) fn root_absorb(&mut self, now: Instant, r: Report) {
+        self.note_demand(now, r.demand);
         let grace = std::time::Duration::from_millis(u64::from(self.timing.deadline_ms) * 3);
         let Some(root) = self.root.as_mut() else {
             return;
@@ -243,7 +244,7 @@ impl Relay {
                 root.complete[i] = true;
                 self.events.push_back(Event::JobPhaseDone(phase));
                 if phase == Phase::Urgent {
-                    self.bulk_from = self.bulk_hold.map(|h| now + h);
+                    self.urgent_done_at = Some(now);
                 }
             }
         }

@@ -987,7 +987,10 @@ fn a_held_hysteretic_set_waits_for_its_time_after_the_urgent_set() {
     net.relays
         .get_mut(&net.root_id)
         .expect("root")
-        .set_bulk_hold(hold);
+        .set_bulk_hold(BulkHold {
+            max: hold,
+            quiet: None,
+        });
     net.run_until(20_000, |n| n.job_done(Phase::Urgent));
     let urgent_at = net.now;
     let hysteretic = |n: &Net| {
@@ -1003,5 +1006,110 @@ fn a_held_hysteretic_set_waits_for_its_time_after_the_urgent_set() {
     }
     net.run_until(20_000, |n| n.job_done(Phase::All));
     assert!(net.now >= urgent_at + hold);
+    assert_everyone_has_everything(&net, &p);
+}
+
+/// A hold that ends when demand goes quiet: while reads keep fetching on demand the
+/// hysteretic set waits; once no demand reached the root for `quiet`, it flows, long
+/// before the hold's maximum.
+#[test]
+fn a_held_hysteretic_set_flows_once_demand_goes_quiet() {
+    let p = plan(2, 6, Strategy::Topo);
+    let mut net = Net::new(&p, 30, 6);
+    let (max, quiet) = (Duration::from_secs(5), Duration::from_millis(100));
+    net.relays
+        .get_mut(&net.root_id)
+        .expect("root")
+        .set_bulk_hold(BulkHold {
+            max,
+            quiet: Some(quiet),
+        });
+    net.run_until(20_000, |n| n.job_done(Phase::Urgent));
+    let urgent_at = net.now;
+    let leaf = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.children[id.index()].is_empty())
+        .expect("a leaf");
+    // Reads go on for 300 ms, each fetching a different hysteretic chunk on demand.
+    let demanded: Vec<u32> = (0..30)
+        .filter(|&c| !net.schedule.urgent_chunk(c))
+        .take(6)
+        .collect();
+    for &c in &demanded {
+        let now = net.now;
+        net.relays
+            .get_mut(&leaf)
+            .expect("leaf")
+            .handle_local_want(now, c);
+        for _ in 0..50 {
+            net.step();
+        }
+    }
+    let reads_end = net.now;
+    let pushed = |n: &Net| {
+        n.received
+            .values()
+            .flatten()
+            .filter(|&&c| !n.schedule.urgent_chunk(c) && !demanded.contains(&c))
+            .count()
+    };
+    assert_eq!(
+        pushed(&net),
+        0,
+        "bulk left while reads were fetching on demand"
+    );
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    assert!(
+        net.now < urgent_at + max / 2,
+        "the hold did not end when demand went quiet ({:?} after the urgent set)",
+        net.now - urgent_at
+    );
+    assert!(net.now >= reads_end + quiet - Duration::from_millis(60));
+    assert_everyone_has_everything(&net, &p);
+}
+
+/// Within the hold's maximum, demand that starts again after the hysteretic set began to
+/// flow pauses it again until demand is quiet once more.
+#[test]
+fn new_demand_pauses_a_flowing_hysteretic_set_within_the_hold() {
+    let p = plan(1, 4, Strategy::Topo);
+    let mut net = Net::new(&p, 2000, 4);
+    let quiet = Duration::from_millis(50);
+    net.relays
+        .get_mut(&net.root_id)
+        .expect("root")
+        .set_bulk_hold(BulkHold {
+            max: Duration::from_secs(60),
+            quiet: Some(quiet),
+        });
+    net.run_until(20_000, |n| n.job_done(Phase::Urgent));
+    let bulk = |n: &Net| n.received.values().flatten().count();
+    net.run_until(20_000, |n| bulk(n) > 40);
+    let leaf = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.children[id.index()].is_empty())
+        .expect("a leaf");
+    let now = net.now;
+    net.relays
+        .get_mut(&leaf)
+        .expect("leaf")
+        .handle_local_want(now, 0);
+    // Let the want reach the root and the chunks already in flight land.
+    for _ in 0..15 {
+        net.step();
+    }
+    let paused_at = bulk(&net);
+    for _ in 0..25 {
+        net.step();
+    }
+    assert!(
+        bulk(&net) <= paused_at + 1,
+        "bulk kept flowing during new demand: {} -> {}",
+        paused_at,
+        bulk(&net)
+    );
+    net.run_until(50_000, |n| n.job_done(Phase::All));
     assert_everyone_has_everything(&net, &p);
 }

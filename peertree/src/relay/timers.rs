@@ -17,11 +17,13 @@ pub(super) fn ms(v: u32) -> Duration {
 impl Relay {
     /// Time passed: check deadlines and heartbeats.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.bulk_from.is_some_and(|t| now >= t) {
-            // The hold on the hysteretic set is over.
+        if let (Some(hold), Some(done)) = (self.bulk_hold, self.urgent_done_at)
+            && now >= done + hold.max
+        {
+            // The hold on the hysteretic set is over for good.
             self.bulk_hold = None;
-            self.bulk_from = None;
         }
+        self.bulk_woken = self.bulk_release_at().filter(|&t| now >= t);
         if let Some(a) = &self.attaching
             && now >= a.deadline
         {
@@ -77,8 +79,11 @@ impl Relay {
         if let Some(x) = self.root.as_ref().and_then(RootState::next_limbo) {
             consider(x);
         }
-        if let Some(x) = self.bulk_from {
-            // Wake when the held hysteretic set may flow.
+        if let Some(x) = self
+            .bulk_release_at()
+            .filter(|&x| Some(x) != self.bulk_woken)
+        {
+            // Wake when the held hysteretic set may flow (once per release).
             consider(x);
         }
         if self.finished {

@@ -119,6 +119,7 @@ fn push_args(
         stream: super::push::Stream::All,
         serve: None,
         bulk_after: None,
+        bulk_quiet: None,
         report: args.report.clone(),
         urgent: spec.launch.urgent.clone(),
         heartbeat: Duration::from_secs(1),

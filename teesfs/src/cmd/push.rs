@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use peertree::Strategy;
-use peertree::relay::{JobId, Phase, Timing};
+use peertree::relay::{BulkHold, JobId, Phase, Timing};
 use seeder::DirStore;
 use teesfs::node::handover::{self, Background, Handover};
 use teesfs::node::push::{PushSpec, push, report};
@@ -64,11 +64,23 @@ pub struct PushArgs {
     /// finishes the job on every node).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub serve: Option<Duration>,
-    /// Hold the rest of the layer (the hysteretic set) back until this long after the
-    /// urgent set is on every node: applications starting then fetch what else they read
-    /// on demand, without bulk traffic competing for links and CPUs.
+    /// Hold the rest of the layer (the hysteretic set) back after the urgent set is on
+    /// every node, at most this long: applications starting then fetch what else they
+    /// read on demand, without bulk traffic competing for links and CPUs (see
+    /// --bulk-quiet).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub bulk_after: Option<Duration>,
+    /// With --bulk-after: within the hold, let the rest flow while no demand has reached
+    /// this command (directly or in the nodes' reports) for this long: the applications
+    /// have started. New demand pauses it again until the hold is over. Set it above the
+    /// heartbeat times the tree's depth (reports ride on heartbeats).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "bulk_after",
+        value_parser = humantime::parse_duration
+    )]
+    pub bulk_quiet: Option<Duration>,
     /// Also write the report as JSON (format documented in node/src/node/report.rs).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -159,7 +171,10 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             (!me.is_root()).then(|| me.as_raw())
         }),
         serve: args.serve,
-        bulk_hold: args.bulk_after,
+        bulk_hold: args.bulk_after.map(|max| BulkHold {
+            max,
+            quiet: args.bulk_quiet,
+        }),
     };
     let n = plan.len() - 1;
     let bar = progress_bar(args.quiet, n);

@@ -35,7 +35,8 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         urgent: vec!["app/*".into()],
         app: lab::demo::shell_app("grep -q started \"$TEESFS_MOUNT/app/start.txt\""),
         probe: "app/start.txt".into(),
-        bulk_after: None,
+        bulk_after: std::time::Duration::from_secs(30),
+        bulk_quiet: std::time::Duration::from_secs(2),
     };
     let t = std::time::Instant::now();
     let rep = lab::launch::run(&mut lab, &l, &Method::ALL, |o| eprintln!("{o:?}")).expect("launch");

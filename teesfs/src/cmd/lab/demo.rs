@@ -43,10 +43,12 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             urgent: built.urgent.clone(),
             app: lab::demo::python_app(&built.python),
             probe: "app/main.py".into(),
-            bulk_after: None,
+            bulk_after: std::time::Duration::from_secs(30),
+            bulk_quiet: std::time::Duration::from_secs(2),
         };
         let methods = [
             Method::UrgentFirst,
+            Method::Polite,
             Method::CopyFirst,
             Method::DemandOnly,
             Method::SharedStorage,

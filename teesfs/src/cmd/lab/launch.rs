@@ -49,14 +49,18 @@ pub struct LaunchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "urgent-first,copy-first,demand-only,shared-storage,sbcast+untar,urgent-learned",
+        default_value = "urgent-first,urgent-polite,copy-first,demand-only,shared-storage,sbcast+untar,urgent-learned",
         value_parser = parse_method
     )]
     methods: Vec<Method>,
-    /// Urgent-first holds the rest of the layer back until this long after the urgent set
-    /// is on every node (`teesfs push --bulk-after`).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    bulk_after: Option<std::time::Duration>,
+    /// urgent-polite: hold the rest of the layer back at most this long after the urgent
+    /// set is on every node (`teesfs push --bulk-after`).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    bulk_after: std::time::Duration,
+    /// urgent-polite: let it flow while no demand reached the root for this long
+    /// (`teesfs push --bulk-quiet`).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    bulk_quiet: std::time::Duration,
     /// The HTML report to write (an .svg is written beside it, and the figures as .json).
     #[arg(
         long,
@@ -105,6 +109,7 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
             app,
             probe,
             bulk_after: a.bulk_after,
+            bulk_quiet: a.bulk_quiet,
         };
         launch(&mut lab, &l, &a.methods, &a.report, "teesfs lab launch")
     })();
