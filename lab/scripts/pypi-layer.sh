@@ -5,26 +5,30 @@
 # and draws a figure, as a scientific tool does at start. No urgent list is written:
 # `teesfs lab launch` records one with `teesfs record` (or learns it, see --learn).
 #
-# Usage: lab/scripts/pypi-layer.sh OUT_DIR      -> OUT_DIR/layer
+# Everything goes under opt/sciapp in the layer: the layer is mounted over "/", and pip's
+# own `bin/` at the layer's root would hide the node's /bin.
+#
+# Usage: lab/scripts/pypi-layer.sh OUT_DIR      -> OUT_DIR/layer/opt/sciapp
 # Then:  sudo teesfs lab launch --layer OUT_DIR/layer \
-#          --app 'PYTHONPATH=$TEESFS_MOUNT python3 -m sciapp'
+#          --app 'PYTHONPATH=$TEESFS_MOUNT/opt/sciapp python3 -m sciapp'
 set -euo pipefail
 out=${1:?usage: $0 OUT_DIR}
 py=${PYTHON:-python3}
-if [ -f "$out/layer/sciapp/__main__.py" ]; then
+dest="$out/layer/opt/sciapp"
+if [ -f "$dest/sciapp/__main__.py" ]; then
     echo "pypi layer already built in $out"
     exit 0
 fi
 rm -rf "$out/layer"
-mkdir -p "$out/layer"
-echo "== pip install --target $out/layer (scipy, pandas, matplotlib)"
+mkdir -p "$dest"
+echo "== pip install --target $dest (scipy, pandas, matplotlib)"
 "$py" -m pip install --quiet --disable-pip-version-check --no-compile \
-    --target "$out/layer" scipy pandas matplotlib
-mkdir -p "$out/layer/sciapp"
-cat > "$out/layer/sciapp/__init__.py" <<'PY'
+    --target "$dest" scipy pandas matplotlib
+mkdir -p "$dest/sciapp"
+cat > "$dest/sciapp/__init__.py" <<'PY'
 """A scientific application's start: numpy, scipy, pandas and matplotlib."""
 PY
-cat > "$out/layer/sciapp/__main__.py" <<'PY'
+cat > "$dest/sciapp/__main__.py" <<'PY'
 """Imports its stack, solves a small problem and renders a figure to memory."""
 import io
 import socket

@@ -397,6 +397,12 @@ impl Lab {
         self.work().join(host).join("jobs").join(job)
     }
 
+    /// CPU seconds used so far by the running daemons and by every waited-for child of
+    /// this process (pushes, applications): differences measure what a step cost.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.daemons_cpu() + proc::children_cpu_seconds()
+    }
+
     fn daemons_cpu(&self) -> f64 {
         self.daemons
             .iter()

@@ -128,6 +128,9 @@ pub struct Outcome {
     pub nodes: usize,
     /// Bytes that entered the groups over their uplinks.
     pub uplink_in_bytes: u64,
+    /// CPU seconds of the daemons, pushes, applications and (sbcast) Slurm: on a lab
+    /// whose nodes share a few cores, `app_s` cannot be below this over the core count.
+    pub cpu_s: f64,
     /// How the time divides, for a person.
     pub detail: String,
 }
@@ -164,7 +167,8 @@ pub fn run(
     for &m in methods {
         crate::check_interrupt()?;
         lab.fresh_nodes()?;
-        let o = match m {
+        let cpu_before = lab.cpu_seconds();
+        let mut o = match m {
             Method::UrgentFirst | Method::DemandOnly => {
                 let demand = m == Method::DemandOnly;
                 let run = on_mount(lab, l, push_options(l, "login", "topo", demand))?;
@@ -220,6 +224,7 @@ pub fn run(
                 )
             }
         };
+        o.cpu_s += lab.cpu_seconds() - cpu_before;
         on_outcome(&o);
         rep.outcomes.push(o);
     }
@@ -293,6 +298,7 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
         ok: run.apps.iter().filter(|x| x.ok).count(),
         nodes: run.apps.len(),
         uplink_in_bytes: run.push.uplink_in(),
+        cpu_s: 0.0,
         detail: detail.into(),
     }
 }
@@ -315,6 +321,7 @@ fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
         ok: apps.iter().filter(|x| x.ok).count(),
         nodes: apps.len(),
         uplink_in_bytes: push.uplink_in(),
+        cpu_s: 0.0,
         detail: format!("copy {copied:.2} s, then start {local:.2} s"),
     };
     Ok((out, local))
@@ -344,6 +351,7 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
     let slurm = lab.start_slurm()?;
     let job = slurm.allocate()?;
     let up_before = lab.net().uplinks()?;
+    let slurm_cpu = slurm.cpu_seconds();
     let t0 = Instant::now();
     slurm.sbcast(job, &tar, "layer.tar", &[])?;
     let copied = t0.elapsed().as_secs_f64();
@@ -376,6 +384,7 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
     let apps = demo::start_everywhere(lab, &l.app, unpack)?;
     let app_s = t0.elapsed().as_secs_f64();
     let up_after = lab.net().uplinks()?;
+    let slurm_cpu = slurm.cpu_seconds() - slurm_cpu;
     slurm.cancel(job)?;
     slurm.down()?;
     let _ = std::fs::remove_file(&tar);
@@ -391,6 +400,7 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
             .zip(&up_before)
             .map(|(a, b)| a.since(*b).rx)
             .sum(),
+        cpu_s: slurm_cpu,
         detail: format!(
             "sbcast {copied:.2} s, untar {:.2} s, start {:.2} s",
             unpacked - copied,
@@ -410,8 +420,8 @@ pub fn table(rep: &Report) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "  {:<15} {:>10} {:>9} {:>10} {:>9}  detail",
-        "method", "app start", "vs urgent", "urgent set", "uplinks"
+        "  {:<15} {:>10} {:>9} {:>10} {:>9} {:>7}  detail",
+        "method", "app start", "vs urgent", "urgent set", "uplinks", "cpu"
     );
     for o in &rep.outcomes {
         let ratio = base.map_or(String::from("-"), |b| format!("{:.1}x", o.app_s / b));
@@ -424,12 +434,13 @@ pub fn table(rep: &Report) -> String {
         }
         let _ = writeln!(
             t,
-            "  {:<15} {:>8.2} s {:>9} {:>10} {:>6.1} MiB  {detail}",
+            "  {:<15} {:>8.2} s {:>9} {:>10} {:>6.1} MiB {:>5.1} s  {detail}",
             o.method.name(),
             o.app_s,
             ratio,
             urgent,
             o.uplink_in_bytes as f64 / f64::from(1u32 << 20),
+            o.cpu_s,
         );
     }
     if let Some(local) = rep.local_s {
@@ -467,6 +478,7 @@ mod tests {
             ok: 4,
             nodes: 4,
             uplink_in_bytes: 0,
+            cpu_s: 0.0,
             detail: String::new(),
         };
         let rep = Report {

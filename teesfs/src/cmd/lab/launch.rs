@@ -21,7 +21,7 @@ use super::ShapeArgs;
   # a layer of scipy, pandas and matplotlib from PyPI (about 300 MB), on 16 nodes:
   lab/scripts/pypi-layer.sh /var/tmp/pypi
   sudo TMPDIR=/dev/shm teesfs lab launch --groups 4 --group-size 4 --layer /var/tmp/pypi/layer \\
-      --app 'PYTHONPATH=$TEESFS_MOUNT python3 -m sciapp'
+      --app 'PYTHONPATH=$TEESFS_MOUNT/opt/sciapp python3 -m sciapp'
   # only two methods, with a recorded urgent list:
   sudo teesfs lab launch --layer ./layer --urgent-list urgent.list --methods urgent-first,copy-first \\
       --app 'PYTHONPATH=$TEESFS_MOUNT python3 -c \"import numpy\"'")]
