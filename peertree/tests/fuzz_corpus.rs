@@ -188,7 +188,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
                 attached: vec![(NodeId(0), NodeId(2))],
                 edge_bytes: vec![(NodeId(0), NodeId(1), 1 << 30)],
                 edge_rtt: vec![(NodeId(0), NodeId(1), 1500)],
-                demand: 3,
+                activity: 3,
             }),
         ),
         ("ping", Msg::Ping),

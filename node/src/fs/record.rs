@@ -10,8 +10,8 @@
 //! [`MAX_RECORDED`] accesses, so a job that walks a huge layer cannot grow the daemon without
 //! bound. No I/O here: the window is closed by whoever learns that the layer arrived.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use indexmap::IndexSet;
 use manifest::{EntryKind, Index};
@@ -77,6 +77,8 @@ pub struct Recorder {
     window: AtomicBool,
     /// Whether the record being full was logged.
     warned_full: AtomicBool,
+    /// Counts every open and lookup, recorded or not (applications are active).
+    uses: Option<Arc<AtomicU64>>,
 }
 
 impl Default for Recorder {
@@ -113,7 +115,15 @@ impl Recorder {
             }),
             window: AtomicBool::new(true),
             warned_full: AtomicBool::new(false),
+            uses: None,
         }
+    }
+
+    /// Also counts every open and lookup into `uses` (a job's sign of applications
+    /// starting, whether or not the window is still open).
+    pub fn counting(mut self, uses: Arc<AtomicU64>) -> Self {
+        self.uses = Some(uses);
+        self
     }
 
     /// Notes an open or a lookup (kept while the window is open; later repeats are ignored).
@@ -128,6 +138,9 @@ impl Recorder {
     }
 
     fn note_for(&self, a: Access, cause: Cause) {
+        if let Some(u) = &self.uses {
+            u.fetch_add(1, Ordering::Relaxed);
+        }
         // Checked without the lock: once the layer has arrived, opens cost one load.
         if !kept(cause, self.window.load(Ordering::Acquire)) {
             return;

@@ -16,6 +16,7 @@
 //!   keep them.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -180,6 +181,9 @@ pub struct JobCore {
     rt: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
     knobs: JobKnobs,
+    /// Files opened and names looked up in this node's mount of the job (its recorder
+    /// counts them): told to the relay as signs of applications starting.
+    activity: Arc<AtomicU64>,
 }
 
 /// The job's task's own state besides the relay: the pumps it started.
@@ -237,6 +241,7 @@ impl JobCore {
             rt: tokio::runtime::Handle::current(),
             closing: watch::Sender::new(false),
             knobs,
+            activity: Arc::new(AtomicU64::new(0)),
         });
         (core, rx)
     }
@@ -265,6 +270,7 @@ impl JobCore {
     async fn run(self: Arc<Self>, mut relay: Relay, mut inputs: mpsc::UnboundedReceiver<Input>) {
         let mut pumps = Pumps::default();
         let mut closing = self.closing.subscribe();
+        let mut active = 0;
         self.carry_out(&mut relay, &mut pumps, Instant::now());
         loop {
             let due = relay.poll_timeout();
@@ -284,6 +290,14 @@ impl JobCore {
                 () = timer => None,
             };
             let now = Instant::now();
+            // Opens since the last pass ride on the next report (at the latest the
+            // heartbeat this timer may be).
+            let seen = self.activity.load(Ordering::Relaxed);
+            if seen > active {
+                let n = u32::try_from(seen - active).unwrap_or(u32::MAX);
+                relay.note_activity(now, n);
+                active = seen;
+            }
             match input {
                 Some(i) => self.apply(&mut relay, &mut pumps, now, i),
                 None => relay.handle_timeout(now),
@@ -401,6 +415,12 @@ impl JobCore {
     fn tell(&self, input: Input) {
         // The job's task has ended only when the job closed: nothing left to tell.
         let _ = self.inputs.send(input);
+    }
+
+    /// The counter of files opened and names looked up in this job's mount (give it to
+    /// the mount's recorder).
+    pub fn activity(&self) -> Arc<AtomicU64> {
+        self.activity.clone()
     }
 
     /// At the root of a push that leaves chunks to demand: stop serving and finish the job.

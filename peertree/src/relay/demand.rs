@@ -18,15 +18,17 @@ pub(super) enum Waiter {
 }
 
 impl Relay {
-    /// `n` demands were seen here or reported from below at `now`.
-    pub(super) fn note_demand(&mut self, now: Instant, n: u32) {
+    /// `n` signs of applications starting (demands, opened files) were seen here or
+    /// reported from below at `now`: a held hysteretic set keeps waiting
+    /// ([`Relay::set_bulk_hold`]). The root hears of them with the next report.
+    pub fn note_activity(&mut self, now: Instant, n: u32) {
         if n == 0 {
             return;
         }
         if self.root.is_some() {
             self.last_demand = Some(now);
         } else {
-            self.report.demand = self.report.demand.saturating_add(n);
+            self.report.activity = self.report.activity.saturating_add(n);
         }
     }
 
@@ -38,7 +40,7 @@ impl Relay {
         }
         // Applications are still starting here or below: a held hysteretic set keeps
         // waiting ([`Relay::set_bulk_hold`]); the root hears of it with the next report.
-        self.note_demand(now, 1);
+        self.note_activity(now, 1);
         if self.has(chunk) {
             if let Waiter::Child(c) = who {
                 self.serve_demand(c, chunk, now);

@@ -466,8 +466,9 @@ impl Relay {
     /// At the root: hold the hysteretic set back after the urgent set is on every node,
     /// so that applications starting there fetch what they read on demand without bulk
     /// traffic competing for links and CPUs. Within `hold.max` of the urgent set being
-    /// everywhere, the hysteretic set flows only while no demand has reached the root (by
-    /// a `Want` or in a report) for `hold.quiet`; without `quiet`, not at all.
+    /// everywhere, the hysteretic set flows only while no sign of applications starting
+    /// (a demand, a file opened: [`Relay::note_activity`]) has reached the root for
+    /// `hold.quiet`; without `quiet`, not at all.
     pub fn set_bulk_hold(&mut self, hold: BulkHold) {
         if self.root.is_some() {
             self.bulk_hold = Some(hold);

@@ -121,10 +121,10 @@ pub struct Report {
     /// the child's `Start` to the transport to the child's first message back (connection
     /// setup included when there was no connection yet).
     pub edge_rtt: Vec<(NodeId, NodeId, u32)>,
-    /// Demands (reads of chunks not held, a child's `Want`) this subtree saw since its
-    /// last report: applications are still starting there. Rides on the next report or
-    /// heartbeat; alone it is nothing to say.
-    pub demand: u32,
+    /// Signs of applications starting in this subtree since its last report: demands
+    /// (reads of chunks not held, a child's `Want`) and files opened in the nodes' mounts.
+    /// Rides on the next report or heartbeat; alone it is nothing to say.
+    pub activity: u32,
 }
 
 impl Report {
@@ -146,7 +146,7 @@ impl Report {
         self.attached.extend(other.attached);
         self.edge_bytes.extend(other.edge_bytes);
         self.edge_rtt.extend(other.edge_rtt);
-        self.demand = self.demand.saturating_add(other.demand);
+        self.activity = self.activity.saturating_add(other.activity);
     }
 }
 

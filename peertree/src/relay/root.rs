@@ -153,7 +153,7 @@ impl RootState {
 
 impl Relay {
     pub(super) fn root_absorb(&mut self, now: Instant, r: Report) {
-        self.note_demand(now, r.demand);
+        self.note_activity(now, r.activity);
         let grace = std::time::Duration::from_millis(u64::from(self.timing.deadline_ms) * 3);
         let Some(root) = self.root.as_mut() else {
             return;

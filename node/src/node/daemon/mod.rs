@@ -380,7 +380,8 @@ impl Daemon {
         );
         let mountpoint = self.cfg.mount_root.join(job.to_string());
         // A job read from shared storage never waits for the tree: nothing to learn.
-        let record = (self.cfg.mount && shared.is_none()).then(|| Arc::new(Recorder::default()));
+        let record = (self.cfg.mount && shared.is_none())
+            .then(|| Arc::new(Recorder::default().counting(core.activity())));
         let nj = Arc::new(NodeJob {
             core: core.clone(),
             mounted: Mutex::new(None),
