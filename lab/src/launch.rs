@@ -128,6 +128,11 @@ pub struct Outcome {
     pub nodes: usize,
     /// Bytes that entered the groups over their uplinks.
     pub uplink_in_bytes: u64,
+    /// Seconds until every node's mount had appeared (methods that start on mount).
+    pub mounted_s: Option<f64>,
+    /// Wall time of the `teesfs push` process, and the root's time for the whole push
+    /// (from its session's start): the difference is the process's own start and end.
+    pub push_wall_s: Option<(f64, f64)>,
     /// CPU seconds of the daemons, pushes, applications and (sbcast) Slurm: on a lab
     /// whose nodes share a few cores, `app_s` cannot be below this over the core count.
     pub cpu_s: f64,
@@ -163,7 +168,9 @@ pub fn run(
         urgent_first: None,
     };
     // The urgent set the nodes learned in the last urgent-first or demand-only run.
-    let mut learned: Option<(Method, String)> = None;
+    // (Learning fails when nothing was read before the layer arrived: only a later
+    // urgent-learned run needs it.)
+    let mut learned: Option<(Method, Result<String>)> = None;
     for &m in methods {
         crate::check_interrupt()?;
         lab.fresh_nodes()?;
@@ -173,7 +180,7 @@ pub fn run(
                 let demand = m == Method::DemandOnly;
                 let run = on_mount(lab, l, push_options(l, "login", "topo", demand))?;
                 if !demand || learned.is_none() {
-                    learned = Some((m, learn(lab, &run.push.report.job)?));
+                    learned = Some((m, learn(lab, &run.push.report.job)));
                 }
                 let detail = if demand {
                     "every read through the tree"
@@ -206,13 +213,14 @@ pub fn run(
             }
             Method::Sbcast => sbcast_untar(lab, l)?,
             Method::Learned => {
-                let (from, list) = learned.clone().ok_or_else(|| {
+                let (from, list) = learned.take().ok_or_else(|| {
                     LabError::Shape(
                         "urgent-learned learns from an urgent-first or demand-only run of the \
                          same launch: list one of them before it"
                             .into(),
                     )
                 })?;
+                let list = list?;
                 let mut again = l.clone();
                 again.urgent = demo::urgent_globs(&list);
                 let run = on_mount(lab, &again, push_options(&again, "login", "topo", false))?;
@@ -298,6 +306,8 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
         ok: run.apps.iter().filter(|x| x.ok).count(),
         nodes: run.apps.len(),
         uplink_in_bytes: run.push.uplink_in(),
+        mounted_s: Some(run.apps.iter().map(|x| x.started_s).fold(0.0, f64::max)),
+        push_wall_s: r.all_complete_s.map(|all| (run.push.wall_s, all)),
         cpu_s: 0.0,
         detail: detail.into(),
     }
@@ -321,6 +331,8 @@ fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
         ok: apps.iter().filter(|x| x.ok).count(),
         nodes: apps.len(),
         uplink_in_bytes: push.uplink_in(),
+        mounted_s: None,
+        push_wall_s: push.report.all_complete_s.map(|all| (push.wall_s, all)),
         cpu_s: 0.0,
         detail: format!("copy {copied:.2} s, then start {local:.2} s"),
     };
@@ -400,6 +412,8 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
             .zip(&up_before)
             .map(|(a, b)| a.since(*b).rx)
             .sum(),
+        mounted_s: None,
+        push_wall_s: None,
         cpu_s: slurm_cpu,
         detail: format!(
             "sbcast {copied:.2} s, untar {:.2} s, start {:.2} s",
@@ -478,6 +492,8 @@ mod tests {
             ok: 4,
             nodes: 4,
             uplink_in_bytes: 0,
+            mounted_s: None,
+            push_wall_s: None,
             cpu_s: 0.0,
             detail: String::new(),
         };

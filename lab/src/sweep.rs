@@ -57,6 +57,10 @@ pub struct SweepSpec {
     pub max_one_to_all: usize,
     /// Index in the machine (from 0) of each job's first node.
     pub first: usize,
+    /// Bytes of each payload in its urgent set (`None`: all of it).
+    pub urgent: Option<u64>,
+    /// The application's own start on one node from local data (0: no application).
+    pub app_start: Duration,
 }
 
 /// One simulation's outcome.
@@ -156,6 +160,8 @@ impl Sweep {
             peertree::plan(&self.topology, job, strategy, &opts).map_err(sim_err("planning"))?;
         let mut cfg = SimConfig::new(self.network.clone(), payload, s.chunk);
         cfg.limit = Duration::from_secs(24 * 3600);
+        cfg.urgent = s.urgent.map_or(payload, |u| u.min(payload));
+        cfg.app_start = s.app_start;
         let started = Instant::now();
         let report = simulate(&plan, &self.topology, cfg, s.kill, s.kill_at, s.seed)
             .map_err(sim_err("simulating"))?;
@@ -226,7 +232,7 @@ pub fn table(rows: &[Row], kill: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| payload | nodes | strategy | depth | deploy | ÷ bound | ÷ topo | uplink in | ÷ topo | ÷ min |{} events | wall |",
+        "| payload | nodes | strategy | depth | deploy | ÷ bound | ÷ topo | urgent | app started | uplink in | ÷ topo | ÷ min |{} events | wall |",
         if kill > 0 {
             " killed | failed edges | unreachable | incomplete |"
         } else {
@@ -235,7 +241,7 @@ pub fn table(rows: &[Row], kill: usize) -> String {
     );
     let _ = writeln!(
         out,
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|{}---:|---:|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}---:|---:|",
         if kill > 0 { "---:|---:|---:|---:|" } else { "" }
     );
     for r in rows {
@@ -254,7 +260,7 @@ pub fn table(rows: &[Row], kill: usize) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.1} ms | {:.2} | {} | {:.2} GiB | {} | {:.2} |{failures} {} | {:.1} s |",
+            "| {} | {} | {} | {} | {:.1} ms | {:.2} | {} | {:.1} ms | {:.1} ms | {:.2} GiB | {} | {:.2} |{failures} {} | {:.1} s |",
             ByteSize::b(r.payload),
             r.nodes,
             r.strategy,
@@ -262,6 +268,8 @@ pub fn table(rows: &[Row], kill: usize) -> String {
             secs(rep.deploy) * 1e3,
             secs(rep.deploy) / secs(rep.lower_bound),
             ratio(secs(rep.deploy), t.map(|t| secs(t.report.deploy))),
+            secs(rep.urgent) * 1e3,
+            secs(rep.app_started) * 1e3,
             rep.uplink_in as f64 / (1u64 << 30) as f64,
             ratio(rep.uplink_in as f64, t.map(|t| t.report.uplink_in as f64)),
             rep.uplink_in as f64 / r.min_uplink.max(1) as f64,
@@ -278,7 +286,7 @@ pub fn csv(rows: &[Row], machine: Machine) -> String {
         "machine,payload_bytes,nodes,strategy,depth,deploy_s,urgent_s,root_done_s,lower_bound_s,\
          deploy_over_bound,deploy_over_topo,uplink_in_bytes,uplink_out_bytes,uplink_over_topo,\
          min_uplink_bytes,core_bytes,start_bytes,link_bytes,killed,failed_edges,unreachable,incomplete,\
-         events,wall_s\n",
+         events,wall_s,app_started_s\n",
     );
     let machine = format!("{machine:?}").to_lowercase();
     for r in rows {
@@ -286,7 +294,7 @@ pub fn csv(rows: &[Row], machine: Machine) -> String {
         let rep = &r.report;
         let _ = writeln!(
             out,
-            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}",
+            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.6}",
             r.payload,
             r.nodes,
             r.strategy,
@@ -310,6 +318,7 @@ pub fn csv(rows: &[Row], machine: Machine) -> String {
             rep.incomplete.len(),
             rep.events,
             secs(r.wall),
+            secs(rep.app_started),
         );
     }
     out

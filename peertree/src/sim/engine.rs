@@ -104,6 +104,11 @@ pub struct SimReport {
     pub deploy: Duration,
     /// When the last surviving job node held the urgent set.
     pub urgent: Duration,
+    /// When the application had started on the last surviving job node: the push
+    /// command's start, then per node the later of its mount and its urgent set, plus the
+    /// application's own start ([`super::SimConfig::app_start`]). An upper estimate: a real
+    /// application runs while its urgent set arrives.
+    pub app_started: Duration,
     /// When the root saw the whole job complete.
     pub root_done: Duration,
     /// The model's lower bound ([`SimConfig::lower_bound`]).
@@ -164,6 +169,8 @@ pub struct Sim<'a> {
     scratch: Vec<Transmit>,
     check_ns: u64,
     done_at: [Vec<u64>; 2],
+    /// When each node's `Start` arrived.
+    start_at: Vec<u64>,
     pushed_rx: Vec<u32>,
     demand_rx: u64,
     root_events: Vec<(u64, Event)>,
@@ -235,6 +242,7 @@ impl<'a> Sim<'a> {
             scratch: Vec::new(),
             check_ns: u64::from(check) * 1_000_000,
             done_at: [vec![NEVER; hosts], vec![NEVER; hosts]],
+            start_at: vec![NEVER; hosts],
             pushed_rx: vec![0; hosts],
             demand_rx: 0,
             root_events: Vec::new(),
@@ -389,6 +397,7 @@ impl<'a> Sim<'a> {
                 let r = Relay::new_node(*start, self.schedule.clone(), now)
                     .map_err(|e| Error::SimSetup(e.to_string()))?;
                 self.relays[to.index()] = Some(r);
+                self.start_at[to.index()] = self.now;
             }
             Routed::Relay(m) => {
                 let Some(r) = &mut self.relays[to.index()] else {
@@ -663,6 +672,23 @@ impl<'a> Sim<'a> {
                 .filter_map(|(_, e)| f(e))
                 .collect::<Vec<_>>()
         };
+        let mount = ns(self.cfg.network.mount);
+        let app_started = survivors()
+            .map(|id| {
+                let (s, u) = (
+                    self.start_at[id.index()],
+                    self.done_at[Phase::Urgent.index()][id.index()],
+                );
+                if s == NEVER || u == NEVER {
+                    0
+                } else {
+                    (s + mount).max(u)
+                }
+            })
+            .max()
+            .unwrap_or(0);
+        let app_started =
+            Duration::from_nanos(app_started) + self.cfg.network.process + self.cfg.app_start;
         let duplicates = self
             .relays
             .iter()
@@ -674,6 +700,7 @@ impl<'a> Sim<'a> {
             chunks: self.schedule.len(),
             deploy: Duration::from_nanos(last(Phase::All)),
             urgent: Duration::from_nanos(last(Phase::Urgent)),
+            app_started,
             root_done: Duration::from_nanos(self.job_done[Phase::All.index()].unwrap_or(0)),
             lower_bound: self.cfg.lower_bound(),
             uplink_in: self.links.uplink_in(),

@@ -74,12 +74,25 @@ pub struct Network {
     pub index_bytes: u64,
     /// Bytes per subtree entry carried by a `Start`.
     pub node_info_bytes: u64,
+    /// The push command's own start before its first message leaves (process start, keys,
+    /// the index, the plan).
+    pub process: Duration,
+    /// From a node's `Start` to its FUSE mount answering (the index decoded, the mount
+    /// made): the application cannot start before.
+    pub mount: Duration,
 }
 
 const GBIT: f64 = 1e9 / 8.0;
 
 /// Bytes per second of chunk processing per core in the lab (5.3 ms per MiB).
 const LAB_CPU_BW: f64 = (1u64 << 20) as f64 / 5.3e-3;
+
+/// The push command's start before its first `Start` leaves, measured in the lab (see
+/// BENCHMARKS.md, "Fixed costs"); the Tianhe-like machine is given the same.
+const LAB_PROCESS: Duration = Duration::from_millis(25);
+
+/// A node's `Start` to its mount answering, measured in the lab (BENCHMARKS.md).
+const LAB_MOUNT: Duration = Duration::from_millis(45);
 
 /// Bytes per second a core forwards across one of the lab's link directions (2.5 ms per
 /// MiB per hop).
@@ -107,6 +120,8 @@ impl Network {
             shared_cores: 0,
             index_bytes: 1 << 20,
             node_info_bytes: 32,
+            process: LAB_PROCESS,
+            mount: LAB_MOUNT,
         }
     }
 
@@ -143,7 +158,10 @@ impl Network {
             login_bw: 400.0 * m,
             storage_bw: 1000.0 * m,
             latency: Duration::from_micros(100),
-            setup: Duration::from_millis(5),
+            // A QUIC connection with its TLS handshake between two of the lab's daemons,
+            // fitted to a one-file push to 32 nodes (root's time 56-80 ms; BENCHMARKS.md,
+            // "Fixed costs").
+            setup: Duration::from_millis(25),
             index_bytes: 64 << 10,
             ..Self::tianhe()
         }
@@ -181,6 +199,10 @@ pub struct SimConfig {
     pub timing: Timing,
     /// Give up when simulated time passes this.
     pub limit: Duration,
+    /// The application's own start on one node from local data (0: no application): a
+    /// node's application has started at [`Network::process`] + the later of its mount
+    /// and its urgent set + this.
+    pub app_start: Duration,
 }
 
 impl SimConfig {
@@ -193,6 +215,7 @@ impl SimConfig {
             urgent: payload,
             timing: Timing::default(),
             limit: Duration::from_secs(3600),
+            app_start: Duration::ZERO,
         }
     }
 

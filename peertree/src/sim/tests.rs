@@ -57,6 +57,8 @@ fn simple_net(latency: u64, setup: u64, cost: u64, index: u64) -> Network {
         shared_cores: 0,
         index_bytes: index,
         node_info_bytes: 0,
+        process: Duration::ZERO,
+        mount: Duration::ZERO,
     }
 }
 
@@ -342,4 +344,36 @@ fn a_failure_reported_to_a_parent_that_then_dies_still_reaches_the_root() {
     assert!(r.incomplete.is_empty(), "{:?}", r.incomplete);
     assert!(r.failed_edges.contains(&(c, g)), "{r:?}");
     assert!(r.attached.iter().any(|&(_, n)| n == c), "{r:?}");
+}
+
+/// The application starts, per node, after the later of its mount and its urgent set, plus
+/// its own start, all after the push command's own start: in a 3-node chain with a slow
+/// mount the mount decides; with a fast one the urgent set does.
+#[test]
+fn the_application_starts_after_the_mount_or_the_urgent_set_whichever_is_later() {
+    let (lat, setup, cost, index) = (10_000, 100_000, 50_000, 4096);
+    for (mount_ns, mount_decides) in [(500_000_000u64, true), (1_000, false)] {
+        let mut net = simple_net(lat, setup, cost, index);
+        net.process = Duration::from_millis(7);
+        net.mount = Duration::from_nanos(mount_ns);
+        let mut cfg = SimConfig::new(net, 8 * MIB, MIB);
+        cfg.urgent = 2 * MIB;
+        cfg.app_start = Duration::from_millis(3);
+        let plan = custom(&[0, 1]);
+        let r = run(&plan, None, cfg);
+        let extra = Duration::from_millis(10);
+        if mount_decides {
+            // The last node's Start arrives within a few hops; its mount takes 0.5 s.
+            assert!(
+                r.app_started > Duration::from_nanos(mount_ns) + extra,
+                "{r:?}"
+            );
+            assert!(
+                r.app_started < Duration::from_nanos(mount_ns) + extra * 2,
+                "{r:?}"
+            );
+        } else {
+            assert_eq!(r.app_started, r.urgent + extra, "{r:?}");
+        }
+    }
 }

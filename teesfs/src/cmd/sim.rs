@@ -84,6 +84,13 @@ pub struct SimArgs {
     /// first and last groups partial, as in the planner benchmarks; 1 gives whole groups.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     first: u64,
+    /// Bytes of each payload in its urgent set, pushed first (default: all of it).
+    #[arg(long, value_name = "SIZE", value_parser = super::util::parse_byte_size)]
+    urgent: Option<ByteSize>,
+    /// The application's own start on one node from local data: the "app started" column
+    /// adds it to the later of each node's mount and urgent set.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = humantime::parse_duration)]
+    app_start: Duration,
     /// Mirror `teesfs lab bench`'s reference lab: the `lab` machine and its link rates,
     /// 32 nodes as 4 whole groups of 8 (overrides --machine, --nodes and --first).
     #[arg(long)]
@@ -125,6 +132,8 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         latency: args.latency,
         max_one_to_all: args.max_one_to_all,
         first: usize::try_from(args.first - 1).context("--first is too large")?,
+        urgent: args.urgent.map(|u| u.as_u64()),
+        app_start: args.app_start,
     })?;
     let jobs = sweep.jobs();
     let bar = if jobs.len() > 1 {

@@ -90,10 +90,11 @@ fn lab_status(lab: &Lab, host: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("status JSON")
 }
 
-/// A read at the end of a 4-hop chain of capped links, of the file last in push order,
-/// while the hysteretic set streams down the chain: it is fetched on demand through every
-/// hop (each node on the path asks its parent once) and arrives long before the bulk
-/// queued ahead of it would have brought it, with the right bytes.
+/// A 4-hop chain of capped links: the urgent set reaches its end long before the bulk;
+/// and a read there of the file last in push order, while the hysteretic set streams down
+/// the chain, is fetched on demand through every hop (each node on the path asks its
+/// parent) and arrives long before the bulk queued ahead of it would have brought it, with
+/// the right bytes.
 #[test]
 fn a_demand_read_overtakes_the_bulk_queued_at_every_hop_of_a_chain() {
     if !can_lab() {
@@ -165,6 +166,12 @@ fn a_demand_read_overtakes_the_bulk_queued_at_every_hop_of_a_chain() {
         let urgent = push.report.urgent_complete_s.expect("urgent everywhere");
         eprintln!(
             "demand read {read_s:.3} s; the leaf's whole layer {leaf_all:.2} s, urgent {urgent:.2} s"
+        );
+        // Urgent first at every hop: the chain's last node held the urgent set long before
+        // the bulk ahead of it, which only happens if every hop sent it first.
+        assert!(
+            urgent < 0.2 * leaf_all,
+            "the urgent set ({urgent:.2} s) came with the bulk ({leaf_all:.2} s)"
         );
         assert!(
             read_s < 0.3 * (leaf_all - urgent),
