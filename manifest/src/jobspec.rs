@@ -112,6 +112,12 @@ pub struct NetworkSpec {
     pub wait: Option<String>,
     /// The store path as nodes see it (shared-storage mode).
     pub shared_store: Option<PathBuf>,
+    /// Hold the rest of the layer back at most this long after the urgent set is on every
+    /// node, while the job's applications start (`teesfs push --bulk-after`), e.g. "30s".
+    pub bulk_after: Option<String>,
+    /// With `bulk_after`: let it flow once no application activity reached the root for
+    /// this long (`teesfs push --bulk-quiet`), e.g. "2s".
+    pub bulk_quiet: Option<String>,
 }
 
 /// A TOML error as `line N: message`: the line and what is wrong, never the text there
@@ -140,6 +146,23 @@ impl JobSpec {
             return Err(Error::JobSpec(format!(
                 "[network] wait = {w:?}: expected \"urgent\" or \"all\""
             )));
+        }
+        for (key, value) in [
+            ("bulk_after", &spec.network.bulk_after),
+            ("bulk_quiet", &spec.network.bulk_quiet),
+        ] {
+            if let Some(v) = value
+                && humantime::parse_duration(v).is_err()
+            {
+                return Err(Error::JobSpec(format!(
+                    "[network] {key} = {v:?}: expected a duration such as \"30s\" or \"2s\""
+                )));
+            }
+        }
+        if spec.network.bulk_quiet.is_some() && spec.network.bulk_after.is_none() {
+            return Err(Error::JobSpec(
+                "[network] bulk_quiet needs bulk_after (the longest hold)".into(),
+            ));
         }
         if !spec.launch.command.is_empty() {
             // It used to be accepted and ignored: a spec must not look like it does
@@ -184,6 +207,21 @@ mod tests {
         assert_eq!(spec.launch.urgent, ["bin/*"]);
         assert_eq!(spec.nodes.group_size, Some(2));
         assert_eq!(spec.network.port, Some(7000));
+    }
+
+    #[test]
+    fn the_polite_hold_is_a_pair_of_durations() {
+        let spec = |net: &str| {
+            JobSpec::from_toml(&format!(
+                "[layer]\nstore = \"/s\"\nindex = \"ab\"\n[network]\n{net}\n"
+            ))
+        };
+        let ok = spec("bulk_after = \"30s\"\nbulk_quiet = \"2s\"").expect("valid");
+        assert_eq!(ok.network.bulk_after.as_deref(), Some("30s"));
+        let err = spec("bulk_after = \"soon\"").expect_err("not a duration");
+        assert!(err.to_string().contains("bulk_after = \"soon\""), "{err}");
+        let err = spec("bulk_quiet = \"2s\"").expect_err("quiet alone");
+        assert!(err.to_string().contains("needs bulk_after"), "{err}");
     }
 
     #[test]

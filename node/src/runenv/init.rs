@@ -17,6 +17,19 @@ use nix::unistd::Pid;
 
 use super::{INIT_SUBCOMMAND, Outcome, Result, apply, map_ids, nix_err, sys};
 
+/// What to say when a program is missing because a layer's own top-level `bin/` (pip
+/// `--target` makes one) replaced the node's `/bin`, on merged-/usr systems a link to
+/// `usr/bin`: `/bin/sh` is gone while `/usr/bin/sh` is there.
+fn hidden_system_dir_hint(e: &std::io::Error) -> &'static str {
+    let hidden = !Path::new("/bin/sh").exists() && Path::new("/usr/bin/sh").exists();
+    if e.kind() == std::io::ErrorKind::NotFound && hidden {
+        " (the layer's own top-level bin/ hides the node's /bin: put the layer's files under a \
+         prefix such as opt/APP)"
+    } else {
+        ""
+    }
+}
+
 /// Signals passed on to the command when a process (not the terminal) sends them.
 const FORWARDED: &[i32] = &[
     libc::SIGTERM,
@@ -125,8 +138,9 @@ pub fn init_main(args: &[OsString]) -> Result<std::convert::Infallible> {
         Ok(child) => supervise(Pid::from_raw(child.id() as i32), &mut signals),
         Err(e) => {
             eprintln!(
-                "teesfs run: cannot run {}: {e}",
-                Path::new(&cmd[0]).display()
+                "teesfs run: cannot run {}: {e}{}",
+                Path::new(&cmd[0]).display(),
+                hidden_system_dir_hint(&e)
             );
             Outcome::Exited(if e.kind() == std::io::ErrorKind::NotFound {
                 127

@@ -118,8 +118,8 @@ fn push_args(
         wait,
         stream: super::push::Stream::All,
         serve: None,
-        bulk_after: None,
-        bulk_quiet: None,
+        bulk_after: duration(&net.bulk_after)?,
+        bulk_quiet: duration(&net.bulk_quiet)?,
         report: args.report.clone(),
         urgent: spec.launch.urgent.clone(),
         heartbeat: Duration::from_secs(1),
@@ -131,6 +131,14 @@ fn push_args(
         job_id: args.job_id,
         owner: args.owner,
     })
+}
+
+/// A duration the job spec already checked.
+fn duration(v: &Option<String>) -> anyhow::Result<Option<Duration>> {
+    v.as_deref()
+        .map(humantime::parse_duration)
+        .transpose()
+        .context("a duration in [network]")
 }
 
 /// The nodes, topology and tree of a spec, each from the spec, else the site, else the
@@ -254,6 +262,8 @@ mod tests {
         let (nodes, _, plan) = push.job.plan().expect("the README's job plans");
         assert_eq!(nodes.len(), 128);
         assert_eq!(plan.strategy, peertree::Strategy::Topo);
+        assert_eq!(push.bulk_after, Some(Duration::from_secs(30)));
+        assert_eq!(push.bulk_quiet, Some(Duration::from_secs(2)));
     }
 
     /// A user's spec names only the layer and the urgent globs; the site configuration

@@ -199,6 +199,26 @@ fn run_passes_exit_status_and_signals_through() {
         .expect("run");
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     assert!(text(&out.stderr).contains("/nonexistent/teesfs-it-command"));
+
+    // A layer with its own top-level bin/ (pip --target makes one) hides a merged-/usr
+    // node's /bin link: the error says so instead of only "not found".
+    if std::fs::symlink_metadata("/bin").is_ok_and(|m| m.file_type().is_symlink()) {
+        let with_bin = ws.path().join("layer-with-bin");
+        std::fs::create_dir_all(with_bin.join("bin")).expect("bin");
+        std::fs::write(with_bin.join("bin/f2py"), "#!/bin/sh\n").expect("script");
+        let out = Command::new(teesfs_bin())
+            .args(["run", "--layer", with_bin.to_str().expect("utf8"), "--"])
+            .args(["/bin/sh", "-c", "true"])
+            .env("TMPDIR", &tmp)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(127), "{out:?}");
+        assert!(
+            text(&out.stderr).contains("hides the node's /bin"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
     assert_empty(&tmp);
 }
 
