@@ -229,6 +229,18 @@ impl Net {
         );
     }
 
+    /// Holds the root's hysteretic set back ([`Relay::set_bulk_hold`]) and runs until the
+    /// urgent set is on every node; returns when that was.
+    fn hold_bulk_until_urgent(&mut self, max: Duration, quiet: Option<Duration>) -> Instant {
+        let root = self.root_id;
+        self.relays
+            .get_mut(&root)
+            .expect("root")
+            .set_bulk_hold(BulkHold { max, quiet });
+        self.run_until(20_000, |n| n.job_done(Phase::Urgent));
+        self.now
+    }
+
     fn job_done(&self, phase: Phase) -> bool {
         self.root_events.contains(&Event::JobPhaseDone(phase))
     }
@@ -984,15 +996,7 @@ fn a_held_hysteretic_set_waits_for_its_time_after_the_urgent_set() {
     let p = plan(2, 6, Strategy::Topo);
     let mut net = Net::new(&p, 30, 6);
     let hold = Duration::from_millis(300);
-    net.relays
-        .get_mut(&net.root_id)
-        .expect("root")
-        .set_bulk_hold(BulkHold {
-            max: hold,
-            quiet: None,
-        });
-    net.run_until(20_000, |n| n.job_done(Phase::Urgent));
-    let urgent_at = net.now;
+    let urgent_at = net.hold_bulk_until_urgent(hold, None);
     let hysteretic = |n: &Net| {
         n.received
             .values()
@@ -1017,15 +1021,7 @@ fn a_held_hysteretic_set_flows_once_demand_goes_quiet() {
     let p = plan(2, 6, Strategy::Topo);
     let mut net = Net::new(&p, 30, 6);
     let (max, quiet) = (Duration::from_secs(5), Duration::from_millis(100));
-    net.relays
-        .get_mut(&net.root_id)
-        .expect("root")
-        .set_bulk_hold(BulkHold {
-            max,
-            quiet: Some(quiet),
-        });
-    net.run_until(20_000, |n| n.job_done(Phase::Urgent));
-    let urgent_at = net.now;
+    let urgent_at = net.hold_bulk_until_urgent(max, Some(quiet));
     let leaf = p
         .ids()
         .skip(1)
@@ -1076,14 +1072,7 @@ fn new_demand_pauses_a_flowing_hysteretic_set_within_the_hold() {
     let p = plan(1, 4, Strategy::Topo);
     let mut net = Net::new(&p, 2000, 4);
     let quiet = Duration::from_millis(50);
-    net.relays
-        .get_mut(&net.root_id)
-        .expect("root")
-        .set_bulk_hold(BulkHold {
-            max: Duration::from_secs(60),
-            quiet: Some(quiet),
-        });
-    net.run_until(20_000, |n| n.job_done(Phase::Urgent));
+    net.hold_bulk_until_urgent(Duration::from_secs(60), Some(quiet));
     let bulk = |n: &Net| n.received.values().flatten().count();
     net.run_until(20_000, |n| bulk(n) > 40);
     let leaf = p
