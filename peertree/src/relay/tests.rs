@@ -241,6 +241,15 @@ impl Net {
         self.now
     }
 
+    /// A blocked read at `node` wants `chunk` now.
+    fn read(&mut self, node: &NodeId, chunk: u32) {
+        let now = self.now;
+        self.relays
+            .get_mut(node)
+            .expect("started")
+            .handle_local_want(now, chunk);
+    }
+
     fn job_done(&self, phase: Phase) -> bool {
         self.root_events.contains(&Event::JobPhaseDone(phase))
     }
@@ -408,11 +417,7 @@ fn concurrent_demands_make_one_request_per_edge() {
         .filter(|&id| p.children[id.index()].is_empty())
         .collect();
     for &leaf in &leaves {
-        let now = net.now;
-        net.relays
-            .get_mut(&leaf)
-            .expect("started")
-            .handle_local_want(now, chunk);
+        net.read(&leaf, chunk);
     }
     net.run_until(10_000, |n| leaves.iter().all(|l| n.relays[l].has(chunk)));
     for (&(from, to), &n) in &net.wants {
@@ -460,11 +465,7 @@ fn chunks_left_out_of_the_order_travel_only_on_demand() {
             .find(|&id| p.children[id.index()].is_empty())
             .expect("a leaf");
         let chunk = 0; // last in the full order: never streamed
-        let now = net.now;
-        net.relays
-            .get_mut(&leaf)
-            .expect("started")
-            .handle_local_want(now, chunk);
+        net.read(&leaf, chunk);
         net.run_until(10_000, |n| n.relays[&leaf].has(chunk));
         let others = p
             .ids()
@@ -823,11 +824,7 @@ fn an_evicted_chunk_is_fetched_again_from_the_tree_when_read() {
     // Nobody needs it yet (every child has it): losing it asks for nothing.
     net.step();
     assert!(net.wants.is_empty(), "a loss alone fetches nothing");
-    let now = net.now;
-    net.relays
-        .get_mut(&leaf)
-        .expect("started")
-        .handle_local_want(now, chunk);
+    net.read(&leaf, chunk);
     net.run_until(10_000, |n| n.relays[&leaf].has(chunk));
     assert!(
         net.relays[&parent].has(chunk),
@@ -1033,11 +1030,7 @@ fn a_held_hysteretic_set_flows_once_demand_goes_quiet() {
         .take(6)
         .collect();
     for &c in &demanded {
-        let now = net.now;
-        net.relays
-            .get_mut(&leaf)
-            .expect("leaf")
-            .handle_local_want(now, c);
+        net.read(&leaf, c);
         for _ in 0..50 {
             net.step();
         }
@@ -1080,11 +1073,7 @@ fn new_demand_pauses_a_flowing_hysteretic_set_within_the_hold() {
         .skip(1)
         .find(|&id| p.children[id.index()].is_empty())
         .expect("a leaf");
-    let now = net.now;
-    net.relays
-        .get_mut(&leaf)
-        .expect("leaf")
-        .handle_local_want(now, 0);
+    net.read(&leaf, 0);
     // Let the want reach the root and the chunks already in flight land.
     for _ in 0..15 {
         net.step();
