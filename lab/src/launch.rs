@@ -7,6 +7,8 @@
 //! - **urgent-polite** (teesfs): urgent-first with the hysteretic set held back while
 //!   the nodes' demand shows applications starting (`teesfs push --bulk-after
 //!   --bulk-quiet`);
+//! - **urgent-only** (teesfs `--stream urgent`): only the urgent set is streamed, the
+//!   rest is fetched on demand by whoever reads it;
 //! - **copy-first** (teesfs): the whole layer reaches every node, then the application
 //!   starts everywhere from local data (its start alone is the "local" reference);
 //! - **demand-only** (teesfs `--stream none`): nothing is streamed; every node fetches
@@ -41,6 +43,8 @@ pub enum Method {
     UrgentFirst,
     /// teesfs: urgent-first, the hysteretic set held back while applications start.
     Polite,
+    /// teesfs: only the urgent set streamed, the rest on demand.
+    UrgentOnly,
     /// teesfs: whole layer, then the application.
     CopyFirst,
     /// teesfs: nothing streamed, every read through the tree.
@@ -55,9 +59,10 @@ pub enum Method {
 
 impl Method {
     /// Every method, in report order.
-    pub const ALL: [Method; 7] = [
+    pub const ALL: [Method; 8] = [
         Method::UrgentFirst,
         Method::Polite,
+        Method::UrgentOnly,
         Method::CopyFirst,
         Method::DemandOnly,
         Method::SharedStorage,
@@ -70,6 +75,7 @@ impl Method {
         match self {
             Method::UrgentFirst => "urgent-first",
             Method::Polite => "urgent-polite",
+            Method::UrgentOnly => "urgent-only",
             Method::CopyFirst => "copy-first",
             Method::DemandOnly => "demand-only",
             Method::SharedStorage => "shared-storage",
@@ -85,7 +91,10 @@ impl Method {
 
     /// Whether it is a teesfs push that streams the urgent set and the rest behind it.
     fn streams(self) -> bool {
-        matches!(self, Method::UrgentFirst | Method::Polite | Method::Learned)
+        matches!(
+            self,
+            Method::UrgentFirst | Method::Polite | Method::UrgentOnly | Method::Learned
+        )
     }
 }
 
@@ -201,6 +210,14 @@ pub fn run(
                     l.bulk_after.as_secs_f64()
                 );
                 teesfs_outcome(m, &run, &detail)
+            }
+            Method::UrgentOnly => {
+                let mut o = push_options(l, "login", "topo", false);
+                o.extra
+                    .extend(["--stream", "urgent", "--serve", "1h"].map(String::from));
+                o.stop = Some(Arc::new(AtomicBool::new(false)));
+                let run = on_mount(lab, l, o)?;
+                teesfs_outcome(m, &run, "the rest only on demand")
             }
             Method::CopyFirst => {
                 let (o, local) = copy_first(lab, l)?;

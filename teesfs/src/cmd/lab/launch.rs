@@ -49,7 +49,7 @@ pub struct LaunchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "urgent-first,urgent-polite,copy-first,demand-only,shared-storage,sbcast+untar,urgent-learned",
+        default_value = "urgent-first,urgent-polite,urgent-only,copy-first,demand-only,shared-storage,sbcast+untar,urgent-learned",
         value_parser = parse_method
     )]
     methods: Vec<Method>,
