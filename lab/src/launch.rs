@@ -205,7 +205,7 @@ pub fn run(
             Method::Polite => {
                 let run = on_mount(lab, l, polite_options(l))?;
                 let detail = format!(
-                    "bulk held while demand came in the last {:.1} s (at most {:.0} s)",
+                    "bulk held while applications were active in the last {:.1} s (at most {:.0} s)",
                     l.bulk_quiet.as_secs_f64(),
                     l.bulk_after.as_secs_f64()
                 );

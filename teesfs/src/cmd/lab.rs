@@ -32,8 +32,9 @@ enum LabCmd {
     Demo(demo::DemoArgs),
     /// The same job by each distribution method, several repetitions, with ratios.
     Bench(bench::BenchArgs),
-    /// A launch benchmark on any layer: push urgent-first, start an application on every
-    /// node, and compare with copying the whole layer first.
+    /// A launch benchmark on any layer: start an application on every node by each launch
+    /// method (teesfs urgent-first and its variants, copy-first, demand-only, shared
+    /// storage, sbcast+untar), each on fresh nodes, and compare.
     Launch(launch::LaunchArgs),
 }
 

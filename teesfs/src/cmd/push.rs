@@ -70,10 +70,10 @@ pub struct PushArgs {
     /// --bulk-quiet).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub bulk_after: Option<Duration>,
-    /// With --bulk-after: within the hold, let the rest flow while no demand has reached
-    /// this command (directly or in the nodes' reports) for this long: the applications
-    /// have started. New demand pauses it again until the hold is over. Set it above the
-    /// heartbeat times the tree's depth (reports ride on heartbeats).
+    /// With --bulk-after: within the hold, let the rest flow while no sign of applications
+    /// starting (files opened in the nodes' mounts, reads fetched on demand) has reached
+    /// this command for this long. New signs pause it again until the hold is over. Set it
+    /// above the heartbeat times the tree's depth (the nodes' reports carry the signs).
     #[arg(
         long,
         value_name = "DURATION",

@@ -18,13 +18,13 @@ use super::ShapeArgs;
 /// Arguments of `teesfs lab launch`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
-  # a layer of scipy, pandas and matplotlib from PyPI (about 300 MB), on 16 nodes:
+  # a layer of scipy, pandas and matplotlib from PyPI (about 400 MB), on 16 nodes:
   lab/scripts/pypi-layer.sh /var/tmp/pypi
   sudo TMPDIR=/dev/shm teesfs lab launch --groups 4 --group-size 4 --layer /var/tmp/pypi/layer \\
       --app 'PYTHONPATH=$TEESFS_MOUNT/opt/sciapp python3 -m sciapp'
   # only two methods, with a recorded urgent list:
-  sudo teesfs lab launch --layer ./layer --urgent-list urgent.list --methods urgent-first,copy-first \\
-      --app 'PYTHONPATH=$TEESFS_MOUNT python3 -c \"import numpy\"'")]
+  sudo teesfs lab launch --layer ./layer --urgent-list urgent.list \\
+      --methods urgent-first,copy-first --app 'PYTHONPATH=$TEESFS_MOUNT python3 -c \"import numpy\"'")]
 pub struct LaunchArgs {
     #[command(flatten)]
     shape: ShapeArgs,
@@ -57,8 +57,8 @@ pub struct LaunchArgs {
     /// set is on every node (`teesfs push --bulk-after`).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     bulk_after: std::time::Duration,
-    /// urgent-polite: let it flow while no demand reached the root for this long
-    /// (`teesfs push --bulk-quiet`).
+    /// urgent-polite: let it flow while no sign of applications starting (files opened,
+    /// reads fetched on demand) reached the root for this long (`teesfs push --bulk-quiet`).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     bulk_quiet: std::time::Duration,
     /// The HTML report to write (an .svg is written beside it, and the figures as .json).
