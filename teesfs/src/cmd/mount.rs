@@ -53,6 +53,7 @@ pub struct MountArgs {
 
 /// Runs `teesfs mount`.
 pub fn run(args: MountArgs) -> anyhow::Result<()> {
+    check_mountpoint(&args.mountpoint)?;
     let (store, id, index) = args.at.open().context("refusing to mount it")?;
     let root = nix::unistd::geteuid().is_root();
     let passthrough = if args.passthrough == Passthrough::Auto && root {
@@ -133,5 +134,42 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
         stats.fetches,
         stats.corrupt
     );
+    Ok(())
+}
+
+/// Refuses a mountpoint that cannot take the layer, saying what to do: a dead mount left by
+/// a killed `teesfs mount`, something already mounted there, or not a directory.
+fn check_mountpoint(mp: &std::path::Path) -> anyhow::Result<()> {
+    let shown = mp.display();
+    let dead = || {
+        anyhow::anyhow!(
+            "{shown}: a dead mount is still there (a killed `teesfs mount` leaves one): run \
+             `umount -l {shown}` (or `fusermount3 -uz {shown}`), then mount again"
+        )
+    };
+    let not_connected = |e: &std::io::Error| e.raw_os_error() == Some(nix::libc::ENOTCONN);
+    match std::fs::metadata(mp) {
+        Err(e) if not_connected(&e) => return Err(dead()),
+        Err(e) => anyhow::bail!("{shown}: {e}; mount on an existing empty directory"),
+        Ok(m) if !m.is_dir() => {
+            anyhow::bail!("{shown} is not a directory; mount on an existing empty directory")
+        }
+        Ok(_) => {}
+    }
+    let full = std::fs::canonicalize(mp).with_context(|| format!("resolving {shown}"))?;
+    let mounts = teesfs::sys::mountinfo::read(None).context("reading this process's mounts")?;
+    if let Some(m) = mounts.iter().rev().find(|m| m.mount_point == full) {
+        // The kernel may answer a dead FUSE mount's root attributes from its cache; listing
+        // it asks the (gone) daemon.
+        if std::fs::read_dir(mp).is_err_and(|e| not_connected(&e)) {
+            return Err(dead());
+        }
+        anyhow::bail!(
+            "{shown} already has a mount ({} from {}): unmount it first (`umount {shown}`) or \
+             choose another directory",
+            m.fs_type,
+            m.source
+        );
+    }
     Ok(())
 }

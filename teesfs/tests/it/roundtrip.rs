@@ -132,3 +132,41 @@ fn mounted_layer_is_read_only_and_nosuid() {
         );
     }
 }
+
+/// `teesfs mount` refuses a place that cannot take the layer and says what to do: a regular
+/// file and a live mount.
+#[test]
+fn mount_refuses_a_file_and_a_live_mount_saying_what_to_do() {
+    if !can_mount() {
+        return;
+    }
+    let ws = Workspace::new();
+    let layer = ws.path().join("layer");
+    std::fs::create_dir_all(&layer).expect("layer");
+    std::fs::write(layer.join("f"), b"x").expect("file");
+    let id = ws.publish(&layer);
+    let (store, key) = (ws.store(), ws.pubkey());
+    let try_mount = |mp: &Path| {
+        let out = ws.teesfs(&[
+            "mount",
+            mp.to_str().expect("utf8"),
+            "--store",
+            store.to_str().expect("utf8"),
+            "--index",
+            &id,
+            "--trust",
+            key.to_str().expect("utf8"),
+        ]);
+        assert!(!out.status.success(), "mounted over {}", mp.display());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let file = ws.path().join("a-file");
+    std::fs::write(&file, b"").expect("file");
+    assert!(try_mount(&file).contains("is not a directory"));
+
+    let live = ws.mount(&id, "live", &[]);
+    let err = try_mount(&live.mountpoint);
+    assert!(err.contains("already has a mount"), "{err}");
+
+    drop(live);
+}
