@@ -159,9 +159,10 @@ fn check_mountpoint(mp: &std::path::Path) -> anyhow::Result<()> {
     let full = std::fs::canonicalize(mp).with_context(|| format!("resolving {shown}"))?;
     let mounts = teesfs::sys::mountinfo::read(None).context("reading this process's mounts")?;
     if let Some(m) = mounts.iter().rev().find(|m| m.mount_point == full) {
-        // The kernel may answer a dead FUSE mount's root attributes from its cache; listing
-        // it asks the (gone) daemon.
-        if std::fs::read_dir(mp).is_err_and(|e| not_connected(&e)) {
+        // The kernel may answer a dead FUSE mount's root attributes and listing from its
+        // caches; a name never looked up before asks the (gone) daemon.
+        let probe = mp.join(format!(".teesfs-probe-{}", std::process::id()));
+        if std::fs::symlink_metadata(probe).is_err_and(|e| not_connected(&e)) {
             return Err(dead());
         }
         anyhow::bail!(

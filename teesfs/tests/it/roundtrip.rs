@@ -134,9 +134,10 @@ fn mounted_layer_is_read_only_and_nosuid() {
 }
 
 /// `teesfs mount` refuses a place that cannot take the layer and says what to do: a regular
-/// file and a live mount.
+/// file, a live mount, and the dead mount a killed `teesfs mount` leaves (`umount -l`, not
+/// `modprobe fuse`), also when the kernel still caches its root.
 #[test]
-fn mount_refuses_a_file_and_a_live_mount_saying_what_to_do() {
+fn mount_refuses_a_file_a_live_mount_and_a_dead_one_saying_what_to_do() {
     if !can_mount() {
         return;
     }
@@ -164,9 +165,17 @@ fn mount_refuses_a_file_and_a_live_mount_saying_what_to_do() {
     std::fs::write(&file, b"").expect("file");
     assert!(try_mount(&file).contains("is not a directory"));
 
-    let live = ws.mount(&id, "live", &[]);
+    let mut live = ws.mount(&id, "live", &[]);
     let err = try_mount(&live.mountpoint);
     assert!(err.contains("already has a mount"), "{err}");
 
-    drop(live);
+    live.stop_with(nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        is_mounted(&live.mountpoint),
+        "a killed mount leaves its mount"
+    );
+    let err = try_mount(&live.mountpoint);
+    assert!(err.contains("umount -l"), "{err}");
+    assert!(!err.contains("modprobe"), "{err}");
+    // The guard detaches the dead mount.
 }
