@@ -422,7 +422,7 @@ impl Lab {
 
         let up_before = self.net.uplinks()?;
         let root_before = self.net.counters(&root.host, "eth0")?;
-        let cpu_before = self.daemons_cpu() + proc::children_cpu_seconds();
+        let cpu_before = self.cpu_seconds();
         let t0 = Instant::now();
         let child = cmd.spawn().map_err(|source| LabError::Spawn {
             program: "nsenter".into(),
@@ -445,7 +445,7 @@ impl Lab {
             }
         };
         let wall_s = t0.elapsed().as_secs_f64();
-        let cpu_s = self.daemons_cpu() + proc::children_cpu_seconds() - cpu_before;
+        let cpu_s = self.cpu_seconds() - cpu_before;
         let up_after = self.net.uplinks()?;
         let root_after = self.net.counters(&root.host, "eth0")?;
         if !status {

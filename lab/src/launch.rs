@@ -176,9 +176,10 @@ pub fn run(
         local_s: None,
         urgent_first: None,
     };
-    // The urgent set the nodes learned in the last urgent-first or demand-only run.
-    // (Learning fails when nothing was read before the layer arrived: only a later
-    // urgent-learned run needs it.)
+    // The urgent set the nodes learned in the urgent-first run, else the demand-only one,
+    // asked for only when urgent-learned will use it. (Learning fails when nothing was read
+    // before the layer arrived: only urgent-learned needs it to succeed.)
+    let wants_learning = methods.contains(&Method::Learned);
     let mut learned: Option<(Method, Result<String>)> = None;
     for &m in methods {
         crate::check_interrupt()?;
@@ -187,8 +188,9 @@ pub fn run(
         let mut o = match m {
             Method::UrgentFirst | Method::DemandOnly => {
                 let demand = m == Method::DemandOnly;
-                let run = on_mount(lab, l, push_options(l, "login", "topo", demand))?;
-                if !demand || learned.is_none() {
+                let stream = if demand { "none" } else { "all" };
+                let run = on_mount(lab, l, push_options(l, "login", "topo", stream))?;
+                if wants_learning && (!demand || learned.is_none()) {
                     learned = Some((m, learn(lab, &run.push.report.job)));
                 }
                 let detail = if demand {
@@ -212,11 +214,7 @@ pub fn run(
                 teesfs_outcome(m, &run, &detail)
             }
             Method::UrgentOnly => {
-                let mut o = push_options(l, "login", "topo", false);
-                o.extra
-                    .extend(["--stream", "urgent", "--serve", "1h"].map(String::from));
-                o.stop = Some(Arc::new(AtomicBool::new(false)));
-                let run = on_mount(lab, l, o)?;
+                let run = on_mount(lab, l, push_options(l, "login", "topo", "urgent"))?;
                 teesfs_outcome(m, &run, "the rest only on demand")
             }
             Method::CopyFirst => {
@@ -225,7 +223,7 @@ pub fn run(
                 o
             }
             Method::SharedStorage => {
-                let run = on_mount(lab, l, push_options(l, "storage", "flat", true))?;
+                let run = on_mount(lab, l, push_options(l, "storage", "flat", "none"))?;
                 teesfs_outcome(m, &run, "every read from the storage node")
             }
             Method::Sbcast => sbcast_untar(lab, l)?,
@@ -240,7 +238,7 @@ pub fn run(
                 let list = list?;
                 let mut again = l.clone();
                 again.urgent = demo::urgent_globs(&list);
-                let run = on_mount(lab, &again, push_options(&again, "login", "topo", false))?;
+                let run = on_mount(lab, &again, push_options(&again, "login", "topo", "all"))?;
                 let files = demo::urgent_paths(&list).count();
                 teesfs_outcome(
                     m,
@@ -280,26 +278,29 @@ fn learn(lab: &Lab, job: &str) -> Result<String> {
     std::fs::read_to_string(&out).map_err(LabError::io(&out))
 }
 
-fn push_options(l: &Launch, root: &str, strategy: &str, demand: bool) -> PushOptions {
+/// A push of `l` from `root` with `strategy` that streams `stream` (`all`, `urgent` or
+/// `none`); what it does not stream it serves on demand until the launch stops it.
+fn push_options(l: &Launch, root: &str, strategy: &str, stream: &str) -> PushOptions {
     let mut o = PushOptions::new(&l.index);
     o.root = root.into();
     o.strategy = strategy.into();
     // 32 applications starting at once on a small machine can starve a daemon's heartbeat
     // for seconds; that is CPU contention of the emulation, not a failed node.
     o.extra = vec!["--deadline".into(), "30s".into()];
-    if demand {
-        o.extra
-            .extend(["--stream", "none", "--serve", "1h"].map(String::from));
-        o.stop = Some(Arc::new(AtomicBool::new(false)));
-    } else {
+    if stream != "none" {
         o.urgent = l.urgent.clone();
+    }
+    if stream != "all" {
+        o.extra
+            .extend(["--stream", stream, "--serve", "1h"].map(String::from));
+        o.stop = Some(Arc::new(AtomicBool::new(false)));
     }
     o
 }
 
 /// Urgent-first with the hysteretic set held back while applications start.
 fn polite_options(l: &Launch) -> PushOptions {
-    let mut o = push_options(l, "login", "topo", false);
+    let mut o = push_options(l, "login", "topo", "all");
     o.extra.extend([
         "--bulk-after".into(),
         format!("{}ms", l.bulk_after.as_millis()),
@@ -333,7 +334,7 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
 /// The whole layer by teesfs, then the application everywhere from local data; also
 /// returns that start alone (the local reference).
 fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
-    let mut o = push_options(l, "login", "topo", false);
+    let mut o = push_options(l, "login", "topo", "all");
     o.urgent.clear();
     let t0 = Instant::now();
     let push = lab.push(&o)?;
@@ -424,10 +425,9 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
         all_s: Some(copied),
         ok: apps.iter().filter(|x| x.ok).count(),
         nodes: apps.len(),
-        uplink_in_bytes: up_after
+        uplink_in_bytes: crate::net::Counters::each_since(&up_after, &up_before)
             .iter()
-            .zip(&up_before)
-            .map(|(a, b)| a.since(*b).rx)
+            .map(|c| c.rx)
             .sum(),
         mounted_s: None,
         push_wall_s: None,

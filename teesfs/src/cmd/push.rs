@@ -352,23 +352,20 @@ fn streamed(
         Stream::Urgent => urgent,
         Stream::None => 0,
     };
-    match (keep < order.len(), serve) {
-        (true, None) => bail!(
-            "--stream {} leaves {} of the layer's {} chunks on this node only: say how long to \
-             serve them on demand with --serve (the job's time limit, e.g. --serve 2h), or \
+    if stream == Stream::All && serve.is_some() {
+        bail!("--serve applies only with --stream urgent or none");
+    }
+    if keep < order.len() && serve.is_none() {
+        let name = clap::ValueEnum::to_possible_value(&stream)
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default();
+        bail!(
+            "--stream {name} leaves {} of the layer's {} chunks on this node only: say how long \
+             to serve them on demand with --serve (the job's time limit, e.g. --serve 2h), or \
              stream everything (--stream all)",
-            if stream == Stream::None {
-                "none"
-            } else {
-                "urgent"
-            },
             order.len() - keep,
             order.len()
-        ),
-        (false, Some(_)) if stream == Stream::All => {
-            bail!("--serve applies only with --stream urgent or none")
-        }
-        _ => {}
+        );
     }
     order.truncate(keep);
     Ok((order, urgent.min(keep)))
