@@ -31,8 +31,15 @@ use crate::slurm::{JobId, Slurm};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
-    /// teesfs, topology-aware tree.
+    /// teesfs, topology-aware tree, told the lab's link rates (as a site configures).
     Topo,
+    /// teesfs, the topology-aware tree without link rates: the Tianhe assumption that a
+    /// proxy's port carries its whole group.
+    #[serde(rename = "topo-unrated")]
+    TopoUnrated,
+    /// teesfs, the paper's Algorithm 1.
+    #[serde(rename = "topo-paper")]
+    TopoPaper,
     /// teesfs, random tree of the same width.
     Random,
     /// teesfs, tree in hostlist order (sbcast's way).
@@ -50,8 +57,10 @@ pub enum Method {
 
 impl Method {
     /// Every method, in table order.
-    pub const ALL: [Method; 7] = [
+    pub const ALL: [Method; 9] = [
         Method::Topo,
+        Method::TopoUnrated,
+        Method::TopoPaper,
         Method::Random,
         Method::Hostlist,
         Method::Flat,
@@ -64,6 +73,8 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Topo => "topo",
+            Method::TopoUnrated => "topo-unrated",
+            Method::TopoPaper => "topo-paper",
             Method::Random => "random",
             Method::Hostlist => "hostlist",
             Method::Flat => "flat",
@@ -89,6 +100,10 @@ impl Method {
             Method::Storage => {
                 o.strategy = "flat".into();
                 o.root = "storage".into();
+            }
+            Method::TopoUnrated => {
+                o.strategy = "topo".into();
+                o.links = false;
             }
             m => o.strategy = m.name().into(),
         }

@@ -78,6 +78,9 @@ pub struct PushOptions {
     /// For a push that keeps serving demand (`--serve`): set it to end the push (it gets
     /// SIGTERM, finishes the job on every node and writes its report).
     pub stop: Option<Arc<AtomicBool>>,
+    /// Tell the planner the lab's link rates (`--links`), as a site's configuration
+    /// would; without them it assumes a port that carries a whole group (Tianhe).
+    pub links: bool,
 }
 
 impl PushOptions {
@@ -94,6 +97,7 @@ impl PushOptions {
             nodes: None,
             env: Vec::new(),
             stop: None,
+            links: true,
         }
     }
 }
@@ -504,6 +508,9 @@ impl Lab {
             .arg(&report_path);
         for g in &o.urgent {
             cmd.args(["--urgent", g]);
+        }
+        if o.links {
+            cmd.args(["--links", &self.layout().links()]);
         }
         cmd.args(&o.extra)
             .envs(o.env.iter().map(|(k, v)| (k, v)))

@@ -49,7 +49,13 @@ pub struct LabSpec {
     pub group_size: usize,
     /// Link caps.
     pub rates: Rates,
+    /// MTU of every link and bridge: [`JUMBO_MTU`] by default, as on the RoCE and IPoIB
+    /// fabrics of HPC machines (1500 stands for plain Ethernet).
+    pub mtu: u32,
 }
+
+/// Jumbo frames: the MTU of RoCE and datagram-mode IPoIB fabrics.
+pub const JUMBO_MTU: u32 = 9000;
 
 impl Default for LabSpec {
     /// 4 groups of 8: the reference shape.
@@ -58,6 +64,7 @@ impl Default for LabSpec {
             groups: 4,
             group_size: 8,
             rates: Rates::default(),
+            mtu: JUMBO_MTU,
         }
     }
 }
@@ -229,6 +236,12 @@ impl Layout {
                 spec.group_size
             )));
         }
+        if !(576..=65_535).contains(&spec.mtu) {
+            return Err(LabError::Shape(format!(
+                "MTU {}: need 576 to 65535 (1500 for Ethernet, 9000 for jumbo frames)",
+                spec.mtu
+            )));
+        }
         if !prefix.starts_with(PREFIX_ROOT) || prefix.len() > 12 {
             return Err(LabError::Shape(format!(
                 "prefix {prefix:?} must start with {PREFIX_ROOT:?} and be at most 12 characters"
@@ -290,6 +303,15 @@ impl Layout {
             nodes,
             spec: spec.clone(),
         })
+    }
+
+    /// The lab's link rates as `teesfs push --links` takes them.
+    pub fn links(&self) -> String {
+        let r = self.spec.rates;
+        format!(
+            "node={}bit,port={}bit,uplink={}bit,login={}bit",
+            r.slave, r.proxy_group, r.proxy_uplink, r.login
+        )
     }
 
     /// A fresh random prefix such as `tlab3f2a`.
@@ -377,7 +399,7 @@ mod tests {
         let spec = LabSpec {
             groups: 200,
             group_size: 250,
-            rates: Rates::default(),
+            ..LabSpec::default()
         };
         let l = Layout::new("tlabffff", &spec).expect("valid");
         for n in &l.nodes {

@@ -42,7 +42,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use cluster::{Lab, LabOptions, PushOptions, PushRun};
 pub use error::{LabError, Result};
-pub use layout::{LabSpec, Layout, Rates};
+pub use layout::{JUMBO_MTU, LabSpec, Layout, Rates};
 pub use slurm::Slurm;
 
 /// Fails with [`LabError::NotRoot`] unless running as root.

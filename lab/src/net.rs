@@ -74,9 +74,16 @@ impl Network {
 
     fn build_inner(&mut self) -> Result<()> {
         let sw = self.layout.switch_netns.clone();
+        let mtu = self.layout.spec.mtu.to_string();
         self.add_netns(&sw)?;
+        // Bridged frames would otherwise pass through iptables (br_netfilter, loaded by
+        // Docker and the like): per-packet work a real switch does not do.
+        sh::sh_in(
+            &sw,
+            "for f in /proc/sys/net/bridge/bridge-nf-call-*; do [ -e \"$f\" ] && echo 0 > \"$f\"; done; true",
+        )?;
         for b in self.layout.bridges.clone() {
-            sh::ip_in(&sw, &["link", "add", &b, "type", "bridge"])?;
+            sh::ip_in(&sw, &["link", "add", &b, "mtu", &mtu, "type", "bridge"])?;
             sh::ip_in(&sw, &["link", "set", &b, "up"])?;
         }
         for node in self.layout.nodes.clone() {
@@ -85,7 +92,7 @@ impl Network {
                 sh::sh_in(&node.netns, "echo 1 > /proc/sys/net/ipv4/ip_forward")?;
             }
             for i in &node.ifaces {
-                link(&sw, &node.netns, i)?;
+                link(&sw, &node.netns, i, &mtu)?;
             }
             for r in &node.routes {
                 sh::ip_in(
@@ -137,11 +144,12 @@ impl Drop for Network {
 }
 
 /// One veth link from a node to a bridge, capped both ways.
-fn link(sw: &str, netns: &str, i: &Iface) -> Result<()> {
+fn link(sw: &str, netns: &str, i: &Iface, mtu: &str) -> Result<()> {
     sh::ip_in(
         sw,
         &[
-            "link", "add", &i.port, "type", "veth", "peer", "name", &i.name, "netns", netns,
+            "link", "add", &i.port, "mtu", mtu, "type", "veth", "peer", "name", &i.name, "mtu",
+            mtu, "netns", netns,
         ],
     )?;
     sh::ip_in(sw, &["link", "set", &i.port, "master", &i.bridge, "up"])?;

@@ -61,6 +61,9 @@ pub struct SweepSpec {
     pub urgent: Option<u64>,
     /// The application's own start on one node from local data (0: no application).
     pub app_start: Duration,
+    /// Plan without the machine's link rates (the Tianhe assumption that a proxy's port
+    /// carries its whole group), as `teesfs push` does without `--links`.
+    pub unrated: bool,
 }
 
 /// One simulation's outcome.
@@ -104,6 +107,11 @@ impl Sweep {
             Machine::Tianhe => Network::tianhe(),
             Machine::TwoLevel => Network::two_level(),
             Machine::Lab => Network::lab(),
+        };
+        let topology = if spec.unrated {
+            topology
+        } else {
+            topology.with_links(network.link_rates())
         };
         network.setup = spec.setup.unwrap_or(network.setup);
         network.latency = spec.latency.unwrap_or(network.latency);

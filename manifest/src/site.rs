@@ -15,6 +15,10 @@
 //! file = "/etc/teesfs/topology.toml"   # or:
 //! cluster = "cn[00001-17560]"      # every node of the cluster, cut into groups of
 //! group_size = 8                   # this many; the first of each is its proxy
+//! links = "node=100gbit,port=800gbit,uplink=800gbit,login=800gbit"
+//!                                  # optional link rates: fan-outs that keep every
+//!                                  # stream at a node's rate (members relay to members
+//!                                  # where a port carries less than its group)
 //!
 //! [tree]
 //! strategy = "auto"                # topo, topo-paper, random, hostlist, flat, storage, auto
@@ -89,6 +93,8 @@ pub struct TopologySection {
     pub cluster: Option<String>,
     /// Nodes per group of `cluster`.
     pub group_size: Option<usize>,
+    /// Link rates, `node=RATE,port=RATE,uplink=RATE,login=RATE` (`--links`).
+    pub links: Option<String>,
 }
 
 /// `[tree]`.
@@ -176,7 +182,7 @@ impl SiteConfig {
         if topology.cluster.is_some() {
             self.topology.file = None;
         }
-        overlay_fields!(self.topology, topology, file, cluster, group_size);
+        overlay_fields!(self.topology, topology, file, cluster, group_size, links);
         overlay_fields!(self.tree, tree, strategy, width, threshold);
         overlay_fields!(self.network, network, identity, hosts, port, trust);
         self

@@ -34,6 +34,9 @@ pub enum Error {
         /// What is inconsistent.
         message: String,
     },
+    /// Link rates (`[links]` of `topology.toml`, or `--links`) cannot be read.
+    #[error("link rates: {0}")]
+    Rates(String),
     /// A topology was built from arguments (not a file) and is inconsistent.
     #[error("topology: {0}")]
     TopologyArgs(String),

@@ -3,6 +3,7 @@
 //! Layers, bottom up:
 //! - [`hostlist`]: Slurm hostlist expressions (`cn[0001-0128],login1`) to host names and back.
 //! - [`topology`]: groups behind proxies and optional upper levels, from `topology.toml`.
+//! - [`rates`]: link rates, and how many full-rate streams each kind of link carries.
 //! - [`plan`]: the tree type ([`Plan`]) shared by the planner, the relay and the simulator.
 //! - [`strategy`]: the paper's Algorithm 1 (`topo-paper`), the improved `topo`, and the
 //!   baselines (`random`, `hostlist`, `flat`, `storage`, `auto`).
@@ -18,6 +19,7 @@ pub mod error;
 pub mod hostlist;
 pub mod metrics;
 pub mod plan;
+pub mod rates;
 pub mod relay;
 pub mod sim;
 pub mod strategy;
@@ -26,5 +28,6 @@ pub mod topology;
 pub use error::{Error, Result};
 pub use metrics::{Metrics, measure};
 pub use plan::{NodeId, Plan, Role};
+pub use rates::LinkRates;
 pub use strategy::{Availability, PlanOptions, Strategy, plan};
 pub use topology::{GroupId, Topology};

@@ -17,6 +17,7 @@ use toml::Spanned;
 
 use crate::error::{Error, Result};
 use crate::hostlist;
+use crate::rates::{LinkRates, LinksSpec};
 
 /// Index of a node in a [`Topology`]'s host table (topology order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,6 +65,8 @@ pub struct Topology {
     levels: Vec<Level>,
     /// `units[level][group]`: the unit of `level` that holds the group's proxy.
     units: Vec<Vec<u32>>,
+    /// Link rates, when known (`[links]`): the planner sizes fan-outs from them.
+    links: Option<LinkRates>,
 }
 
 impl Topology {
@@ -103,6 +106,12 @@ impl Topology {
     /// [[level]]              # optional, innermost first
     /// name = "supernode"
     /// size = 14
+    ///
+    /// [links]                # optional: link rates, for fan-outs that keep every
+    /// node = "10gbit"        # stream at a node's full rate
+    /// port = "80gbit"        # a proxy's port toward its group
+    /// uplink = "80gbit"      # a group's uplink
+    /// login = "80gbit"       # the login node's link
     /// ```
     pub fn from_toml(src: &str) -> Result<Self> {
         let line = |offset: usize| line_of(src, offset);
@@ -189,10 +198,31 @@ impl Topology {
                 message: "no groups: add a [[pattern]] or [[group]] table".into(),
             });
         }
-        b.finish(levels).map_err(|e| Error::Topology {
-            line: 1,
-            message: e.to_string(),
-        })
+        let links = match &file.links {
+            Some(l) => Some(
+                l.get_ref()
+                    .rates()
+                    .map_err(|e| at(l.span(), e.to_string()))?,
+            ),
+            None => None,
+        };
+        b.finish(levels)
+            .map(|t| t.with_links(links))
+            .map_err(|e| Error::Topology {
+                line: 1,
+                message: e.to_string(),
+            })
+    }
+
+    /// This topology with the given link rates (`None`: unknown, the Tianhe shape).
+    pub fn with_links(mut self, links: Option<LinkRates>) -> Self {
+        self.links = links;
+        self
+    }
+
+    /// The link rates, when known.
+    pub fn links(&self) -> Option<&LinkRates> {
+        self.links.as_ref()
     }
 
     /// Number of nodes.
@@ -271,6 +301,7 @@ struct File {
     pattern: Vec<Spanned<PatternSpec>>,
     #[serde(default)]
     level: Vec<Spanned<LevelSpec>>,
+    links: Option<Spanned<LinksSpec>>,
 }
 
 #[derive(Deserialize)]
@@ -389,6 +420,7 @@ impl Builder {
             groups: self.groups,
             levels,
             units,
+            links: None,
         })
     }
 }

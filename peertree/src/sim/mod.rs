@@ -167,6 +167,24 @@ impl Network {
         }
     }
 
+    /// The machine's link rates as the planner takes them (bits per second), or `None`
+    /// when a node's NIC is unlimited.
+    pub fn link_rates(&self) -> Option<crate::rates::LinkRates> {
+        let bits = |bw: f64| {
+            if bw.is_finite() {
+                (bw * 8.0).round() as u64
+            } else {
+                u64::MAX
+            }
+        };
+        self.node_bw.is_finite().then(|| crate::rates::LinkRates {
+            node: bits(self.node_bw),
+            port: bits(self.port_bw),
+            uplink: bits(self.uplink_bw),
+            login: bits(self.login_bw),
+        })
+    }
+
     /// Processing time of one received chunk of `bytes`.
     pub fn chunk_ns(&self, bytes: u64) -> u64 {
         self.chunk_cost.as_nanos() as u64 + transfer_ns(bytes, self.cpu_bw)

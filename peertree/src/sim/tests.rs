@@ -377,3 +377,42 @@ fn the_application_starts_after_the_mount_or_the_urgent_set_whichever_is_later()
         }
     }
 }
+
+/// Issue 16: on the lab's machine (a proxy's port carries 4 of its 7 members' streams),
+/// planning with the link rates lets members relay to members, so every member receives
+/// at its own link rate: much closer to the bound than the tree that assumes a port
+/// carries its whole group, with the same uplink traffic. A CPU per node, as on a real
+/// machine (the lab's own 2 shared cores are another limit).
+#[test]
+fn link_rates_let_members_relay_where_the_port_is_narrow() {
+    let nodes: Vec<String> = (1..=32).map(|i| format!("cn{i:04}")).collect();
+    let bare = Topology::generated(&nodes, 8, ProxyPick::First).expect("topology");
+    let mut net = Network::lab();
+    net.shared_cores = 0;
+    let rated = bare.clone().with_links(net.link_rates());
+    let deploy = |topo: &Topology| {
+        let plan =
+            crate::plan(topo, &nodes, Strategy::Topo, &PlanOptions::default()).expect("plan");
+        run(
+            &plan,
+            Some(topo),
+            SimConfig::new(net.clone(), 16 * MIB, MIB),
+        )
+    };
+    let (with, without) = (deploy(&rated), deploy(&bare));
+    assert_eq!(with.uplink_in, without.uplink_in);
+    let gain = without.deploy.as_secs_f64() / with.deploy.as_secs_f64();
+    let to_bound = with.deploy.as_secs_f64() / with.lower_bound.as_secs_f64();
+    assert!(
+        gain > 1.4,
+        "rated {:?}, unrated {:?}",
+        with.deploy,
+        without.deploy
+    );
+    assert!(
+        to_bound < 1.3,
+        "rated {:?} against {:?}",
+        with.deploy,
+        with.lower_bound
+    );
+}

@@ -10,6 +10,9 @@
 //!   uplink separately.
 //! - `improved`: laid out so that every stream runs at a node's rate. A leader feeds its
 //!   slaves directly and at most [`uplink_fanout`] other groups (as does the login node);
+//!   when the topology carries link rates, a leader feeds as many slaves as its port
+//!   carries at a node's rate and those relay to the rest in chains, and the login node
+//!   and leaders feed as many hosts as their links carry;
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
 //!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
 //!   receives once and feeds the rest of its group as a chain, so every group's uplink
@@ -193,7 +196,11 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 ///   its nodes are in the job (the paper: more than half), since a deputy would otherwise
 ///   feed two or more over one NIC; the remaining orphan groups get a deputy whose group
 ///   hangs below it as a chain (one stream per NIC);
-/// - leaders are taken in topology order and laid out by recursive spans.
+/// - leaders are taken in topology order and laid out by recursive spans;
+/// - with link rates ([`crate::rates`]), the fan-outs come from them instead: a leader
+///   feeds `port / node` slaves and `uplink / node` groups, the login node `login / node`
+///   hosts, and the rest of a group hangs below the directly fed slaves as pipelined chains,
+///   so a port narrower than its group no longer caps the push (members' uploads are used).
 pub(super) fn improved(b: &mut Builder<'_>) {
     let w = b.width();
     let mut buckets = buckets(b);
@@ -203,24 +210,36 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         .map(|bk| b.topology.group(bk.group).members.len())
         .max()
         .unwrap_or(1);
-    let fanout = uplink_fanout(w, largest);
+    let fan = Fanouts::new(b, largest);
     let (leads, orphan_groups) = classify(b, buckets, true);
-    let direct = |n: usize| if w > 1 { n.min(w - 1) } else { n.min(w) };
-    // Children a host may have: the root `fanout`, a leader its direct slaves plus
-    // `fanout` leaders or deputies, anyone else one (its NIC carries one stream).
+    // Children a host may have: the root `fan.root`, a leader its direct slaves plus
+    // `fan.uplink` leaders or deputies, anyone else one (its NIC carries one stream).
     let mut cap = vec![1usize; b.hosts.len()];
-    cap[b.root().index()] = fanout.min(w);
+    cap[b.root().index()] = fan.root;
     for lead in &leads {
-        let d = direct(lead.slaves.len());
-        cap[lead.leader.index()] = d + (w - d).min(fanout);
+        let d = fan.direct(lead.slaves.len());
+        cap[lead.leader.index()] = d + (w - d).min(fan.uplink);
     }
 
     let mut stranded = Vec::new();
     let root = b.root();
-    spans(b, root, cap[root.index()], &cap, &leads, &mut stranded);
+    spans(
+        b,
+        root,
+        cap[root.index()],
+        &cap,
+        &fan,
+        &leads,
+        &mut stranded,
+    );
     for lead in &leads {
-        if b.depth[lead.leader.index()] != u32::MAX {
-            hang_slaves(b, lead.leader, direct(lead.slaves.len()), &lead.slaves);
+        if b.depth[lead.leader.index()] == u32::MAX {
+            continue;
+        }
+        let direct = fan.direct(lead.slaves.len());
+        match fan.member {
+            Some(per_member) => hang_relays(b, lead.leader, direct, per_member, &lead.slaves),
+            None => hang_slaves(b, lead.leader, direct, &lead.slaves),
         }
     }
     // Slaves that feed other slaves (groups wider than the tree) may keep doing so.
@@ -294,6 +313,80 @@ pub(super) fn improved(b: &mut Builder<'_>) {
     }
 }
 
+/// How many streams each kind of host feeds, from the link rates when the topology has
+/// them, else from the width and the Tianhe shape (a port that carries its whole group).
+struct Fanouts {
+    width: usize,
+    /// Hosts the login node feeds.
+    root: usize,
+    /// Other groups a leader feeds through its uplink.
+    uplink: usize,
+    /// Members a leader feeds through its port (`usize::MAX`: all, up to the width).
+    port: usize,
+    /// Children of a member that relays to members; `None` without rates (members
+    /// relay only when a group is wider than the tree).
+    member: Option<usize>,
+}
+
+impl Fanouts {
+    fn new(b: &Builder<'_>, largest_group: usize) -> Self {
+        let w = b.width();
+        match b.topology.links() {
+            Some(r) => Fanouts {
+                width: w,
+                root: r.login_streams().min(w),
+                uplink: r.uplink_streams().min(w),
+                port: r.port_streams(),
+                member: Some(r.member_streams().min(w)),
+            },
+            None => {
+                let uplink = uplink_fanout(w, largest_group);
+                Fanouts {
+                    width: w,
+                    root: uplink.min(w),
+                    uplink,
+                    port: usize::MAX,
+                    member: None,
+                }
+            }
+        }
+    }
+
+    /// Slaves a leader of `n` slaves feeds itself.
+    fn direct(&self, n: usize) -> usize {
+        let w = self.width;
+        let by_width = if w > 1 { n.min(w - 1) } else { n.min(w) };
+        by_width.min(self.port)
+    }
+}
+
+/// Hangs `slaves` under `leader` so that every stream runs at a member's rate: `direct`
+/// of them under the leader (what its port carries), each of the rest under the earliest
+/// placed member with fewer than `per_member` children. With one child per member the
+/// group becomes `direct` pipelined chains of equal length, every member uploading once.
+fn hang_relays(
+    b: &mut Builder<'_>,
+    leader: NodeId,
+    direct: usize,
+    per_member: usize,
+    slaves: &[NodeId],
+) {
+    // At least one member under the leader, or the first would hang under itself.
+    let direct = direct.max(1).min(slaves.len());
+    for &s in &slaves[..direct] {
+        b.attach(leader, s);
+    }
+    let per_member = per_member.max(1);
+    let mut next = 0;
+    for i in direct..slaves.len() {
+        let parent = slaves[next];
+        b.attach(parent, slaves[i]);
+        if b.children[parent.index()].len() >= per_member {
+            next += 1;
+        }
+    }
+}
+
 /// Other groups a leader (or the login node) feeds: the width less a full group's slaves,
 /// since the planner's width counts a proxy's slaves plus the groups its uplink carries at
 /// a node's rate (W = 15 = 7 + 8 on Tianhe). At least 2 so the tree of leaders is not a
@@ -316,6 +409,7 @@ fn spans<'l>(
     parent: NodeId,
     slots: usize,
     cap: &[usize],
+    fan: &Fanouts,
     leads: &'l [Lead],
     stranded: &mut Vec<(NodeId, &'l [NodeId])>,
 ) {
@@ -326,7 +420,6 @@ fn spans<'l>(
         stranded.extend(leads.iter().map(|l| (l.leader, l.slaves.as_slice())));
         return;
     }
-    let w = b.width();
     let k = slots.min(leads.len());
     let cuts = cut_points(b, leads, k);
     let mut start = 0;
@@ -335,13 +428,8 @@ fn spans<'l>(
         start = end;
         let head = &span[0];
         b.attach(parent, head.leader);
-        let direct = if w > 1 {
-            head.slaves.len().min(w - 1)
-        } else {
-            head.slaves.len().min(w)
-        };
-        let own = cap[head.leader.index()].saturating_sub(direct);
-        spans(b, head.leader, own, cap, &span[1..], stranded);
+        let own = cap[head.leader.index()].saturating_sub(fan.direct(head.slaves.len()));
+        spans(b, head.leader, own, cap, fan, &span[1..], stranded);
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use peertree::topology::Topology;
-use peertree::{Availability, PlanOptions, Role, Strategy, measure, plan};
+use peertree::{Availability, LinkRates, PlanOptions, Role, Strategy, measure, plan};
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 
@@ -19,10 +19,23 @@ pub struct Case {
     pub busy: Vec<usize>,
     pub width: usize,
     pub seed: u64,
+    /// Port, uplink and login link rates as multiples of a node's, when the topology
+    /// carries rates.
+    pub rates: Option<(u64, u64, u64)>,
 }
 
 impl Case {
     pub fn topology(&self) -> Topology {
+        let links = self.rates.map(|(port, uplink, login)| LinkRates {
+            node: 1000,
+            port: port * 1000,
+            uplink: uplink * 1000,
+            login: login * 1000,
+        });
+        self.bare_topology().with_links(links)
+    }
+
+    fn bare_topology(&self) -> Topology {
         let n = self.groups * self.group_size;
         if self.levels {
             cluster_with_levels(
@@ -64,8 +77,9 @@ pub fn case() -> impl proptest::strategy::Strategy<Value = Case> {
         any::<bool>(),
         1usize..18,
         any::<u64>(),
+        proptest::option::of((1u64..10, 1u64..10, 1u64..10)),
     )
-        .prop_flat_map(|(groups, group_size, levels, width, seed)| {
+        .prop_flat_map(|(groups, group_size, levels, width, seed, rates)| {
             let n = groups * group_size;
             let contiguous = (0..n, 1..=n)
                 .prop_map(move |(start, len)| (start..(start + len).min(n)).collect::<Vec<_>>());
@@ -82,6 +96,7 @@ pub fn case() -> impl proptest::strategy::Strategy<Value = Case> {
                 busy,
                 width,
                 seed,
+                rates,
             })
         })
 }

@@ -3,7 +3,7 @@
 
 use peertree::metrics::measure;
 use peertree::topology::Topology;
-use peertree::{Availability, Plan, PlanOptions, Role, Strategy, plan};
+use peertree::{Availability, LinkRates, NodeId, Plan, PlanOptions, Role, Strategy, plan};
 use proptest::prelude::*;
 
 use crate::common::{cluster, hosts};
@@ -218,6 +218,97 @@ fn an_orphan_group_is_a_chain_below_its_deputy() {
         at = p.find(next).expect("in job");
     }
     assert!(p.children[at.index()].is_empty());
+    let m = measure(&p, &topology, MIB16);
+    assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+}
+
+/// The lab's links: slave NICs 100 Mbit/s, proxy ports, uplinks and the login link 4 x that.
+fn lab_links() -> LinkRates {
+    LinkRates::parse("node=100mbit,port=400mbit,uplink=400mbit,login=400mbit").expect("valid")
+}
+
+/// Asserts that no host feeds more streams than its links carry at a node's rate: a
+/// leader at most `port` members of its group and `uplink` other groups, the login node
+/// `login` hosts, a member one host of its own group.
+fn assert_within_rates(p: &Plan, topology: &Topology, r: &LinkRates) {
+    assert!(p.children[p.root.index()].len() <= r.login_streams());
+    for id in p.ids() {
+        let Some(t) = p.topo[id.index()] else {
+            continue;
+        };
+        let group = topology.group_of(t);
+        let (own, foreign): (Vec<NodeId>, Vec<NodeId>) = p.children[id.index()]
+            .iter()
+            .partition(|c| p.topo[c.index()].map(|ct| topology.group_of(ct)) == Some(group));
+        if topology.is_proxy(t) {
+            assert!(
+                own.len() <= r.port_streams(),
+                "{} feeds {} members",
+                p.host(id),
+                own.len()
+            );
+            assert!(
+                foreign.len() <= r.uplink_streams(),
+                "{} feeds {} groups",
+                p.host(id),
+                foreign.len()
+            );
+        } else {
+            assert!(foreign.is_empty(), "{} feeds another group", p.host(id));
+            assert!(
+                own.len() <= r.member_streams(),
+                "{} feeds {} members",
+                p.host(id),
+                own.len()
+            );
+        }
+    }
+}
+
+/// Issue 16: in the lab a proxy's port carries 4 members' streams, not 7. With the rates
+/// the proxy feeds 4 members and 3 of them relay to the other 3, so every member receives
+/// at its own link rate; the group is still entered once. Without rates the tree keeps the
+/// Tianhe shape (the proxy feeds all 7).
+#[test]
+fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_rest() {
+    let nodes = hosts("cn[0001-0032]");
+    let tianhe = plan(
+        &cluster(32, 8),
+        &nodes,
+        Strategy::Topo,
+        &PlanOptions::default(),
+    )
+    .expect("ok");
+    let proxy = tianhe.find("cn0001").expect("in job");
+    assert_eq!(tianhe.children[proxy.index()].len(), 7);
+
+    let topology = cluster(32, 8).with_links(Some(lab_links()));
+    let p = plan(&topology, &nodes, Strategy::Topo, &PlanOptions::default()).expect("ok");
+    let kids = |host: &str| -> Vec<&str> {
+        let id = p.find(host).expect("in job");
+        p.children[id.index()].iter().map(|c| p.host(*c)).collect()
+    };
+    assert_eq!(kids("cn0001"), ["cn0002", "cn0003", "cn0004", "cn0005"]);
+    assert_eq!(kids("cn0002"), ["cn0006"]);
+    assert_eq!(kids("cn0004"), ["cn0008"]);
+    assert!(kids("cn0005").is_empty());
+    assert_eq!(p.children[p.root.index()].len(), 4);
+    assert_eq!(p.depth(), 3);
+    assert_within_rates(&p, &topology, &lab_links());
+    let m = measure(&p, &topology, MIB16);
+    assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+
+    // 3 groups of 14: 13 members in 4 chains of at most 4 below the proxy.
+    let topology = cluster(42, 14).with_links(Some(lab_links()));
+    let p = plan(
+        &topology,
+        &hosts("cn[0001-0042]"),
+        Strategy::Topo,
+        &PlanOptions::default(),
+    )
+    .expect("ok");
+    assert_within_rates(&p, &topology, &lab_links());
+    assert_eq!(p.depth(), 5);
     let m = measure(&p, &topology, MIB16);
     assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
 }

@@ -95,4 +95,31 @@ fn errors_name_the_offending_line() {
 
     let (line, _) = line_of_error("# nothing\n");
     assert_eq!(line, 1);
+
+    let (line, msg) = line_of_error(
+        "[[pattern]]\nnodes = \"cn[1-4]\"\ngroup_size = 2\n\n[links]\nnode = \"fast\"\nport = \"1gbit\"\nuplink = \"1gbit\"\nlogin = \"1gbit\"\n",
+    );
+    assert_eq!(line, 5, "{msg}");
+    assert!(msg.contains("bad rate `fast`"), "{msg}");
+    let (line, msg) = line_of_error(
+        "[[pattern]]\nnodes = \"cn[1-4]\"\ngroup_size = 2\n[links]\nnode = \"1gbit\"\n",
+    );
+    assert_eq!(line, 4, "{msg}");
+    assert!(msg.contains("port"), "{msg}");
+}
+
+#[test]
+fn link_rates_come_from_the_links_table() {
+    let t = Topology::from_toml(
+        "[[pattern]]\nnodes = \"cn[1-16]\"\ngroup_size = 8\n[links]\nnode = \"100mbit\"\nport = \"400mbit\"\nuplink = \"1gbit\"\nlogin = \"400mbit\"\n",
+    )
+    .expect("valid");
+    let l = t.links().expect("rates given");
+    assert_eq!(
+        (l.port_streams(), l.uplink_streams(), l.login_streams()),
+        (4, 10, 4)
+    );
+    let bare =
+        Topology::from_toml("[[pattern]]\nnodes = \"cn[1-16]\"\ngroup_size = 8\n").expect("valid");
+    assert!(bare.links().is_none());
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow, bail};
 use peertree::relay::{NodeInfo, plan_nodes};
 use peertree::topology::{ProxyPick, Topology};
-use peertree::{Availability, Plan, PlanOptions, Strategy, hostlist};
+use peertree::{Availability, LinkRates, Plan, PlanOptions, Strategy, hostlist};
 use teesfs::net::Identity;
 
 /// Arguments that describe a job's nodes and how to plan its tree.
@@ -27,6 +27,15 @@ pub struct JobArgs {
     /// first node of each group is its proxy.
     #[arg(long, value_name = "N", conflicts_with = "topology")]
     pub group_size: Option<usize>,
+    /// Link rates, so that no node feeds more streams than its links carry at a node's
+    /// rate: `node=RATE,port=RATE,uplink=RATE,login=RATE` (a compute node's NIC, a proxy's
+    /// port toward its group, a group's uplink, the login node's link), e.g.
+    /// `node=100gbit,port=400gbit,uplink=400gbit,login=200gbit`. Where a proxy's port
+    /// carries fewer streams than its group has members, members relay to members.
+    /// Overrides the topology file's [links]; without either the planner assumes a port
+    /// and an uplink that carry a whole group (Tianhe).
+    #[arg(long, value_name = "SPEC", value_parser = parse_links)]
+    pub links: Option<LinkRates>,
     /// Nodes outside the job that are busy: their proxies cannot be borrowed, the others
     /// may be. Without --busy or --idle no proxy outside the job is borrowed (whether it
     /// runs somebody else's job cannot be known).
@@ -91,8 +100,17 @@ impl JobArgs {
         Ok(nodes)
     }
 
-    /// The topology: `--topology FILE`, or generated from `--cluster`/`--group-size`.
+    /// The topology: `--topology FILE`, or generated from `--cluster`/`--group-size`; with
+    /// `--links`, those rates.
     pub fn topology(&self, nodes: &[String]) -> anyhow::Result<Topology> {
+        let t = self.bare_topology(nodes)?;
+        Ok(match self.links {
+            Some(l) => t.with_links(Some(l)),
+            None => t,
+        })
+    }
+
+    fn bare_topology(&self, nodes: &[String]) -> anyhow::Result<Topology> {
         if let Some(path) = &self.topology {
             let text = super::util::read_text(path, "topology file")?;
             return Topology::from_toml(&text)
@@ -166,6 +184,11 @@ impl JobArgs {
             peertree::plan(&topology, &nodes, self.strategy, &self.options()?).map_err(explain)?;
         Ok((nodes, topology, plan))
     }
+}
+
+/// `--links`.
+pub fn parse_links(s: &str) -> Result<LinkRates, peertree::Error> {
+    LinkRates::parse(s)
 }
 
 /// Turns a planner error into a message that says what to do.

@@ -182,6 +182,13 @@ fn job_args(
         topology,
         cluster,
         group_size,
+        links: site
+            .topology
+            .links
+            .as_deref()
+            .map(super::jobspec::parse_links)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("the site's [topology] links: {e}"))?,
         busy: None,
         idle: None,
         borrow_idle: false,

@@ -91,6 +91,11 @@ pub struct SimArgs {
     /// adds it to the later of each node's mount and urgent set.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = humantime::parse_duration)]
     app_start: Duration,
+    /// Plan without the machine's link rates, as `teesfs push` does without `--links`: the
+    /// planner then assumes a proxy's port carries its whole group (true on `tianhe`, not
+    /// on `lab`, whose port carries 4 of its 7 members' streams).
+    #[arg(long)]
+    unrated: bool,
     /// Mirror `teesfs lab bench`'s reference lab: the `lab` machine and its link rates,
     /// 32 nodes as 4 whole groups of 8 (overrides --machine, --nodes and --first).
     #[arg(long)]
@@ -134,6 +139,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         first: usize::try_from(args.first - 1).context("--first is too large")?,
         urgent: args.urgent.map(|u| u.as_u64()),
         app_start: args.app_start,
+        unrated: args.unrated,
     })?;
     let jobs = sweep.jobs();
     let bar = if jobs.len() > 1 {

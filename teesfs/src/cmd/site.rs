@@ -42,6 +42,7 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
             site.topology.group_size.map(|n| leak(n.to_string())),
         );
     }
+    one("links", site.topology.links.clone().map(leak));
     one("strategy", site.tree.strategy.clone().map(leak));
     one("width", site.tree.width.map(|n| leak(n.to_string())));
     one(

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lab::{Lab, LabOptions, LabSpec, PushOptions, Rates};
+use lab::{Lab, LabOptions, LabSpec, PushOptions};
 
 use crate::util::teesfs_bin;
 
@@ -25,7 +25,7 @@ fn small(groups: usize, group_size: usize) -> LabSpec {
     LabSpec {
         groups,
         group_size,
-        rates: Rates::default(),
+        ..LabSpec::default()
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lab::{Lab, LabOptions, LabSpec, Rates};
+use lab::{Lab, LabOptions, LabSpec};
 
 use crate::lab::can_lab;
 use crate::util::teesfs_bin;
@@ -31,7 +31,7 @@ fn spec(groups: usize, group_size: usize) -> LabSpec {
     LabSpec {
         groups,
         group_size,
-        rates: Rates::default(),
+        ..LabSpec::default()
     }
 }
 

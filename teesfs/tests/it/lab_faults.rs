@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use lab::fault::PushEnd;
-use lab::{Lab, LabOptions, LabSpec, PushOptions, Rates};
+use lab::{Lab, LabOptions, LabSpec, PushOptions};
 
 use crate::lab::{can_lab, random_layer};
 use crate::util::teesfs_bin;
@@ -31,7 +31,7 @@ fn scene() -> Scene {
     let spec = LabSpec {
         groups: 2,
         group_size: 4,
-        rates: Rates::default(),
+        ..LabSpec::default()
     };
     let mut opts = LabOptions::new(teesfs_bin());
     opts.keep_work = std::env::var_os("TEESFS_LAB_KEEP").is_some();

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use lab::launch::{Launch, Method};
-use lab::{Lab, LabOptions, LabSpec, Rates};
+use lab::{Lab, LabOptions, LabSpec};
 
 use crate::lab::{can_lab, random_layer};
 use crate::util::teesfs_bin;
@@ -26,7 +26,7 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
     let spec = LabSpec {
         groups: 2,
         group_size: 3,
-        rates: Rates::default(),
+        ..LabSpec::default()
     };
     let mut lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
     let l = Launch {
@@ -109,7 +109,7 @@ fn a_demand_read_overtakes_the_bulk_queued_at_every_hop_of_a_chain() {
     let spec = LabSpec {
         groups: 1,
         group_size: 4,
-        rates: Rates::default(),
+        ..LabSpec::default()
     };
     let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
     let index = lab.publish(&layer).expect("publish");

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lab::slurm::SlurmScripts;
-use lab::{Lab, LabOptions, LabSpec, Rates};
+use lab::{Lab, LabOptions, LabSpec};
 
 use crate::lab::can_lab;
 use crate::util::{spank_plugin, teesfs_bin};
@@ -198,7 +198,7 @@ fn small_lab(group_size: usize) -> Lab {
     let spec = LabSpec {
         groups: 2,
         group_size,
-        rates: Rates::default(),
+        ..LabSpec::default()
     };
     Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up")
 }

@@ -22,8 +22,9 @@ pub struct BenchArgs {
     /// Repetitions of every method.
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// Methods, comma-separated: topo, random, hostlist, flat, storage (teesfs plans),
-    /// bittorrent (aria2c + mktorrent + the lab's tracker), sbcast (real Slurm in the lab).
+    /// Methods, comma-separated: topo (told the lab's link rates), topo-unrated (the
+    /// same planner without them), topo-paper (the paper's Algorithm 1), random,
+    /// hostlist, flat, storage (teesfs plans), bittorrent (aria2c + mktorrent + the lab's tracker), sbcast (real Slurm in the lab).
     /// Default: all; a baseline whose programs are not installed is then skipped with a
     /// warning (named explicitly, it is an error).
     #[arg(long, value_delimiter = ',')]

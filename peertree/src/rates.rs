@@ -1,0 +1,172 @@
+//! The machine's link rates, as far as the planner needs them: how many full-rate streams
+//! each kind of link carries.
+//!
+//! A tree runs at the rate of its slowest edge, so a host should feed no more children at
+//! once than its link carries at a node's own rate. On Tianhe a proxy's port carries its
+//! whole group (8 x a node), so the proxy feeds every member itself; where the port is
+//! narrower (the lab: 4 x a node), members must relay to members to keep every receiver at
+//! its link rate. Rates come from `topology.toml`'s `[links]` table or the command line;
+//! without them the planner assumes the Tianhe shape. Pure parsing and arithmetic.
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Link rates in bits per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRates {
+    /// A compute node's NIC, each direction.
+    pub node: u64,
+    /// A proxy's port toward its own group.
+    pub port: u64,
+    /// A group's uplink (the proxy's link to the rest of the machine).
+    pub uplink: u64,
+    /// The login node's link.
+    pub login: u64,
+}
+
+impl LinkRates {
+    /// Streams at a node's full rate that a link of `rate` carries at once (at least one).
+    pub fn streams(&self, rate: u64) -> usize {
+        usize::try_from(rate / self.node.max(1))
+            .unwrap_or(usize::MAX)
+            .max(1)
+    }
+
+    /// Members a proxy feeds directly through its port.
+    pub fn port_streams(&self) -> usize {
+        self.streams(self.port)
+    }
+
+    /// Other groups a proxy feeds through its uplink.
+    pub fn uplink_streams(&self) -> usize {
+        self.streams(self.uplink)
+    }
+
+    /// Hosts the login node feeds directly.
+    pub fn login_streams(&self) -> usize {
+        self.streams(self.login)
+    }
+
+    /// Children a non-proxy member feeds: what its own NIC carries at a node's rate.
+    pub fn member_streams(&self) -> usize {
+        1
+    }
+
+    /// Parses `node=100mbit,port=400mbit,uplink=400mbit,login=400mbit` (every key
+    /// required, any order). Errors name the bad part.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let mut node = None;
+        let mut port = None;
+        let mut uplink = None;
+        let mut login = None;
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part.split_once('=').ok_or_else(|| {
+                Error::Rates(format!("`{part}` is not key=rate (e.g. node=100mbit)"))
+            })?;
+            let slot = match key.trim() {
+                "node" => &mut node,
+                "port" => &mut port,
+                "uplink" => &mut uplink,
+                "login" => &mut login,
+                other => {
+                    return Err(Error::Rates(format!(
+                        "unknown link `{other}`: the links are node, port, uplink and login"
+                    )));
+                }
+            };
+            *slot = Some(parse_rate(value)?);
+        }
+        let need = |v: Option<u64>, key: &str| {
+            v.ok_or_else(|| Error::Rates(format!("`{key}=RATE` is missing in `{spec}`")))
+        };
+        Ok(Self {
+            node: need(node, "node")?,
+            port: need(port, "port")?,
+            uplink: need(uplink, "uplink")?,
+            login: need(login, "login")?,
+        })
+    }
+}
+
+/// `[links]` of `topology.toml`, rates as text.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LinksSpec {
+    node: String,
+    port: String,
+    uplink: String,
+    login: String,
+}
+
+impl LinksSpec {
+    pub(crate) fn rates(&self) -> Result<LinkRates> {
+        Ok(LinkRates {
+            node: parse_rate(&self.node)?,
+            port: parse_rate(&self.port)?,
+            uplink: parse_rate(&self.uplink)?,
+            login: parse_rate(&self.login)?,
+        })
+    }
+}
+
+/// Parses a rate in bits per second: `100mbit`, `10Gbit`, `1.5gbit`, `400000kbit` or a
+/// plain number of bits per second.
+pub fn parse_rate(s: &str) -> Result<u64> {
+    let l = s.trim().to_ascii_lowercase();
+    let l = l.strip_suffix("/s").unwrap_or(&l);
+    let (num, mul) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
+        .iter()
+        .find_map(|(unit, mul)| l.strip_suffix(unit).map(|n| (n, *mul)))
+        .unwrap_or((l, 1.0));
+    num.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .map(|v| (v * mul).round() as u64)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| Error::Rates(format!("bad rate `{s}`: use e.g. 100mbit, 10gbit")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_with_units_and_name_the_bad_part() {
+        assert_eq!(parse_rate("100mbit"), Ok(100_000_000));
+        assert_eq!(parse_rate("10Gbit/s"), Ok(10_000_000_000));
+        assert_eq!(parse_rate("1.5gbit"), Ok(1_500_000_000));
+        assert_eq!(parse_rate("800"), Ok(800));
+        for bad in ["", "fast", "-3mbit", "0gbit", "nanmbit"] {
+            let e = parse_rate(bad).expect_err(bad).to_string();
+            assert!(e.contains("use e.g. 100mbit"), "{e}");
+        }
+        let r = LinkRates::parse("port=400mbit, node=100mbit,uplink=400mbit,login=1gbit")
+            .expect("valid");
+        assert_eq!(
+            (r.port_streams(), r.uplink_streams(), r.login_streams()),
+            (4, 4, 10)
+        );
+        let e = LinkRates::parse("node=100mbit,port=400mbit,uplink=1gbit")
+            .expect_err("no login")
+            .to_string();
+        assert!(e.contains("`login=RATE` is missing"), "{e}");
+        let e = LinkRates::parse("node=100mbit,nic=1gbit")
+            .expect_err("unknown")
+            .to_string();
+        assert!(e.contains("unknown link `nic`"), "{e}");
+    }
+
+    #[test]
+    fn a_link_slower_than_a_node_still_carries_one_stream() {
+        let r = LinkRates {
+            node: 10_000,
+            port: 1_000,
+            uplink: 80_000,
+            login: 0,
+        };
+        assert_eq!((r.port_streams(), r.uplink_streams()), (1, 8));
+        assert_eq!(r.login_streams(), 1);
+    }
+}
