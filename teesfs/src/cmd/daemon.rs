@@ -55,6 +55,11 @@ pub struct DaemonArgs {
     /// Relay only: forward to children but do not mount.
     #[arg(long)]
     no_mount: bool,
+    /// Threads that run the network, the relay and FUSE answers. Two keep a node's
+    /// pushes and reads apart; one costs less CPU per byte where many daemons share few
+    /// cores (the lab's 32 nodes on one machine).
+    #[arg(long, env = "TEESFS_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: u16,
     /// Cap on bulk bytes per second to each child (demand traffic is never capped).
     #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
     rate_limit: Option<u64>,
@@ -104,7 +109,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(usize::from(args.workers))
         .thread_name("teesfs-daemon")
         .enable_all()
         .build()?;
