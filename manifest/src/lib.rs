@@ -25,7 +25,7 @@ pub mod urgent;
 mod wire;
 
 pub use build::{BuildOptions, BuildReport, ChunkSink, Skipped, build, set_urgent_paths};
-pub use chunk::{Verified, decode_chunk, encode_chunk, verify_chunk};
+pub use chunk::{CheckedChunk, Verified, decode_chunk, encode_chunk, verify_chunk};
 pub use error::Error;
 pub use ids::{ChunkId, IndexId};
 pub use index::{

@@ -15,7 +15,7 @@ use seeder::DirStore;
 #[derive(Debug)]
 pub enum Fetched {
     /// The stored (encoded) bytes, which the reader verifies.
-    Stored(Vec<u8>),
+    Stored(bytes::Bytes),
     /// The plain bytes, already decoded and checked against the chunk's id.
     Verified(Verified),
 }
@@ -53,7 +53,7 @@ impl ChunkSource for StoreSource {
         let store = self.store.clone();
         Box::pin(async move {
             let stored = tokio::task::spawn_blocking(move || store.get_chunk(&chunk.id)).await??;
-            Ok(Fetched::Stored(stored))
+            Ok(Fetched::Stored(stored.into()))
         })
     }
 

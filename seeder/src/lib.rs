@@ -18,4 +18,4 @@ pub mod store;
 
 pub use error::Error;
 pub use publish::{Published, publish, publish_with_urgent};
-pub use store::{ChunkStore, DirStore};
+pub use store::{ChunkStore, DirStore, StoredChunk};

@@ -14,7 +14,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use manifest::{ChunkId, ChunkSink, IndexId, SignedIndex};
+use bytes::Bytes;
+use manifest::{CheckedChunk, ChunkId, ChunkSink, IndexId, SignedIndex};
 
 use crate::Error;
 use crate::files::{Symlinks, read_limited};
@@ -190,20 +191,53 @@ impl DirStore {
     }
 }
 
+/// A chunk's stored bytes as a [`ChunkStore`] hands them out.
+#[derive(Debug, Clone)]
+pub enum StoredChunk {
+    /// Checked against the chunk's id when they came in, and held in memory since: usable
+    /// as they are.
+    Checked(CheckedChunk),
+    /// Read back from the store's files, which prove nothing: whoever uses them verifies
+    /// them first (a reader here, or the child they are sent to).
+    Unchecked(Bytes),
+}
+
+impl StoredChunk {
+    /// The stored bytes, shared.
+    pub fn bytes(&self) -> &Bytes {
+        match self {
+            StoredChunk::Checked(c) => c.stored(),
+            StoredChunk::Unchecked(b) => b,
+        }
+    }
+}
+
 /// A content-addressed chunk store, as a push and a node use it: the one trait of the
 /// publisher's [`DirStore`] (the root of a push reads from it) and of a node's budgeted
 /// store (which keeps what arrives and serves its children). Writing goes through
 /// [`ChunkSink`], which the builder uses too.
 pub trait ChunkStore: ChunkSink + Send + Sync + 'static {
-    /// The stored bytes of a chunk, if held and readable.
-    fn get(&self, id: &ChunkId) -> Option<Vec<u8>>;
+    /// The stored bytes of a chunk, if held and readable. May read a file: call it where
+    /// blocking is allowed, unless [`ChunkStore::get_cached`] had it.
+    fn get(&self, id: &ChunkId) -> Option<StoredChunk>;
+    /// The stored bytes of a chunk if the store has them in memory (no I/O), else `None`.
+    fn get_cached(&self, _id: &ChunkId) -> Option<StoredChunk> {
+        None
+    }
     /// Whether a chunk is held (cheap: no read).
     fn contains(&self, id: &ChunkId) -> bool;
+    /// Keeps a chunk checked on arrival. A store that keeps recent chunks in memory keeps
+    /// this one, so that sending it on or reading it does not read its file back.
+    fn put_checked(&self, chunk: &CheckedChunk) -> std::io::Result<()> {
+        self.put(chunk.id(), chunk.stored())
+    }
 }
 
 impl ChunkStore for DirStore {
-    fn get(&self, id: &ChunkId) -> Option<Vec<u8>> {
-        self.get_chunk(id).ok()
+    fn get(&self, id: &ChunkId) -> Option<StoredChunk> {
+        self.get_chunk(id)
+            .ok()
+            .map(|b| StoredChunk::Unchecked(b.into()))
     }
     fn contains(&self, id: &ChunkId) -> bool {
         self.chunk_path(id).exists()

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use manifest::{EntryIdx, EntryKind, FileData, decode_chunk};
+use bytes::Bytes;
+use manifest::{EntryIdx, EntryKind, FileData, verify_chunk};
 use tokio::sync::OnceCell;
 
 use super::FsError;
@@ -26,10 +27,10 @@ use super::copies::{Copies, CopyUser, Lease, verify_copy};
 use super::tree::Tree;
 use crate::source::{ChunkSource, Fetched};
 
-type Shared = Arc<OnceCell<Result<Arc<[u8]>, FsError>>>;
+type Shared = Arc<OnceCell<Result<Bytes, FsError>>>;
 
 struct Lru {
-    map: lru::LruCache<u32, Arc<[u8]>>,
+    map: lru::LruCache<u32, Bytes>,
     bytes: u64,
     budget: u64,
 }
@@ -76,8 +77,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// usual case for kernel reads of a chunked file, answered without copying), else a
 /// buffer assembled for it.
 pub enum ReadBytes {
-    /// `chunk[range]`.
-    Shared(Arc<[u8]>, std::ops::Range<usize>),
+    /// A slice of a cached chunk.
+    Shared(Bytes),
     /// Assembled from several chunks, holes or inline data.
     Owned(Vec<u8>),
 }
@@ -86,7 +87,7 @@ impl std::ops::Deref for ReadBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            ReadBytes::Shared(chunk, range) => &chunk[range.clone()],
+            ReadBytes::Shared(slice) => slice,
             ReadBytes::Owned(v) => v,
         }
     }
@@ -96,7 +97,7 @@ impl ReadBytes {
     /// As an owned buffer (copies a shared slice).
     pub fn into_vec(self) -> Vec<u8> {
         match self {
-            ReadBytes::Shared(chunk, range) => chunk[range].to_vec(),
+            ReadBytes::Shared(slice) => slice.to_vec(),
             ReadBytes::Owned(v) => v,
         }
     }
@@ -165,7 +166,7 @@ impl Data {
         }
     }
 
-    fn cached(&self, ci: u32) -> Option<Arc<[u8]>> {
+    fn cached(&self, ci: u32) -> Option<Bytes> {
         lock(&self.cache).map.get(&ci).cloned()
     }
 
@@ -201,7 +202,7 @@ impl Data {
                     return match slots[(span.start / cs) as usize].chunk_index() {
                         Some(ci) => {
                             let chunk = self.cached(ci as u32)?;
-                            Some(Ok(ReadBytes::Shared(chunk, range)))
+                            Some(Ok(ReadBytes::Shared(chunk.slice(range))))
                         }
                         None => Some(Ok(ReadBytes::Owned(vec![0; range.len()]))),
                     };
@@ -309,7 +310,7 @@ impl Data {
     }
 
     /// One verified chunk, from the cache or a single shared fetch.
-    pub async fn chunk(self: Arc<Self>, ci: u32) -> Result<Arc<[u8]>, FsError> {
+    pub async fn chunk(self: Arc<Self>, ci: u32) -> Result<Bytes, FsError> {
         if let Some(c) = self.cached(ci) {
             return Ok(c);
         }
@@ -335,7 +336,7 @@ impl Data {
         result
     }
 
-    fn insert(&self, ci: u32, chunk: Arc<[u8]>) {
+    fn insert(&self, ci: u32, chunk: Bytes) {
         let mut c = lock(&self.cache);
         if c.map.contains(&ci) || c.budget == 0 {
             return;
@@ -352,7 +353,7 @@ impl Data {
 
     /// Fetches and verifies a chunk without caching it (a source that verified it already
     /// hands over plain bytes, which are not checked again).
-    async fn fetch_verified(&self, ci: u32) -> Result<Arc<[u8]>, FsError> {
+    async fn fetch_verified(&self, ci: u32) -> Result<Bytes, FsError> {
         let info = *self
             .tree
             .index()
@@ -383,12 +384,12 @@ impl Data {
             Fetched::Stored(stored) => stored,
         };
         lock(&self.stats).decoded += 1;
-        let plain = decode_chunk(&stored, &info.id, info.plain_len).map_err(|e| {
+        let (_, plain) = verify_chunk(stored, &info.id, info.plain_len).map_err(|e| {
             lock(&self.stats).corrupt += 1;
             tracing::error!(chunk = %info.id, error = %e, "refusing a corrupt chunk: reads of it fail with EIO");
             FsError::Corrupt(e.to_string())
         })?;
-        Ok(Arc::from(plain))
+        Ok(plain.into_bytes())
     }
 
     /// Whether every chunk of a file is available locally (passthrough candidates).
@@ -565,15 +566,15 @@ mod tests {
             }
             let mut gate = self.gate.clone();
             let verified = (mode == Mode::Verified)
-                .then(|| manifest::verify_chunk(&bytes, &chunk.id, chunk.plain_len));
+                .then(|| manifest::verify_chunk(bytes.clone().into(), &chunk.id, chunk.plain_len));
             Box::pin(async move {
                 if mode == Mode::Silent {
                     std::future::pending::<()>().await;
                 }
                 let _ = gate.wait_for(|open| *open).await;
                 Ok(match verified {
-                    Some(v) => Fetched::Verified(v?),
-                    None => Fetched::Stored(bytes),
+                    Some(v) => Fetched::Verified(v?.1),
+                    None => Fetched::Stored(bytes.into()),
                 })
             })
         }

@@ -123,9 +123,14 @@ impl FrameSender {
     }
 
     /// Queues one frame made of `head` followed by `body`, as [`send`](Self::send) would
-    /// queue their concatenation, without copying `body`: quinn takes ownership of it. For
-    /// chunk-sized frames this saves two copies of the payload on the sending side.
-    pub async fn send_parts(&mut self, head: &[u8], body: Vec<u8>) -> Result<(), NetError> {
+    /// queue their concatenation, without copying `body`: quinn shares it (a chunk's stored
+    /// bytes go to every child, and stay in the store's memory, as one buffer).
+    pub async fn send_parts(
+        &mut self,
+        head: &[u8],
+        body: impl Into<bytes::Bytes>,
+    ) -> Result<(), NetError> {
+        let body = body.into();
         let total = head.len() + body.len();
         let len = u32::try_from(total)
             .ok()
@@ -136,7 +141,7 @@ impl FrameSender {
         prefix.extend_from_slice(head);
         self.stream.write_all(&prefix).await?;
         if !body.is_empty() {
-            self.stream.write_chunk(body.into()).await?;
+            self.stream.write_chunk(body).await?;
         }
         Ok(())
     }

@@ -43,7 +43,7 @@ use crate::net::Identity;
 pub struct NoChunks;
 
 impl seeder::ChunkStore for NoChunks {
-    fn get(&self, _id: &ChunkId) -> Option<Vec<u8>> {
+    fn get(&self, _id: &ChunkId) -> Option<seeder::StoredChunk> {
         None
     }
     fn contains(&self, _id: &ChunkId) -> bool {

@@ -8,7 +8,10 @@
 //!   [`JobView`] for status and reports;
 //! - one **pump** task per child asks the job's task for the next chunk and writes it to the
 //!   child's bulk stream, so QUIC flow control is the back-pressure;
-//! - incoming chunks are verified against the index before the relay hears of them;
+//! - incoming chunks are verified against the index and stored on the blocking pool, never
+//!   on a task that carries messages, before the relay hears of them; what is sent on comes
+//!   from the store's memory of recent chunks when it can, else from a read on the blocking
+//!   pool;
 //! - a chunk the store drops (evicted, unreadable) is reported to the relay as lost, at
 //!   once when the store announces it and whenever a read or a send finds it missing, so a
 //!   reader never waits for a chunk the relay believes it holds; a waiting reader gets the
@@ -20,13 +23,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use manifest::{ChunkId, Index, IndexId, Verified, verify_chunk};
 use peertree::NodeId;
 use peertree::relay::{Event, JobId, Msg, Phase, Relay, RelayMsg, Transmit};
-use seeder::ChunkStore;
+use seeder::{ChunkStore, StoredChunk};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use super::peers::{Peers, frame, frame_parts};
+use super::peers::{Peers, chunk_head, frame};
 use crate::Error;
 use crate::net::StreamKind;
 use crate::source::Fetched;
@@ -349,9 +353,7 @@ impl JobCore {
     /// job's view. Messages go to the links before events are handed out.
     fn carry_out(self: &Arc<Self>, r: &mut Relay, pumps: &mut Pumps, now: Instant) {
         while let Some(t) = r.poll_transmit(now) {
-            if let Some((child, chunk)) = self.transmit(r, t) {
-                r.handle_unsent(now, child, chunk);
-            }
+            self.transmit(r, t);
         }
         while let Some(e) = r.poll_event() {
             // A peer given up may come back as a new process: talk to it afresh.
@@ -467,10 +469,12 @@ impl JobCore {
         r.peer(id).map(|n| (n.host.clone(), n.addr.clone()))
     }
 
-    /// Hands one message to the links. A demanded chunk the store no longer holds is
-    /// returned (`(child, chunk)`) for the relay to fetch again.
-    fn transmit(&self, r: &Relay, t: Transmit) -> Option<(NodeId, u32)> {
-        let (to, kind, bytes) = match t {
+    /// Hands one message to the links. A demanded chunk goes at once if the store has it in
+    /// memory; else a task reads it on the blocking pool (this task carries heartbeats and
+    /// acks) and sends it, or reports it unsent if the store no longer holds it, for the
+    /// relay to fetch it again.
+    fn transmit(self: &Arc<Self>, r: &Relay, t: Transmit) {
+        let (to, kind, frame) = match t {
             Transmit::Control { to, msg } => {
                 let kind = match msg {
                     Msg::Want { .. } => StreamKind::Demand,
@@ -479,42 +483,90 @@ impl JobCore {
                 (to, kind, frame(self.job, &msg))
             }
             Transmit::DemandChunk { to, chunk } => {
-                let Some(data) = self.chunk_bytes(chunk) else {
-                    tracing::warn!(
-                        chunk,
-                        "a demanded chunk is no longer in the store; fetching it again for the child"
-                    );
-                    return Some((to, chunk));
+                let Some((host, addr)) = self.peer_addr(r, to) else {
+                    tracing::warn!(?to, "no address for peer");
+                    return;
                 };
-                let msg = Msg::Chunk {
-                    chunk,
-                    demand: true,
-                    data,
-                };
-                (to, StreamKind::Demand, frame(self.job, &msg))
+                let cached = self.index.chunks.get(chunk as usize).and_then(|info| {
+                    self.bytes
+                        .get_cached(&info.id)
+                        .map(|stored| self.outgoing(stored))
+                });
+                match cached {
+                    Some(data) => self.send_demanded(&host, &addr, chunk, data),
+                    None => {
+                        let this = self.clone();
+                        self.rt.spawn(async move {
+                            match this.chunk_bytes(chunk).await {
+                                Some(data) => this.send_demanded(&host, &addr, chunk, data),
+                                None => {
+                                    tracing::warn!(
+                                        chunk,
+                                        "a demanded chunk is no longer in the store; fetching it again for the child"
+                                    );
+                                    this.tell(Input::Unsent { child: to, chunk });
+                                }
+                            }
+                        });
+                    }
+                }
+                return;
             }
         };
         match self.peer_addr(r, to) {
-            Some((host, addr)) => self.peers.send(&host, &addr, kind, bytes),
+            Some((host, addr)) => self.peers.send(&host, &addr, kind, frame),
             None => tracing::warn!(?to, "no address for peer"),
         }
-        None
     }
 
-    fn chunk_bytes(&self, chunk: u32) -> Option<Vec<u8>> {
-        let info = self.index.chunks.get(chunk as usize)?;
-        #[cfg_attr(not(feature = "fault-injection"), allow(unused_mut))]
-        let mut data = self.bytes.get(&info.id)?;
-        #[cfg(feature = "fault-injection")]
-        if self.knobs.corrupt_outgoing
-            && let Some(b) = data.last_mut()
-        {
-            *b ^= 0x5a;
+    /// Queues a demanded chunk's stored bytes for the child at `host`.
+    fn send_demanded(&self, host: &str, addr: &str, chunk: u32, data: Bytes) {
+        let head = chunk_head(self.job, chunk, true, data.len());
+        self.peers
+            .send_parts(host, addr, StreamKind::Demand, head, data);
+    }
+
+    /// A chunk's stored bytes (touching it in the store's LRU), without blocking this task:
+    /// from the store's memory of recent chunks, else read on the blocking pool.
+    async fn stored(&self, id: &ChunkId) -> Option<StoredChunk> {
+        if let Some(s) = self.bytes.get_cached(id) {
+            return Some(s);
         }
+        let (bytes, id) = (self.bytes.clone(), *id);
+        self.rt
+            .spawn_blocking(move || bytes.get(&id))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// A chunk's stored bytes to send, or `None` if the store no longer holds it.
+    async fn chunk_bytes(&self, chunk: u32) -> Option<Bytes> {
+        let info = self.index.chunks.get(chunk as usize)?;
+        let stored = self.stored(&info.id).await?;
+        Some(self.outgoing(stored))
+    }
+
+    /// Counts a chunk as sent (and, in the lab's fault injection, corrupts it).
+    fn outgoing(&self, stored: StoredChunk) -> Bytes {
+        let data = match stored {
+            StoredChunk::Checked(c) => c.stored().clone(),
+            StoredChunk::Unchecked(b) => b,
+        };
+        #[cfg(feature = "fault-injection")]
+        let data = if self.knobs.corrupt_outgoing {
+            let mut v = data.to_vec();
+            if let Some(b) = v.last_mut() {
+                *b ^= 0x5a;
+            }
+            Bytes::from(v)
+        } else {
+            data
+        };
         let mut c = lock(&self.counters);
         c.chunks_out += 1;
         c.bytes_out += data.len() as u64;
-        Some(data)
+        data
     }
 
     /// Pushes chunks to one child on its bulk stream, one at a time as the job's task hands
@@ -553,7 +605,7 @@ impl JobCore {
                 // No longer a child, or the job's task has ended.
                 Ok(None) | Err(_) => return,
             };
-            let Some(data) = self.chunk_bytes(chunk) else {
+            let Some(data) = self.chunk_bytes(chunk).await else {
                 tracing::warn!(
                     chunk,
                     "a chunk to forward is no longer in the store; fetching it again for the child"
@@ -561,15 +613,11 @@ impl JobCore {
                 self.tell(Input::Unsent { child, chunk });
                 continue;
             };
-            let msg = Msg::Chunk {
-                chunk,
-                demand: false,
-                data,
-            };
-            let (head, body) = frame_parts(self.job, &msg);
-            drop(msg);
-            let len = head.len() + body.len();
-            if let Err(e) = tx.send_parts(&head, body).await {
+            // The stored bytes go out as they are, shared with the store's memory and the
+            // other children's pumps: nothing copies them before quinn does.
+            let head = chunk_head(self.job, chunk, false, data.len());
+            let len = head.len() + data.len();
+            if let Err(e) = tx.send_parts(&head, data).await {
                 tracing::debug!(error = %e, "bulk send failed");
                 self.tell(Input::Unreachable(child));
                 return;
@@ -602,37 +650,61 @@ impl JobCore {
     }
 
     /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
-    /// the waiting readers before the relay hears of it.
-    pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: Vec<u8>) {
-        if let Some(from) = self.sender(from_host) {
-            self.on_chunk(from, chunk, &data);
-        }
+    /// the waiting readers before the relay hears of it. That work (hashing a MiB, writing
+    /// a file) runs on the blocking pool, not on the caller's task, which carries a
+    /// stream's messages; the stream's reader awaits the returned task before it reads the
+    /// next frame, so one stream's chunks are taken in the order they came, and a sender
+    /// faster than verification is held back by QUIC flow control instead of queueing
+    /// chunks here without bound.
+    pub fn on_chunk_msg(
+        self: &Arc<Self>,
+        from_host: &str,
+        chunk: u32,
+        data: Bytes,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let from = self.sender(from_host)?;
+        let this = self.clone();
+        Some(
+            self.rt
+                .spawn_blocking(move || this.on_chunk(from, chunk, data)),
+        )
     }
 
-    fn on_chunk(self: &Arc<Self>, from: NodeId, chunk: u32, data: &[u8]) {
+    fn on_chunk(&self, from: NodeId, chunk: u32, data: Bytes) {
         let Some(info) = self.index.chunks.get(chunk as usize).copied() else {
             return;
         };
-        let verified = verify_chunk(data, &info.id, info.plain_len).ok();
-        let valid = verified.is_some();
-        if let Some(plain) = &verified {
-            if let Err(e) = self.bytes.put(&info.id, data) {
-                tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
-                // Readers waiting for it still get it; the relay does not count it as held.
-                self.wake(chunk, plain);
+        let len = data.len() as u64;
+        let (checked, plain) = match verify_chunk(data, &info.id, info.plain_len) {
+            Ok(v) => v,
+            Err(_) => {
+                lock(&self.counters).bad_chunks += 1;
+                tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
+                self.tell(Input::Chunk {
+                    from,
+                    chunk,
+                    valid: false,
+                });
                 return;
             }
+        };
+        if let Err(e) = self.bytes.put_checked(&checked) {
+            tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
+            // Readers waiting for it still get it; the relay does not count it as held.
+            self.wake(chunk, &plain);
+            return;
+        }
+        {
             let mut c = lock(&self.counters);
             c.chunks_in += 1;
-            c.bytes_in += data.len() as u64;
-        } else {
-            lock(&self.counters).bad_chunks += 1;
-            tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
+            c.bytes_in += len;
         }
-        self.tell(Input::Chunk { from, chunk, valid });
-        if let Some(plain) = &verified {
-            self.wake(chunk, plain);
-        }
+        self.tell(Input::Chunk {
+            from,
+            chunk,
+            valid: true,
+        });
+        self.wake(chunk, &plain);
     }
 
     /// Hands a verified chunk to the readers waiting for it.
@@ -651,11 +723,13 @@ impl JobCore {
         }
     }
 
-    /// Chunk number `chunk` of the index (whose id the caller gives as `id`): its stored
-    /// bytes from the store, or, asked of the tree and awaited, the plain bytes verified
-    /// when they arrived. A chunk the relay counts as held but the store cannot produce is
-    /// reported lost first, so it is fetched again instead of awaited for ever. The caller
-    /// bounds the wait (dropping the future gives up).
+    /// Chunk number `chunk` of the index (whose id the caller gives as `id`): from the
+    /// store (the plain bytes if the store still has them in memory as checked on arrival,
+    /// else the stored bytes from its file, for the reader to verify), or, asked of the tree
+    /// and awaited, the plain bytes verified when they arrived. A chunk the relay counts as
+    /// held but the store cannot produce is reported lost first, so it is fetched again
+    /// instead of awaited for ever. The caller bounds the wait (dropping the future gives
+    /// up).
     pub async fn want(self: &Arc<Self>, chunk: u32, id: &ChunkId) -> Result<Fetched, Error> {
         if self.index.chunks.get(chunk as usize).map(|c| &c.id) != Some(id) {
             return Err(Error::ChunkNotInJob {
@@ -663,8 +737,8 @@ impl JobCore {
                 job: self.job,
             });
         }
-        if let Some(b) = self.bytes.get(id) {
-            return Ok(Fetched::Stored(b));
+        if let Some(s) = self.stored(id).await {
+            return Ok(fetched(s));
         }
         let (tx, rx) = oneshot::channel();
         {
@@ -675,8 +749,8 @@ impl JobCore {
             list.push(tx);
         }
         // It may have arrived between the check and the registration.
-        if let Some(b) = self.bytes.get(id) {
-            return Ok(Fetched::Stored(b));
+        if let Some(s) = self.stored(id).await {
+            return Ok(fetched(s));
         }
         self.tell(Input::Want(chunk));
         rx.await
@@ -687,5 +761,18 @@ impl JobCore {
     /// Whether the chunk is held here.
     pub fn has(&self, id: &ChunkId) -> bool {
         self.bytes.contains(id)
+    }
+}
+
+/// What a reader gets of a stored chunk: checked bytes from memory are decoded without
+/// hashing them again; bytes read from a file go to the reader to be verified.
+fn fetched(stored: StoredChunk) -> Fetched {
+    match stored {
+        StoredChunk::Checked(c) => match c.plain() {
+            Ok(plain) => Fetched::Verified(plain),
+            // Cannot happen to bytes that decoded once; the reader's own check decides.
+            Err(_) => Fetched::Stored(c.stored().clone()),
+        },
+        StoredChunk::Unchecked(b) => Fetched::Stored(b),
     }
 }

@@ -3,12 +3,15 @@
 //! messages on their own streams so they never wait behind bulk chunks, and reader tasks
 //! that hand every incoming frame to the [`Router`].
 //!
-//! A frame is the job id (8 bytes, big endian) followed by an encoded [`Msg`].
+//! A frame is the job id (8 bytes, big endian) followed by an encoded [`Msg`]. A chunk's
+//! stored bytes travel without being copied into a message: sent after a head
+//! ([`chunk_head`]), and sliced out of the frame they arrived in ([`unframe`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
+use bytes::Bytes;
 use peertree::relay::{JobId, Msg, Routed};
 use tokio::sync::{mpsc, watch};
 
@@ -16,11 +19,16 @@ use crate::net::{Conn, NetError, StreamKind, Transport};
 
 /// Where incoming messages go.
 pub trait Router: Send + Sync + 'static {
-    /// A message for `job` from the peer whose certificate names `from_host`.
-    fn deliver(&self, from_host: &str, job: JobId, msg: Routed);
+    /// A message for `job` from the peer whose certificate names `from_host`. Returns the
+    /// work still running for it (a chunk being verified and stored), which the stream's
+    /// reader waits for before taking the stream's next frame.
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending>;
     /// `host` could not be reached at all.
     fn unreachable(&self, host: &str);
 }
+
+/// Work a [`Router`] still does for a delivered message.
+pub type Pending = tokio::task::JoinHandle<()>;
 
 /// Encodes a frame.
 pub fn frame(job: JobId, msg: &Msg) -> Vec<u8> {
@@ -31,18 +39,39 @@ pub fn frame(job: JobId, msg: &Msg) -> Vec<u8> {
     f
 }
 
-/// A frame as its head (the job id) and its body (the encoded message), for
-/// `FrameSender::send_parts`, which sends them without joining them.
-pub fn frame_parts(job: JobId, msg: &Msg) -> ([u8; 8], Vec<u8>) {
-    (job.0.to_be_bytes(), msg.encode())
+/// The head of a chunk's frame, to be followed by the chunk's `len` stored bytes (see
+/// `FrameSender::send_parts`): the frame is then the same as [`frame`] of the
+/// [`Msg::Chunk`], without the stored bytes being copied into it.
+pub fn chunk_head(job: JobId, chunk: u32, demand: bool, len: usize) -> Vec<u8> {
+    let mut head = job.0.to_be_bytes().to_vec();
+    head.extend_from_slice(&Msg::chunk_head(chunk, demand, len));
+    head
 }
 
-/// Decodes a frame.
-pub fn unframe(bytes: &[u8]) -> Result<(JobId, Msg), NetError> {
+/// Decodes a frame. A chunk's stored bytes are a slice of `bytes`, not a copy.
+pub fn unframe(bytes: Bytes) -> Result<(JobId, Routed), NetError> {
     let Some((head, body)) = bytes.split_first_chunk::<8>() else {
         return Err(NetError::ShortFrame(bytes.len()));
     };
-    Ok((JobId(u64::from_be_bytes(*head)), Msg::decode(body)?))
+    let job = JobId(u64::from_be_bytes(*head));
+    let routed = match Msg::split_chunk(body) {
+        Some(split) => {
+            let split = split?;
+            Routed::Chunk {
+                chunk: split.chunk,
+                demand: split.demand,
+                data: bytes.slice(8 + split.data.start..8 + split.data.end),
+            }
+        }
+        None => Msg::decode(body)?.route(),
+    };
+    Ok((job, routed))
+}
+
+/// A queued control or demand frame: `head` then `body`, sent without joining them.
+struct Outgoing {
+    head: Vec<u8>,
+    body: Bytes,
 }
 
 /// The outcome of a connection attempt, once known (shared by every sender waiting on it).
@@ -85,8 +114,8 @@ impl LinkKey {
 
 struct Link {
     conn: SharedConn,
-    control: mpsc::UnboundedSender<Vec<u8>>,
-    demand: mpsc::UnboundedSender<Vec<u8>>,
+    control: mpsc::UnboundedSender<Outgoing>,
+    demand: mpsc::UnboundedSender<Outgoing>,
     /// The control and demand sender tasks: each ends once its channel is closed and the
     /// peer has acknowledged everything it wrote.
     senders: Vec<tokio::task::JoinHandle<()>>,
@@ -181,10 +210,16 @@ impl Peers {
                 tokio::spawn(async move {
                     loop {
                         match rx.recv().await {
-                            Ok(Some(bytes)) => match unframe(&bytes) {
+                            Ok(Some(bytes)) => match unframe(bytes.into()) {
                                 Ok((job, msg)) => {
-                                    if let Some(r) = router.as_ref().and_then(Weak::upgrade) {
-                                        r.deliver(&host, job, msg.route());
+                                    let pending = router
+                                        .as_ref()
+                                        .and_then(Weak::upgrade)
+                                        .and_then(|r| r.deliver(&host, job, msg));
+                                    if let Some(p) = pending {
+                                        // The router's handle is dropped first: waiting
+                                        // must not keep the daemon alive.
+                                        let _ = p.await;
                                     }
                                 }
                                 Err(e) => {
@@ -205,8 +240,8 @@ impl Peers {
 
     /// Starts the sender tasks of a link whose connection is (or will be) in `cell`.
     fn start_link(&self, host: &str, cell: SharedConn) -> Link {
-        let (ctx, crx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let (dtx, drx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (ctx, crx) = mpsc::unbounded_channel::<Outgoing>();
+        let (dtx, drx) = mpsc::unbounded_channel::<Outgoing>();
         let mut senders = Vec::with_capacity(2);
         for (kind, mut rx) in [(StreamKind::Control, crx), (StreamKind::Demand, drx)] {
             let cell = cell.clone();
@@ -224,7 +259,7 @@ impl Peers {
                     }
                 };
                 while let Some(f) = rx.recv().await {
-                    if let Err(e) = tx.send_parts(&[], f).await {
+                    if let Err(e) = tx.send_parts(&f.head, f.body).await {
                         tracing::debug!(peer = %host, error = %e, "send failed");
                         return;
                     }
@@ -291,6 +326,19 @@ impl Peers {
 
     /// Queues a control or demand frame for `host`.
     pub fn send(self: &Arc<Self>, host: &str, addr: &str, kind: StreamKind, frame: Vec<u8>) {
+        self.send_parts(host, addr, kind, Vec::new(), frame.into());
+    }
+
+    /// Queues a control or demand frame for `host` made of `head` then `body` (a chunk's
+    /// head and its shared stored bytes), without joining them.
+    pub fn send_parts(
+        self: &Arc<Self>,
+        host: &str,
+        addr: &str,
+        kind: StreamKind,
+        head: Vec<u8>,
+        body: Bytes,
+    ) {
         self.link_cell(host, addr);
         let links = lock(&self.links);
         let Some(link) = links.get(&LinkKey::of(host, addr)) else {
@@ -300,7 +348,7 @@ impl Peers {
             StreamKind::Demand => &link.demand,
             _ => &link.control,
         };
-        let _ = tx.send(frame);
+        let _ = tx.send(Outgoing { head, body });
     }
 
     /// Forgets the links to `host` (a peer declared dead): the next message to it opens a
@@ -351,7 +399,46 @@ impl Peers {
 
 #[cfg(test)]
 mod tests {
-    use super::LinkKey;
+    use super::*;
+
+    /// A chunk sent as a head and shared stored bytes is the frame of its message, and
+    /// arrives as a slice of the received frame: its bytes are copied by neither end.
+    #[test]
+    fn a_chunk_frame_is_sent_in_parts_and_unframed_without_a_copy() {
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let whole = frame(
+            JobId(5),
+            &Msg::Chunk {
+                chunk: 9,
+                demand: true,
+                data: data.clone(),
+            },
+        );
+        let mut parts = chunk_head(JobId(5), 9, true, data.len());
+        parts.extend_from_slice(&data);
+        assert_eq!(parts, whole);
+        let received = Bytes::from(whole);
+        let (job, routed) = unframe(received.clone()).expect("a valid frame");
+        assert_eq!(job, JobId(5));
+        let Routed::Chunk {
+            chunk,
+            demand,
+            data: got,
+        } = routed
+        else {
+            panic!("not a chunk: {routed:?}")
+        };
+        assert_eq!((chunk, demand), (9, true));
+        assert_eq!(got[..], data[..]);
+        assert_eq!(
+            got.as_ptr(),
+            received[received.len() - data.len()..].as_ptr()
+        );
+        // Other messages decode as before; a truncated chunk frame is an error.
+        let (_, ping) = unframe(frame(JobId(5), &Msg::Ping).into()).expect("valid");
+        assert_eq!(ping, Routed::Relay(peertree::relay::RelayMsg::Ping));
+        assert!(unframe(received.slice(..received.len() - 1)).is_err());
+    }
 
     #[test]
     fn two_pushes_from_one_login_node_are_two_links() {

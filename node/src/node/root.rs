@@ -13,7 +13,7 @@ use peertree::relay::{Event, JobId, NodeInfo, Relay, Routed};
 use tokio::sync::mpsc;
 
 use super::job::{JobCore, JobKnobs, TimedEvent};
-use super::peers::{Peers, Router};
+use super::peers::{Peers, Pending, Router};
 use crate::Error;
 use crate::net::{Identity, Transport};
 
@@ -48,18 +48,21 @@ pub struct RootJob {
 struct RootRouter(Arc<JobCore>);
 
 impl Router for RootRouter {
-    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
         if job != self.0.job {
-            return;
+            return None;
         }
         match msg {
             Routed::Relay(m) => self.0.on_relay_msg(from_host, m),
-            Routed::Chunk { chunk, data, .. } => self.0.on_chunk_msg(from_host, chunk, data),
+            Routed::Chunk { chunk, data, .. } => {
+                return self.0.on_chunk_msg(from_host, chunk, data);
+            }
             // Nobody starts or prepares a job at its root.
             Routed::Start(_) | Routed::Prepare(_) => {
                 tracing::warn!(peer = %from_host, "a Start or Prepare sent to the root; ignored")
             }
         }
+        None
     }
     fn unreachable(&self, host: &str) {
         self.0.on_unreachable(host);

@@ -54,7 +54,8 @@ use fixedbitset::FixedBitSet;
 
 use demand::Waiter;
 pub use msg::{
-    JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, RelayMsg, Report, Routed, Start, Timing,
+    ChunkSplit, JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, RelayMsg, Report, Routed, Start,
+    Timing,
 };
 use recovery::Attaching;
 use root::RootState;

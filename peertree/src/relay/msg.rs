@@ -220,8 +220,10 @@ pub enum Routed {
         chunk: u32,
         /// Whether this answers a demand.
         demand: bool,
-        /// The stored (encoded) chunk.
-        data: Vec<u8>,
+        /// The stored (encoded) chunk: shared, so the receiver can slice it out of the
+        /// frame it arrived in ([`Msg::split_chunk`]) and keep and forward it without
+        /// copying it.
+        data: ::bytes::Bytes,
     },
     /// A message for the relay.
     Relay(RelayMsg),
@@ -275,7 +277,7 @@ impl Msg {
             } => Routed::Chunk {
                 chunk,
                 demand,
-                data,
+                data: data.into(),
             },
             Msg::Want { chunk } => Routed::Relay(RelayMsg::Want { chunk }),
             Msg::Report(r) => Routed::Relay(RelayMsg::Report(r)),
@@ -370,6 +372,65 @@ impl Msg {
     }
 }
 
+/// A [`Msg::Chunk`] taken apart by [`Msg::split_chunk`], its data left where it lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkSplit {
+    /// Position in the index's chunk table.
+    pub chunk: u32,
+    /// Whether this answers a demand.
+    pub demand: bool,
+    /// Where the stored chunk lies in the message's bytes.
+    pub data: std::ops::Range<usize>,
+}
+
+/// Position of [`Msg::Chunk`] among [`Msg`]'s variants, which postcard writes first.
+const CHUNK_VARIANT: u32 = 1;
+
+impl Msg {
+    /// The encoding of a [`Msg::Chunk`] up to its data: `chunk_head(..) + data` is byte for
+    /// byte `Msg::Chunk { chunk, demand, data }.encode()`. A sender can then send stored
+    /// bytes it shares (with the store, with other children) after the head, instead of
+    /// copying them into a message and the message into a frame.
+    pub fn chunk_head(chunk: u32, demand: bool, len: usize) -> Vec<u8> {
+        // postcard writes a variant index, a u32 and a byte string's length as varints and
+        // a bool as one byte: the same as this tuple (a test holds the two together).
+        postcard::to_allocvec(&(CHUNK_VARIANT, chunk, demand, len))
+            .expect("encoding integers into a Vec cannot fail")
+    }
+
+    /// If `bytes` encode a [`Msg::Chunk`]: its chunk number, demand flag and where its data
+    /// lies in `bytes` (the rest of them), without copying the data. `None` for any other
+    /// message (decode those with [`Msg::decode`]); an error for a malformed chunk message,
+    /// as [`Msg::decode`] would give.
+    pub fn split_chunk(bytes: &[u8]) -> Option<Result<ChunkSplit, Error>> {
+        if bytes.len() > MAX_MESSAGE {
+            return Some(Err(Error::WireTooLarge(bytes.len())));
+        }
+        let (variant, rest) = postcard::take_from_bytes::<u32>(bytes).ok()?;
+        if variant != CHUNK_VARIANT {
+            return None;
+        }
+        let malformed = |e: postcard::Error| Error::WireMalformed(e.to_string());
+        let head = || -> Result<_, Error> {
+            let (chunk, rest) = postcard::take_from_bytes::<u32>(rest).map_err(malformed)?;
+            let (demand, rest) = postcard::take_from_bytes::<bool>(rest).map_err(malformed)?;
+            let (len, rest) = postcard::take_from_bytes::<usize>(rest).map_err(malformed)?;
+            if rest.len() != len {
+                return Err(Error::WireMalformed(format!(
+                    "a chunk of {len} bytes in {} bytes",
+                    rest.len()
+                )));
+            }
+            Ok(ChunkSplit {
+                chunk,
+                demand,
+                data: bytes.len() - len..bytes.len(),
+            })
+        };
+        Some(head())
+    }
+}
+
 /// Re-packs bitset words of `bits` bits each into the wire's 64-bit words (the `have` of
 /// [`Msg::Attach`] and [`Msg::Held`]).
 pub(super) fn pack_words(words: &[u64], bits: u32) -> Vec<u64> {
@@ -422,7 +483,7 @@ mod tests {
             Routed::Chunk {
                 chunk: 7,
                 demand: true,
-                data
+                data: data.into()
             }
         );
         let prepare = Prepare {
@@ -567,18 +628,64 @@ mod tests {
         }
     }
 
+    /// A chunk frame sent as a head and shared stored bytes, and taken apart without
+    /// copying them, is the same on the wire as the encoded message.
+    #[test]
+    fn chunk_heads_and_splits_agree_with_the_encoding() {
+        for (chunk, demand, len) in [(0, false, 0), (7, true, 3), (300_000, false, 1 << 20)] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+            let msg = Msg::Chunk {
+                chunk,
+                demand,
+                data: data.clone(),
+            };
+            let encoded = msg.encode();
+            let mut sent = Msg::chunk_head(chunk, demand, len);
+            sent.extend_from_slice(&data);
+            assert_eq!(sent, encoded);
+            let split = Msg::split_chunk(&encoded)
+                .expect("a chunk message")
+                .expect("well formed");
+            assert_eq!((split.chunk, split.demand), (chunk, demand));
+            assert_eq!(&encoded[split.data], &data[..]);
+        }
+        assert!(Msg::split_chunk(&Msg::Ping.encode()).is_none());
+        assert!(Msg::split_chunk(&Msg::Want { chunk: 1 }.encode()).is_none());
+        let mut short = Msg::chunk_head(1, false, 10);
+        short.extend_from_slice(&[0; 9]);
+        assert!(matches!(
+            Msg::split_chunk(&short),
+            Some(Err(Error::WireMalformed(_)))
+        ));
+        assert!(Msg::decode(&short).is_err(), "refused by both");
+        let mut long = Msg::chunk_head(1, false, 10);
+        long.extend_from_slice(&[0; 11]);
+        assert!(matches!(
+            Msg::split_chunk(&long),
+            Some(Err(Error::WireMalformed(_)))
+        ));
+        assert!(Msg::decode(&long).is_err(), "refused by both");
+    }
+
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         for len in 0..64u8 {
             let bytes: Vec<u8> = (0..len)
                 .map(|i| i.wrapping_mul(37).wrapping_add(len))
                 .collect();
-            let _ = Msg::decode(&bytes);
+            let decoded = Msg::decode(&bytes);
+            // The zero-copy split accepts exactly the chunk messages the decoder accepts.
+            match Msg::split_chunk(&bytes) {
+                Some(Ok(_)) => assert!(matches!(decoded, Ok(Msg::Chunk { .. }))),
+                Some(Err(_)) => assert!(decoded.is_err()),
+                None => assert!(!matches!(decoded, Ok(Msg::Chunk { .. }))),
+            }
         }
         // A huge claimed length must not allocate it.
         let mut evil = vec![1u8]; // Msg::Chunk
         evil.extend([0x01, 0x00, 0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert!(Msg::decode(&evil).is_err());
+        assert!(matches!(Msg::split_chunk(&evil), Some(Err(_))));
         let mut trailing = Msg::Ping.encode();
         trailing.push(0);
         assert!(Msg::decode(&trailing).is_err());

@@ -31,6 +31,10 @@ pub struct DaemonArgs {
     /// Byte budget of the chunk store (least recently used chunks are evicted beyond it).
     #[arg(long, default_value = "4GiB", value_parser = util::parse_size)]
     store_budget: u64,
+    /// Memory for the stored bytes of the chunks that arrived last, kept to send them on to
+    /// children and to answer reads and demands without reading the store back.
+    #[arg(long, default_value = "32MiB", value_parser = util::parse_size)]
+    recent: u64,
     /// Memory for decompressed chunks per mounted job.
     #[arg(long, default_value = "128MiB", value_parser = util::parse_size)]
     cache: u64,
@@ -92,6 +96,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         state_dir: args.state_dir,
         mount_root: args.mount_root,
         store_budget: args.store_budget,
+        recent_bytes: args.recent,
         cache_bytes: args.cache,
         passthrough: root && !args.no_passthrough,
         copies_budget: args.copies_budget,

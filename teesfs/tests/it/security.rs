@@ -449,7 +449,7 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connections() {
     use peertree::NodeId;
-    use peertree::relay::{JobId, Msg, NodeInfo, Prepare};
+    use peertree::relay::{JobId, Msg, NodeInfo, Prepare, Routed};
     use teesfs::net::{Identity, StreamKind, Transport};
 
     // Three daemons so that n02 and n03 have certificates; the test listens as both.
@@ -524,11 +524,11 @@ async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connectio
     ] {
         let (from, frame) = first_frame(t).await;
         assert_eq!(from, c.nodes[0].host, "the connection is from n01");
-        let (job, msg) = teesfs::node::peers::unframe(&frame).expect("valid frame");
+        let (job, msg) = teesfs::node::peers::unframe(frame.into()).expect("valid frame");
         assert_eq!(job, JobId(8));
         assert_eq!(
             msg,
-            Msg::Prepare(Prepare { subtree: want }),
+            Routed::Prepare(Prepare { subtree: want }),
             "the receiver's part of the plan, nothing else"
         );
     }

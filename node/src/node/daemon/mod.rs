@@ -32,7 +32,7 @@ use super::JobSource;
 use super::admit::Admitted;
 use super::control::{JobRecord, LayerPath};
 use super::job::{JobCore, JobCounters};
-use super::peers::{Peers, Router};
+use super::peers::{Peers, Pending, Router};
 use super::store::NodeStore;
 use crate::Error;
 use crate::fs::copies::Copies;
@@ -56,6 +56,9 @@ pub struct DaemonConfig {
     pub mount_root: PathBuf,
     /// Byte budget of the chunk store.
     pub store_budget: u64,
+    /// Memory for the stored bytes of recently arrived chunks, which are sent on to
+    /// children and read without reading the store back ([`NodeStore::open`]).
+    pub recent_bytes: u64,
     /// Memory for decompressed chunks per mount.
     pub cache_bytes: u64,
     /// Serve complete files through FUSE passthrough (root only).
@@ -176,6 +179,7 @@ impl Daemon {
         let store = Arc::new(NodeStore::open(
             &cfg.state_dir.join("store"),
             cfg.store_budget,
+            cfg.recent_bytes,
         )?);
         // Copies from an earlier run are removed here, never served.
         let copies = if cfg.passthrough && cfg.mount {
@@ -535,7 +539,7 @@ mod probe;
 use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};
 
 impl Router for Daemon {
-    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
         match msg {
             Routed::Start(start) => {
                 if let Some(d) = self.me.upgrade() {
@@ -548,9 +552,10 @@ impl Router for Daemon {
                 }
             }
             Routed::Chunk { chunk, data, .. } => {
-                if let Some(j) = self.running(job, from_host) {
-                    j.core.on_chunk_msg(from_host, chunk, data);
-                }
+                return self
+                    .running(job, from_host)?
+                    .core
+                    .on_chunk_msg(from_host, chunk, data);
             }
             Routed::Relay(m) => {
                 if let Some(j) = self.running(job, from_host) {
@@ -558,6 +563,7 @@ impl Router for Daemon {
                 }
             }
         }
+        None
     }
 
     fn unreachable(&self, host: &str) {
