@@ -61,8 +61,24 @@ pub fn read_limited(path: &Path, max: u64, symlinks: Symlinks) -> std::io::Resul
     if md.len() > max {
         return Err(too_long(max));
     }
-    let mut buf = Vec::with_capacity(md.len() as usize);
-    file.take(max + 1).read_to_end(&mut buf)?;
+    // One read of the whole file where the size holds (a chunk of a MiB in one call, where
+    // read_to_end's growing reads take about nine), one byte of room to notice a file that
+    // grew since its metadata was read, and then the limit read as before.
+    let mut buf = vec![0u8; md.len() as usize + 1];
+    let mut filled = 0;
+    let mut file = file;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    if filled == md.len() as usize + 1 {
+        file.take(max + 1 - filled as u64).read_to_end(&mut buf)?;
+    }
     if buf.len() as u64 > max {
         return Err(too_long(max));
     }
