@@ -32,24 +32,28 @@ pub struct Cluster {
 /// `teesfs daemon` as `host` with its state, mounts and control socket under `dir`, on a
 /// loopback port of its choice.
 pub fn daemon_command(ws: &Workspace, creds: &Path, host: &str, dir: &Path) -> Command {
+    daemon_command_at(ws, creds, host, dir, "127.0.0.1:0")
+}
+
+/// [`daemon_command`] listening at `listen`.
+fn daemon_command_at(
+    ws: &Workspace,
+    creds: &Path,
+    host: &str,
+    dir: &Path,
+    listen: &str,
+) -> Command {
     let mut c = Command::new(teesfs_bin());
-    c.args([
-        "daemon",
-        "--host",
-        host,
-        "--listen",
-        "127.0.0.1:0",
-        "--identity",
-    ])
-    .arg(creds)
-    .arg("--state-dir")
-    .arg(dir.join("state"))
-    .arg("--mount-root")
-    .arg(dir.join("jobs"))
-    .arg("--control")
-    .arg(dir.join("sock"))
-    .arg("--trust")
-    .arg(ws.pubkey());
+    c.args(["daemon", "--host", host, "--listen", listen, "--identity"])
+        .arg(creds)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--mount-root")
+        .arg(dir.join("jobs"))
+        .arg("--control")
+        .arg(dir.join("sock"))
+        .arg("--trust")
+        .arg(ws.pubkey());
     c
 }
 
@@ -60,8 +64,19 @@ fn spawn_daemon(
     dir: &Path,
     extra: &[&str],
 ) -> (Child, String) {
+    spawn_daemon_at(ws, creds, host, dir, extra, "127.0.0.1:0")
+}
+
+fn spawn_daemon_at(
+    ws: &Workspace,
+    creds: &Path,
+    host: &str,
+    dir: &Path,
+    extra: &[&str],
+    listen: &str,
+) -> (Child, String) {
     std::fs::create_dir_all(dir).expect("node dir");
-    let mut child = daemon_command(ws, creds, host, dir)
+    let mut child = daemon_command_at(ws, creds, host, dir, listen)
         .args(extra)
         .env("TEESFS_LOG", "teesfs=info")
         .stdout(Stdio::piped())
@@ -215,6 +230,16 @@ impl Cluster {
         let (child, addr) = spawn_daemon(&self.ws, &self.creds, &n.host, &n.dir, &[]);
         self.nodes[i].child = Some(child);
         self.nodes[i].addr = addr;
+    }
+
+    /// Kills node `i` with SIGKILL and starts it again at the same address with the same
+    /// directories: a crashed daemon brought back by systemd, or a rebooted node.
+    pub fn restart_in_place(&mut self, i: usize) {
+        self.kill(i);
+        let n = &self.nodes[i];
+        let (child, addr) = spawn_daemon_at(&self.ws, &self.creds, &n.host, &n.dir, &[], &n.addr);
+        assert_eq!(addr, n.addr, "restarted at the same address");
+        self.nodes[i].child = Some(child);
     }
 
     /// Pid of node `i`'s daemon while it runs.

@@ -456,6 +456,77 @@ fn a_restarted_daemon_leaves_no_stale_mount() {
     assert_eq!(c.status(1)["jobs"].as_array().map(Vec::len), Some(0));
 }
 
+/// Issue 17: a daemon killed and started again at the same address (systemd bringing it
+/// back, a rebooted node) is reached by the next push at once. Its parent talked to the
+/// old process over a connection that the new one does not know; kept, it swallowed the
+/// job's first messages until QUIC's idle timeout (60 s), and the push failed blaming the
+/// network.
+#[test]
+fn a_daemon_restarted_in_place_gets_the_next_push_at_once() {
+    if !can_mount() {
+        return;
+    }
+    let mut c = Cluster::start(3, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 5, 0);
+    let id = c.ws.publish(&src);
+    // One group: n01 feeds n02 and n03, so n01 keeps connections to both.
+    push_ok(&c, &id, 3, &[]);
+    c.restart_in_place(1);
+    let started = Instant::now();
+    let report = push_ok(&c, &id, 3, &["--deadline", "3s", "--timeout", "20s"]);
+    assert_eq!(
+        report["failures"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
+    assert!(report["all_complete_s"].as_f64().is_some(), "{report}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the push took {:?}",
+        started.elapsed()
+    );
+    assert_same_tree(&src, &c.mount_of(1));
+}
+
+/// Issue 17: a job pushed again under the same id by another push (a requeued Slurm job
+/// keeps `SLURM_JOB_ID`) replaces the old job on every node, instead of being ignored
+/// until the push gave up blaming the network.
+#[test]
+fn a_job_pushed_again_under_its_id_replaces_the_old_one() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(3, |_| vec![]);
+    let first = c.ws.path().join("first");
+    make_tree(&first, 5, 0);
+    let first_id = c.ws.publish(&first);
+    let second = c.ws.path().join("second");
+    make_tree(&second, 9, 0);
+    std::fs::write(second.join("requeued"), b"second run").expect("write");
+    let second_id = c.ws.publish(&second);
+    let job = ["--job-id", "4242"];
+    push_ok(&c, &first_id, 3, &job);
+    assert_same_tree(&first, &c.mount_of(2));
+    let started = Instant::now();
+    let report = push_ok(&c, &second_id, 3, &["--job-id", "4242", "--deadline", "3s"]);
+    assert_eq!(
+        report["failures"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    for i in 0..3 {
+        let jobs = c.status(i)["jobs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(jobs.len(), 1, "one job on n0{}: {jobs:?}", i + 1);
+        assert_same_tree(&second, &c.mount_of(i));
+    }
+}
+
 #[test]
 fn a_root_with_another_clusters_certificate_is_refused() {
     if !can_mount() {

@@ -91,6 +91,9 @@ struct NodeJob {
     /// What the job uses while it starts (`None`: not recorded here: a probe, a relay-only
     /// daemon, a job read from shared storage).
     record: Option<Arc<Recorder>>,
+    /// The push that started it: its root's address. A `Start` for the same job id from
+    /// another push is that job pushed again (a Slurm requeue keeps the job id).
+    root: Option<String>,
 }
 
 /// A running daemon.
@@ -318,7 +321,14 @@ impl Daemon {
     }
 
     fn start_job(&self, from_host: &str, job: JobId, start: Start) {
-        if lock(&self.jobs).contains_key(&job) {
+        let root = start.ancestors.last().map(|n| n.addr.clone());
+        let existing = lock(&self.jobs).get(&job).cloned();
+        if let Some(old) = existing {
+            // The same push again (a restarted subtree's `Start`): the job runs already.
+            if old.root == root {
+                return;
+            }
+            self.replace_job(from_host, job, start, old);
             return;
         }
         let span = tracing::info_span!("job", %job);
@@ -345,6 +355,15 @@ impl Daemon {
         };
         let mut known = start.subtree.clone();
         known.extend(start.ancestors.iter().cloned());
+        // The children's links were made afresh by the job's `Prepare`, when one came.
+        let prepared = lock(&self.prepared).contains(&job);
+        let children = start.subtree.iter().skip(1).filter(|_| !prepared);
+        self.fresh_links(
+            children
+                .chain(&start.ancestors)
+                .map(|n| n.host.as_str())
+                .filter(|h| *h != self.cfg.host),
+        );
         // Shared-storage mode reads straight from the parallel file system.
         let shared = match &start.shared_store {
             Some(path) => match seeder::DirStore::open(std::path::Path::new(path)) {
@@ -395,6 +414,7 @@ impl Daemon {
             owner,
             probe: false,
             record,
+            root,
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
@@ -499,10 +519,56 @@ impl Daemon {
             }
         };
         tracing::debug!(%job, parent = %from_host, children = forward.len(), "prepare");
+        self.fresh_links(forward.iter().map(|(child, _)| child.host.as_str()));
         for (child, p) in forward {
             let frame = super::peers::frame(job, &Msg::Prepare(p));
             self.peers
                 .send(&child.host, &child.addr, StreamKind::Control, frame);
+        }
+    }
+
+    /// A job pushed again under the id of one this node runs, by another push (a Slurm
+    /// requeue keeps `SLURM_JOB_ID`; an operator pushes again): the old job is released
+    /// (unmounted; its chunks stay in the store, so what it had is not sent again) and the
+    /// new push's job starts in its place. Ignoring it would leave the new push waiting
+    /// for this node until its deadline, blaming the network.
+    fn replace_job(&self, from_host: &str, job: JobId, start: Start, old: Arc<NodeJob>) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let removed = {
+            let mut jobs = lock(&self.jobs);
+            match jobs.get(&job) {
+                Some(j) if Arc::ptr_eq(j, &old) => jobs.remove(&job),
+                _ => None,
+            }
+        };
+        let Some(old) = removed else {
+            return;
+        };
+        lock(&self.prepared).retain(|j| *j != job);
+        tracing::warn!(
+            %job,
+            old_root = old.root.as_deref().unwrap_or("?"),
+            new_root = start.ancestors.last().map_or("?", |n| n.addr.as_str()),
+            "job pushed again by another push (a requeued Slurm job keeps its id): releasing the old one and starting the new one"
+        );
+        let from_host = from_host.to_string();
+        self.rt.spawn(async move {
+            Self::teardown(old).await;
+            me.start_job(&from_host, job, start);
+        });
+    }
+
+    /// Forgets the links to `hosts`, so the job's first messages to them go on new
+    /// connections. A peer may be a new process since this node last talked to it (its
+    /// daemon restarted, its node rebooted): the old connection would take the job's
+    /// first messages and lose them until QUIC's idle timeout, and the job would blame the
+    /// network. A connection costs one handshake per edge and job, which the simulator
+    /// already charges.
+    fn fresh_links<'h>(&self, hosts: impl Iterator<Item = &'h str>) {
+        for host in hosts {
+            self.peers.forget(host);
         }
     }
 

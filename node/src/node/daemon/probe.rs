@@ -44,6 +44,7 @@ impl Daemon {
             owner: None,
             probe: true,
             record: None,
+            root: None,
         });
         lock(&self.jobs).insert(job, nj);
         tracing::debug!(%job, parent = %from_host, "health probe");
