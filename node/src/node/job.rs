@@ -78,6 +78,10 @@ pub struct JobKnobs {
     /// making it a lying peer. Not built into the shipped binary (feature `fault-injection`, which the binary's `lab` feature turns on).
     #[cfg(feature = "fault-injection")]
     pub corrupt_outgoing: bool,
+    /// Fault injection for the lab's tests: every chunk file write on this node takes this
+    /// much longer (a slow disk). Applied to the daemon's store.
+    #[cfg(feature = "fault-injection")]
+    pub slow_store: Duration,
 }
 
 impl JobKnobs {
@@ -87,6 +91,8 @@ impl JobKnobs {
             rate_limit,
             #[cfg(feature = "fault-injection")]
             corrupt_outgoing: false,
+            #[cfg(feature = "fault-injection")]
+            slow_store: Duration::ZERO,
         }
     }
 }

@@ -64,6 +64,10 @@ pub struct NodeStore {
     recent_budget: u64,
     lru: Mutex<Lru>,
     watchers: Mutex<Vec<mpsc::UnboundedSender<ChunkId>>>,
+    /// Fault injection for the lab's tests: every chunk file write takes this much longer,
+    /// as on a slow or fragmented disk.
+    #[cfg(feature = "fault-injection")]
+    write_delay: std::time::Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -108,9 +112,28 @@ impl NodeStore {
             recent_budget: recent,
             lru: Mutex::new(lru),
             watchers: Mutex::new(Vec::new()),
+            #[cfg(feature = "fault-injection")]
+            write_delay: std::time::Duration::ZERO,
         };
         s.evict();
         Ok(s)
+    }
+
+    /// Fault injection: makes every chunk file write take `delay` longer (a slow disk).
+    #[cfg(feature = "fault-injection")]
+    pub fn with_write_delay(mut self, delay: std::time::Duration) -> Self {
+        self.write_delay = delay;
+        self
+    }
+
+    /// Writes a chunk's file (slowly, under fault injection).
+    fn write(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if !self.write_delay.is_zero() {
+            // The injected fault itself: this thread is the slow disk.
+            std::thread::sleep(self.write_delay);
+        }
+        self.dir.put(id, stored)
     }
 
     /// Bytes held.
@@ -192,7 +215,7 @@ impl NodeStore {
         if self.contains(id) {
             return Ok(());
         }
-        self.dir.put(id, stored)?;
+        self.write(id, stored)?;
         self.list(id, stored.len() as u64, None);
         Ok(())
     }
@@ -202,7 +225,7 @@ impl NodeStore {
     pub fn put_checked(&self, chunk: &CheckedChunk) -> std::io::Result<()> {
         let id = chunk.id();
         if !self.contains(id) {
-            self.dir.put(id, chunk.stored())?;
+            self.write(id, chunk.stored())?;
         }
         // Held already (from an earlier job, or a duplicate): the checked bytes are worth
         // keeping in memory all the same.

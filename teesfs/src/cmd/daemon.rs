@@ -68,7 +68,8 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
     rate_limit: Option<u64>,
     /// Fault injection for the lab's tests only: `corrupt-forward` makes this daemon flip a
-    /// byte in every chunk it sends, so its children must catch it. Not in the shipped
+    /// byte in every chunk it sends, so its children must catch it; `slow-store=DURATION`
+    /// makes every chunk file write take that much longer (a slow disk). Not in the shipped
     /// binary (feature `lab`).
     #[cfg(feature = "lab")]
     #[arg(long, hide = true, value_name = "FAULT")]
@@ -77,6 +78,8 @@ pub struct DaemonArgs {
 
 /// Runs `teesfs daemon`.
 pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
+    #[cfg(feature = "lab")]
+    let fault = Fault::parse(args.fault.as_deref())?;
     let host = match args.host {
         Some(h) => h,
         None => nix::unistd::gethostname()
@@ -106,10 +109,11 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         knobs: teesfs::node::job::JobKnobs {
             rate_limit: args.rate_limit,
             #[cfg(feature = "lab")]
-            corrupt_outgoing: match args.fault.as_deref() {
-                None => false,
-                Some("corrupt-forward") => true,
-                Some(other) => anyhow::bail!("unknown --fault {other:?} (known: corrupt-forward)"),
+            corrupt_outgoing: fault == Fault::CorruptForward,
+            #[cfg(feature = "lab")]
+            slow_store: match fault {
+                Fault::SlowStore(d) => d,
+                _ => std::time::Duration::ZERO,
             },
         },
     };
@@ -170,4 +174,32 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
     })?;
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     Ok(())
+}
+
+/// `--fault`.
+#[cfg(feature = "lab")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    CorruptForward,
+    SlowStore(std::time::Duration),
+}
+
+#[cfg(feature = "lab")]
+impl Fault {
+    fn parse(s: Option<&str>) -> anyhow::Result<Fault> {
+        Ok(match s {
+            None => Fault::None,
+            Some("corrupt-forward") => Fault::CorruptForward,
+            Some(other) => match other.strip_prefix("slow-store=") {
+                Some(d) => Fault::SlowStore(
+                    humantime::parse_duration(d)
+                        .with_context(|| format!("--fault slow-store={d}: use e.g. 20ms"))?,
+                ),
+                None => anyhow::bail!(
+                    "unknown --fault {other:?} (known: corrupt-forward, slow-store=DURATION)"
+                ),
+            },
+        })
+    }
 }

@@ -456,6 +456,64 @@ fn a_restarted_daemon_leaves_no_stale_mount() {
     assert_eq!(c.status(1)["jobs"].as_array().map(Vec::len), Some(0));
 }
 
+/// Issue 17 item 1: a slow store is not a dead node. Every chunk file write takes 20 ms
+/// longer (a fragmented disk; 200 small files cost each node 4 s of writes), each daemon
+/// has a single worker thread, and the liveness deadline is 1 s. Store writes run on the
+/// blocking pool, never on the tasks that carry heartbeats, so no live node is reported
+/// failed and every node gets the layer.
+#[test]
+fn a_slow_store_is_not_a_dead_node() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(4, |_| {
+        ["--workers", "1", "--fault", "slow-store=20ms"]
+            .map(String::from)
+            .to_vec()
+    });
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(&src).expect("layer dir");
+    for i in 0..200u32 {
+        // 6 KiB each: above the inline limit, so each is a chunk the store writes.
+        let body: Vec<u8> = (0..6144u32)
+            .map(|b| (b.wrapping_mul(i + 7) >> 3) as u8)
+            .collect();
+        std::fs::write(src.join(format!("f{i:03}")), body).expect("write");
+    }
+    let id = c.ws.publish(&src);
+    let started = Instant::now();
+    let report = push_ok(
+        &c,
+        &id,
+        4,
+        &[
+            "--width",
+            "2",
+            "--deadline",
+            "1s",
+            "--heartbeat",
+            "200ms",
+            "--timeout",
+            "60s",
+        ],
+    );
+    assert_eq!(
+        report["failures"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
+    assert!(report["all_complete_s"].as_f64().is_some(), "{report}");
+    // The fault was in force: 200 writes of 20 ms on each node.
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    for i in 0..4 {
+        assert_same_tree(&src, &c.mount_of(i));
+    }
+}
+
 /// Issue 17: a daemon killed and started again at the same address (systemd bringing it
 /// back, a rebooted node) is reached by the next push at once. Its parent talked to the
 /// old process over a connection that the new one does not know; kept, it swallowed the

@@ -179,11 +179,14 @@ impl Daemon {
         clean_stale_mounts(&cfg.mount_root);
         let identity = Identity::load(&cfg.identity_dir, &cfg.host)?;
         let transport = Transport::bind(cfg.listen, &identity)?;
-        let store = Arc::new(NodeStore::open(
+        let store = NodeStore::open(
             &cfg.state_dir.join("store"),
             cfg.store_budget,
             cfg.recent_bytes,
-        )?);
+        )?;
+        #[cfg(feature = "fault-injection")]
+        let store = store.with_write_delay(cfg.knobs.slow_store);
+        let store = Arc::new(store);
         // Copies from an earlier run are removed here, never served.
         let copies = if cfg.passthrough && cfg.mount {
             Some(Copies::open(
