@@ -39,7 +39,16 @@ pub struct LabOptions {
     pub log: String,
     /// Keep the work directory (logs, reports) after the lab goes down.
     pub keep_work: bool,
+    /// Give every node's state directory (chunk store, passthrough copies) its own tmpfs
+    /// of [`STATE_TMPFS`] bytes, as on the diskless nodes the lab stands for. Off: the
+    /// work directory's file system (a disk, unless `TMPDIR` is on tmpfs), a measured
+    /// option: a disk that has seen many files deleted makes pushes slow.
+    pub tmpfs_state: bool,
 }
+
+/// Size of a node's state tmpfs: the daemon's default store (4 GiB) and copies (1 GiB)
+/// budgets and room for its own small files. Pages are used only as files fill them.
+pub const STATE_TMPFS: u64 = (5 << 30) + (64 << 20);
 
 impl LabOptions {
     /// Defaults for `teesfs` at `path`.
@@ -49,6 +58,7 @@ impl LabOptions {
             daemon_args: Vec::new(),
             log: "teesfs=info".into(),
             keep_work: false,
+            tmpfs_state: true,
         }
     }
 }
@@ -261,6 +271,10 @@ impl Lab {
             .append(true)
             .open(&log)
             .map_err(LabError::io(&log))?;
+        if opts.tmpfs_state {
+            // Before the daemon's mount namespace copies the host's mounts.
+            mount_state_tmpfs(&dir.join("state"))?;
+        }
         let mut cmd = proc::in_new_mounts(&node.netns, &self.teesfs.display().to_string());
         cmd.arg("daemon")
             .args(["--host", &node.host])
@@ -307,6 +321,7 @@ impl Lab {
         for node in self.layout().compute() {
             let state = self.work().join(&node.host).join("state");
             if state.exists() {
+                detach_mounts_under(&state);
                 std::fs::remove_dir_all(&state).map_err(LabError::io(&state))?;
             }
         }
@@ -573,8 +588,31 @@ fn wait_listening(rx: &mpsc::Receiver<String>, d: &NodeProc, deadline: Instant) 
     }
 }
 
-/// Lazily detaches any mount under `dir` in this mount namespace. Lab mounts live in
-/// private namespaces and should never be here; this is a safety net for `clean`.
+/// Mounts a tmpfs of [`STATE_TMPFS`] bytes at `dir` (made if missing) unless one is there
+/// already (a daemon restarted on its state keeps it).
+fn mount_state_tmpfs(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(LabError::io(dir))?;
+    let canonical = std::fs::canonicalize(dir).map_err(LabError::io(dir))?;
+    let mounted = teesfs::sys::mountinfo::read(None)
+        .unwrap_or_default()
+        .iter()
+        .any(|m| m.mount_point == canonical);
+    if mounted {
+        return Ok(());
+    }
+    nix::mount::mount(
+        Some("tmpfs"),
+        &canonical,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(format!("size={STATE_TMPFS},mode=0755").as_str()),
+    )
+    .map_err(|e| LabError::io(dir)(std::io::Error::from(e)))
+}
+
+/// Lazily detaches any mount under `dir` in this mount namespace: the nodes' state
+/// tmpfs, and a safety net for `clean` (the daemons' FUSE mounts live in private
+/// namespaces and should never be here).
 pub fn detach_mounts_under(dir: &Path) {
     let Ok(root) = std::fs::canonicalize(dir) else {
         return;

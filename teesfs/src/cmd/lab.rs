@@ -69,6 +69,11 @@ pub struct ShapeArgs {
     /// Keep the work directory (logs, reports, store) after the lab goes down.
     #[arg(long)]
     pub keep: bool,
+    /// Keep the nodes' chunk stores and copies in the work directory's file system (a
+    /// disk unless TMPDIR is on tmpfs) instead of a tmpfs per node, to measure a
+    /// disk-backed store. The default stands for diskless nodes.
+    #[arg(long)]
+    pub disk_stores: bool,
 }
 
 impl ShapeArgs {
@@ -95,6 +100,7 @@ impl ShapeArgs {
         let exe = std::env::current_exe().context("finding the teesfs binary")?;
         let mut opts = LabOptions::new(exe);
         opts.keep_work = self.keep;
+        opts.tmpfs_state = !self.disk_stores;
         let spec = self.spec();
         eprintln!(
             "lab: {} groups x {} nodes, slave links {}, uplinks {}, login {}, MTU {}",

@@ -96,6 +96,17 @@ fn lab_push_crosses_uplinks_as_planned_and_cleans_up() {
     let work = lab.work().to_path_buf();
     let pids = daemon_pids(&lab);
     assert_eq!(pids.len(), 8);
+    // Every node's store lives on its own tmpfs, as on a diskless node (issue 17).
+    for node in lab.layout().compute() {
+        let state = work.join(&node.host).join("state");
+        let fs = nix::sys::statfs::statfs(&state).expect("statfs");
+        assert_eq!(
+            fs.filesystem_type(),
+            nix::sys::statfs::TMPFS_MAGIC,
+            "{} is not a tmpfs",
+            state.display()
+        );
+    }
 
     let index = lab.publish(&layer).expect("publish");
     let mut o = PushOptions::new(&index);
