@@ -56,6 +56,9 @@ pub struct BuildOptions {
     /// Publish files with extended attributes or ACLs (which the index cannot keep) with
     /// a warning, instead of refusing them.
     pub ignore_xattrs: bool,
+    /// When the signed index stops being valid, in seconds since the Unix epoch (`None`:
+    /// never); nodes refuse it from then on.
+    pub expires: Option<u64>,
 }
 
 impl Default for BuildOptions {
@@ -65,6 +68,7 @@ impl Default for BuildOptions {
             inline_max: 2048,
             zstd_level: 1,
             ignore_xattrs: false,
+            expires: None,
         }
     }
 }

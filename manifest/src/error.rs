@@ -126,6 +126,19 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A signed index whose expiry has passed: its publisher must sign it again.
+    #[error(
+        "index {id} expired at {at} (seconds since 1970; now {now}): ask its publisher to \
+         publish it again (`teesfs publish --expires-in ...`)"
+    )]
+    Expired {
+        /// The index.
+        id: crate::ids::IndexId,
+        /// When it expired.
+        at: u64,
+        /// The time it was checked at.
+        now: u64,
+    },
     /// The signature does not verify against the key in the envelope.
     #[error(
         "index signature does not verify (publisher key {key}): the index was altered or corrupted"

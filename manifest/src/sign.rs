@@ -1,12 +1,14 @@
 //! Publisher keys and the signed index envelope.
 //!
 //! Envelope layout: magic `TEESSIG` + version, the publisher's ed25519 public key (32 bytes),
-//! the signature (64 bytes), then the zstd-compressed index body. The signature covers a
-//! domain tag and the blake3 of the compressed body, so a verified envelope pins every byte
-//! of the index.
+//! the signature (64 bytes), in version 2 the expiry (8 bytes, little-endian seconds since
+//! the Unix epoch), then the zstd-compressed index body. The signature covers a domain tag,
+//! the expiry and the blake3 of the compressed body, so a verified envelope pins every byte
+//! of the index and when it stops being valid (as CVMFS's whitelists expire). Version 1
+//! envelopes (no expiry) are still read and written when no expiry is asked for.
 //!
-//! The index id is the blake3 of the publisher key followed by the compressed body: it names
-//! content **and** signer. The same layer signed with two keys has two ids (two files in a
+//! The index id is the blake3 of the publisher key, the expiry (version 2) and the
+//! compressed body: it names content **and** signer. The same layer signed with two keys has two ids (two files in a
 //! store), so an id given to `mount` or `push` always means one envelope, the one its
 //! publisher printed, and nodes that trust only that key accept it.
 
@@ -21,8 +23,12 @@ use crate::index::{Index, Limits};
 
 const MAGIC: &[u8; 7] = b"TEESSIG";
 const VERSION: u8 = 1;
+/// The envelope with an expiry.
+const VERSION_EXPIRING: u8 = 2;
 const HEADER_LEN: usize = 8 + 32 + 64;
+const EXPIRY_LEN: usize = 8;
 const DOMAIN: &[u8] = b"teesfs-index-v1\0";
+const DOMAIN_EXPIRING: &[u8] = b"teesfs-index-v2\0";
 const SECRET_TAG: &str = "teesfs-publisher-secret-v1";
 const PUBLIC_TAG: &str = "teesfs-publisher-v1";
 
@@ -133,21 +139,75 @@ impl std::fmt::Debug for SignedIndex {
 }
 
 impl SignedIndex {
-    /// Encodes, compresses and signs `index`.
+    /// Encodes, compresses and signs `index`; valid for ever.
     pub fn sign(index: &Index, key: &SecretKey, zstd_level: i32) -> Self {
+        Self::sign_until(index, key, zstd_level, None)
+    }
+
+    /// Encodes, compresses and signs `index`, valid until `expires` (seconds since the Unix
+    /// epoch) when given: nodes refuse it from then on.
+    pub fn sign_until(
+        index: &Index,
+        key: &SecretKey,
+        zstd_level: i32,
+        expires: Option<u64>,
+    ) -> Self {
         let body = codec::encode(index);
         let compressed = zstd::bulk::compress(&body, zstd_level)
             .expect("compressing an in-memory buffer cannot fail");
-        let sig = key
-            .0
-            .sign(&signed_message(blake3::hash(&compressed).as_bytes()));
-        let mut bytes = Vec::with_capacity(HEADER_LEN + compressed.len());
+        let sig = key.0.sign(&signed_message(
+            expires,
+            blake3::hash(&compressed).as_bytes(),
+        ));
+        let mut bytes = Vec::with_capacity(HEADER_LEN + EXPIRY_LEN + compressed.len());
         bytes.extend_from_slice(MAGIC);
-        bytes.push(VERSION);
+        bytes.push(if expires.is_some() {
+            VERSION_EXPIRING
+        } else {
+            VERSION
+        });
         bytes.extend_from_slice(key.public().0.as_bytes());
         bytes.extend_from_slice(&sig.to_bytes());
+        if let Some(at) = expires {
+            bytes.extend_from_slice(&at.to_le_bytes());
+        }
         bytes.extend_from_slice(&compressed);
         Self { bytes }
+    }
+
+    /// Where the compressed body starts.
+    fn body_start(&self) -> usize {
+        if self.bytes[7] == VERSION_EXPIRING {
+            HEADER_LEN + EXPIRY_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    fn body(&self) -> &[u8] {
+        &self.bytes[self.body_start()..]
+    }
+
+    /// When the envelope stops being valid (seconds since the Unix epoch), if ever.
+    pub fn expires(&self) -> Option<u64> {
+        (self.bytes[7] == VERSION_EXPIRING).then(|| {
+            let mut at = [0u8; EXPIRY_LEN];
+            at.copy_from_slice(&self.bytes[HEADER_LEN..HEADER_LEN + EXPIRY_LEN]);
+            u64::from_le_bytes(at)
+        })
+    }
+
+    /// Refuses an envelope that expired at or before `now` (seconds since the Unix epoch).
+    /// The expiry is only as trustworthy as the signature: check [`Self::verify`] too.
+    pub fn check_expiry(&self, now: u64) -> Result<(), Error> {
+        match self.expires() {
+            Some(at) if at <= now => Err(Error::Expired {
+                id: self.id(),
+                at,
+                now,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Wraps bytes read from a store or the network, checking only the envelope's shape.
@@ -167,11 +227,14 @@ impl SignedIndex {
                 what: "signed index",
             });
         }
-        if bytes[7] != VERSION {
+        if bytes[7] != VERSION && bytes[7] != VERSION_EXPIRING {
             return Err(Error::UnsupportedVersion {
                 what: "signed index",
                 version: bytes[7],
             });
+        }
+        if bytes[7] == VERSION_EXPIRING && bytes.len() < HEADER_LEN + EXPIRY_LEN {
+            return Err(Error::Truncated("signed index expiry"));
         }
         Ok(Self { bytes })
     }
@@ -181,18 +244,22 @@ impl SignedIndex {
         &self.bytes
     }
 
-    /// The index id: blake3 of the publisher key (as named in the envelope) and the
-    /// compressed body, so one layer signed by two keys has two ids.
+    /// The index id: blake3 of the publisher key (as named in the envelope), the expiry
+    /// if any and the compressed body, so one layer signed by two keys, or with two
+    /// expiries, has two ids.
     pub fn id(&self) -> IndexId {
         let mut h = blake3::Hasher::new();
         h.update(&self.bytes[8..40]);
-        h.update(&self.bytes[HEADER_LEN..]);
+        if let Some(at) = self.expires() {
+            h.update(&at.to_le_bytes());
+        }
+        h.update(self.body());
         IndexId(*h.finalize().as_bytes())
     }
 
     /// The id this envelope had before ids named the signer: blake3 of the compressed body.
     pub fn legacy_id(&self) -> IndexId {
-        IndexId::of(&self.bytes[HEADER_LEN..])
+        IndexId::of(self.body())
     }
 
     /// The publisher key named in the envelope (not yet trusted).
@@ -210,7 +277,7 @@ impl SignedIndex {
         let sig = ed25519_dalek::Signature::from_bytes(&sig);
         key.0
             .verify_strict(
-                &signed_message(blake3::hash(&self.bytes[HEADER_LEN..]).as_bytes()),
+                &signed_message(self.expires(), blake3::hash(self.body()).as_bytes()),
                 &sig,
             )
             .map_err(|_| Error::BadSignature { key: key.to_hex() })?;
@@ -223,8 +290,7 @@ impl SignedIndex {
     /// Decompresses (bounded by `limits`) and decodes the body. Does not verify.
     pub fn decode(&self, limits: &Limits) -> Result<Index, Error> {
         let mut body = Vec::new();
-        let decoder = zstd::stream::read::Decoder::new(&self.bytes[HEADER_LEN..])
-            .map_err(Error::Decompress)?;
+        let decoder = zstd::stream::read::Decoder::new(self.body()).map_err(Error::Decompress)?;
         decoder
             .take(limits.max_body_bytes + 1)
             .read_to_end(&mut body)
@@ -263,11 +329,18 @@ impl SignedIndex {
     }
 }
 
-/// What is signed: the domain tag and the blake3 of the compressed body. (The key is not in
-/// it: an ed25519 signature already verifies only under its own key.)
-fn signed_message(body_digest: &[u8; 32]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(DOMAIN.len() + 32);
-    m.extend_from_slice(DOMAIN);
+/// What is signed: the domain tag (one per version), the expiry (version 2) and the blake3
+/// of the compressed body. (The key is not in it: an ed25519 signature already verifies
+/// only under its own key.)
+fn signed_message(expires: Option<u64>, body_digest: &[u8; 32]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(DOMAIN_EXPIRING.len() + EXPIRY_LEN + 32);
+    match expires {
+        Some(at) => {
+            m.extend_from_slice(DOMAIN_EXPIRING);
+            m.extend_from_slice(&at.to_le_bytes());
+        }
+        None => m.extend_from_slice(DOMAIN),
+    }
     m.extend_from_slice(body_digest);
     m
 }
@@ -372,5 +445,49 @@ mod tests {
         )
         .expect_err("still only for trusted keys");
         assert!(matches!(e, Error::UntrustedKey { .. }), "{e}");
+    }
+
+    /// Issue 17: an index can carry an expiry. It is part of what is signed (changing it
+    /// breaks the signature) and of the id; nodes refuse the envelope from then on;
+    /// envelopes without one keep version 1, byte for byte.
+    #[test]
+    fn an_expiry_is_signed_checked_and_part_of_the_id() {
+        let key = SecretKey::generate().expect("key");
+        let trusted = [key.public()];
+        let limits = Limits::default();
+        let forever = SignedIndex::sign(&index(), &key, 3);
+        assert_eq!(forever.as_bytes()[7], VERSION);
+        assert_eq!(forever.expires(), None);
+        forever.check_expiry(u64::MAX).expect("never expires");
+
+        let until = SignedIndex::sign_until(&index(), &key, 3, Some(1_000));
+        assert_eq!(until.expires(), Some(1_000));
+        assert_ne!(until.id(), forever.id());
+        let (opened, decoded) = SignedIndex::open(
+            until.as_bytes().to_vec(),
+            Some(until.id()),
+            &trusted,
+            &limits,
+        )
+        .expect("opens");
+        assert_eq!(decoded, index());
+        opened.check_expiry(999).expect("valid before");
+        let e = opened.check_expiry(1_000).expect_err("expired").to_string();
+        assert!(
+            e.contains("expired at 1000") && e.contains("publish it again"),
+            "{e}"
+        );
+
+        // Moving the expiry breaks the signature.
+        let mut later = until.as_bytes().to_vec();
+        later[HEADER_LEN..HEADER_LEN + EXPIRY_LEN].copy_from_slice(&u64::MAX.to_le_bytes());
+        let e = SignedIndex::open(later, None, &trusted, &limits).expect_err("tampered");
+        assert!(matches!(e, Error::BadSignature { .. }), "{e}");
+        // A version-2 envelope cut inside its expiry is refused as truncated.
+        let short = until.as_bytes()[..HEADER_LEN + 3].to_vec();
+        assert!(matches!(
+            SignedIndex::from_bytes(short, &limits),
+            Err(Error::Truncated(_))
+        ));
     }
 }

@@ -47,6 +47,12 @@ pub enum Error {
         /// This node.
         me: String,
     },
+    /// A job offered to this node carries an index revoked here.
+    #[error(
+        "its index {0} is revoked on this node (listed in the daemon's --revoked file): publish \
+         the layer again and push the new index"
+    )]
+    Revoked(manifest::IndexId),
     /// A job offered to this node did not come from the parent it names.
     #[error("it did not come from the parent it names (it came from {from:?})")]
     WrongParent {

@@ -88,7 +88,7 @@ pub fn publish_with_urgent(
         }
     };
     manifest::set_urgent_paths(&mut index, urgent)?;
-    let signed = SignedIndex::sign(&index, key, 3);
+    let signed = SignedIndex::sign_until(&index, key, 3, opts.expires);
     let id = store.put_index(&signed)?;
     tracing::info!(%id, files = report.files, "published");
     Ok(Published {

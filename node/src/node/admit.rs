@@ -4,11 +4,13 @@
 //!
 //! A `Start` is admitted when it names this node first, comes from the parent it names (the
 //! host the TLS handshake proved), and, for a real job, carries an index signed by a
-//! trusted publisher with a push order that is a permutation of its chunk table.
+//! trusted publisher, not expired and not revoked on this node, with a push order that is a
+//! permutation of its chunk table.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use manifest::{Index, Limits, PublicKey, SignedIndex};
+use manifest::{Index, IndexId, Limits, PublicKey, SignedIndex};
 use peertree::relay::{Schedule, Start};
 
 use crate::Error;
@@ -28,13 +30,24 @@ pub enum Admitted {
     },
 }
 
+/// What this node accepts: the publisher keys it trusts, the index ids revoked on it, and
+/// the time (seconds since the Unix epoch) that expiries are checked against.
+pub struct Policy<'a> {
+    /// Trusted publisher keys.
+    pub trusted: &'a [PublicKey],
+    /// Revoked index ids.
+    pub revoked: &'a HashSet<IndexId>,
+    /// Now.
+    pub now: u64,
+}
+
 /// Decides on `start`, received from the peer whose certificate names `from_host`, at the
-/// node `me`, trusting `trusted` publisher keys.
+/// node `me`, under `policy`.
 pub fn admit(
     start: &Start,
     me: &str,
     from_host: &str,
-    trusted: &[PublicKey],
+    policy: &Policy<'_>,
 ) -> Result<Admitted, Error> {
     let meant = start.subtree.first().map(|n| n.host.as_str());
     if meant != Some(me) {
@@ -51,8 +64,16 @@ pub fn admit(
     if start.probe {
         return Ok(Admitted::Probe);
     }
-    let (signed, index) =
-        SignedIndex::open(start.index.clone(), None, trusted, &Limits::default())?;
+    let (signed, index) = SignedIndex::open(
+        start.index.clone(),
+        None,
+        policy.trusted,
+        &Limits::default(),
+    )?;
+    if policy.revoked.contains(&signed.id()) {
+        return Err(Error::Revoked(signed.id()));
+    }
+    signed.check_expiry(policy.now)?;
     let sizes = index.chunks.iter().map(|c| c.stored_len).collect();
     let schedule = Arc::new(Schedule::new(
         start.order.clone(),
@@ -95,32 +116,96 @@ mod tests {
         }
     }
 
+    fn nobody() -> HashSet<IndexId> {
+        HashSet::new()
+    }
+
     #[test]
     fn a_start_for_another_node_or_from_another_parent_is_refused() {
-        let e = admit(&start("n2", "login", true, Vec::new()), "n1", "login", &[])
+        let none = nobody();
+        let p = Policy {
+            trusted: &[],
+            revoked: &none,
+            now: 0,
+        };
+        let e = admit(&start("n2", "login", true, Vec::new()), "n1", "login", &p)
             .err()
             .expect("not for me");
         assert!(matches!(e, Error::NotForThisNode { .. }), "{e}");
-        let e = admit(&start("n1", "login", true, Vec::new()), "n1", "n9", &[])
+        let e = admit(&start("n1", "login", true, Vec::new()), "n1", "n9", &p)
             .err()
             .expect("wrong parent");
         assert!(matches!(e, Error::WrongParent { .. }), "{e}");
         assert!(matches!(
-            admit(&start("n1", "login", true, Vec::new()), "n1", "login", &[]),
+            admit(&start("n1", "login", true, Vec::new()), "n1", "login", &p),
             Ok(Admitted::Probe)
         ));
     }
 
     #[test]
     fn a_job_whose_index_is_not_signed_by_a_trusted_key_is_refused() {
+        let none = nobody();
+        let p = Policy {
+            trusted: &[],
+            revoked: &none,
+            now: 0,
+        };
         let e = admit(
             &start("n1", "login", false, b"not an index".to_vec()),
             "n1",
             "login",
-            &[],
+            &p,
         )
         .err()
         .expect("garbage index");
         assert!(matches!(e, Error::Manifest(_)), "{e}");
+    }
+
+    /// Issue 17: an index past its expiry, or revoked on this node, is refused; the same
+    /// index before its expiry and not revoked is taken.
+    #[test]
+    fn an_expired_or_revoked_index_is_refused() {
+        use manifest::{Entry, EntryFlags, EntryIdx, EntryKind, Meta, SecretKey};
+        let key = SecretKey::generate().expect("key");
+        let index = Index {
+            chunk_size: 1 << 20,
+            chunks: Vec::new(),
+            entries: vec![Entry {
+                parent: EntryIdx(0),
+                name: Box::default(),
+                meta: Meta {
+                    mode: 0o755,
+                    uid: 0,
+                    gid: 0,
+                    mtime: 0,
+                    mtime_nsec: 0,
+                },
+                flags: EntryFlags::default(),
+                kind: EntryKind::Dir,
+            }],
+            urgent: Vec::new(),
+        };
+        let signed = SignedIndex::sign_until(&index, &key, 3, Some(5_000));
+        let job = start("n1", "login", false, signed.as_bytes().to_vec());
+        let trusted = [key.public()];
+        let none = nobody();
+        let at = |now, revoked| Policy {
+            trusted: &trusted,
+            revoked,
+            now,
+        };
+        assert!(matches!(
+            admit(&job, "n1", "login", &at(4_999, &none)),
+            Ok(Admitted::Job { .. })
+        ));
+        let e = admit(&job, "n1", "login", &at(5_000, &none))
+            .err()
+            .expect("expired");
+        assert!(e.to_string().contains("expired"), "{e}");
+        let revoked = HashSet::from([signed.id()]);
+        let e = admit(&job, "n1", "login", &at(0, &revoked))
+            .err()
+            .expect("revoked");
+        assert!(matches!(e, Error::Revoked(id) if id == signed.id()), "{e}");
     }
 }

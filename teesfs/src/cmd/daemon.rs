@@ -53,6 +53,11 @@ pub struct DaemonArgs {
     /// Trusted publisher public key (repeatable); default as `teesfs verify --help` says.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
+    /// Index ids this node refuses (revoked): one 64-hex-digit id per line, `#` comments.
+    /// Read at start and on SIGHUP (`systemctl reload teesfs`); a missing default file
+    /// means none. Revoke an index by adding its id and reloading every node's daemon.
+    #[arg(long, value_name = "FILE", default_value = util::REVOKED_DEFAULT)]
+    revoked: PathBuf,
     /// Control socket for `teesfs status`. Default: <state-dir>/daemon.sock
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
@@ -88,6 +93,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             .into_owned(),
     };
     let trusted = util::load_trust(&args.trust)?;
+    let revoked = util::load_revoked(&args.revoked)?;
     let root = nix::unistd::geteuid().is_root();
     let cfg = DaemonConfig {
         host: host.clone(),
@@ -105,6 +111,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         copies_budget: args.copies_budget,
         read_timeout: args.read_timeout,
         trusted,
+        revoked,
         mount: !args.no_mount,
         knobs: teesfs::node::job::JobKnobs {
             rate_limit: args.rate_limit,
@@ -143,11 +150,16 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         // without touching running jobs.
         let reloading = daemon.clone();
         let trust_args = args.trust.clone();
+        let revoked_path = args.revoked.clone();
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading]);
-                let reloaded = util::load_trust(&trust_args)
-                    .and_then(|keys| reloading.reload(keys).map_err(anyhow::Error::from));
+                let reloaded = util::load_trust(&trust_args).and_then(|keys| {
+                    let revoked = util::load_revoked(&revoked_path)?;
+                    reloading
+                        .reload(keys, revoked)
+                        .map_err(anyhow::Error::from)
+                });
                 if let Err(e) = reloaded {
                     tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the previous keys and credentials");
                 }

@@ -68,7 +68,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     };
-    let (id, _, index) = util::open_trusted_index(&store, prefix, &args.trust)?;
+    let (id, _, index) =
+        util::open_trusted_index(&store, prefix, &args.trust, util::Expired::Allow)?;
     println!(
         "index {id}: {} entries, {} of files, {} unique chunks ({} stored), chunk size {}",
         index.entries.len(),

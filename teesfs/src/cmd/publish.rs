@@ -51,6 +51,11 @@ pub struct PublishArgs {
     /// would widen access on the nodes.
     #[arg(long)]
     ignore_xattrs: bool,
+    /// Sign the index valid for this long only (e.g. 30d, 12h): nodes refuse to mount or
+    /// relay it afterwards, and it must be published again. Default: valid until revoked
+    /// (`teesfs daemon --revoked`).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    expires_in: Option<std::time::Duration>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -124,6 +129,9 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         chunk_size: cs as u32,
         zstd_level: args.level,
         ignore_xattrs: args.ignore_xattrs,
+        expires: args
+            .expires_in
+            .map(|d| util::unix_now().saturating_add(d.as_secs().max(1))),
         ..BuildOptions::default()
     };
     let bar = if args.quiet {
@@ -143,12 +151,12 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     let p = seeder::publish_with_urgent(&args.layer, &store, &key, &opts, &urgent, &progress)
         .with_context(|| format!("publishing {}", args.layer.display()))?;
     progress.0.finish_and_clear();
-    print_summary(&p);
+    print_summary(&p, opts.expires);
     Ok(())
 }
 
 /// What a publish did, for a person.
-fn print_summary(p: &seeder::Published) {
+fn print_summary(p: &seeder::Published, expires: Option<u64>) {
     let r = &p.report;
     for s in &r.skipped {
         eprintln!(
@@ -158,6 +166,14 @@ fn print_summary(p: &seeder::Published) {
         );
     }
     println!("index {}", p.id);
+    if let Some(at) = expires {
+        println!(
+            "  valid until {} (publish again before then)",
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(at)
+            )
+        );
+    }
     println!(
         "  {} files, {} dirs, {} symlinks, {} hard links, {} skipped",
         r.files,

@@ -122,7 +122,7 @@ pub struct PushArgs {
 pub fn run(args: PushArgs) -> anyhow::Result<()> {
     let store = DirStore::open(&args.store)?;
     let (index_id, signed_bytes, index) =
-        util::open_trusted_index(&store, &args.index, &args.trust)
+        util::open_trusted_index(&store, &args.index, &args.trust, util::Expired::Refuse)
             .context("nodes would refuse it")?;
     let (_nodes, topology, mut plan) = args.job.plan()?;
     let job = match args.job_id {

@@ -195,7 +195,9 @@ mod tests {
     }
 
     /// `--lab` simulates the lab bench's scenario: 32 nodes in 4 whole groups on the lab
-    /// machine, so `topo` enters each group once (4 x the payload) at depth 2.
+    /// machine, so `topo` enters each group once (4 x the payload), at depth 3: planned
+    /// with the machine's rates, a proxy feeds the 4 members its port carries and 3 of
+    /// them feed the other 3.
     #[test]
     fn lab_preset_is_four_whole_groups_on_the_lab_machine() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -223,7 +225,7 @@ mod tests {
             assert_eq!(r[14], (4 * payload).to_string(), "minimum uplink: 4 groups");
         }
         let topo = &rows[0];
-        assert_eq!((topo[3], topo[4]), ("topo", "2"));
+        assert_eq!((topo[3], topo[4]), ("topo", "3"));
         assert_eq!(
             topo[11],
             (4 * payload).to_string(),

@@ -123,24 +123,38 @@ pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
 }
 
 /// Resolves `prefix` in `store` and opens that index, checking its signature against the
-/// trusted keys (`--trust` files, or the defaults of [`load_trust`]). Returns the id, the
-/// signed bytes and the decoded index.
+/// trusted keys (`--trust` files, or the defaults of [`load_trust`]) and, unless `expired`
+/// is [`Expired::Allow`], its expiry. Returns the id, the signed bytes and the decoded
+/// index.
 pub fn open_trusted_index(
     store: &seeder::DirStore,
     prefix: &str,
     trust: &[PathBuf],
+    expired: Expired,
 ) -> anyhow::Result<(manifest::IndexId, Vec<u8>, manifest::Index)> {
     let trusted = load_trust(trust)?;
     let id = store.resolve_index(prefix)?;
     let bytes = store.get_index(&id)?;
-    let (_, index) = manifest::SignedIndex::open(
+    let (signed, index) = manifest::SignedIndex::open(
         bytes.clone(),
         Some(id),
         &trusted,
         &manifest::Limits::default(),
     )
     .with_context(|| format!("index {id} does not verify"))?;
+    if expired == Expired::Refuse {
+        signed.check_expiry(unix_now())?;
+    }
     Ok((id, bytes, index))
+}
+
+/// Whether an index past its expiry may be opened (to look at it) or not (to use it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// Refuse it: pushing or mounting it.
+    Refuse,
+    /// Open it all the same: inspecting it.
+    Allow,
 }
 
 /// The store, one index in it and the keys it must be signed by: the arguments of every
@@ -162,9 +176,45 @@ impl IndexArgs {
     /// Opens the store and the index, checking its signature ([`open_trusted_index`]).
     pub fn open(&self) -> anyhow::Result<(seeder::DirStore, manifest::IndexId, manifest::Index)> {
         let store = seeder::DirStore::open(&self.store)?;
-        let (id, _, index) = open_trusted_index(&store, &self.index, &self.trust)?;
+        let (id, _, index) = open_trusted_index(&store, &self.index, &self.trust, Expired::Refuse)?;
         Ok((store, id, index))
     }
+}
+
+/// Seconds since the Unix epoch now (0 if the clock is before it).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Where nodes list revoked index ids by default.
+pub const REVOKED_DEFAULT: &str = "/etc/teesfs/revoked";
+
+/// The revoked index ids in `path`: one id per line, `#` comments, blank lines ignored.
+/// The default file may be missing (nothing revoked); another path must exist. Errors name
+/// the file and line.
+pub fn load_revoked(path: &Path) -> anyhow::Result<std::collections::HashSet<manifest::IndexId>> {
+    if path == Path::new(REVOKED_DEFAULT) && !path.exists() {
+        return Ok(std::collections::HashSet::new());
+    }
+    let text = read_text(path, "revoked index list")?;
+    let mut ids = std::collections::HashSet::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let id: manifest::IndexId = line.parse().map_err(|e| {
+            anyhow::anyhow!(
+                "{} line {}: {e}: list one index id (as `teesfs publish` prints it) per line",
+                path.display(),
+                n + 1
+            )
+        })?;
+        ids.insert(id);
+    }
+    Ok(ids)
 }
 
 #[cfg(test)]

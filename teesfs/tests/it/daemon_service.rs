@@ -137,3 +137,91 @@ fn sighup_reloads_trusted_keys_and_the_crl_without_touching_running_jobs() {
     );
     assert!(crate::util::is_mounted(&mp), "the first job stays mounted");
 }
+
+/// Issue 17 item 4: signed indexes don't live for ever. An index published with
+/// `--expires-in` is pushed while valid and refused by `push` (naming the expiry) once it
+/// is past; an index id listed in the daemons' `--revoked` file is refused by every node,
+/// and taken again once the id is removed and the daemons reloaded (SIGHUP).
+#[test]
+fn expired_and_revoked_indexes_are_refused() {
+    if !can_mount() {
+        return;
+    }
+    let revoked_dir = tempfile::tempdir().expect("tempdir");
+    let revoked = revoked_dir.path().join("revoked");
+    std::fs::write(&revoked, "# revoked index ids\n").expect("write");
+    let arg = revoked.to_str().expect("utf8").to_string();
+    let c = Cluster::start(2, |_| vec!["--revoked".to_string(), arg.clone()]);
+    let push = |index: &str, job: &str| {
+        c.push_cmd(index, 2, &[&QUICK_GIVE_UP[..], &["--job-id", job]].concat())
+            .output()
+            .expect("push")
+    };
+
+    // Expiry: valid now, refused by the root once past.
+    let layer = c.ws.path().join("short-lived");
+    make_tree(&layer, 3, 0);
+    let out = c.ws.teesfs(&[
+        "publish",
+        layer.to_str().expect("utf8"),
+        "--store",
+        c.ws.store().to_str().expect("utf8"),
+        "--key",
+        c.ws.key().to_str().expect("utf8"),
+        "--expires-in",
+        "3s",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("valid until"), "{stdout}");
+    let short = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("index ").map(|s| s.trim().to_string()))
+        .expect("index id");
+    let out = push(&short, "11");
+    assert!(out.status.success(), "valid for 3 s: {out:?}");
+    std::thread::sleep(Duration::from_secs(4));
+    let out = push(&short, "12");
+    assert!(!out.status.success(), "expired");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expired at"), "{err}");
+
+    // Revocation on the nodes: refused until the id leaves the list and they reload.
+    let other = c.ws.path().join("other");
+    make_tree(&other, 4, 0);
+    let id = c.ws.publish(&other);
+    std::fs::write(
+        &revoked,
+        format!("# revoked index ids\n{id}  # leaked layer\n"),
+    )
+    .expect("write");
+    let hup_all = |needle: &str, before: &[usize]| {
+        for i in 0..2 {
+            let pid = nix::unistd::Pid::from_raw(c.pid(i).expect("running") as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for (i, b) in before.iter().enumerate() {
+            let log = c.nodes[i].dir.join("daemon.log");
+            while std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches(needle)
+                .count()
+                == *b
+            {
+                assert!(std::time::Instant::now() < deadline, "no reload logged");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    hup_all("reloaded the trusted keys", &[0, 0]);
+    let out = push(&id, "13");
+    assert!(!out.status.success(), "revoked on the nodes");
+    let log = std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).unwrap_or_default();
+    assert!(log.contains("is revoked on this node"), "{log}");
+    std::fs::write(&revoked, "# nothing revoked\n").expect("write");
+    hup_all("reloaded the trusted keys", &[1, 1]);
+    let out = push(&id, "14");
+    assert!(out.status.success(), "no longer revoked: {out:?}");
+}

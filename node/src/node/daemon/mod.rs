@@ -69,6 +69,8 @@ pub struct DaemonConfig {
     pub read_timeout: std::time::Duration,
     /// Trusted publisher keys.
     pub trusted: Vec<PublicKey>,
+    /// Index ids revoked on this node: jobs carrying them are refused.
+    pub revoked: std::collections::HashSet<manifest::IndexId>,
     /// The control socket.
     pub control: PathBuf,
     /// Mount jobs (off only for relay-only nodes).
@@ -109,6 +111,8 @@ pub struct Daemon {
     admission: Arc<Mutex<super::control::Admission>>,
     /// Trusted publisher keys (replaced by [`Daemon::reload`]).
     trusted: std::sync::RwLock<Vec<PublicKey>>,
+    /// Revoked index ids (replaced by [`Daemon::reload`]).
+    revoked: std::sync::RwLock<std::collections::HashSet<manifest::IndexId>>,
     jobs: Mutex<HashMap<JobId, Arc<NodeJob>>>,
     /// Jobs whose `Prepare` this node passed on (the newest few): a node with children
     /// gets one from its grandparent and one from its parent, and passes on the first.
@@ -198,6 +202,7 @@ impl Daemon {
         };
         let peers = Peers::new(transport);
         let trusted = std::sync::RwLock::new(cfg.trusted.clone());
+        let revoked = std::sync::RwLock::new(cfg.revoked.clone());
         let daemon = Arc::new_cyclic(|me| Self {
             cfg,
             peers: peers.clone(),
@@ -206,6 +211,7 @@ impl Daemon {
             _lock: lock,
             admission: Arc::new(Mutex::new(super::control::Admission::default())),
             trusted,
+            revoked,
             jobs: Mutex::new(HashMap::new()),
             prepared: Mutex::new(std::collections::VecDeque::new()),
             rt: tokio::runtime::Handle::current(),
@@ -217,18 +223,38 @@ impl Daemon {
         Ok(daemon)
     }
 
-    /// `systemctl reload` (SIGHUP): trusts `trusted` from now on and reloads the node's
-    /// credentials (certificate, CA, CRL) for new connections. Running jobs, their mounts
-    /// and connections already up are untouched. On an error nothing changes.
-    pub fn reload(&self, trusted: Vec<PublicKey>) -> Result<(), Error> {
+    /// `systemctl reload` (SIGHUP): trusts `trusted` and refuses `revoked` index ids from
+    /// now on, and reloads the node's credentials (certificate, CA, CRL) for new
+    /// connections. Running jobs, their mounts and connections already up are untouched (a
+    /// running job whose index is now revoked is named in a warning; `teesfs release`
+    /// ends it). On an error nothing changes.
+    pub fn reload(
+        &self,
+        trusted: Vec<PublicKey>,
+        revoked: std::collections::HashSet<manifest::IndexId>,
+    ) -> Result<(), Error> {
         let identity = Identity::load(&self.cfg.identity_dir, &self.cfg.host)?;
         self.peers.transport().reload(&identity);
         let keys = trusted.len();
+        for (job, j) in lock(&self.jobs).iter() {
+            if revoked.contains(&j.core.index_id) {
+                tracing::warn!(%job, index = %j.core.index_id.short(), "a running job's index is revoked now; end it with `teesfs release`");
+            }
+        }
+        let revoked_ids = revoked.len();
         *self
             .trusted
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = trusted;
-        tracing::info!(keys, "reloaded the trusted keys and the credentials");
+        *self
+            .revoked
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = revoked;
+        tracing::info!(
+            keys,
+            revoked_ids,
+            "reloaded the trusted keys, the revoked indexes and the credentials"
+        );
         Ok(())
     }
 
@@ -344,7 +370,19 @@ impl Daemon {
                 .trusted
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            super::admit::admit(&start, &self.cfg.host, from_host, &trusted)
+            let revoked = self
+                .revoked
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let policy = super::admit::Policy {
+                trusted: &trusted,
+                revoked: &revoked,
+                now,
+            };
+            super::admit::admit(&start, &self.cfg.host, from_host, &policy)
         };
         let (signed, index, schedule) = match admitted {
             Ok(Admitted::Probe) => return self.start_probe(from_host, job, start),
