@@ -34,6 +34,7 @@ pub mod proc;
 pub mod report;
 mod sh;
 pub mod slurm;
+pub mod soak;
 pub mod sweep;
 pub mod torrent;
 

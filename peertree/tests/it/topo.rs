@@ -341,7 +341,10 @@ proptest! {
     ///
     /// Not covered: width 1 (a chain: its order decides, not the tree), and widths below 8
     /// with upper levels, where a chain of neighbouring proxies can undercut the shallow
-    /// tree `topo` builds by more.
+    /// tree `topo` builds by more. With link rates the hop-bytes half does not hold either
+    /// and is not asked: the rates bound fan-outs (a login link of one node stream feeds one
+    /// leader, the rest hang deeper), trading hops for every stream's rate, while the
+    /// random tree ignores them. Uplink bytes stay at the minimum with or without rates.
     #[test]
     fn topo_never_costs_more_than_random_or_hostlist(mut case in case()) {
         case.width = case.width.max(if case.levels { 8 } else { 2 });
@@ -357,7 +360,9 @@ proptest! {
         for other in [Strategy::Random, Strategy::Hostlist] {
             let o = m(other);
             prop_assert!(topo.uplink_bytes <= o.uplink_bytes, "{} uplink {} < {}", other, o.uplink_bytes, topo.uplink_bytes);
-            prop_assert!(topo.hop_bytes <= o.hop_bytes + slack, "{} hop-bytes {} < {}", other, o.hop_bytes, topo.hop_bytes);
+            if case.rates.is_none() {
+                prop_assert!(topo.hop_bytes <= o.hop_bytes + slack, "{} hop-bytes {} < {}", other, o.hop_bytes, topo.hop_bytes);
+            }
         }
     }
 }

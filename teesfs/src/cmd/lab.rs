@@ -13,6 +13,7 @@ use super::util;
 mod bench;
 mod demo;
 mod launch;
+mod soak;
 
 /// Arguments of `teesfs lab`.
 #[derive(Debug, clap::Args)]
@@ -36,6 +37,9 @@ enum LabCmd {
     /// method (teesfs urgent-first and its variants, copy-first, demand-only, shared
     /// storage, sbcast+untar), each on fresh nodes, and compare.
     Launch(launch::LaunchArgs),
+    /// Many jobs through one lab (in sequence and several at a time, a daemon restarted,
+    /// a proxy killed during a push), then the daemons' resources against a baseline.
+    Soak(soak::SoakArgs),
 }
 
 /// The lab's shape, shared by the subcommands.
@@ -185,6 +189,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         LabCmd::Demo(a) => demo::run(a),
         LabCmd::Bench(a) => bench::run(a),
         LabCmd::Launch(a) => launch::run(a),
+        LabCmd::Soak(a) => soak::run(a),
     }
 }
 

@@ -18,6 +18,7 @@ mod lab_baselines;
 mod lab_faults;
 mod lab_launch;
 mod lab_slurm;
+mod lab_soak;
 mod local_state;
 mod packaging;
 mod record_job;

@@ -1,0 +1,50 @@
+//! The soak in its short form (issue 17 item 5): jobs through one lab in sequence and
+//! several at a time, a daemon restarted between jobs and a proxy killed during a push,
+//! every job pushed, read on a node and released everywhere; afterwards the daemons'
+//! memory, descriptors, threads, stores, jobs, mounts and namespaces are back to their
+//! baseline within [`lab::soak::SoakReport::leaks`]'s margins. The full form is
+//! `teesfs lab soak --jobs 100 --parallel 4` (BENCHMARKS.md).
+
+use lab::soak::{SoakSpec, make_layers, run};
+use lab::{Lab, LabOptions, LabSpec};
+
+use crate::lab::can_lab;
+use crate::util::teesfs_bin;
+
+#[test]
+fn a_short_soak_leaves_nothing_behind() {
+    if !can_lab() {
+        return;
+    }
+    let spec = LabSpec {
+        groups: 2,
+        group_size: 4,
+        ..LabSpec::default()
+    };
+    let mut lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let dir = lab.work().join("soak-layers");
+    let layers = make_layers(&dir, 5, 1 << 20).expect("layers");
+    let indexes: Vec<String> = layers
+        .iter()
+        .map(|l| lab.publish(l).expect("publish"))
+        .collect();
+    let soak = SoakSpec {
+        jobs: 12,
+        parallel: 3,
+        restart: "n02".into(),
+        kill_proxy: "n05".into(),
+    };
+    let rep = run(&mut lab, &indexes[..4], &indexes[4], "bin/payload", &soak).expect("soak");
+    eprintln!("{}", serde_json::to_string_pretty(&rep).expect("json"));
+    assert_eq!(rep.job_s.len(), 12);
+    assert_eq!(rep.complete + rep.with_failures, 12);
+    assert!(
+        rep.with_failures <= 1,
+        "only the push whose proxy was killed may fail"
+    );
+    assert_eq!(rep.after.jobs, 0, "every job released");
+    assert_eq!(rep.after.fuse_mounts, 0, "every mount gone");
+    let leaks = rep.leaks(8);
+    assert!(leaks.is_empty(), "left behind: {leaks:#?}");
+    lab.down().expect("lab down");
+}
