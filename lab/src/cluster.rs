@@ -514,7 +514,9 @@ impl Lab {
             .args(["--group-size", &self.layout().spec.group_size.to_string()])
             .args(["--identity", &self.path_str("cluster")])
             .args(["--hosts", &self.path_str("hosts")])
-            .args(["--listen", &format!("{}:{ROOT_PORT}", root.addr())])
+            // Port 0: pushes from one root may run at once (two jobs' prologs); each
+            // advertises the port it bound.
+            .args(["--listen", &format!("{}:0", root.addr())])
             .args(["--trust", &self.path_str("publisher.pub")])
             .args(["--strategy", &o.strategy, "--login", &o.root])
             .args(["--wait", if o.wait_all { "all" } else { "urgent" }])

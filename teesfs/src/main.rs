@@ -117,6 +117,13 @@ fn init_logging() {
     }
 }
 
+/// jemalloc instead of glibc's malloc: a daemon that runs thousands of jobs frees 1 MiB
+/// chunk buffers on other threads than the ones that allocated them, and glibc's per-thread
+/// arenas kept that memory: 8 lab daemons grew from 0.8 to 3.4 GiB over 100 jobs of the
+/// soak (`teesfs lab soak`).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     init_logging();
     // The init of `teesfs run`'s PID namespace: not a user command, so not in clap.

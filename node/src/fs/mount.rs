@@ -194,13 +194,29 @@ pub fn mount(
 /// earlier ones. The knob is the mount's backing device in sysfs and needs root; without
 /// it reads are only slower.
 fn raise_readahead(mountpoint: &Path, bytes: u64) {
-    use std::os::unix::fs::MetadataExt;
     // The stat waits for the INIT exchange to finish; after it the kernel no longer lowers
-    // the value to what INIT negotiated.
-    let dev = match std::fs::metadata(mountpoint) {
-        Ok(md) => md.dev(),
+    // the value to what INIT negotiated. It runs in a child process, never in this one:
+    // this process's own threads answer the mount's requests, and a thread blocked in a
+    // request to its own mount cannot be interrupted. Killed then (SIGKILL), the daemon
+    // could never finish exiting nor release /dev/fuse, so the request would never be
+    // answered nor aborted: an unkillable zombie holding a dead mount (found by the soak).
+    // A child's request fails instead when this process dies, and the child exits.
+    let out = std::process::Command::new("stat")
+        .args(["--format", "%d", "--"])
+        .arg(mountpoint)
+        .stdin(std::process::Stdio::null())
+        .output();
+    let dev: u64 = match out {
+        Ok(o) if o.status.success() => match String::from_utf8_lossy(&o.stdout).trim().parse() {
+            Ok(d) => d,
+            Err(_) => return,
+        },
+        Ok(o) => {
+            tracing::debug!(stderr = %String::from_utf8_lossy(&o.stderr).trim(), "cannot stat the new mount; keeping the default readahead");
+            return;
+        }
         Err(e) => {
-            tracing::debug!(error = %e, "cannot stat the new mount; keeping the default readahead");
+            tracing::debug!(error = %e, "cannot run stat on the new mount; keeping the default readahead");
             return;
         }
     };

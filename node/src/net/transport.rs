@@ -34,12 +34,13 @@ use super::tls::{Identity, cert_names};
 /// How long [`Transport::connect`] waits for a peer to complete the handshake and accept us.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A connection with no packets for this long is considered lost. Keep-alives make this a
-/// failure detector, not a limit on quiet jobs.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Keep-alive interval: frequent enough that NAT-free cluster links never idle out and a dead
-/// peer's loss is detected by the loss detector well before the idle timeout.
-const KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// A connection with no packets for this long is closed. There are no QUIC keep-alives: a
+/// job's relay sends its own heartbeats over its connections while it runs (and judges
+/// liveness on them), and a connection no job uses any more must go, or a daemon that
+/// runs thousands of jobs keeps every connection it ever made (each job starts on fresh
+/// ones; see the soak, `teesfs lab soak`). A message for a peer whose connection closed
+/// opens a new one.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Per-stream receive window: several 1 MiB chunk frames in flight per stream.
 const STREAM_WINDOW: u32 = 16 << 20;
 /// Per-connection receive window and send buffer: enough for a bandwidth-delay product well
@@ -330,7 +331,7 @@ fn transport_config() -> quinn::TransportConfig {
                 .try_into()
                 .expect("60 s fits a QUIC idle timeout"),
         ))
-        .keep_alive_interval(Some(KEEP_ALIVE))
+        .keep_alive_interval(None)
         .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
         .receive_window(VarInt::from_u32(CONNECTION_WINDOW))
         .send_window(u64::from(CONNECTION_WINDOW))

@@ -327,6 +327,17 @@ impl JobCore {
             Input::Chunk { from, chunk, valid } => r.handle_chunk(now, from, chunk, valid),
             Input::Unreachable(peer) => r.handle_unreachable(now, peer),
             Input::Want(chunk) => {
+                let stored = self
+                    .index
+                    .chunks
+                    .get(chunk as usize)
+                    .is_some_and(|c| self.bytes.contains(&c.id));
+                if r.has(chunk) && stored {
+                    // It arrived after the reader looked and before this: the arrival woke
+                    // the reader (a chunk is stored, then its readers are woken, then the
+                    // relay hears of it), so there is nothing to fetch.
+                    return;
+                }
                 if r.has(chunk) {
                     tracing::warn!(
                         chunk,
@@ -762,6 +773,11 @@ impl JobCore {
         rx.await
             .map(Fetched::Verified)
             .map_err(|_| Error::JobClosed)
+    }
+
+    /// Whether `host` is a peer of this job (in its tree).
+    pub fn has_peer(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
     }
 
     /// Whether the chunk is held here.

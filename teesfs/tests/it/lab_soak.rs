@@ -33,6 +33,7 @@ fn a_short_soak_leaves_nothing_behind() {
         parallel: 3,
         restart: "n02".into(),
         kill_proxy: "n05".into(),
+        settle: std::time::Duration::from_secs(35),
     };
     let rep = run(&mut lab, &indexes[..4], &indexes[4], "bin/payload", &soak).expect("soak");
     eprintln!("{}", serde_json::to_string_pretty(&rep).expect("json"));

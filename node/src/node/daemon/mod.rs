@@ -607,9 +607,20 @@ impl Daemon {
     /// first messages and lose them until QUIC's idle timeout, and the job would blame the
     /// network. A connection costs one handshake per edge and job, which the simulator
     /// already charges.
+    ///
+    /// A link another job still being pushed uses is kept: its messages would otherwise be
+    /// split over two connections and could overtake each other, and a peer that job talks
+    /// to is not a new process (that job would have lost it). A finished job (pushed,
+    /// still mounted) no longer talks to its peers.
     fn fresh_links<'h>(&self, hosts: impl Iterator<Item = &'h str>) {
+        let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs).values().cloned().collect();
         for host in hosts {
-            self.peers.forget(host);
+            if !jobs
+                .iter()
+                .any(|j| j.core.has_peer(host) && !j.core.view().finished)
+            {
+                self.peers.forget(host);
+            }
         }
     }
 

@@ -29,6 +29,10 @@ pub struct SoakArgs {
     /// Size of each job's layer (4 layers, the jobs cycling through them).
     #[arg(long, default_value = "2MiB", value_parser = util::parse_size)]
     layer: u64,
+    /// Wait this long after the last job before measuring: connections no job uses close
+    /// after the transport's idle timeout (30 s).
+    #[arg(long, default_value = "35s", value_parser = humantime::parse_duration)]
+    settle: std::time::Duration,
     /// Write the figures as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -51,8 +55,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         .context("the lab has no slave to restart")?;
     let kill_proxy = compute
         .iter()
-        .filter(|n| n.role == lab::layout::Role::Proxy)
-        .last()
+        .rfind(|n| n.role == lab::layout::Role::Proxy)
         .map(|n| n.host.clone())
         .context("the lab has no proxy to kill")?;
     let spec = lab::soak::SoakSpec {
@@ -60,6 +63,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         parallel: a.parallel,
         restart,
         kill_proxy,
+        settle: a.settle,
     };
     eprintln!(
         "soak: {} jobs of {} ({} at a time in the second half), {} restarted, {} killed during a push",
