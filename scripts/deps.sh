@@ -11,6 +11,8 @@ command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 # Dependency-analysis tests: real programs (/usr/bin/curl, /usr/bin/python3) and gcc.
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+# The binary's allocator, jemalloc, is built from C with make.
+command -v make >/dev/null 2>&1 || need+=(make)
 [ -x /usr/bin/curl ] || need+=(curl)
 [ -x /usr/bin/python3 ] || need+=(python3)
 # Baselines of `teesfs lab bench` and the lab's Slurm test: BitTorrent and real Slurm.
