@@ -161,24 +161,8 @@ fn expired_and_revoked_indexes_are_refused() {
     // Expiry: valid now, refused by the root once past.
     let layer = c.ws.path().join("short-lived");
     make_tree(&layer, 3, 0);
-    let out = c.ws.teesfs(&[
-        "publish",
-        layer.to_str().expect("utf8"),
-        "--store",
-        c.ws.store().to_str().expect("utf8"),
-        "--key",
-        c.ws.key().to_str().expect("utf8"),
-        "--expires-in",
-        "3s",
-        "--quiet",
-    ]);
-    assert!(out.status.success(), "{out:?}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (short, stdout) = c.ws.publish_with(&layer, &["--expires-in", "3s"]);
     assert!(stdout.contains("valid until"), "{stdout}");
-    let short = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("index ").map(|s| s.trim().to_string()))
-        .expect("index id");
     let out = push(&short, "11");
     assert!(out.status.success(), "valid for 3 s: {out:?}");
     std::thread::sleep(Duration::from_secs(4));

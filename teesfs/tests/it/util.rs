@@ -103,27 +103,37 @@ impl Workspace {
 
     /// Publishes `layer`; returns the index id.
     pub fn publish(&self, layer: &Path) -> String {
-        let out = self.teesfs(&[
+        self.publish_with(layer, &[]).0
+    }
+
+    /// Publishes `layer` with `extra` arguments; returns the index id and what `publish`
+    /// printed.
+    pub fn publish_with(&self, layer: &Path, extra: &[&str]) -> (String, String) {
+        let (store, key) = (self.store(), self.key());
+        let mut args = vec![
             "publish",
             layer.to_str().expect("utf8"),
             "--store",
-            self.store().to_str().expect("utf8"),
+            store.to_str().expect("utf8"),
             "--key",
-            self.key().to_str().expect("utf8"),
+            key.to_str().expect("utf8"),
             "--quiet",
-        ]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        ];
+        args.extend_from_slice(extra);
+        let out = self.teesfs(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
             "publish failed: {stdout} {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        stdout
+        let id = stdout
             .lines()
             .find_map(|l| l.strip_prefix("index "))
             .expect("publish prints the index id")
             .trim()
-            .to_string()
+            .to_string();
+        (id, stdout)
     }
 
     /// Mounts an index with `teesfs mount` (extra args appended).
