@@ -189,6 +189,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
                 edge_bytes: vec![(NodeId(0), NodeId(1), 1 << 30)],
                 edge_rtt: vec![(NodeId(0), NodeId(1), 1500)],
                 activity: 3,
+                refused: vec![(NodeId(4), "index expired".into())],
             }),
         ),
         ("ping", Msg::Ping),
@@ -199,6 +200,12 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
             },
         ),
         ("adopted", Msg::Adopted),
+        (
+            "refused",
+            Msg::Refused {
+                reason: "index revoked on this node".into(),
+            },
+        ),
         ("finished", Msg::Finished),
         (
             "prepare",

@@ -238,8 +238,25 @@ pub fn report(
     let mut times: HashMap<NodeId, (Option<f64>, Option<f64>)> = HashMap::new();
     let mut edges: HashMap<(NodeId, NodeId), u64> = HashMap::new();
     let mut failures = Vec::new();
+    // A node that refused the job is reported with its reason, not again as a failed edge.
+    let refused: std::collections::HashSet<NodeId> = out
+        .events
+        .iter()
+        .filter_map(|(_, ev)| match ev {
+            Event::Refused(n, _) => Some(*n),
+            _ => None,
+        })
+        .collect();
     for (t, ev) in &out.events {
         match *ev {
+            Event::Refused(n, ref reason) => failures.push(Failure {
+                kind: "refused".into(),
+                parent: plan.parent[n.index()].map(host).unwrap_or_default(),
+                child: host(n),
+                at_s: *t,
+                reason: Some(reason.clone()),
+            }),
+            Event::EdgeFailed(_, c) if refused.contains(&c) => {}
             Event::NodeDone(n, Phase::Urgent) => times.entry(n).or_default().0 = Some(*t),
             Event::NodeDone(n, Phase::All) => times.entry(n).or_default().1 = Some(*t),
             Event::EdgeBytes(p, c, b) => {
@@ -257,6 +274,7 @@ pub fn report(
                     parent: host(p),
                     child: host(c),
                     at_s: *t,
+                    reason: None,
                 });
             }
             _ => {}

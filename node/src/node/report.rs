@@ -9,7 +9,7 @@
 //!   "per_node": [ { "host": "cn01", "parent": "login", "urgent_s": 0.9, "all_s": 1.8 } ],
 //!   "edges": [ { "parent": "login", "child": "cn01", "bytes": N } ],
 //!   "uplinks": [ { "group": 0, "proxy": "cn01", "in_bytes": N, "out_bytes": N } ],
-//!   "failures": [ { "kind": "failed" | "unreachable" | "liar", "parent": "cn01", "child": "cn02", "at_s": 1.0 } ] }
+//!   "failures": [ { "kind": "failed" | "unreachable" | "liar" | "refused", "parent": "cn01", "child": "cn02", "at_s": 1.0, "reason": "..." } ] }
 //! ```
 //! Times are seconds since the push started, as observed by the root.
 
@@ -64,6 +64,9 @@ pub struct Failure {
     pub child: String,
     /// When the root learned of it.
     pub at_s: f64,
+    /// Why, when the child said (`refused`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The whole report.

@@ -129,6 +129,8 @@ pub enum Event {
     EdgeBytes(NodeId, NodeId, u64),
     /// Root only: the round trip of an edge `(parent, child)` as the parent measured it.
     EdgeRtt(NodeId, NodeId, Duration),
+    /// Root only: a node refused the job, and why.
+    Refused(NodeId, String),
     /// The root declared the job finished (on every node, when it hears so).
     Finished,
 }
@@ -561,6 +563,19 @@ impl Relay {
             RelayMsg::Finished => {
                 if Some(from) == self.parent && !self.finished {
                     self.finish();
+                }
+            }
+            RelayMsg::Refused { reason } => {
+                if self.children.contains_key(&from) {
+                    // Said once, before it is dropped as a failed child below.
+                    self.absorb(
+                        now,
+                        Report {
+                            refused: vec![(from, reason)],
+                            ..Report::default()
+                        },
+                    );
+                    self.fail_child(now, from);
                 }
             }
         }

@@ -125,6 +125,9 @@ pub struct Report {
     /// (reads of chunks not held, a child's `Want`) and files opened in the nodes' mounts.
     /// Rides on the next report or heartbeat; alone it is nothing to say.
     pub activity: u32,
+    /// Nodes that refused the job, with their reason (an index that is not trusted, has
+    /// expired or is revoked there): reported by their parent, which drops them.
+    pub refused: Vec<(NodeId, String)>,
 }
 
 impl Report {
@@ -136,6 +139,7 @@ impl Report {
             && self.attached.is_empty()
             && self.edge_bytes.is_empty()
             && self.edge_rtt.is_empty()
+            && self.refused.is_empty()
     }
 
     /// Appends another report's facts.
@@ -147,6 +151,7 @@ impl Report {
         self.edge_bytes.extend(other.edge_bytes);
         self.edge_rtt.extend(other.edge_rtt);
         self.activity = self.activity.saturating_add(other.activity);
+        self.refused.extend(other.refused);
     }
 }
 
@@ -202,6 +207,13 @@ pub enum Msg {
     Held {
         /// Bitset of held chunk positions, 64 per word.
         have: Vec<u64>,
+    },
+    /// Child to parent, instead of joining: this node will not take the job, and why (the
+    /// index is not trusted, has expired or is revoked here), so the push can say so at
+    /// once instead of waiting for a deadline and blaming the network.
+    Refused {
+        /// Why, for the operator.
+        reason: String,
     },
 }
 
@@ -262,6 +274,11 @@ pub enum RelayMsg {
         /// Bitset of held chunk positions, 64 per word.
         have: Vec<u64>,
     },
+    /// [`Msg::Refused`].
+    Refused {
+        /// Why, for the operator.
+        reason: String,
+    },
 }
 
 impl Msg {
@@ -287,6 +304,7 @@ impl Msg {
             Msg::Finished => Routed::Relay(RelayMsg::Finished),
             Msg::Lost { chunk } => Routed::Relay(RelayMsg::Lost { chunk }),
             Msg::Held { have } => Routed::Relay(RelayMsg::Held { have }),
+            Msg::Refused { reason } => Routed::Relay(RelayMsg::Refused { reason }),
         }
     }
 }

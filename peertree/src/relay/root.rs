@@ -190,6 +190,9 @@ impl Relay {
                 self.events.push_back(Event::NodeDone(node, phase));
             }
         }
+        for (node, reason) in r.refused {
+            self.events.push_back(Event::Refused(node, reason));
+        }
         for (parent, child) in r.failed {
             if !root.member(child) || root.done[Phase::All.index()].contains(child.index()) {
                 // A node that already holds everything is not lost to the job.

@@ -429,10 +429,13 @@ fn print_report(r: &PushReport) {
         );
     }
     for f in &r.failures {
-        println!(
-            "  FAILED ({}) {} -> {} at {:.2} s",
-            f.kind, f.parent, f.child, f.at_s
-        );
+        match &f.reason {
+            Some(why) => println!("  REFUSED by {} at {:.2} s: {why}", f.child, f.at_s),
+            None => println!(
+                "  FAILED ({}) {} -> {} at {:.2} s",
+                f.kind, f.parent, f.child, f.at_s
+            ),
+        }
     }
 }
 

@@ -200,8 +200,21 @@ fn expired_and_revoked_indexes_are_refused() {
         }
     };
     hup_all("reloaded the trusted keys", &[0, 0]);
+    let started = std::time::Instant::now();
     let out = push(&id, "13");
     assert!(!out.status.success(), "revoked on the nodes");
+    // The push names the node and its reason, at once (the nodes say so; the deadline is
+    // not waited for).
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("REFUSED by n0") && stdout.contains("is revoked on this node"),
+        "{stdout}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let log = std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).unwrap_or_default();
     assert!(log.contains("is revoked on this node"), "{log}");
     std::fs::write(&revoked, "# nothing revoked\n").expect("write");

@@ -362,8 +362,19 @@ impl Daemon {
         }
         let span = tracing::info_span!("job", %job);
         let _g = span.enter();
+        let parent = start.ancestors.first().cloned();
+        // The parent hears why at once ([`Msg::Refused`]), so the push names this node and
+        // the reason instead of waiting for its deadline; it drops only its own children.
         let refuse = |why: String| {
             tracing::error!(parent = %from_host, "refusing job: {why}");
+            if let Some(p) = &parent {
+                let msg = Msg::Refused {
+                    reason: why.clone(),
+                };
+                let frame = super::peers::frame(job, &msg);
+                self.peers
+                    .send(&p.host, &p.addr, StreamKind::Control, frame);
+            }
         };
         let admitted = {
             let trusted = self
