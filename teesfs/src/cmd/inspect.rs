@@ -61,22 +61,25 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
             let signed = SignedIndex::from_bytes(bytes, &Limits::default())?;
             let publisher = signed.publisher()?.to_hex();
             println!(
-                "  {id}  {:>10}  publisher {}",
+                "  {id}  {:>10}  publisher {}{}",
                 util::bytes(len),
-                publisher.get(..16).unwrap_or_default()
+                publisher.get(..16).unwrap_or_default(),
+                validity(&signed)
             );
         }
         return Ok(());
     };
-    let (id, _, index) =
+    let (id, bytes, index) =
         util::open_trusted_index(&store, prefix, &args.trust, util::Expired::Allow)?;
+    let signed = SignedIndex::from_bytes(bytes, &Limits::default())?;
     println!(
-        "index {id}: {} entries, {} of files, {} unique chunks ({} stored), chunk size {}",
+        "index {id}: {} entries, {} of files, {} unique chunks ({} stored), chunk size {}{}",
         index.entries.len(),
         util::bytes(index.total_file_bytes()),
         index.chunks.len(),
         util::bytes(index.total_stored_bytes()),
-        util::bytes(u64::from(index.chunk_size))
+        util::bytes(u64::from(index.chunk_size)),
+        validity(&signed)
     );
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
@@ -131,4 +134,19 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `, valid until <time>` (or `, EXPIRED at <time>`) for an index signed with an expiry.
+fn validity(signed: &SignedIndex) -> String {
+    let Some(at) = signed.expires() else {
+        return String::new();
+    };
+    let when = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(at),
+    );
+    if at <= util::unix_now() {
+        format!(", EXPIRED at {when}")
+    } else {
+        format!(", valid until {when}")
+    }
 }

@@ -170,6 +170,24 @@ fn expired_and_revoked_indexes_are_refused() {
     assert!(!out.status.success(), "expired");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("expired at"), "{err}");
+    // `inspect` still opens it, and says so.
+    let out = c.ws.teesfs(&[
+        "inspect",
+        "--store",
+        c.ws.store().to_str().expect("utf8"),
+        "--index",
+        &short,
+        "--trust",
+        c.ws.pubkey().to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains("EXPIRED at")),
+        "{text}"
+    );
 
     // Revocation on the nodes: refused until the id leaves the list and they reload.
     let other = c.ws.path().join("other");
