@@ -352,29 +352,17 @@ pub fn run(
 }
 
 /// Writes `count` layers of `bytes` incompressible bytes each (different content per
-/// layer) under `dir`, each with the file `bin/payload`; returns their directories.
+/// layer) under `dir`, each with the file `payload.bin`; returns their directories.
 pub fn make_layers(
     dir: &std::path::Path,
     count: usize,
     bytes: u64,
 ) -> Result<Vec<std::path::PathBuf>> {
-    let mut out = Vec::with_capacity(count);
-    for i in 0..count {
-        let layer = dir.join(format!("layer{i}"));
-        let bin = layer.join("bin");
-        std::fs::create_dir_all(&bin).map_err(LabError::io(&bin))?;
-        let mut state =
-            0x9e37_79b9_7f4a_7c15u64 ^ (i as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f);
-        let mut data = vec![0u8; bytes as usize];
-        for chunk in data.chunks_mut(8) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
-        }
-        let payload = bin.join("payload");
-        std::fs::write(&payload, &data).map_err(LabError::io(&payload))?;
-        out.push(layer);
-    }
-    Ok(out)
+    (0..count)
+        .map(|i| {
+            let layer = dir.join(format!("layer{i}"));
+            crate::bench::write_payload(&layer, bytes, i as u64 + 1)?;
+            Ok(layer)
+        })
+        .collect()
 }

@@ -52,19 +52,19 @@ pub struct ShapeArgs {
     #[arg(long, default_value_t = 8)]
     pub group_size: usize,
     /// Slave link rate.
-    #[arg(long, default_value = "100mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "100mbit", value_parser = peertree::rates::parse_rate)]
     pub slave_rate: u64,
     /// Proxy uplink rate (the group's only way to the core).
-    #[arg(long, default_value = "400mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "400mbit", value_parser = peertree::rates::parse_rate)]
     pub uplink_rate: u64,
     /// Proxy's port on its group bridge.
-    #[arg(long, default_value = "400mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "400mbit", value_parser = peertree::rates::parse_rate)]
     pub proxy_group_rate: u64,
     /// Login node's link.
-    #[arg(long, default_value = "400mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "400mbit", value_parser = peertree::rates::parse_rate)]
     pub login_rate: u64,
     /// Storage node's link.
-    #[arg(long, default_value = "1000mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "1000mbit", value_parser = peertree::rates::parse_rate)]
     pub storage_rate: u64,
     /// MTU of every lab link: 9000 (jumbo frames, as on RoCE and IPoIB fabrics) or 1500
     /// (plain Ethernet). Bigger packets cost less CPU per byte in the kernel and in QUIC.
@@ -126,26 +126,6 @@ impl ShapeArgs {
         );
         Ok(lab)
     }
-}
-
-/// Parses `100mbit`, `1gbit`, `400000000` (bits per second).
-fn parse_rate(s: &str) -> anyhow::Result<u64> {
-    let l = s.trim().to_ascii_lowercase();
-    let (num, mul) = if let Some(n) = l.strip_suffix("gbit") {
-        (n, 1_000_000_000)
-    } else if let Some(n) = l.strip_suffix("mbit") {
-        (n, 1_000_000)
-    } else if let Some(n) = l.strip_suffix("kbit") {
-        (n, 1_000)
-    } else {
-        (l.as_str(), 1)
-    };
-    num.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| *v > 0.0)
-        .map(|v| (v * mul as f64) as u64)
-        .ok_or_else(|| anyhow::anyhow!("bad rate {s:?}: use e.g. 100mbit, 1gbit"))
 }
 
 /// `100 Mbit/s`.

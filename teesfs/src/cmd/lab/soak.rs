@@ -73,7 +73,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         spec.restart,
         spec.kill_proxy
     );
-    let rep = lab::soak::run(&mut lab, &indexes[..4], &indexes[4], "bin/payload", &spec)?;
+    let rep = lab::soak::run(&mut lab, &indexes[..4], &indexes[4], "payload.bin", &spec)?;
     let nodes = compute.len() as u64;
     lab.down()?;
     let (b, f) = (&rep.baseline, &rep.after);
