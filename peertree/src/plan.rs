@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::strategy::Strategy;
-use crate::topology::TopoId;
+use crate::topology::{GroupId, TopoId};
 
 /// A node of a plan: index into [`Plan::hosts`].
 #[derive(
@@ -50,6 +50,8 @@ pub struct Plan {
     pub roles: Vec<Role>,
     /// Each host's place in the topology; `None` for the login and storage nodes.
     pub topo: Vec<Option<TopoId>>,
+    /// Each host's group in the topology; `None` where `topo` is.
+    pub group: Vec<Option<GroupId>>,
     /// Parent of each host; `None` only for the root.
     pub parent: Vec<Option<NodeId>>,
     /// Children of each host, in sending order.
@@ -152,6 +154,7 @@ impl Plan {
         if [
             self.roles.len(),
             self.topo.len(),
+            self.group.len(),
             self.parent.len(),
             self.children.len(),
         ]

@@ -153,6 +153,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
         host: format!("cn{id:04}"),
         addr: format!("10.0.0.{id}:7878"),
         parent: NodeId(parent),
+        group: Some(0),
     };
     vec![
         (
@@ -168,6 +169,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
                 shared_store: Some("/shared/store".into()),
                 probe: false,
                 owner: Some(1000),
+                kin: vec![node(1, 0), node(3, 0)],
             })),
         ),
         (

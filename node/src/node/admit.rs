@@ -98,6 +98,7 @@ mod tests {
             host: host.into(),
             addr: format!("{host}:7411"),
             parent: peertree::NodeId(0),
+            group: None,
         }
     }
 
@@ -113,6 +114,7 @@ mod tests {
             shared_store: None,
             probe,
             owner: None,
+            kin: Vec::new(),
         }
     }
 

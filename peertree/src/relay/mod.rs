@@ -213,6 +213,10 @@ pub struct Relay {
     probe: bool,
     /// The job's owner (uid), passed down in every `Start`.
     owner: Option<u32>,
+    /// My planned siblings in my group, me included, their deputy first ([`Start::kin`]).
+    kin: Vec<NodeInfo>,
+    /// The deputy was asked to adopt me once already (it is asked only once per job).
+    deputy_asked: bool,
 }
 
 impl Relay {
@@ -304,6 +308,7 @@ impl Relay {
         }
         let probe = start.probe;
         let owner = start.owner;
+        let kin = start.kin;
         let shared = start.shared_store.clone();
         let index: Arc<[u8]> = start.index.into();
         let mut r = Self::blank(
@@ -319,6 +324,7 @@ impl Relay {
         r.parent = Some(parent);
         r.probe = probe;
         r.owner = owner;
+        r.kin = kin;
         if shared.is_some() {
             // Everything is readable from shared storage already.
             r.have.insert_range(..);
@@ -385,6 +391,8 @@ impl Relay {
             shared_store: None,
             probe: false,
             owner: None,
+            kin: Vec::new(),
+            deputy_asked: false,
         }
     }
 
@@ -429,6 +437,7 @@ impl Relay {
             .map(|c| &c.info)
             .or_else(|| self.ancestors.iter().find(|a| a.id == id))
             .or_else(|| self.subtree.iter().find(|n| n.id == id))
+            .or_else(|| self.kin.iter().find(|n| n.id == id))
     }
 
     /// Whether this node holds a chunk.

@@ -52,6 +52,9 @@ pub struct NodeInfo {
     pub addr: String,
     /// Parent in the plan (the root is its own parent).
     pub parent: NodeId,
+    /// Its group in the topology (`None` for the login node and hosts outside any group):
+    /// a parent names one deputy among its children of one group ([`Start::kin`]).
+    pub group: Option<u32>,
 }
 
 /// Timing of liveness checks.
@@ -102,6 +105,12 @@ pub struct Start {
     /// every node they, and root, may query and stop it, and only they may enter its mount.
     /// `None`: root only.
     pub owner: Option<u32>,
+    /// The receiver's planned siblings in its group (its parent's children there), in plan
+    /// order, the receiver included; empty when it has none. The first is their deputy: if
+    /// the parent fails, the others ask the deputy to adopt them before anyone across the
+    /// group's uplink, and only the deputy re-attaches upward, so the rest of the layer
+    /// enters the group about once instead of once per orphan.
+    pub kin: Vec<NodeInfo>,
 }
 
 /// Facts flowing up toward the root. Also serves as the child-to-parent heartbeat.
@@ -558,6 +567,7 @@ mod tests {
         shared_store: Option<String>,
         probe: bool,
         owner: Option<u32>,
+        kin: Vec<NodeInfo>,
     }
 
     #[test]
@@ -582,6 +592,7 @@ mod tests {
             host: "n01".into(),
             addr: "127.0.0.1:1".into(),
             parent: NodeId(0),
+            group: Some(2),
         };
         let old = postcard::to_allocvec(&OldMsg::Start(Box::new(OldStart {
             job: JobId(9),
@@ -594,6 +605,7 @@ mod tests {
             shared_store: None,
             probe: false,
             owner: Some(1000),
+            kin: vec![node.clone()],
         })))
         .expect("encode");
         let new = Msg::Start(Box::new(Start {
@@ -601,12 +613,13 @@ mod tests {
             index: vec![5; 200],
             order: vec![0, 1],
             urgent: 1,
-            subtree: vec![node],
+            subtree: vec![node.clone()],
             ancestors: vec![],
             timing: Timing::default(),
             shared_store: None,
             probe: false,
             owner: Some(1000),
+            kin: vec![node],
         }));
         assert_eq!(new.encode(), old);
         assert_eq!(Msg::decode(&old).expect("decode"), new);
@@ -638,6 +651,7 @@ mod tests {
                     host: "cn4".into(),
                     addr: "10.0.0.4:7070".into(),
                     parent: NodeId(1),
+                    group: None,
                 }],
             }),
         ];

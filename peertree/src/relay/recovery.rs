@@ -16,11 +16,14 @@ use super::timers::ms;
 use super::{Event, Msg, NodeInfo, Relay, Report, Transmit};
 use crate::plan::NodeId;
 
-/// Re-attaching after the parent was lost: which ancestor is being asked, until when.
+/// Re-attaching after the parent was lost: who is being asked, until when.
 #[derive(Debug)]
 pub(super) struct Attaching {
-    /// Index into `ancestors` being asked.
+    /// Index into `ancestors` being asked, or, while `deputy` is set, the one asked next
+    /// is the one after it.
     pub(super) target: usize,
+    /// The deputy among my siblings is being asked ([`super::Start::kin`]).
+    pub(super) deputy: Option<NodeId>,
     /// When to give up on it and ask the next one up.
     pub(super) deadline: Instant,
 }
@@ -33,21 +36,34 @@ impl Relay {
             self.fail_child(now, peer);
         } else if self.attaching.is_none() && Some(peer) == self.parent && self.root.is_none() {
             self.lose_parent(now);
-        } else if let Some(a) = &self.attaching
-            && self.ancestors.get(a.target).map(|n| n.id) == Some(peer)
-        {
+        } else if self.asking() == Some(peer) {
             self.attach_next(now);
         }
     }
 
-    pub(super) fn fail_child(&mut self, now: Instant, child: NodeId) {
+    /// Whom this node is asking to adopt it, while re-attaching.
+    fn asking(&self) -> Option<NodeId> {
+        let a = self.attaching.as_ref()?;
+        a.deputy
+            .or_else(|| self.ancestors.get(a.target).map(|n| n.id))
+    }
+
+    /// Forgets a child without calling it failed (it went elsewhere).
+    pub(super) fn drop_child(&mut self, child: NodeId) -> bool {
         if self.children.remove(&child).is_none() {
-            return;
+            return false;
         }
-        self.events.push_back(Event::ChildFailed(child));
         for waiters in self.wants.values_mut() {
             waiters.retain(|w| *w != Waiter::Child(child));
         }
+        true
+    }
+
+    pub(super) fn fail_child(&mut self, now: Instant, child: NodeId) {
+        if !self.drop_child(child) {
+            return;
+        }
+        self.events.push_back(Event::ChildFailed(child));
         self.failed_log.push((self.me, child));
         let fact = Report {
             failed: vec![(self.me, child)],
@@ -79,7 +95,9 @@ impl Relay {
             }
             self.children
                 .insert(id, Child::pending(info, self.schedule.len(), now, true));
-            let start = self.start_for(subtree);
+            let mut start = self.start_for(subtree);
+            // Its siblings from the plan are not mine: no deputy for it.
+            start.kin.clear();
             self.control.push_back(Transmit::Control {
                 to: id,
                 msg: Msg::Start(Box::new(start)),
@@ -96,8 +114,28 @@ impl Relay {
             .iter()
             .position(|a| Some(a.id) == self.parent)
             .unwrap_or(0);
+        // Orphaned by the planned parent: the deputy among my siblings first (once), so
+        // that only it draws the rest of the layer across the group's uplink.
+        let deputy = self
+            .kin
+            .iter()
+            .position(|k| k.id == self.me)
+            .and_then(|i| i.checked_sub(1))
+            .map(|i| self.kin[i].id)
+            .filter(|_| !self.deputy_asked && current == 0);
+        if let Some(d) = deputy {
+            self.deputy_asked = true;
+            self.send_attach(d);
+            self.attaching = Some(Attaching {
+                target: current,
+                deputy: Some(d),
+                deadline: now + ms(self.timing.deadline_ms),
+            });
+            return;
+        }
         self.attaching = Some(Attaching {
             target: current,
+            deputy: None,
             deadline: now,
         });
         self.attach_next(now);
@@ -106,8 +144,19 @@ impl Relay {
     /// Ask the next ancestor up (the root is asked again and again: it never gives up on us).
     pub(super) fn attach_next(&mut self, now: Instant) {
         let Some(a) = &self.attaching else { return };
+        // After the deputy, the ancestor after the lost parent.
         let target = (a.target + 1).min(self.ancestors.len() - 1);
         let to = self.ancestors[target].id;
+        self.send_attach(to);
+        self.attaching = Some(Attaching {
+            target,
+            deputy: None,
+            deadline: now + ms(self.timing.deadline_ms),
+        });
+    }
+
+    /// Asks `to` to adopt me, saying what I hold.
+    fn send_attach(&mut self, to: NodeId) {
         let words = self
             .have
             .as_slice()
@@ -119,10 +168,6 @@ impl Relay {
             to,
             msg: Msg::Attach { have },
         });
-        self.attaching = Some(Attaching {
-            target,
-            deadline: now + ms(self.timing.deadline_ms),
-        });
     }
 
     pub(super) fn on_attach(&mut self, now: Instant, from: NodeId, have: &[u64]) {
@@ -130,6 +175,7 @@ impl Relay {
         let info = self
             .subtree
             .iter()
+            .chain(&self.kin)
             .find(|x| x.id == from)
             .cloned()
             .unwrap_or(NodeInfo {
@@ -137,6 +183,7 @@ impl Relay {
                 host: String::new(),
                 addr: String::new(),
                 parent: self.me,
+                group: None,
             });
         if let Some(c) = self.children.get_mut(&from) {
             // A repeated Attach: chunks already on their way stay counted as sent.
@@ -182,9 +229,7 @@ impl Relay {
 
     /// An ancestor we asked took us in ([`Msg::Adopted`]): it is the parent now.
     pub(super) fn on_adopted(&mut self, now: Instant, from: NodeId) {
-        if let Some(a) = &self.attaching
-            && self.ancestors.get(a.target).map(|n| n.id) == Some(from)
-        {
+        if self.attaching.is_some() && self.asking() == Some(from) {
             self.attaching = None;
             self.parent = Some(from);
             self.parent_heard = now;

@@ -145,6 +145,7 @@ impl Relay {
     pub(super) fn start_for(&self, subtree: Vec<NodeInfo>) -> Start {
         let mut ancestors = vec![self.subtree[0].clone()];
         ancestors.extend(self.ancestors.iter().cloned());
+        let kin = subtree.first().map(|c| self.kin_of(c)).unwrap_or_default();
         Start {
             job: self.job,
             index: self.index.to_vec(),
@@ -156,7 +157,24 @@ impl Relay {
             shared_store: self.shared_store.clone(),
             probe: self.probe,
             owner: self.owner,
+            kin,
         }
+    }
+
+    /// My planned children in `child`'s group, in plan order (its [`Start::kin`]); empty
+    /// when it is alone there or has no group, and at the root, which does not fail.
+    fn kin_of(&self, child: &NodeInfo) -> Vec<NodeInfo> {
+        if self.root.is_some() || child.group.is_none() {
+            return Vec::new();
+        }
+        let kin: Vec<NodeInfo> = self
+            .subtree
+            .iter()
+            .skip(1)
+            .filter(|n| n.parent == self.me && n.id != self.me && n.group == child.group)
+            .cloned()
+            .collect();
+        if kin.len() < 2 { Vec::new() } else { kin }
     }
 
     /// Facts from a child for the root: logged for re-sending after a re-attachment, and
@@ -185,6 +203,13 @@ impl Relay {
                 }
             }
             self.failed_log.extend(r.failed.iter().copied());
+            // A node I started after its parent failed, which has not answered me, was
+            // adopted elsewhere (by its deputy): it is not mine to wait for.
+            for &(parent, node) in &r.attached {
+                if parent != self.me && self.children.get(&node).is_some_and(|c| c.restarted) {
+                    self.drop_child(node);
+                }
+            }
             self.absorb(now, r);
         }
     }
@@ -346,6 +371,7 @@ pub fn plan_nodes(plan: &crate::plan::Plan, addr: impl Fn(&str) -> String) -> Ve
             host: plan.host(id).to_string(),
             addr: addr(plan.host(id)),
             parent: plan.parent[id.index()].unwrap_or(id),
+            group: plan.group[id.index()].map(|g| g.0),
         })
         .collect()
 }

@@ -1091,3 +1091,91 @@ fn new_demand_pauses_a_flowing_hysteretic_set_within_the_hold() {
     net.run_until(50_000, |n| n.job_done(Phase::All));
     assert_everyone_has_everything(&net, &p);
 }
+
+/// A relaying node in `p` whose planned children include at least two of its own group's
+/// nodes, and those children in plan order (the first is their deputy).
+fn a_proxy_with_kin(p: &crate::Plan) -> (NodeId, Vec<NodeId>) {
+    p.ids()
+        .skip(1)
+        .find_map(|id| {
+            let kin: Vec<NodeId> = p.children[id.index()]
+                .iter()
+                .copied()
+                .filter(|k| p.group[k.index()] == p.group[id.index()])
+                .collect();
+            (kin.len() >= 3).then_some((id, kin))
+        })
+        .expect("a proxy feeding members of its group")
+}
+
+/// The parents `node` re-attached to, each once (a node says it again after its own
+/// re-attachment).
+fn attached_to(net: &Net, node: NodeId) -> Vec<NodeId> {
+    let mut to: Vec<NodeId> = net
+        .root_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Attached(parent, n) if *n == node => Some(*parent),
+            _ => None,
+        })
+        .collect();
+    to.dedup();
+    to
+}
+
+/// Issue 17: the orphans of a failed proxy each re-attached across the group's uplink; now
+/// each goes to the one before it in the plan, and only the first (the deputy) goes upward.
+#[test]
+fn orphans_of_a_dead_proxy_hang_below_each_other_and_only_the_deputy_goes_upward() {
+    let p = plan(4, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 400, 10);
+    let (proxy, kin) = a_proxy_with_kin(&p);
+    net.run_until(10_000, |n| kin.iter().all(|k| n.relays.contains_key(k)));
+    net.dead.insert(proxy);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    let deputy = kin[0];
+    let upward = attached_to(&net, deputy);
+    assert!(
+        !upward.is_empty()
+            && upward
+                .iter()
+                .all(|a| p.group[a.index()] != p.group[deputy.index()]),
+        "the deputy re-attached outside its group: {:?}",
+        net.root_events
+    );
+    for pair in kin.windows(2) {
+        assert_eq!(
+            attached_to(&net, pair[1]),
+            vec![pair[0]],
+            "{:?} went to the one before it: {:?}",
+            pair[1],
+            net.root_events
+        );
+    }
+    assert!(net.root_events.contains(&Event::EdgeFailed(
+        p.parent[proxy.index()].expect("not the root"),
+        proxy
+    )));
+    assert_eq!(net.root().job_progress().expect("root").failed, 1);
+    assert_everyone_has_everything(&net, &p);
+}
+
+#[test]
+fn orphans_whose_deputy_died_too_reattach_upward() {
+    let p = plan(4, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 400, 10);
+    let (proxy, kin) = a_proxy_with_kin(&p);
+    net.run_until(10_000, |n| kin.iter().all(|k| n.relays.contains_key(k)));
+    net.dead.insert(proxy);
+    net.dead.insert(kin[0]);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    for &ward in &kin[1..] {
+        let to = attached_to(&net, ward);
+        assert!(
+            !to.is_empty() && !to.contains(&kin[0]),
+            "{ward:?} re-attached past its dead deputy: {:?}",
+            net.root_events
+        );
+    }
+    assert_everyone_has_everything(&net, &p);
+}

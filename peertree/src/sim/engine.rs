@@ -306,6 +306,11 @@ impl<'a> Sim<'a> {
         (self.links.nic_rx_bytes(id), self.links.nic_tx_bytes(id))
     }
 
+    /// Chunk bytes that entered one group of the topology over its uplink.
+    pub fn group_uplink_in(&self, group: crate::topology::GroupId) -> u64 {
+        self.links.group_uplink_in(group.0)
+    }
+
     /// When a host held every chunk of a phase.
     pub fn done_at(&self, id: NodeId, phase: Phase) -> Option<Duration> {
         let t = self.done_at[phase.index()][id.index()];

@@ -222,6 +222,15 @@ impl Links {
         self.group_sum(2)
     }
 
+    /// Counted bytes that entered one group over its uplink.
+    pub(crate) fn group_uplink_in(&self, g: u32) -> u64 {
+        if g < self.ngroups {
+            self.bytes[self.group_res(g, 3) as usize]
+        } else {
+            0
+        }
+    }
+
     fn group_sum(&self, k: u32) -> u64 {
         (0..self.ngroups)
             .map(|g| self.bytes[self.group_res(g, k) as usize])

@@ -30,6 +30,7 @@ fn custom(parents: &[usize]) -> Plan {
             .chain(std::iter::repeat_n(Role::Job, n - 1))
             .collect(),
         topo: vec![None; n],
+        group: vec![None; n],
         parent,
         children,
         borrowed: Vec::new(),
@@ -415,4 +416,68 @@ fn link_rates_let_members_relay_where_the_port_is_narrow() {
         with.deploy,
         with.lower_bound
     );
+}
+
+/// Issue 17: a proxy that fails mid-push left its members to re-attach one by one across
+/// the group's uplink (3.5 copies of the layer with rates, 5.7 without, in this test). Its
+/// members now hang below each other in plan order ([`crate::relay::Start::kin`]) and only
+/// the first goes upward, so after the failure the group's uplink carries what that member
+/// lacks about once (within 1.3x).
+#[test]
+fn a_failed_proxy_costs_its_group_uplink_little_more_than_one_copy() {
+    let nodes: Vec<String> = (1..=32).map(|i| format!("cn{i:04}")).collect();
+    let bare = Topology::generated(&nodes, 8, ProxyPick::First).expect("topology");
+    let mut net = Network::lab();
+    net.shared_cores = 0;
+    let rated = bare.clone().with_links(net.link_rates());
+    let payload = 16 * MIB;
+    for (name, topo) in [("rated", &rated), ("unrated", &bare)] {
+        let plan =
+            crate::plan(topo, &nodes, Strategy::Topo, &PlanOptions::default()).expect("plan");
+        let mut cfg = SimConfig::new(net.clone(), payload, MIB);
+        cfg.timing = crate::relay::Timing {
+            heartbeat_ms: 20,
+            deadline_ms: 100,
+        };
+        let clean = run(&plan, Some(topo), cfg.clone());
+        let group = |id: NodeId| plan.group[id.index()];
+        let (proxy, deputy) = plan
+            .ids()
+            .skip(1)
+            .find_map(|id| {
+                let kin: Vec<NodeId> = plan.children[id.index()]
+                    .iter()
+                    .copied()
+                    .filter(|&k| group(k) == group(id))
+                    .collect();
+                (kin.len() >= 2).then_some((id, kin[0]))
+            })
+            .expect("a proxy feeding members of its group");
+        let g = group(proxy).expect("in a group");
+        let at = clean.deploy.mul_f64(0.3);
+        // The same (deterministic) push, stopped where the proxy dies: what had entered the
+        // group, and what the deputy lacked.
+        let mut upto = cfg.clone();
+        upto.limit = at;
+        let mut before = Sim::new(&plan, Some(topo), upto, Instant::now()).expect("set up");
+        assert!(matches!(before.run(), Err(crate::Error::SimTimeLimit(_))));
+        let entered = before.group_uplink_in(g);
+        let lacked = payload - before.relay(deputy).map_or(0, |r| r.have_count() as u64) * MIB;
+
+        let mut sim = Sim::new(&plan, Some(topo), cfg, Instant::now()).expect("set up");
+        sim.kill(at, vec![proxy]);
+        let r = sim.run().expect("completes");
+        assert!(r.incomplete.is_empty(), "{name}: {:?}", r.incomplete);
+        assert_eq!(r.duplicates, 0, "{name}");
+        let after = sim.group_uplink_in(g) - entered;
+        let ratio = after as f64 / lacked as f64;
+        eprintln!(
+            "{name}: after the failure the group's uplink carried {ratio:.2}x what its deputy \
+             lacked ({:.2} copies in all); deployed in {:?}, {:?} without the failure",
+            sim.group_uplink_in(g) as f64 / payload as f64,
+            r.deploy,
+            clean.deploy,
+        );
+        assert!(ratio <= 1.3, "{name}: {ratio:.2}: {:?}", r.attached);
+    }
 }

@@ -304,6 +304,11 @@ impl<'a> Builder<'a> {
             root: NodeId(0),
             hosts: self.hosts,
             roles: self.roles,
+            group: self
+                .topo
+                .iter()
+                .map(|t| t.map(|t| self.topology.group_of(t)))
+                .collect(),
             topo: self.topo,
             parent: self.parent,
             children: self.children,

@@ -268,14 +268,30 @@ fn lab_a_stopped_proxy_is_reported_its_group_completes_and_it_resumes() {
         return;
     }
     let s = scene();
+    // n05 is the second group's proxy: its eth0 is the group's only way in.
+    let uplink = || s.lab.net().counters("n05", "eth0").expect("counters").rx;
+    let before = uplink();
     let push = s.lab.push_background(&slow_push(&s.index)).expect("push");
     wait_mid_push(&s.lab, "n05");
+    let at_stop = uplink();
     s.lab.pause_daemon("n05").expect("SIGSTOP n05");
     let end = push.wait(Duration::from_secs(60));
+    let after = uplink();
     s.lab.resume_daemon("n05").expect("SIGCONT n05");
     let end = end.expect("push ends");
     assert_eq!(failures(&end), vec![edge("failed", "login", "n05")]);
     assert_survivors_complete(&s, &end, &["n05"]);
+    // Issue 17: n06-n08 hang below each other and only the first re-attaches across the
+    // uplink, so the group takes in the rest of the layer once (each of them fetching it
+    // across the uplink took 2.2x the minimum).
+    let total = end.report.total_bytes;
+    let since_stop = after - at_stop;
+    assert!(
+        since_stop as f64 <= 1.3 * total as f64,
+        "the group's uplink took {since_stop} bytes after its proxy stopped, for a layer of \
+         {total} ({} before)",
+        at_stop - before
+    );
 
     assert_push_reaches_everyone(&s);
     lab_down(s);

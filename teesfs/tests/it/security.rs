@@ -231,6 +231,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
             "127.0.0.1:9".to_owned()
         },
         parent: NodeId(parent),
+        group: None,
     };
     let start = Start {
         job: JobId(job),
@@ -243,6 +244,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
         shared_store: None,
         probe: false,
         owner: None,
+        kin: Vec::new(),
     };
     let addr = c.nodes[0].addr.parse().expect("daemon addr");
     let conn = transport
@@ -467,6 +469,7 @@ async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connectio
         host: host.to_owned(),
         addr,
         parent: NodeId(parent),
+        group: None,
     };
     let n01 = info(1, &c.nodes[0].host, c.nodes[0].addr.clone(), 0);
     let n02 = info(2, "n02", child.local_addr().to_string(), 1);

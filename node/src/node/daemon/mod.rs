@@ -407,6 +407,8 @@ impl Daemon {
         };
         let mut known = start.subtree.clone();
         known.extend(start.ancestors.iter().cloned());
+        // Siblings: the deputy among them adopts the others if our parent fails.
+        known.extend(start.kin.iter().cloned());
         // The children's links were made afresh by the job's `Prepare`, when one came.
         let prepared = lock(&self.prepared).contains(&job);
         let children = start.subtree.iter().skip(1).filter(|_| !prepared);
