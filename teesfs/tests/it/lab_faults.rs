@@ -286,6 +286,10 @@ fn lab_a_stopped_proxy_is_reported_its_group_completes_and_it_resumes() {
     // across the uplink took 2.2x the minimum).
     let total = end.report.total_bytes;
     let since_stop = after - at_stop;
+    eprintln!(
+        "the group's uplink took {since_stop} bytes after its proxy stopped, {} before; layer {total}",
+        at_stop - before
+    );
     assert!(
         since_stop as f64 <= 1.3 * total as f64,
         "the group's uplink took {since_stop} bytes after its proxy stopped, for a layer of \
