@@ -113,7 +113,9 @@ pub enum Error {
         problem: String,
     },
     /// The metrics endpoint (`--metrics`) cannot listen at its address.
-    #[error("cannot serve metrics at {addr}: {source}; pick a free address for --metrics (port 0 lets the system choose)")]
+    #[error(
+        "cannot serve metrics at {addr}: {source}; pick a free address for --metrics (port 0 lets the system choose)"
+    )]
     MetricsListen {
         /// The address asked for.
         addr: std::net::SocketAddr,

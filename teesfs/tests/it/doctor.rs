@@ -9,7 +9,12 @@ use crate::cluster::Cluster;
 use crate::util::{can_mount, teesfs_bin};
 
 fn doctor(c: &Cluster, identity: &Path, slurm: &Path, extra: &[&str]) -> Output {
-    let port = c.nodes[0].addr.rsplit(':').next().expect("port").to_string();
+    let port = c.nodes[0]
+        .addr
+        .rsplit(':')
+        .next()
+        .expect("port")
+        .to_string();
     Command::new(teesfs_bin())
         .args(["doctor", "--host", "n01", "--identity"])
         .arg(identity)
@@ -72,14 +77,32 @@ fn doctor_passes_a_configured_node_and_names_the_fix_for_a_missing_cert_and_a_ga
 
     let out = doctor(&c, &identity, &slurm, &[]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    for name in ["fuse", "certificate", "publisher-keys", "port", "store", "slurm", "daemon"] {
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "fuse",
+        "certificate",
+        "publisher-keys",
+        "port",
+        "store",
+        "slurm",
+        "daemon",
+    ] {
         let (line, fix) = line_of(&text, name);
         assert!(line.starts_with("OK "), "{name}: {line}\n{text}");
         assert!(fix.is_none(), "{name}: {fix:?}");
     }
-    assert!(line_of(&text, "certificate").0.contains("expires in"), "{text}");
-    assert!(line_of(&text, "crl").0.starts_with("INFO"), "no CRL: {text}");
+    assert!(
+        line_of(&text, "certificate").0.contains("expires in"),
+        "{text}"
+    );
+    assert!(
+        line_of(&text, "crl").0.starts_with("INFO"),
+        "no CRL: {text}"
+    );
     assert!(line_of(&text, "clock").0.contains("not checked"), "{text}");
 
     // A CRL that is no CRL fails the node (the daemon would not start with it).
@@ -117,5 +140,8 @@ fn doctor_passes_a_configured_node_and_names_the_fix_for_a_missing_cert_and_a_ga
         .find(|c| c["name"] == "certificate")
         .expect("certificate check");
     assert_eq!(cert["level"], "fail", "{cert}");
-    assert!(cert["fix"].as_str().is_some_and(|f| f.contains("keygen")), "{cert}");
+    assert!(
+        cert["fix"].as_str().is_some_and(|f| f.contains("keygen")),
+        "{cert}"
+    );
 }

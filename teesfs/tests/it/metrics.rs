@@ -92,7 +92,10 @@ fn metrics_count_a_real_push_and_waiting_reads_and_drop_a_released_jobs_series()
     };
     assert!(got("teesfs_chunks_received_total") > 0.0, "{text}");
     assert!(got("teesfs_demand_requests_total") > 0.0, "{text}");
-    assert!(got("teesfs_read_wait_seconds_count") > 0.0, "reads waited: {text}");
+    assert!(
+        got("teesfs_read_wait_seconds_count") > 0.0,
+        "reads waited: {text}"
+    );
     assert!(got("teesfs_read_wait_seconds_sum") > 0.0, "{text}");
     assert!(got("teesfs_job_urgent_seconds") >= 0.0, "{text}");
     assert!(got("teesfs_job_whole_layer_seconds") >= 0.0, "{text}");
@@ -134,7 +137,8 @@ fn metrics_count_a_real_push_and_waiting_reads_and_drop_a_released_jobs_series()
     // The endpoint stops reading and answers; the rest may meet a closed socket.
     let _ = s.write_all(&huge);
     let mut first = [0u8; 12];
-    s.read_exact(&mut first).expect("an answer to an oversized request");
+    s.read_exact(&mut first)
+        .expect("an answer to an oversized request");
     assert_eq!(&first, b"HTTP/1.1 431");
 
     // Released: the job's series are gone, the store's remain.

@@ -829,12 +829,14 @@ async fn log_events(
                 tracing::info!(phase = ?p, seconds = t, "holding phase");
             }
             Event::ParentLost(p) => {
-                nj.failed_edges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                nj.failed_edges
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(parent = ?p, "parent lost; re-attaching")
             }
             Event::Reattached(p) => tracing::warn!(parent = ?p, "re-attached"),
             Event::ChildFailed(c) => {
-                nj.failed_edges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                nj.failed_edges
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(child = ?c, "child failed")
             }
             Event::BadChunk { from, chunk } => {

@@ -228,7 +228,9 @@ fn passthrough(f: &Facts) -> Check {
         Some((r, Some(_))) => check(
             name,
             Level::Warn,
-            format!("Linux {r} predates FUSE passthrough (6.9): every read goes through the daemon"),
+            format!(
+                "Linux {r} predates FUSE passthrough (6.9): every read goes through the daemon"
+            ),
             Some("boot a 6.9 or later kernel for passthrough reads; jobs work without it".into()),
         ),
         Some((r, None)) => check(
@@ -265,11 +267,15 @@ fn userns(f: &Facts) -> Check {
             "user.max_user_namespaces = 0: `teesfs run` cannot build a job's environment".into(),
             Some(fix_max.into()),
         ),
-        Some(n) => ok(name, format!("unprivileged user namespaces allowed (up to {n})")),
+        Some(n) => ok(
+            name,
+            format!("unprivileged user namespaces allowed (up to {n})"),
+        ),
         None => check(
             name,
             Level::Warn,
-            "/proc/sys/user/max_user_namespaces unreadable: whether `teesfs run` works is unknown".into(),
+            "/proc/sys/user/max_user_namespaces unreadable: whether `teesfs run` works is unknown"
+                .into(),
             Some("check that /proc is mounted and the kernel has CONFIG_USER_NS".into()),
         ),
     }
@@ -286,7 +292,9 @@ fn certificate(f: &Facts) -> Check {
     let reissue = format!(
         "on the login node: `teesfs keygen --cluster DIR --nodes {}`, then copy DIR/ca.crt, DIR/{h}.crt and DIR/{h}.key to {}",
         f.host,
-        c.path.parent().map_or_else(String::new, |p| p.display().to_string()),
+        c.path
+            .parent()
+            .map_or_else(String::new, |p| p.display().to_string()),
         h = f.host,
     );
     let (names, not_after) = match &c.summary {
@@ -307,8 +315,14 @@ fn certificate(f: &Facts) -> Check {
         return check(
             name,
             Level::Fail,
-            format!("{path} is for {}, not for this host {}", names.join(", "), f.host),
-            Some(format!("pass --host with the name the cluster knows this node by, or {reissue}")),
+            format!(
+                "{path} is for {}, not for this host {}",
+                names.join(", "),
+                f.host
+            ),
+            Some(format!(
+                "pass --host with the name the cluster knows this node by, or {reissue}"
+            )),
         );
     }
     let left = days(not_after - f.now);
@@ -325,7 +339,10 @@ fn certificate(f: &Facts) -> Check {
     }
     ok(
         name,
-        format!("{path} for {}, signed by the cluster CA, expires in {left} days", f.host),
+        format!(
+            "{path} for {}, signed by the cluster CA, expires in {left} days",
+            f.host
+        ),
     )
 }
 
@@ -349,12 +366,18 @@ fn crl(f: &Facts) -> Check {
         Found::Ok(Some(next)) if *next < f.now => check(
             name,
             Level::Warn,
-            format!("crl.pem is past its next update ({} days ago)", days(f.now - next)),
+            format!(
+                "crl.pem is past its next update ({} days ago)",
+                days(f.now - next)
+            ),
             Some(fix.into()),
         ),
         Found::Ok(Some(next)) => ok(
             name,
-            format!("crl.pem readable, next update in {} days", days(next - f.now)),
+            format!(
+                "crl.pem readable, next update in {} days",
+                days(next - f.now)
+            ),
         ),
     }
 }
@@ -370,7 +393,10 @@ fn trust(f: &Facts) -> Check {
                 .filter_map(|(p, r)| r.as_ref().err().map(|e| format!("{}: {e}", p.display())))
                 .collect();
             if bad.is_empty() {
-                ok(name, format!("{} trusted publisher key(s) parse", keys.len()))
+                ok(
+                    name,
+                    format!("{} trusted publisher key(s) parse", keys.len()),
+                )
             } else {
                 check(name, Level::Fail, bad.join("; "), Some(fix.into()))
             }
@@ -421,7 +447,10 @@ fn store(f: &Facts) -> Check {
             name,
             Level::Warn,
             format!("free space under {} unknown", dir.display()),
-            Some(format!("create {} (the daemon's --state-dir) or check its mount", dir.display())),
+            Some(format!(
+                "create {} (the daemon's --state-dir) or check its mount",
+                dir.display()
+            )),
         ),
         Some(free) if free.saturating_add(held) < budget => check(
             name,
@@ -433,11 +462,19 @@ fn store(f: &Facts) -> Check {
                 gib(held),
                 gib(budget)
             ),
-            Some("lower --store-budget or give the state directory more room (a larger tmpfs)".into()),
+            Some(
+                "lower --store-budget or give the state directory more room (a larger tmpfs)"
+                    .into(),
+            ),
         ),
         Some(free) => ok(
             name,
-            format!("{} free under {} for a budget of {}", gib(free), dir.display(), gib(budget)),
+            format!(
+                "{} free under {} for a budget of {}",
+                gib(free),
+                dir.display(),
+                gib(budget)
+            ),
         ),
     }
 }
@@ -449,7 +486,10 @@ fn slurm(f: &Facts) -> Check {
         return check(
             name,
             Level::Info,
-            format!("no {}/slurm.conf: Slurm not configured on this node", s.dir.display()),
+            format!(
+                "no {}/slurm.conf: Slurm not configured on this node",
+                s.dir.display()
+            ),
             None,
         );
     }
@@ -473,12 +513,18 @@ fn slurm(f: &Facts) -> Check {
         );
     }
     if missing.is_empty() {
-        ok(name, "the SPANK plugin, the prolog and the epilog are configured".into())
+        ok(
+            name,
+            "the SPANK plugin, the prolog and the epilog are configured".into(),
+        )
     } else {
         check(
             name,
             Level::Warn,
-            format!("{}: jobs cannot ask for layers with --teesfs", missing.join("; ")),
+            format!(
+                "{}: jobs cannot ask for layers with --teesfs",
+                missing.join("; ")
+            ),
             Some(fixes.join("; ")),
         )
     }
@@ -492,7 +538,10 @@ fn daemon(f: &Facts) -> Check {
             name,
             Level::Fail,
             format!("no daemon answers: {why}"),
-            Some("systemctl enable --now teesfs (see `journalctl -u teesfs` if it does not stay up)".into()),
+            Some(
+                "systemctl enable --now teesfs (see `journalctl -u teesfs` if it does not stay up)"
+                    .into(),
+            ),
         ),
     }
 }
@@ -564,9 +613,17 @@ mod tests {
         assert_eq!(level(&f, "user-namespaces"), Level::Fail);
         let mut f = healthy();
         f.cert.summary = Found::Missing;
-        let c = evaluate(&f).into_iter().find(|c| c.name == "certificate").expect("c");
+        let c = evaluate(&f)
+            .into_iter()
+            .find(|c| c.name == "certificate")
+            .expect("c");
         assert_eq!(c.level, Level::Fail);
-        assert!(c.fix.as_deref().is_some_and(|x| x.contains("keygen --cluster")), "{c:?}");
+        assert!(
+            c.fix
+                .as_deref()
+                .is_some_and(|x| x.contains("keygen --cluster")),
+            "{c:?}"
+        );
         let mut f = healthy();
         f.cert.summary = Found::Ok((vec!["cn02".into()], f.now + 400 * 86_400));
         assert_eq!(level(&f, "certificate"), Level::Fail, "another host's");

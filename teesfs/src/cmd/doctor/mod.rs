@@ -132,7 +132,11 @@ fn dev_fuse() -> Found<()> {
     if !path.exists() {
         return Found::Missing;
     }
-    match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
         Ok(_) => Found::Ok(()),
         Err(e) => Found::Bad(e.to_string()),
     }
@@ -197,7 +201,8 @@ fn ask_daemon(control: &Path) -> Result<DaemonFacts, String> {
         listen: String,
         store_bytes: u64,
     }
-    let line = super::status::ask(control, "status").map_err(|e| format!("{e:#}"))?;
+    let line = super::status::ask(control, &teesfs::node::control::Request::Status.to_string())
+        .map_err(|e| format!("{e:#}"))?;
     let a: Answer = serde_json::from_str(&line).map_err(|e| format!("unexpected answer: {e}"))?;
     Ok(DaemonFacts {
         listen: a.listen,
@@ -217,7 +222,7 @@ fn bind_udp(port: u16) -> Result<(), String> {
 fn free_bytes(dir: &Path) -> Option<u64> {
     let existing = dir.ancestors().find(|p| p.exists())?;
     let s = nix::sys::statvfs::statvfs(existing).ok()?;
-    Some(u64::from(s.blocks_available()).saturating_mul(u64::from(s.fragment_size())))
+    Some((s.blocks_available() as u64).saturating_mul(s.fragment_size() as u64))
 }
 
 /// Lines of `text` that are not comments.
