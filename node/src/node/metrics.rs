@@ -122,10 +122,7 @@ impl Sample {
     fn per_job<T: Copy>(
         &self,
         enc: &mut DescriptorEncoder<'_>,
-        name: &str,
-        help: &str,
-        unit: Option<&Unit>,
-        kind: MetricType,
+        (name, help, unit, kind): (&str, &str, Option<&Unit>, MetricType),
         value: impl Fn(&JobSample) -> Option<T>,
         encode: impl Fn(T, prometheus_client::encoding::MetricEncoder<'_>) -> std::fmt::Result,
     ) -> std::fmt::Result {
@@ -154,10 +151,7 @@ impl Sample {
     ) -> std::fmt::Result {
         self.per_job(
             enc,
-            name,
-            help,
-            unit,
-            MetricType::Counter,
+            (name, help, unit, MetricType::Counter),
             |j| Some(value(j)),
             |v, m| ConstCounter::new(v).encode(m),
         )
@@ -173,10 +167,7 @@ impl Sample {
     ) -> std::fmt::Result {
         self.per_job(
             enc,
-            name,
-            help,
-            unit,
-            MetricType::Gauge,
+            (name, help, unit, MetricType::Gauge),
             |j| Some(value(j)),
             |v, m| ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
         )
@@ -190,7 +181,7 @@ impl Sample {
         unit: Option<&Unit>,
         value: impl Fn(&JobSample) -> Option<f64>,
     ) -> std::fmt::Result {
-        self.per_job(enc, name, help, unit, MetricType::Gauge, value, |v, m| {
+        self.per_job(enc, (name, help, unit, MetricType::Gauge), value, |v, m| {
             ConstGauge::new(v).encode(m)
         })
     }

@@ -99,9 +99,9 @@ pub struct CertFacts {
     pub path: PathBuf,
     /// Its names and expiry.
     pub summary: Found<(Vec<String>, i64)>,
-    /// Whether the daemon's own check (CA signature, host name, validity, key fit, CRL)
-    /// passes: `Err` says why not.
-    pub verified: Result<(), String>,
+    /// Why the daemon's own check (CA signature, host name, validity, key fit, CRL)
+    /// fails, if it does.
+    pub unverified: Option<String>,
 }
 
 /// The Slurm configuration.
@@ -147,12 +147,13 @@ pub struct Facts {
     pub cert: CertFacts,
     /// `<identity>/crl.pem`: absent (not configured), unusable, or its next update.
     pub crl: Found<Option<i64>>,
-    /// Trusted publisher keys: each file and whether it parses; `Err` when none is found.
-    pub trust: Result<Vec<(PathBuf, Result<(), String>)>, String>,
-    /// The running daemon, or why none answers.
-    pub daemon: Result<DaemonFacts, String>,
-    /// The peer port when no daemon answers: `Ok` if this node can bind it, else why not.
-    pub port: (String, Result<(), String>),
+    /// Trusted publisher keys: each file and why it does not parse, if it does not.
+    /// Empty: none found.
+    pub trust: Vec<(PathBuf, Option<String>)>,
+    /// The running daemon, or why none answers (`Missing`: no socket).
+    pub daemon: Found<DaemonFacts>,
+    /// The peer port when no daemon answers, and why this node cannot bind it, if so.
+    pub port: (String, Option<String>),
     /// The login node configured (`[root] host`), for the clock check.
     pub login: Option<String>,
     /// The store's directory, bytes free under it (`None`: unknown) and budget.
@@ -326,7 +327,7 @@ fn certificate(f: &Facts) -> Check {
         );
     }
     let left = days(not_after - f.now);
-    if let Err(why) = &c.verified {
+    if let Some(why) = &c.unverified {
         return check(name, Level::Fail, format!("{path}: {why}"), Some(reissue));
     }
     if left < EXPIRY_WARN_DAYS {
@@ -385,31 +386,35 @@ fn crl(f: &Facts) -> Check {
 fn trust(f: &Facts) -> Check {
     let name = "publisher-keys";
     let fix = "put the publisher's key (publisher.pub from `teesfs keygen`) in /etc/teesfs/trusted/ or name it with [network] trust in teesfs.toml";
-    match &f.trust {
-        Err(why) => check(name, Level::Fail, why.clone(), Some(fix.into())),
-        Ok(keys) => {
-            let bad: Vec<String> = keys
-                .iter()
-                .filter_map(|(p, r)| r.as_ref().err().map(|e| format!("{}: {e}", p.display())))
-                .collect();
-            if bad.is_empty() {
-                ok(
-                    name,
-                    format!("{} trusted publisher key(s) parse", keys.len()),
-                )
-            } else {
-                check(name, Level::Fail, bad.join("; "), Some(fix.into()))
-            }
-        }
+    if f.trust.is_empty() {
+        return check(
+            name,
+            Level::Fail,
+            "no trusted publisher keys: the daemon refuses every job".into(),
+            Some(fix.into()),
+        );
+    }
+    let bad: Vec<String> = f
+        .trust
+        .iter()
+        .filter_map(|(p, e)| e.as_ref().map(|e| format!("{}: {e}", p.display())))
+        .collect();
+    if bad.is_empty() {
+        ok(
+            name,
+            format!("{} trusted publisher key(s) parse", f.trust.len()),
+        )
+    } else {
+        check(name, Level::Fail, bad.join("; "), Some(fix.into()))
     }
 }
 
 fn port(f: &Facts) -> Check {
     let name = "port";
     match (&f.daemon, &f.port) {
-        (Ok(d), _) => ok(name, format!("the daemon listens at {}", d.listen)),
-        (Err(_), (addr, Ok(()))) => ok(name, format!("{addr} (UDP) is free for the daemon")),
-        (Err(_), (addr, Err(why))) => check(
+        (Found::Ok(d), _) => ok(name, format!("the daemon listens at {}", d.listen)),
+        (_, (addr, None)) => ok(name, format!("{addr} (UDP) is free for the daemon")),
+        (_, (addr, Some(why))) => check(
             name,
             Level::Fail,
             format!("cannot bind {addr} (UDP): {why}"),
@@ -440,7 +445,10 @@ fn clock(f: &Facts) -> Check {
 fn store(f: &Facts) -> Check {
     let name = "store";
     let (dir, free, budget) = (&f.store.0, f.store.1, f.store.2);
-    let held = f.daemon.as_ref().map_or(0, |d| d.store_bytes);
+    let held = match &f.daemon {
+        Found::Ok(d) => d.store_bytes,
+        _ => 0,
+    };
     let gib = |b: u64| format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30));
     match free {
         None => check(
@@ -533,11 +541,14 @@ fn slurm(f: &Facts) -> Check {
 fn daemon(f: &Facts) -> Check {
     let name = "daemon";
     match &f.daemon {
-        Ok(d) => ok(name, format!("running, listening at {}", d.listen)),
-        Err(why) => check(
+        Found::Ok(d) => ok(name, format!("running, listening at {}", d.listen)),
+        Found::Missing | Found::Bad(_) => check(
             name,
             Level::Fail,
-            format!("no daemon answers: {why}"),
+            match &f.daemon {
+                Found::Bad(why) => format!("no daemon answers: {why}"),
+                _ => "no daemon answers: its control socket does not exist".into(),
+            },
             Some(
                 "systemctl enable --now teesfs (see `journalctl -u teesfs` if it does not stay up)"
                     .into(),
@@ -561,15 +572,15 @@ mod tests {
             cert: CertFacts {
                 path: "/etc/teesfs/cluster/cn01.crt".into(),
                 summary: Found::Ok((vec!["cn01".into()], 1_000_000_000 + 400 * 86_400)),
-                verified: Ok(()),
+                unverified: None,
             },
             crl: Found::Missing,
-            trust: Ok(vec![("/etc/teesfs/trusted/site.pub".into(), Ok(()))]),
-            daemon: Ok(DaemonFacts {
+            trust: vec![("/etc/teesfs/trusted/site.pub".into(), None)],
+            daemon: Found::Ok(DaemonFacts {
                 listen: "0.0.0.0:7411".into(),
                 store_bytes: 0,
             }),
-            port: ("0.0.0.0:7411".into(), Ok(())),
+            port: ("0.0.0.0:7411".into(), None),
             login: Some("login1".into()),
             store: ("/run/teesfs".into(), Some(8 << 30), 4 << 30),
             slurm: SlurmFacts {
@@ -631,7 +642,7 @@ mod tests {
         f.cert.summary = Found::Ok((vec!["cn01".into()], f.now + 3 * 86_400));
         assert_eq!(level(&f, "certificate"), Level::Warn, "expires in 3 days");
         let mut f = healthy();
-        f.cert.verified = Err("not signed by ca.crt".into());
+        f.cert.unverified = Some("not signed by ca.crt".into());
         assert_eq!(level(&f, "certificate"), Level::Fail);
         let mut f = healthy();
         f.crl = Found::Bad("crl.pem: not a revocation list".into());
@@ -639,11 +650,11 @@ mod tests {
         f.crl = Found::Ok(Some(f.now - 86_400));
         assert_eq!(level(&f, "crl"), Level::Warn);
         let mut f = healthy();
-        f.trust = Err("no trusted publisher keys".into());
+        f.trust = Vec::new();
         assert_eq!(level(&f, "publisher-keys"), Level::Fail);
         let mut f = healthy();
-        f.daemon = Err("connection refused".into());
-        f.port.1 = Err("address in use".into());
+        f.daemon = Found::Bad("connection refused".into());
+        f.port.1 = Some("address in use".into());
         assert_eq!(level(&f, "port"), Level::Fail);
         assert_eq!(level(&f, "daemon"), Level::Fail);
         let mut f = healthy();

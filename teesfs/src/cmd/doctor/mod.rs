@@ -100,8 +100,8 @@ fn gather(args: &DoctorArgs, host: String) -> Facts {
     let port = format!("0.0.0.0:{}", args.port);
     let port_free = match &daemon {
         // The daemon holds the port: binding it would only say so.
-        Ok(_) => Ok(()),
-        Err(_) => bind_udp(args.port),
+        Found::Ok(_) => None,
+        _ => bind_udp(args.port),
     };
     Facts {
         now: util::unix_now() as i64,
@@ -157,13 +157,13 @@ fn cert_facts(identity: &Path, host: &str) -> CertFacts {
         }
     };
     // The daemon's own check: CA signature, host name, validity now, key fit, CRL.
-    let verified = teesfs::net::Identity::load(identity, host)
-        .map(|_| ())
-        .map_err(|e| e.to_string());
+    let unverified = teesfs::net::Identity::load(identity, host)
+        .err()
+        .map(|e| e.to_string());
     CertFacts {
         path,
         summary,
-        verified,
+        unverified,
     }
 }
 
@@ -178,43 +178,48 @@ fn crl_facts(identity: &Path) -> Found<Option<i64>> {
     }
 }
 
-fn trust_facts(explicit: &[PathBuf]) -> Result<Vec<(PathBuf, Result<(), String>)>, String> {
-    let files = util::trust_files(explicit);
-    if files.is_empty() {
-        return Err("no trusted publisher keys: the daemon refuses every job".into());
-    }
-    Ok(files
+fn trust_facts(explicit: &[PathBuf]) -> Vec<(PathBuf, Option<String>)> {
+    util::trust_files(explicit)
         .into_iter()
         .map(|f| {
-            let parsed = util::read_text(&f, "trusted key")
+            let problem = util::read_text(&f, "trusted key")
                 .and_then(|t| manifest::PublicKey::from_file_text(&t).map_err(Into::into))
-                .map(|_| ())
-                .map_err(|e| format!("{e:#}"));
-            (f, parsed)
+                .err()
+                .map(|e| format!("{e:#}"));
+            (f, problem)
         })
-        .collect())
+        .collect()
 }
 
-fn ask_daemon(control: &Path) -> Result<DaemonFacts, String> {
+fn ask_daemon(control: &Path) -> Found<DaemonFacts> {
+    if !control.exists() {
+        return Found::Missing;
+    }
+    match query_daemon(control) {
+        Ok(d) => Found::Ok(d),
+        Err(e) => Found::Bad(format!("{e:#}")),
+    }
+}
+
+fn query_daemon(control: &Path) -> anyhow::Result<DaemonFacts> {
     #[derive(serde::Deserialize)]
     struct Answer {
         listen: String,
         store_bytes: u64,
     }
-    let line = super::status::ask(control, &teesfs::node::control::Request::Status.to_string())
-        .map_err(|e| format!("{e:#}"))?;
-    let a: Answer = serde_json::from_str(&line).map_err(|e| format!("unexpected answer: {e}"))?;
+    let line = super::status::ask(control, &teesfs::node::control::Request::Status.to_string())?;
+    let a: Answer = serde_json::from_str(&line)
+        .map_err(|e| anyhow::anyhow!("unexpected answer from {}: {e}", control.display()))?;
     Ok(DaemonFacts {
         listen: a.listen,
         store_bytes: a.store_bytes,
     })
 }
 
-fn bind_udp(port: u16) -> Result<(), String> {
+/// Why this node cannot bind UDP `port`, if it cannot.
+fn bind_udp(port: u16) -> Option<String> {
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
-    std::net::UdpSocket::bind(addr)
-        .map(drop)
-        .map_err(|e| e.to_string())
+    std::net::UdpSocket::bind(addr).err().map(|e| e.to_string())
 }
 
 /// Bytes free to unprivileged writers under `dir`, or under its nearest existing parent
