@@ -112,4 +112,14 @@ pub enum Error {
         /// What is wrong and what to do.
         problem: String,
     },
+    /// The metrics endpoint (`--metrics`) cannot listen at its address.
+    #[error(
+        "cannot serve metrics at {addr}: {source}; pick a free address for --metrics (port 0 lets the system choose)"
+    )]
+    MetricsListen {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
 }

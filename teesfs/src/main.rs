@@ -51,6 +51,9 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// End a job on this node: unmount it and stop relaying it (the Slurm epilog).
     Release(cmd::status::ReleaseArgs),
+    /// Check that this node can run teesfs jobs (FUSE, namespaces, credentials, keys,
+    /// port, store, Slurm, daemon) and say how to fix what fails. Exits 1 on a FAIL.
+    Doctor(cmd::doctor::DoctorArgs),
     /// Probe the job's tree: every edge's round trip, and where it stalls.
     Health(Box<cmd::health::HealthArgs>),
     /// Simulate deployments at scale with the shipping relay state machine.
@@ -177,6 +180,7 @@ fn main() -> std::process::ExitCode {
         Command::Status(a) => cmd::status::run(a),
         Command::Release(a) => cmd::status::release(a),
         Command::Health(a) => cmd::health::run(*a),
+        Command::Doctor(a) => return exit_code(cmd::doctor::run(a)),
         #[cfg(feature = "lab")]
         Command::Sim(a) => cmd::sim::run(a),
         #[cfg(feature = "lab")]

@@ -53,6 +53,7 @@ pub struct LayerFs {
     next_fh: AtomicU64,
     ttl: Duration,
     recorder: Option<Arc<Recorder>>,
+    read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 fn err(e: &FsError) -> Errno {
@@ -144,6 +145,7 @@ impl LayerFs {
             // The layer is immutable: the kernel may cache names and attributes for good.
             ttl: Duration::from_secs(365 * 24 * 3600),
             recorder: None,
+            read_waits: None,
         }
     }
 
@@ -151,6 +153,16 @@ impl LayerFs {
     /// (`teesfs record`, and every job a daemon mounts).
     pub fn with_recorder(mut self, recorder: Option<Arc<Recorder>>) -> Self {
         self.recorder = recorder;
+        self
+    }
+
+    /// Observes into `read_waits` how long each read that waits for a chunk waits (the
+    /// daemon's metrics).
+    pub fn with_read_waits(
+        mut self,
+        read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
+    ) -> Self {
+        self.read_waits = read_waits;
         self
     }
 
@@ -310,14 +322,23 @@ impl Filesystem for LayerFs {
                 Err(e) => reply.error(err(&e)),
             };
         }
-        if let Some(r) = &self.recorder
-            && self.data.must_wait(entry, offset, size)
-        {
+        let waits = (self.recorder.is_some() || self.read_waits.is_some())
+            && self.data.must_wait(entry, offset, size);
+        if let (true, Some(r)) = (waits, &self.recorder) {
             r.note_wait(Ino(ino.0));
         }
+        let waited = self
+            .read_waits
+            .clone()
+            .filter(|_| waits)
+            .map(|h| (h, std::time::Instant::now()));
         let data = self.data.clone();
         self.rt.spawn(async move {
-            match data.read_shared(entry, offset, size).await {
+            let read = data.read_shared(entry, offset, size).await;
+            if let Some((h, t0)) = waited {
+                h.observe(t0.elapsed().as_secs_f64());
+            }
+            match read {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(err(&e)),
             }

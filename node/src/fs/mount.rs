@@ -31,6 +31,8 @@ pub struct MountConfig {
     pub root_owner: Option<u32>,
     /// How long a read waits for a chunk before failing with EIO.
     pub read_timeout: std::time::Duration,
+    /// Observes how long each read that waits for a chunk waits (the daemon's metrics).
+    pub read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl Default for MountConfig {
@@ -42,6 +44,7 @@ impl Default for MountConfig {
             recorder: None,
             root_owner: None,
             read_timeout: super::data::DEFAULT_READ_TIMEOUT,
+            read_waits: None,
         }
     }
 }
@@ -149,7 +152,8 @@ pub fn mount(
         cfg.passthrough.clone(),
         passthrough_on.clone(),
     )
-    .with_recorder(cfg.recorder.clone());
+    .with_recorder(cfg.recorder.clone())
+    .with_read_waits(cfg.read_waits.clone());
     let root = nix::unistd::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![

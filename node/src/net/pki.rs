@@ -275,6 +275,56 @@ fn revoked_serials(dir: &Path) -> Result<Vec<Vec<u8>>, NetError> {
         .collect())
 }
 
+/// What `teesfs doctor` shows of a certificate: the names it is for and when it expires.
+#[derive(Debug, Clone)]
+pub struct CertSummary {
+    /// Its DNS subject alternative names.
+    pub names: Vec<String>,
+    /// The end of its validity, in seconds since the Unix epoch.
+    pub not_after: i64,
+}
+
+/// Reads the certificate at `path` (PEM) for [`CertSummary`]. Whether it is valid is
+/// [`Identity::load`](super::Identity::load)'s business.
+pub fn cert_summary(path: &Path) -> Result<CertSummary, NetError> {
+    let der = read_cert(path)?;
+    let bad = |reason: String| NetError::Credential {
+        path: path.to_owned(),
+        reason,
+    };
+    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| bad(format!("not an X.509 certificate: {e}")))?;
+    let names = cert
+        .subject_alternative_name()
+        .map_err(|e| bad(format!("unreadable subject alternative names: {e}")))?
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(CertSummary {
+        names,
+        not_after: cert.validity().not_after.timestamp(),
+    })
+}
+
+/// The next update a revocation list at `path` names, in seconds since the Unix epoch
+/// (`None`: it names none). Errors name the file when it is unreadable or no CRL.
+pub fn crl_next_update(path: &Path) -> Result<Option<i64>, NetError> {
+    let der = read_crl(path)?;
+    let (_, crl) = x509_parser::parse_x509_crl(&der).map_err(|e| NetError::Credential {
+        path: path.to_owned(),
+        reason: format!("not a revocation list: {e}"),
+    })?;
+    Ok(crl.next_update().map(|t| t.timestamp()))
+}
+
 /// A certificate's serial number as its raw DER integer bytes.
 fn serial_of(der: &CertificateDer<'_>, path: &Path) -> Result<Vec<u8>, NetError> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| NetError::Credential {

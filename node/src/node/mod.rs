@@ -11,6 +11,7 @@
 //! - [`handover`]: a push that returns at the urgent set while a background copy streams
 //!   the rest.
 //! - [`report`]: the push report (documented JSON).
+//! - [`metrics`]: the daemon's Prometheus metrics and their HTTP endpoint.
 //! - [`health`]: `teesfs health`, an empty broadcast measuring every edge (documented JSON).
 //!
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
@@ -21,6 +22,7 @@ pub mod daemon;
 pub mod handover;
 pub mod health;
 pub mod job;
+pub mod metrics;
 pub mod peers;
 pub mod push;
 pub mod report;

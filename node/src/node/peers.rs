@@ -351,6 +351,11 @@ impl Peers {
         let _ = tx.send(Outgoing { head, body });
     }
 
+    /// How many links are open (for the daemon's metrics).
+    pub fn link_count(&self) -> usize {
+        lock(&self.links).len()
+    }
+
     /// Forgets the links to `host` (a peer declared dead): the next message to it opens a
     /// fresh connection. A crashed and restarted peer never answers on the old one, and
     /// QUIC would only notice at its idle timeout.

@@ -61,6 +61,14 @@ pub struct DaemonArgs {
     /// Control socket for `teesfs status`. Default: <state-dir>/daemon.sock
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics: the store's bytes and
+    /// chunks (in all and by job), chunks received, forwarded, refused and corrupt, demand
+    /// requests, how long FUSE reads waited (a histogram), each job's urgent and
+    /// whole-layer times, links and failed edges. Jobs are labelled with their decimal id
+    /// and their series end when the job is released. Port 0 picks a free port; the
+    /// address bound is printed and logged. Example: --metrics 127.0.0.1:9464
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// Relay only: forward to children but do not mount.
     #[arg(long)]
     no_mount: bool,
@@ -138,6 +146,18 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             )
         })?;
         let control = daemon.open_control();
+        let metrics = match args.metrics {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| teesfs::Error::MetricsListen { addr, source })?;
+                let bound = listener.local_addr().context("the metrics address bound")?;
+                daemon.serve_metrics(listener);
+                tracing::info!("serving metrics at http://{bound}/metrics");
+                Some(bound)
+            }
+            None => None,
+        };
         // Signal handlers before the daemon says it is up: a SIGTERM right after readiness
         // must unmount the jobs, not kill the daemon outright.
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -168,7 +188,13 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         });
         // Scripts and tests read this line to learn the bound address; the control socket
         // is open by then.
-        println!("listening on {} as {host}", daemon.local_addr());
+        match metrics {
+            Some(m) => println!(
+                "listening on {} as {host}, metrics at http://{m}/metrics",
+                daemon.local_addr()
+            ),
+            None => println!("listening on {} as {host}", daemon.local_addr()),
+        }
         // systemd (Type=notify): the daemon is ready once it listens and its socket is open.
         if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
             tracing::warn!(error = %e, "cannot tell systemd the daemon is ready");

@@ -3,6 +3,7 @@
 
 pub mod borrow;
 pub mod daemon;
+pub mod doctor;
 pub mod health;
 pub mod inspect;
 pub mod jobspec;

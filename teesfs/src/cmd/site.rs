@@ -59,8 +59,9 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
 }
 
 /// Commands that read the site configuration.
-const COMMANDS: [&str; 9] = [
+const COMMANDS: [&str; 10] = [
     "plan", "push", "health", "prefetch", "daemon", "publish", "verify", "inspect", "mount",
+    "doctor",
 ];
 
 /// `cmd` with the site configuration's values as the defaults of the flags they stand for.

@@ -87,6 +87,25 @@ pub fn load_secret(path: &Path) -> anyhow::Result<SecretKey> {
 /// Trusted publisher keys: the `--trust` files if given, else the user's own
 /// `publisher.pub`, `*.pub` in `<config>/trusted/` and in `/etc/teesfs/trusted/`.
 pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
+    let files = trust_files(explicit);
+    if files.is_empty() {
+        bail!(
+            "no trusted publisher keys: pass --trust FILE.pub, or run `teesfs keygen` \
+             (its publisher.pub is trusted by default), or put keys in {}/trusted/",
+            config_dir().display()
+        );
+    }
+    files
+        .iter()
+        .map(|f| {
+            let text = read_text(f, "trusted key")?;
+            PublicKey::from_file_text(&text).with_context(|| format!("in {}", f.display()))
+        })
+        .collect()
+}
+
+/// The files [`load_trust`] reads: the `--trust` files if given, else the defaults.
+pub fn trust_files(explicit: &[PathBuf]) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = explicit.to_vec();
     if files.is_empty() {
         let own = config_dir().join("publisher.pub");
@@ -106,20 +125,7 @@ pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
             }
         }
     }
-    if files.is_empty() {
-        bail!(
-            "no trusted publisher keys: pass --trust FILE.pub, or run `teesfs keygen` \
-             (its publisher.pub is trusted by default), or put keys in {}/trusted/",
-            config_dir().display()
-        );
-    }
     files
-        .iter()
-        .map(|f| {
-            let text = read_text(f, "trusted key")?;
-            PublicKey::from_file_text(&text).with_context(|| format!("in {}", f.display()))
-        })
-        .collect()
 }
 
 /// Resolves `prefix` in `store` and opens that index, checking its signature against the

@@ -96,6 +96,10 @@ struct NodeJob {
     /// The push that started it: its root's address. A `Start` for the same job id from
     /// another push is that job pushed again (a Slurm requeue keeps the job id).
     root: Option<String>,
+    /// Peers of the job given up on (children failed, parents lost), for the metrics.
+    failed_edges: std::sync::atomic::AtomicU64,
+    /// How long reads of the job's mount waited for chunks, for the metrics.
+    read_waits: prometheus_client::metrics::histogram::Histogram,
 }
 
 /// A running daemon.
@@ -119,6 +123,8 @@ pub struct Daemon {
     prepared: Mutex<std::collections::VecDeque<JobId>>,
     rt: tokio::runtime::Handle,
     me: Weak<Daemon>,
+    /// What is counted as it happens, for `--metrics`.
+    metrics: Arc<super::metrics::Metrics>,
 }
 
 /// How many passed-on `Prepare`s a daemon remembers.
@@ -216,6 +222,7 @@ impl Daemon {
             prepared: Mutex::new(std::collections::VecDeque::new()),
             rt: tokio::runtime::Handle::current(),
             me: me.clone(),
+            metrics: Arc::default(),
         });
         let router: Weak<dyn Router> = Arc::downgrade(&daemon) as Weak<dyn Router>;
         peers.set_router(router);
@@ -328,6 +335,57 @@ impl Daemon {
             store_budget: self.cfg.store_budget,
             jobs,
         }
+    }
+
+    /// The daemon as a metrics scrape sees it: the store, the links and every job but
+    /// health probes. Walks each job's chunk list: call it off the network's tasks.
+    pub fn metrics_sample(&self) -> super::metrics::Sample {
+        let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs)
+            .values()
+            .filter(|j| !j.probe)
+            .cloned()
+            .collect();
+        let jobs = jobs
+            .iter()
+            .map(|j| {
+                let (mut chunks, mut bytes) = (0u64, 0u64);
+                for c in &j.core.index.chunks {
+                    if self.store.contains(&c.id) {
+                        chunks += 1;
+                        bytes += u64::from(c.stored_len);
+                    }
+                }
+                let phases = *lock(&j.phases);
+                super::metrics::JobSample {
+                    // Decimal, as Slurm shows a job id (`--job-id $SLURM_JOB_ID`).
+                    job: j.core.job.0.to_string(),
+                    store_bytes: bytes,
+                    store_chunks: chunks,
+                    counters: j.core.counters(),
+                    failed_edges: j.failed_edges.load(std::sync::atomic::Ordering::Relaxed),
+                    urgent_s: phases[0],
+                    all_s: phases[1],
+                    read_waits: j.read_waits.clone(),
+                }
+            })
+            .collect();
+        super::metrics::Sample {
+            store_bytes: self.store.bytes(),
+            store_chunks: self.store.len() as u64,
+            store_budget: self.cfg.store_budget,
+            peer_links: self.peers.link_count() as u64,
+            refused: self.metrics.refused(),
+            jobs,
+        }
+    }
+
+    /// Serves `GET /metrics` on `listener` (`teesfs daemon --metrics`) for the daemon's
+    /// life.
+    pub fn serve_metrics(&self, listener: tokio::net::TcpListener) {
+        let me = self.me.clone();
+        let sample: super::metrics::SampleFn =
+            Arc::new(move || me.upgrade().map(|d| d.metrics_sample()));
+        self.rt.spawn(super::metrics::serve(listener, sample));
     }
 
     /// Unmounts a job and removes its mountpoint (after it left the job table).
@@ -469,6 +527,8 @@ impl Daemon {
             probe: false,
             record,
             root,
+            failed_edges: Default::default(),
+            read_waits: super::metrics::read_wait_histogram(),
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
@@ -519,6 +579,7 @@ impl Daemon {
             root_owner: owner,
             read_timeout: self.cfg.read_timeout,
             recorder: nj.record.clone(),
+            read_waits: Some(nj.read_waits.clone()),
             ..MountConfig::default()
         };
         self.rt.spawn(async move {
@@ -683,10 +744,13 @@ impl Router for Daemon {
                 }
             }
             Routed::Chunk { chunk, data, .. } => {
-                return self
-                    .running(job, from_host)?
-                    .core
-                    .on_chunk_msg(from_host, chunk, data);
+                let taken = self
+                    .running(job, from_host)
+                    .and_then(|j| j.core.on_chunk_msg(from_host, chunk, data));
+                if taken.is_none() {
+                    self.metrics.chunk_refused();
+                }
+                return taken;
             }
             Routed::Relay(m) => {
                 if let Some(j) = self.running(job, from_host) {
@@ -767,10 +831,16 @@ async fn log_events(
                 tracing::info!(phase = ?p, seconds = t, "holding phase");
             }
             Event::ParentLost(p) => {
+                nj.failed_edges
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(parent = ?p, "parent lost; re-attaching")
             }
             Event::Reattached(p) => tracing::warn!(parent = ?p, "re-attached"),
-            Event::ChildFailed(c) => tracing::warn!(child = ?c, "child failed"),
+            Event::ChildFailed(c) => {
+                nj.failed_edges
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(child = ?c, "child failed")
+            }
             Event::BadChunk { from, chunk } => {
                 tracing::error!(?from, chunk, "peer sent a corrupt chunk")
             }

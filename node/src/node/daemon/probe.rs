@@ -45,6 +45,8 @@ impl Daemon {
             probe: true,
             record: None,
             root: None,
+            failed_edges: Default::default(),
+            read_waits: crate::node::metrics::read_wait_histogram(),
         });
         lock(&self.jobs).insert(job, nj);
         tracing::debug!(%job, parent = %from_host, "health probe");

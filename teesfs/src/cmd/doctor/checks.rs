@@ -1,0 +1,687 @@
+//! `teesfs doctor`'s verdicts: pure functions from the [`Facts`] gathered about a node to
+//! one [`Check`] per concern, each with a fix when it is not OK. Nothing here touches the
+//! system, so every verdict is tested without a node to break.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Version of the JSON report (`teesfs doctor --format json`); raised when a field changes
+/// meaning or goes away.
+pub const REPORT_VERSION: u32 = 1;
+
+/// Days before a certificate or CRL expires from which doctor warns.
+pub const EXPIRY_WARN_DAYS: i64 = 30;
+
+/// How bad a check's finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Works.
+    Ok,
+    /// Said for information; nothing to do.
+    Info,
+    /// Works now, degraded or soon broken.
+    Warn,
+    /// Would break a job on this node.
+    Fail,
+}
+
+impl Level {
+    /// As printed.
+    pub fn word(self) -> &'static str {
+        match self {
+            Level::Ok => "OK",
+            Level::Info => "INFO",
+            Level::Warn => "WARN",
+            Level::Fail => "FAIL",
+        }
+    }
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Short name (stable: scripts match on it).
+    pub name: &'static str,
+    /// The verdict.
+    pub level: Level,
+    /// What was found.
+    pub detail: String,
+    /// What to do, when not OK.
+    pub fix: Option<String>,
+}
+
+/// `teesfs doctor --format json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// [`REPORT_VERSION`].
+    pub version: u32,
+    /// The host checked for.
+    pub host: String,
+    /// Every check, in order.
+    pub checks: Vec<Check>,
+    /// Checks that FAILed.
+    pub failed: usize,
+    /// Checks that WARNed.
+    pub warned: usize,
+}
+
+impl Report {
+    /// The report of `checks`.
+    pub fn of(host: String, checks: Vec<Check>) -> Self {
+        let count = |l| checks.iter().filter(|c| c.level == l).count();
+        Report {
+            version: REPORT_VERSION,
+            host,
+            failed: count(Level::Fail),
+            warned: count(Level::Warn),
+            checks,
+        }
+    }
+}
+
+/// What was found about a file-like thing: absent, present but unusable (why), or usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found<T> {
+    /// Not there.
+    Missing,
+    /// There but unusable.
+    Bad(String),
+    /// There and usable.
+    Ok(T),
+}
+
+/// The node's certificate.
+#[derive(Debug, Clone)]
+pub struct CertFacts {
+    /// `<identity>/<host>.crt`.
+    pub path: PathBuf,
+    /// Its names and expiry.
+    pub summary: Found<(Vec<String>, i64)>,
+    /// Why the daemon's own check (CA signature, host name, validity, key fit, CRL)
+    /// fails, if it does.
+    pub unverified: Option<String>,
+}
+
+/// The Slurm configuration.
+#[derive(Debug, Clone, Default)]
+pub struct SlurmFacts {
+    /// Whether slurm.conf exists at all (no Slurm here otherwise).
+    pub slurm_conf: bool,
+    /// Whether plugstack.conf or a file it includes loads teesfs_spank.so.
+    pub plugin: bool,
+    /// Whether slurm.conf names teesfs's Epilog.
+    pub epilog: bool,
+    /// Whether slurm.conf names teesfs's PrologSlurmctld.
+    pub prolog: bool,
+    /// Where it was looked for.
+    pub dir: PathBuf,
+}
+
+/// The running daemon, as its control socket answers.
+#[derive(Debug, Clone)]
+pub struct DaemonFacts {
+    /// Where it listens.
+    pub listen: String,
+    /// Bytes in its store.
+    pub store_bytes: u64,
+}
+
+/// Everything doctor looks at, gathered before any verdict.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// Now, in seconds since the Unix epoch.
+    pub now: i64,
+    /// The host checked for.
+    pub host: String,
+    /// `/dev/fuse`: opened read-write, or why not.
+    pub dev_fuse: Found<()>,
+    /// The kernel's release (`uname -r`), for passthrough (Linux 6.9).
+    pub kernel: Option<String>,
+    /// `/proc/sys/kernel/unprivileged_userns_clone` (Debian's switch), if it exists.
+    pub userns_clone: Option<u64>,
+    /// `/proc/sys/user/max_user_namespaces`, if readable.
+    pub max_user_namespaces: Option<u64>,
+    /// The node's certificate.
+    pub cert: CertFacts,
+    /// `<identity>/crl.pem`: absent (not configured), unusable, or its next update.
+    pub crl: Found<Option<i64>>,
+    /// Trusted publisher keys: each file and why it does not parse, if it does not.
+    /// Empty: none found.
+    pub trust: Vec<(PathBuf, Option<String>)>,
+    /// The running daemon, or why none answers (`Missing`: no socket).
+    pub daemon: Found<DaemonFacts>,
+    /// The peer port when no daemon answers, and why this node cannot bind it, if so.
+    pub port: (String, Option<String>),
+    /// The login node configured (`[root] host`), for the clock check.
+    pub login: Option<String>,
+    /// The store's directory, bytes free under it (`None`: unknown) and budget.
+    pub store: (PathBuf, Option<u64>, u64),
+    /// Slurm.
+    pub slurm: SlurmFacts,
+}
+
+fn check(name: &'static str, level: Level, detail: String, fix: Option<String>) -> Check {
+    Check {
+        name,
+        level,
+        detail,
+        fix,
+    }
+}
+
+fn ok(name: &'static str, detail: String) -> Check {
+    check(name, Level::Ok, detail, None)
+}
+
+/// The verdicts, in the order they print.
+pub fn evaluate(f: &Facts) -> Vec<Check> {
+    vec![
+        fuse(f),
+        passthrough(f),
+        userns(f),
+        certificate(f),
+        crl(f),
+        trust(f),
+        port(f),
+        clock(f),
+        store(f),
+        slurm(f),
+        daemon(f),
+    ]
+}
+
+fn fuse(f: &Facts) -> Check {
+    let name = "fuse";
+    match &f.dev_fuse {
+        Found::Ok(()) => ok(name, "/dev/fuse opens read-write".into()),
+        Found::Missing => check(
+            name,
+            Level::Fail,
+            "/dev/fuse does not exist: jobs cannot be mounted".into(),
+            Some("load the module (`modprobe fuse`) and add `fuse` to /etc/modules-load.d/".into()),
+        ),
+        Found::Bad(why) => check(
+            name,
+            Level::Fail,
+            format!("/dev/fuse cannot be opened: {why}"),
+            Some("run the daemon as root (systemd unit teesfs.service); in a container, pass --device /dev/fuse".into()),
+        ),
+    }
+}
+
+/// `(major, minor)` of a kernel release such as `6.12.48+deb13-amd64`.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+fn passthrough(f: &Facts) -> Check {
+    let name = "passthrough";
+    match f.kernel.as_deref().map(|r| (r, kernel_version(r))) {
+        Some((r, Some(v))) if v >= (6, 9) => ok(
+            name,
+            format!("Linux {r} has FUSE passthrough: whole local files are read at kernel speed"),
+        ),
+        Some((r, Some(_))) => check(
+            name,
+            Level::Warn,
+            format!(
+                "Linux {r} predates FUSE passthrough (6.9): every read goes through the daemon"
+            ),
+            Some("boot a 6.9 or later kernel for passthrough reads; jobs work without it".into()),
+        ),
+        Some((r, None)) => check(
+            name,
+            Level::Info,
+            format!("kernel release {r:?} not understood: passthrough support unknown"),
+            None,
+        ),
+        None => check(
+            name,
+            Level::Info,
+            "kernel release unknown: passthrough support unknown".into(),
+            None,
+        ),
+    }
+}
+
+fn userns(f: &Facts) -> Check {
+    let name = "user-namespaces";
+    let fix_clone = "sysctl -w kernel.unprivileged_userns_clone=1 (and set it in /etc/sysctl.d/)";
+    let fix_max = "sysctl -w user.max_user_namespaces=15000 (and set it in /etc/sysctl.d/)";
+    if f.userns_clone == Some(0) {
+        return check(
+            name,
+            Level::Fail,
+            "kernel.unprivileged_userns_clone = 0: `teesfs run` cannot build a job's environment as its user".into(),
+            Some(fix_clone.into()),
+        );
+    }
+    match f.max_user_namespaces {
+        Some(0) => check(
+            name,
+            Level::Fail,
+            "user.max_user_namespaces = 0: `teesfs run` cannot build a job's environment".into(),
+            Some(fix_max.into()),
+        ),
+        Some(n) => ok(
+            name,
+            format!("unprivileged user namespaces allowed (up to {n})"),
+        ),
+        None => check(
+            name,
+            Level::Warn,
+            "/proc/sys/user/max_user_namespaces unreadable: whether `teesfs run` works is unknown"
+                .into(),
+            Some("check that /proc is mounted and the kernel has CONFIG_USER_NS".into()),
+        ),
+    }
+}
+
+fn days(secs: i64) -> i64 {
+    secs.div_euclid(86_400)
+}
+
+fn certificate(f: &Facts) -> Check {
+    let name = "certificate";
+    let c = &f.cert;
+    let path = c.path.display();
+    let reissue = format!(
+        "on the login node: `teesfs keygen --cluster DIR --nodes {}`, then copy DIR/ca.crt, DIR/{h}.crt and DIR/{h}.key to {}",
+        f.host,
+        c.path
+            .parent()
+            .map_or_else(String::new, |p| p.display().to_string()),
+        h = f.host,
+    );
+    let (names, not_after) = match &c.summary {
+        Found::Missing => {
+            return check(
+                name,
+                Level::Fail,
+                format!("{path} does not exist: the daemon cannot start"),
+                Some(reissue),
+            );
+        }
+        Found::Bad(why) => {
+            return check(name, Level::Fail, format!("{path}: {why}"), Some(reissue));
+        }
+        Found::Ok(s) => s,
+    };
+    if !names.iter().any(|n| n == &f.host) {
+        return check(
+            name,
+            Level::Fail,
+            format!(
+                "{path} is for {}, not for this host {}",
+                names.join(", "),
+                f.host
+            ),
+            Some(format!(
+                "pass --host with the name the cluster knows this node by, or {reissue}"
+            )),
+        );
+    }
+    let left = days(not_after - f.now);
+    if let Some(why) = &c.unverified {
+        return check(name, Level::Fail, format!("{path}: {why}"), Some(reissue));
+    }
+    if left < EXPIRY_WARN_DAYS {
+        return check(
+            name,
+            Level::Warn,
+            format!("{path} for {} expires in {left} days", f.host),
+            Some(reissue),
+        );
+    }
+    ok(
+        name,
+        format!(
+            "{path} for {}, signed by the cluster CA, expires in {left} days",
+            f.host
+        ),
+    )
+}
+
+fn crl(f: &Facts) -> Check {
+    let name = "crl";
+    let fix = "copy the cluster's current crl.pem (`teesfs keygen --cluster DIR --revoke HOST` writes it) next to the certificate and `systemctl reload teesfs`";
+    match &f.crl {
+        Found::Missing => check(
+            name,
+            Level::Info,
+            "no crl.pem: no certificate is revoked on this node".into(),
+            None,
+        ),
+        Found::Bad(why) => check(
+            name,
+            Level::Fail,
+            format!("{why}: the daemon will not start with it"),
+            Some(fix.into()),
+        ),
+        Found::Ok(None) => ok(name, "crl.pem readable".into()),
+        Found::Ok(Some(next)) if *next < f.now => check(
+            name,
+            Level::Warn,
+            format!(
+                "crl.pem is past its next update ({} days ago)",
+                days(f.now - next)
+            ),
+            Some(fix.into()),
+        ),
+        Found::Ok(Some(next)) => ok(
+            name,
+            format!(
+                "crl.pem readable, next update in {} days",
+                days(next - f.now)
+            ),
+        ),
+    }
+}
+
+fn trust(f: &Facts) -> Check {
+    let name = "publisher-keys";
+    let fix = "put the publisher's key (publisher.pub from `teesfs keygen`) in /etc/teesfs/trusted/ or name it with [network] trust in teesfs.toml";
+    if f.trust.is_empty() {
+        return check(
+            name,
+            Level::Fail,
+            "no trusted publisher keys: the daemon refuses every job".into(),
+            Some(fix.into()),
+        );
+    }
+    let bad: Vec<String> = f
+        .trust
+        .iter()
+        .filter_map(|(p, e)| e.as_ref().map(|e| format!("{}: {e}", p.display())))
+        .collect();
+    if bad.is_empty() {
+        ok(
+            name,
+            format!("{} trusted publisher key(s) parse", f.trust.len()),
+        )
+    } else {
+        check(name, Level::Fail, bad.join("; "), Some(fix.into()))
+    }
+}
+
+fn port(f: &Facts) -> Check {
+    let name = "port";
+    match (&f.daemon, &f.port) {
+        (Found::Ok(d), _) => ok(name, format!("the daemon listens at {}", d.listen)),
+        (_, (addr, None)) => ok(name, format!("{addr} (UDP) is free for the daemon")),
+        (_, (addr, Some(why))) => check(
+            name,
+            Level::Fail,
+            format!("cannot bind {addr} (UDP): {why}"),
+            Some(format!(
+                "stop what holds it (`ss -ulpn 'sport = :{}'`) or give the daemon another port with [network] port in teesfs.toml",
+                addr.rsplit(':').next().unwrap_or(addr)
+            )),
+        ),
+    }
+}
+
+fn clock(f: &Facts) -> Check {
+    let name = "clock";
+    let why = match &f.login {
+        Some(login) => format!(
+            "not checked: teesfs has no time protocol to the login node {login}; certificates and index expiry need clocks within minutes"
+        ),
+        None => "not checked: no login node configured ([root] host)".into(),
+    };
+    check(
+        name,
+        Level::Info,
+        why,
+        Some("compare with `chronyc tracking` or `timedatectl` on both nodes".into()),
+    )
+}
+
+fn store(f: &Facts) -> Check {
+    let name = "store";
+    let (dir, free, budget) = (&f.store.0, f.store.1, f.store.2);
+    let held = match &f.daemon {
+        Found::Ok(d) => d.store_bytes,
+        _ => 0,
+    };
+    let gib = |b: u64| format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30));
+    match free {
+        None => check(
+            name,
+            Level::Warn,
+            format!("free space under {} unknown", dir.display()),
+            Some(format!(
+                "create {} (the daemon's --state-dir) or check its mount",
+                dir.display()
+            )),
+        ),
+        Some(free) if free.saturating_add(held) < budget => check(
+            name,
+            Level::Warn,
+            format!(
+                "{} free under {} (+{} held) is less than the store budget {}: chunk writes will fail before the budget evicts",
+                gib(free),
+                dir.display(),
+                gib(held),
+                gib(budget)
+            ),
+            Some(
+                "lower --store-budget or give the state directory more room (a larger tmpfs)"
+                    .into(),
+            ),
+        ),
+        Some(free) => ok(
+            name,
+            format!(
+                "{} free under {} for a budget of {}",
+                gib(free),
+                dir.display(),
+                gib(budget)
+            ),
+        ),
+    }
+}
+
+fn slurm(f: &Facts) -> Check {
+    let name = "slurm";
+    let s = &f.slurm;
+    if !s.slurm_conf {
+        return check(
+            name,
+            Level::Info,
+            format!(
+                "no {}/slurm.conf: Slurm not configured on this node",
+                s.dir.display()
+            ),
+            None,
+        );
+    }
+    let mut missing = Vec::new();
+    let mut fixes = Vec::new();
+    if !s.plugin {
+        missing.push("plugstack.conf does not load teesfs_spank.so");
+        fixes.push(format!(
+            "copy /usr/share/teesfs/slurm/plugstack.conf to {}/plugstack.conf.d/teesfs.conf",
+            s.dir.display()
+        ));
+    }
+    if !s.epilog {
+        missing.push("slurm.conf has no teesfs Epilog");
+        fixes.push("add Epilog=/usr/share/teesfs/slurm/epilog.sh to slurm.conf".into());
+    }
+    if !s.prolog {
+        missing.push("slurm.conf has no teesfs PrologSlurmctld");
+        fixes.push(
+            "add PrologSlurmctld=/usr/share/teesfs/slurm/prolog-slurmctld.sh to slurm.conf".into(),
+        );
+    }
+    if missing.is_empty() {
+        ok(
+            name,
+            "the SPANK plugin, the prolog and the epilog are configured".into(),
+        )
+    } else {
+        check(
+            name,
+            Level::Warn,
+            format!(
+                "{}: jobs cannot ask for layers with --teesfs",
+                missing.join("; ")
+            ),
+            Some(fixes.join("; ")),
+        )
+    }
+}
+
+fn daemon(f: &Facts) -> Check {
+    let name = "daemon";
+    match &f.daemon {
+        Found::Ok(d) => ok(name, format!("running, listening at {}", d.listen)),
+        Found::Missing | Found::Bad(_) => check(
+            name,
+            Level::Fail,
+            match &f.daemon {
+                Found::Bad(why) => format!("no daemon answers: {why}"),
+                _ => "no daemon answers: its control socket does not exist".into(),
+            },
+            Some(
+                "systemctl enable --now teesfs (see `journalctl -u teesfs` if it does not stay up)"
+                    .into(),
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> Facts {
+        Facts {
+            now: 1_000_000_000,
+            host: "cn01".into(),
+            dev_fuse: Found::Ok(()),
+            kernel: Some("6.12.48+deb13-amd64".into()),
+            userns_clone: None,
+            max_user_namespaces: Some(15000),
+            cert: CertFacts {
+                path: "/etc/teesfs/cluster/cn01.crt".into(),
+                summary: Found::Ok((vec!["cn01".into()], 1_000_000_000 + 400 * 86_400)),
+                unverified: None,
+            },
+            crl: Found::Missing,
+            trust: vec![("/etc/teesfs/trusted/site.pub".into(), None)],
+            daemon: Found::Ok(DaemonFacts {
+                listen: "0.0.0.0:7411".into(),
+                store_bytes: 0,
+            }),
+            port: ("0.0.0.0:7411".into(), None),
+            login: Some("login1".into()),
+            store: ("/run/teesfs".into(), Some(8 << 30), 4 << 30),
+            slurm: SlurmFacts {
+                slurm_conf: true,
+                plugin: true,
+                epilog: true,
+                prolog: true,
+                dir: "/etc/slurm".into(),
+            },
+        }
+    }
+
+    fn level(f: &Facts, name: &str) -> Level {
+        evaluate(f)
+            .into_iter()
+            .find(|c| c.name == name)
+            .map(|c| c.level)
+            .expect("check")
+    }
+
+    #[test]
+    fn a_healthy_node_has_no_failure_or_warning_and_the_clock_is_never_faked() {
+        let checks = evaluate(&healthy());
+        for c in &checks {
+            assert!(matches!(c.level, Level::Ok | Level::Info), "{c:?}");
+            assert_eq!(c.fix.is_some(), c.name == "clock", "{c:?}");
+        }
+        let r = Report::of("cn01".into(), checks);
+        assert_eq!((r.failed, r.warned), (0, 0));
+        let clock = r.checks.iter().find(|c| c.name == "clock").expect("clock");
+        assert!(clock.detail.starts_with("not checked"), "{clock:?}");
+    }
+
+    #[test]
+    fn what_breaks_a_job_fails_with_a_fix_and_what_degrades_warns() {
+        let mut f = healthy();
+        f.dev_fuse = Found::Missing;
+        assert_eq!(level(&f, "fuse"), Level::Fail);
+        let mut f = healthy();
+        f.userns_clone = Some(0);
+        assert_eq!(level(&f, "user-namespaces"), Level::Fail);
+        let mut f = healthy();
+        f.cert.summary = Found::Missing;
+        let c = evaluate(&f)
+            .into_iter()
+            .find(|c| c.name == "certificate")
+            .expect("c");
+        assert_eq!(c.level, Level::Fail);
+        assert!(
+            c.fix
+                .as_deref()
+                .is_some_and(|x| x.contains("keygen --cluster")),
+            "{c:?}"
+        );
+        let mut f = healthy();
+        f.cert.summary = Found::Ok((vec!["cn02".into()], f.now + 400 * 86_400));
+        assert_eq!(level(&f, "certificate"), Level::Fail, "another host's");
+        let mut f = healthy();
+        f.cert.summary = Found::Ok((vec!["cn01".into()], f.now + 3 * 86_400));
+        assert_eq!(level(&f, "certificate"), Level::Warn, "expires in 3 days");
+        let mut f = healthy();
+        f.cert.unverified = Some("not signed by ca.crt".into());
+        assert_eq!(level(&f, "certificate"), Level::Fail);
+        let mut f = healthy();
+        f.crl = Found::Bad("crl.pem: not a revocation list".into());
+        assert_eq!(level(&f, "crl"), Level::Fail);
+        f.crl = Found::Ok(Some(f.now - 86_400));
+        assert_eq!(level(&f, "crl"), Level::Warn);
+        let mut f = healthy();
+        f.trust = Vec::new();
+        assert_eq!(level(&f, "publisher-keys"), Level::Fail);
+        let mut f = healthy();
+        f.daemon = Found::Bad("connection refused".into());
+        f.port.1 = Some("address in use".into());
+        assert_eq!(level(&f, "port"), Level::Fail);
+        assert_eq!(level(&f, "daemon"), Level::Fail);
+        let mut f = healthy();
+        f.store.1 = Some(1 << 30);
+        assert_eq!(level(&f, "store"), Level::Warn);
+        let mut f = healthy();
+        f.slurm.plugin = false;
+        assert_eq!(level(&f, "slurm"), Level::Warn);
+        f.slurm.slurm_conf = false;
+        assert_eq!(level(&f, "slurm"), Level::Info);
+        let mut f = healthy();
+        f.kernel = Some("5.10.0-30-amd64".into());
+        assert_eq!(level(&f, "passthrough"), Level::Warn);
+        f.kernel = Some("weird".into());
+        assert_eq!(level(&f, "passthrough"), Level::Info);
+        for c in evaluate(&f) {
+            if matches!(c.level, Level::Warn | Level::Fail) {
+                assert!(c.fix.is_some(), "{c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_releases_parse() {
+        assert_eq!(kernel_version("6.12.48+deb13-amd64"), Some((6, 12)));
+        assert_eq!(kernel_version("6.9-rc1"), Some((6, 9)));
+        assert_eq!(kernel_version("4.18.0-553.el8_10.x86_64"), Some((4, 18)));
+        assert_eq!(kernel_version("x"), None);
+    }
+}

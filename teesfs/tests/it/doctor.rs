@@ -1,0 +1,147 @@
+//! Issue 19 item 4: `teesfs doctor` against a real configured node (credentials from
+//! `teesfs keygen --cluster`, a running daemon, a Slurm configuration as packaged), then
+//! with its certificate removed and its CRL replaced by garbage.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::cluster::Cluster;
+use crate::util::{can_mount, teesfs_bin};
+
+fn doctor(c: &Cluster, identity: &Path, slurm: &Path, extra: &[&str]) -> Output {
+    let port = c.nodes[0]
+        .addr
+        .rsplit(':')
+        .next()
+        .expect("port")
+        .to_string();
+    Command::new(teesfs_bin())
+        .args(["doctor", "--host", "n01", "--identity"])
+        .arg(identity)
+        .arg("--trust")
+        .arg(c.ws.pubkey())
+        .arg("--control")
+        .arg(c.nodes[0].control())
+        .arg("--state-dir")
+        .arg(c.nodes[0].dir.join("state"))
+        .args(["--store-budget", "1MiB", "--port", &port, "--slurm-dir"])
+        .arg(slurm)
+        .args(extra)
+        // Only what the test gives counts, not this machine's /etc/teesfs.
+        .env("TEESFS_SITE_CONFIG", c.ws.path().join("no-site.toml"))
+        .env("TEESFS_CONFIG", c.ws.path().join("config"))
+        .output()
+        .expect("run teesfs doctor")
+}
+
+/// The line of check `name` (`LEVEL  name  detail`), and its `fix:` line if any.
+fn line_of<'a>(out: &'a str, name: &str) -> (&'a str, Option<&'a str>) {
+    let lines: Vec<&str> = out.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| l.split_whitespace().nth(1) == Some(name))
+        .unwrap_or_else(|| panic!("no {name} check in\n{out}"));
+    let fix = lines
+        .get(i + 1)
+        .filter(|l| l.trim_start().starts_with("fix:"))
+        .copied();
+    (lines[i], fix)
+}
+
+#[test]
+fn doctor_passes_a_configured_node_and_names_the_fix_for_a_missing_cert_and_a_garbage_crl() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(1, |_| vec![]);
+    // The node's own credentials, as a node holds them (not the CA's key).
+    let identity = c.ws.path().join("identity");
+    std::fs::create_dir_all(&identity).expect("mkdir");
+    for f in ["ca.crt", "n01.crt", "n01.key"] {
+        std::fs::copy(c.creds.join(f), identity.join(f)).expect("copy credential");
+    }
+    // Slurm configured as docs/slurm.md says.
+    let slurm = c.ws.path().join("slurm");
+    std::fs::create_dir_all(slurm.join("plugstack.conf.d")).expect("mkdir");
+    std::fs::write(
+        slurm.join("slurm.conf"),
+        "ClusterName=test\n# Epilog=/old\nEpilog=/usr/share/teesfs/slurm/epilog.sh\n\
+         PrologSlurmctld=/usr/share/teesfs/slurm/prolog-slurmctld.sh\n",
+    )
+    .expect("slurm.conf");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/slurm/plugstack.conf"),
+        slurm.join("plugstack.conf.d/teesfs.conf"),
+    )
+    .expect("plugstack");
+
+    let out = doctor(&c, &identity, &slurm, &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "fuse",
+        "certificate",
+        "publisher-keys",
+        "port",
+        "store",
+        "slurm",
+        "daemon",
+    ] {
+        let (line, fix) = line_of(&text, name);
+        assert!(line.starts_with("OK "), "{name}: {line}\n{text}");
+        assert!(fix.is_none(), "{name}: {fix:?}");
+    }
+    assert!(
+        line_of(&text, "certificate").0.contains("expires in"),
+        "{text}"
+    );
+    assert!(
+        line_of(&text, "crl").0.starts_with("INFO"),
+        "no CRL: {text}"
+    );
+    assert!(line_of(&text, "clock").0.contains("not checked"), "{text}");
+
+    // A CRL that is no CRL fails the node (the daemon would not start with it).
+    std::fs::write(identity.join("crl.pem"), "garbage\n").expect("crl");
+    let out = doctor(&c, &identity, &slurm, &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success(), "{text}");
+    let (line, fix) = line_of(&text, "crl");
+    assert!(line.starts_with("FAIL"), "{text}");
+    assert!(line.contains("crl.pem"), "names the file: {line}");
+    assert!(fix.is_some_and(|f| f.contains("crl.pem")), "{text}");
+    std::fs::remove_file(identity.join("crl.pem")).expect("rm crl");
+
+    // No certificate: FAIL with how to make one, exit status 1, and the JSON says so too.
+    std::fs::remove_file(identity.join("n01.crt")).expect("rm cert");
+    let out = doctor(&c, &identity, &slurm, &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (line, fix) = line_of(&text, "certificate");
+    assert!(line.starts_with("FAIL"), "{text}");
+    assert!(line.contains("n01.crt"), "{line}");
+    assert!(
+        fix.is_some_and(|f| f.contains("teesfs keygen --cluster")),
+        "{text}"
+    );
+    let out = doctor(&c, &identity, &slurm, &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(r["version"], 1, "{r}");
+    assert_eq!(r["failed"], 1, "{r}");
+    let cert = r["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "certificate")
+        .expect("certificate check");
+    assert_eq!(cert["level"], "fail", "{cert}");
+    assert!(
+        cert["fix"].as_str().is_some_and(|f| f.contains("keygen")),
+        "{cert}"
+    );
+}
