@@ -39,7 +39,7 @@ const LATE: RGBColor = RGBColor(0x08, 0x30, 0x6B);
 
 /// The narrowest picture: what a laptop browser shows without scrolling.
 const MIN_WIDTH: i32 = 1360;
-const HEADER_H: i32 = 78;
+const HEADER_H: i32 = 86;
 const CURVE_H: i32 = 300;
 /// Tree: the root's row, then one row per depth.
 const TREE_TOP: i32 = 56;
@@ -80,8 +80,8 @@ pub fn svg(rep: &PushReport, title: &str) -> Result<String, Error> {
 
     let mut out = String::new();
     {
-        let root =
-            SVGBackend::with_string(&mut out, (unsigned(width), unsigned(height))).into_drawing_area();
+        let root = SVGBackend::with_string(&mut out, (unsigned(width), unsigned(height)))
+            .into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
         let (header, rest) = root.split_vertically(HEADER_H);
         let (top, rest) = rest.split_vertically(top_h);
@@ -103,7 +103,11 @@ pub fn svg(rep: &PushReport, title: &str) -> Result<String, Error> {
 }
 
 /// Title, then who and what, then when.
-fn draw_header(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>, title: &str) -> Result<(), Error> {
+fn draw_header(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    m: &Model<'_>,
+    title: &str,
+) -> Result<(), Error> {
     let r = m.rep;
     let short = |s: &str| s.chars().take(16).collect::<String>();
     let groups = m.groups.iter().filter(|g| g.number.is_some()).count();
@@ -123,7 +127,7 @@ fn draw_header(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>, title: 
             m.max_depth()
         ),
         format!(
-            "layer {} in {} chunks · urgent set {} in {} chunks · streamed {} · urgent set on every node: {} · whole layer: {}{}",
+            "layer {} in {} chunks · urgent set {} in {} chunks · streamed {} · urgent set on every node: {} · whole layer: {}",
             human_bytes(r.total_bytes),
             r.chunks,
             human_bytes(r.urgent_bytes),
@@ -131,11 +135,13 @@ fn draw_header(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>, title: 
             human_bytes(r.streamed_bytes),
             human_when(r.urgent_complete_s),
             human_when(r.all_complete_s),
-            match r.failures.len() {
-                0 => String::new(),
-                n => format!(" · {n} failure(s)"),
-            }
         ),
+        match r.failures.len() {
+            0 => String::new(),
+            n => format!(
+                "{n} failure(s): the red edges and crosses below; the page's table lists them"
+            ),
+        },
     ];
     area.draw(&Text::new(
         title.to_string(),
@@ -144,14 +150,10 @@ fn draw_header(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>, title: 
     ))
     .map_err(draw_err)?;
     for (k, l) in lines.into_iter().enumerate() {
-        let color = if k == 1 && !r.failures.is_empty() {
-            &FAILED
-        } else {
-            &BLACK
-        };
+        let color = if k == 2 { &FAILED } else { &BLACK };
         area.draw(&Text::new(
             l,
-            (20, 38 + 18 * px(k)),
+            (20, 34 + 16 * px(k)),
             ("sans-serif", 13).into_font().color(color),
         ))
         .map_err(draw_err)?;
@@ -175,13 +177,19 @@ impl Tree {
         let mut boxes = Vec::new();
         let mut x = 20;
         for g in &m.groups {
-            let w = (px(g.nodes.len()) * cell + 20).max(150);
-            for (k, &i) in g.nodes.iter().enumerate() {
+            // Each depth is its own row, filled left to right, so children sit under
+            // their parents' row rather than beside it.
+            let mut filled: HashMap<usize, i32> = HashMap::new();
+            for &i in &g.nodes {
+                let k = filled.entry(m.depth[i]).or_insert(0);
                 pos[i] = (
-                    x + 10 + cell * px(k) + cell / 2,
+                    x + 10 + cell * *k + cell / 2,
                     TREE_TOP + px(m.depth[i] - 1) * TREE_ROW_H + 12,
                 );
+                *k += 1;
             }
+            let widest = filled.values().copied().max().unwrap_or(1);
+            let w = (widest * cell + 20).max(150);
             boxes.push((x, w));
             x += w + 12;
         }
@@ -193,7 +201,12 @@ impl Tree {
         }
     }
 
-    fn draw(&self, area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>, width: i32) -> Result<(), Error> {
+    fn draw(
+        &self,
+        area: &DrawingArea<SVGBackend<'_>, Shift>,
+        m: &Model<'_>,
+        width: i32,
+    ) -> Result<(), Error> {
         let root = (width / 2, 24);
         let label = ("sans-serif", 12).into_font().color(&MUTED);
         area.draw(&Text::new(
@@ -240,7 +253,10 @@ impl Tree {
             .collect();
         let most = bytes.values().copied().max().unwrap_or(1).max(1);
         for n in &m.rep.per_node {
-            let b = bytes.get(&(n.parent.as_str(), n.host.as_str())).copied().unwrap_or(0);
+            let b = bytes
+                .get(&(n.parent.as_str(), n.host.as_str()))
+                .copied()
+                .unwrap_or(0);
             let w = 1 + u32::try_from(3 * b / most).unwrap_or(3);
             area.draw(&PathElement::new(
                 vec![at(&n.parent), at(&n.host)],
@@ -274,13 +290,21 @@ impl Tree {
                 WHITE.filled()
             };
             area.draw(&Circle::new((x, y), 7, fill)).map_err(draw_err)?;
-            let ring = if failed { FAILED } else { RGBColor(0x22, 0x66, 0x44) };
+            let ring = if failed {
+                FAILED
+            } else {
+                RGBColor(0x22, 0x66, 0x44)
+            };
             area.draw(&Circle::new((x, y), 7, ring.stroke_width(1)))
                 .map_err(draw_err)?;
             // The trailing number only ("cn0017" does not fit a cell, "17" does); the
             // timeline has the full names.
             let digits = n.host.trim_start_matches(|c: char| !c.is_ascii_digit());
-            let short = if digits.is_empty() { n.host.as_str() } else { digits.trim_start_matches('0') };
+            let short = if digits.is_empty() {
+                n.host.as_str()
+            } else {
+                digits.trim_start_matches('0')
+            };
             area.draw(&Text::new(
                 short.to_string(),
                 (x, y + 9),
@@ -304,7 +328,9 @@ impl GroupMap {
     fn new(groups: usize, width: i32) -> Self {
         let mut pick = (5, 1);
         for cell in [40, 30, 22, 16, 12, 9, 7, 5] {
-            let cols = usize::try_from((width - 120) / (cell + 2)).unwrap_or(1).max(1);
+            let cols = usize::try_from((width - 120) / (cell + 2))
+                .unwrap_or(1)
+                .max(1);
             pick = (cell, cols);
             if px(groups.div_ceil(cols)) * (cell + 2) <= MAP_MAX_H {
                 break;
@@ -333,8 +359,11 @@ impl GroupMap {
         let (sx, sy, sw) = (20, 26, 300);
         for k in 0..sw {
             let c = ramp(f64::from(k) / f64::from(sw));
-            area.draw(&Rectangle::new([(sx + k, sy), (sx + k + 1, sy + 12)], c.filled()))
-                .map_err(draw_err)?;
+            area.draw(&Rectangle::new(
+                [(sx + k, sy), (sx + k + 1, sy + 12)],
+                c.filled(),
+            ))
+            .map_err(draw_err)?;
         }
         let small = ("sans-serif", 11).into_font().color(&MUTED);
         for (f, anchor) in [(0.0, HPos::Left), (0.5, HPos::Center), (1.0, HPos::Right)] {
@@ -346,15 +375,29 @@ impl GroupMap {
             .map_err(draw_err)?;
         }
         let lx = sx + sw + 30;
-        area.draw(&Rectangle::new([(lx, sy), (lx + 12, sy + 12)], NEVER.filled()))
-            .map_err(draw_err)?;
-        area.draw(&Text::new("a node never held it", (lx + 18, sy), small.clone()))
-            .map_err(draw_err)?;
+        area.draw(&Rectangle::new(
+            [(lx, sy), (lx + 12, sy + 12)],
+            NEVER.filled(),
+        ))
+        .map_err(draw_err)?;
+        area.draw(&Text::new(
+            "a node never held it",
+            (lx + 18, sy),
+            small.clone(),
+        ))
+        .map_err(draw_err)?;
         let fx = lx + 170;
-        area.draw(&Rectangle::new([(fx, sy), (fx + 12, sy + 12)], FAILED.stroke_width(2)))
-            .map_err(draw_err)?;
-        area.draw(&Text::new("a failed edge into the group", (fx + 18, sy), small.clone()))
-            .map_err(draw_err)?;
+        area.draw(&Rectangle::new(
+            [(fx, sy), (fx + 12, sy + 12)],
+            FAILED.stroke_width(2),
+        ))
+        .map_err(draw_err)?;
+        area.draw(&Text::new(
+            "a failed edge into the group",
+            (fx + 18, sy),
+            small.clone(),
+        ))
+        .map_err(draw_err)?;
 
         let step = self.cell + 2;
         for (k, g) in m.groups.iter().enumerate() {
@@ -381,7 +424,11 @@ impl GroupMap {
                 .map_err(draw_err)?;
             }
             if self.cell >= 30 {
-                let text_color = if a.all.is_some_and(|s| s.max / tmax > 0.5) { WHITE } else { BLACK };
+                let text_color = if a.all.is_some_and(|s| s.max / tmax > 0.5) {
+                    WHITE
+                } else {
+                    BLACK
+                };
                 area.draw(&Text::new(
                     g.number.map_or_else(String::new, |n| n.to_string()),
                     (x + self.cell / 2, y + self.cell / 2),
@@ -399,9 +446,17 @@ impl GroupMap {
 
 /// Early (light) to late (dark) along the map's ramp; `f` is clamped to 0..=1.
 fn ramp(f: f64) -> RGBColor {
-    let f = if f.is_finite() { f.clamp(0.0, 1.0) } else { 1.0 };
+    let f = if f.is_finite() {
+        f.clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
     let mix = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * f).round() as u8;
-    RGBColor(mix(EARLY.0, LATE.0), mix(EARLY.1, LATE.1), mix(EARLY.2, LATE.2))
+    RGBColor(
+        mix(EARLY.0, LATE.0),
+        mix(EARLY.1, LATE.1),
+        mix(EARLY.2, LATE.2),
+    )
 }
 
 /// `n` sorted times as the steps of "how many nodes by then", at most ~1000 points.
@@ -426,7 +481,10 @@ fn draw_curve(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>) -> Resul
     let n = nodes.len() as f64;
     let xmax = m.tmax * 1.05;
     let mut chart = ChartBuilder::on(area)
-        .caption("nodes holding the urgent set and the whole layer over time", ("sans-serif", 14))
+        .caption(
+            "nodes holding the urgent set and the whole layer over time",
+            ("sans-serif", 14),
+        )
         .margin_left(20)
         .margin_right(30)
         .margin_bottom(8)
@@ -446,9 +504,24 @@ fn draw_curve(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>) -> Resul
         .draw()
         .map_err(draw_err)?;
     let series: [(&str, RGBColor, u32, Vec<f64>); 3] = [
-        ("whole layer held", WHOLE, 4, nodes.iter().filter_map(|n| n.all_s).collect()),
-        ("urgent set held", URGENT, 2, nodes.iter().filter_map(|n| n.urgent_s).collect()),
-        ("application started", APP, 2, nodes.iter().filter_map(|n| n.app_start_s).collect()),
+        (
+            "whole layer held",
+            WHOLE,
+            4,
+            nodes.iter().filter_map(|n| n.all_s).collect(),
+        ),
+        (
+            "urgent set held",
+            URGENT,
+            2,
+            nodes.iter().filter_map(|n| n.urgent_s).collect(),
+        ),
+        (
+            "application started",
+            APP,
+            2,
+            nodes.iter().filter_map(|n| n.app_start_s).collect(),
+        ),
     ];
     for (label, color, w, times) in series {
         if times.is_empty() {
@@ -458,7 +531,9 @@ fn draw_curve(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>) -> Resul
             .draw_series(LineSeries::new(steps(times), color.stroke_width(w)))
             .map_err(draw_err)?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(w)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(w))
+            });
     }
     if !m.rep.failures.is_empty() {
         chart
@@ -527,7 +602,11 @@ fn draw_timeline(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>) -> Re
         .x_labels(12)
         .x_label_formatter(&|t| format!("{t:.1}"))
         .x_desc("seconds since the push started")
-        .y_desc(if m.detail { "node (by group)" } else { "group (nodes)" })
+        .y_desc(if m.detail {
+            "node (by group)"
+        } else {
+            "group (nodes)"
+        })
         .label_style(("sans-serif", 11))
         .axis_desc_style(("sans-serif", 12))
         .light_line_style(WHITE.mix(0.0))
@@ -554,7 +633,12 @@ fn draw_timeline(area: &DrawingArea<SVGBackend<'_>, Shift>, m: &Model<'_>) -> Re
 
 /// Consecutive rows of one group share a band; every other band is tinted and, per node,
 /// named right of the bars.
-fn draw_bands(chart: &mut Timeline<'_, '_>, m: &Model<'_>, xmax: f64, y_of: &dyn Fn(usize) -> i32) -> Result<(), Error> {
+fn draw_bands(
+    chart: &mut Timeline<'_, '_>,
+    m: &Model<'_>,
+    xmax: f64,
+    y_of: &dyn Fn(usize) -> i32,
+) -> Result<(), Error> {
     let mut bands: Vec<(usize, usize, usize)> = Vec::new();
     for (i, r) in m.rows.iter().enumerate() {
         match bands.last_mut() {
@@ -588,9 +672,18 @@ fn draw_bands(chart: &mut Timeline<'_, '_>, m: &Model<'_>, xmax: f64, y_of: &dyn
     Ok(())
 }
 
-fn bar(from: f64, to: f64, y: i32, c: ShapeStyle, (top, bottom): (u32, u32)) -> Rectangle<(f64, SegmentValue<i32>)> {
+fn bar(
+    from: f64,
+    to: f64,
+    y: i32,
+    c: ShapeStyle,
+    (top, bottom): (u32, u32),
+) -> Rectangle<(f64, SegmentValue<i32>)> {
     let mut r = Rectangle::new(
-        [(from, SegmentValue::Exact(y)), (to, SegmentValue::Exact(y + 1))],
+        [
+            (from, SegmentValue::Exact(y)),
+            (to, SegmentValue::Exact(y + 1)),
+        ],
         c,
     );
     r.set_margin(top, bottom, 0, 0);
@@ -602,19 +695,28 @@ fn legend_box(c: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
 }
 
 /// A bar per node from zero to the whole layer, and over it one to the urgent set.
-fn draw_node_bars(chart: &mut Timeline<'_, '_>, rows: &[Row], y_of: &dyn Fn(usize) -> i32) -> Result<(), Error> {
+fn draw_node_bars(
+    chart: &mut Timeline<'_, '_>,
+    rows: &[Row],
+    y_of: &dyn Fn(usize) -> i32,
+) -> Result<(), Error> {
     let at = |pick: fn(&Row) -> Option<Spread>| {
         rows.iter()
             .enumerate()
             .filter_map(move |(i, r)| pick(r).map(|s| (i, s)))
     };
     chart
-        .draw_series(at(|r| r.arrivals.all).map(|(i, s)| bar(0.0, s.max, y_of(i), WHOLE.filled(), (3, 3))))
+        .draw_series(
+            at(|r| r.arrivals.all).map(|(i, s)| bar(0.0, s.max, y_of(i), WHOLE.filled(), (3, 3))),
+        )
         .map_err(draw_err)?
         .label("whole layer held")
         .legend(legend_box(WHOLE));
     chart
-        .draw_series(at(|r| r.arrivals.urgent).map(|(i, s)| bar(0.0, s.max, y_of(i), URGENT.filled(), (3, 3))))
+        .draw_series(
+            at(|r| r.arrivals.urgent)
+                .map(|(i, s)| bar(0.0, s.max, y_of(i), URGENT.filled(), (3, 3))),
+        )
         .map_err(draw_err)?
         .label("urgent set held")
         .legend(legend_box(URGENT));
@@ -641,7 +743,12 @@ fn draw_group_bars(
             (8, 2),
             "whole layer held: first to last node",
         ),
-        ((|r: &Row| r.arrivals.urgent) as fn(&Row) -> Option<Spread>, URGENT, (2, 8), "urgent set held: first to last node"),
+        (
+            (|r: &Row| r.arrivals.urgent) as fn(&Row) -> Option<Spread>,
+            URGENT,
+            (2, 8),
+            "urgent set held: first to last node",
+        ),
     ] {
         let spans: Vec<(i32, Spread)> = rows
             .iter()
@@ -649,7 +756,11 @@ fn draw_group_bars(
             .filter_map(|(i, r)| pick(r).map(|s| (y_of(i), s)))
             .collect();
         chart
-            .draw_series(spans.iter().map(|&(y, s)| bar(s.min, s.max.max(s.min + 1e-6), y, color.filled(), half)))
+            .draw_series(
+                spans
+                    .iter()
+                    .map(|&(y, s)| bar(s.min, s.max.max(s.min + 1e-6), y, color.filled(), half)),
+            )
             .map_err(draw_err)?
             .label(label)
             .legend(legend_box(color));
@@ -662,7 +773,11 @@ fn draw_group_bars(
 
 /// Application starts (diamonds, the median per group) and failures (red crosses at the
 /// first failure into the row, with what failed).
-fn draw_row_marks(chart: &mut Timeline<'_, '_>, m: &Model<'_>, y_of: &dyn Fn(usize) -> i32) -> Result<(), Error> {
+fn draw_row_marks(
+    chart: &mut Timeline<'_, '_>,
+    m: &Model<'_>,
+    y_of: &dyn Fn(usize) -> i32,
+) -> Result<(), Error> {
     let apps: Vec<(f64, i32)> = m
         .rows
         .iter()
@@ -676,8 +791,17 @@ fn draw_row_marks(chart: &mut Timeline<'_, '_>, m: &Model<'_>, y_of: &dyn Fn(usi
                     + Polygon::new(vec![(0, -6), (5, 0), (0, 6), (-5, 0)], APP.filled())
             }))
             .map_err(draw_err)?
-            .label(if m.detail { "application started" } else { "application started (median)" })
-            .legend(|(x, y)| Polygon::new(vec![(x + 7, y - 6), (x + 12, y), (x + 7, y + 6), (x + 2, y)], APP.filled()));
+            .label(if m.detail {
+                "application started"
+            } else {
+                "application started (median)"
+            })
+            .legend(|(x, y)| {
+                Polygon::new(
+                    vec![(x + 7, y - 6), (x + 12, y), (x + 7, y + 6), (x + 2, y)],
+                    APP.filled(),
+                )
+            });
     }
     let fails: Vec<(f64, i32, String)> = m
         .rows
@@ -704,7 +828,11 @@ fn draw_row_marks(chart: &mut Timeline<'_, '_>, m: &Model<'_>, y_of: &dyn Fn(usi
             .draw_series(fails.into_iter().map(|(t, y, text)| {
                 EmptyElement::at((t, SegmentValue::CenterOf(y)))
                     + Cross::new((0, 0), 6, FAILED.stroke_width(3))
-                    + Text::new(text, (10, -6), ("sans-serif", 11).into_font().color(&FAILED))
+                    + Text::new(
+                        text,
+                        (10, -6),
+                        ("sans-serif", 11).into_font().color(&FAILED),
+                    )
             }))
             .map_err(draw_err)?
             .label("failure (the edge into the node)")
@@ -745,6 +873,7 @@ mod tests {
             "application started",
             "cn00010 (failed)",
             "failed (from cn00009)",
+            "1 failure(s)",
         ] {
             assert!(s.contains(word), "picture lacks {word:?}");
         }
@@ -786,7 +915,10 @@ mod tests {
 
     #[test]
     fn steps_count_nodes_and_are_thinned() {
-        assert_eq!(steps(vec![2.0, 1.0]), vec![(0.0, 0.0), (1.0, 1.0), (2.0, 2.0)]);
+        assert_eq!(
+            steps(vec![2.0, 1.0]),
+            vec![(0.0, 0.0), (1.0, 1.0), (2.0, 2.0)]
+        );
         let many = steps((0..17_560).map(f64::from).collect());
         assert!(many.len() <= 1002, "{}", many.len());
         assert_eq!(many.last(), Some(&(17_559.0, 17_560.0)));

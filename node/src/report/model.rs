@@ -230,7 +230,11 @@ impl<'a> Model<'a> {
 fn arrivals(rep: &PushReport, members: &[usize]) -> Arrivals {
     let nodes = || members.iter().map(|&i| &rep.per_node[i]);
     let hosts: HashSet<&str> = nodes().map(|n| n.host.as_str()).collect();
-    let fails = || rep.failures.iter().filter(|f| hosts.contains(f.child.as_str()));
+    let fails = || {
+        rep.failures
+            .iter()
+            .filter(|f| hosts.contains(f.child.as_str()))
+    };
     let failed: HashSet<&str> = fails().map(|f| f.child.as_str()).collect();
     Arrivals {
         urgent: spread(nodes().filter_map(|n| n.urgent_s)),
@@ -405,7 +409,11 @@ pub(crate) mod tests {
         let labels: Vec<&str> = m.groups.iter().map(|g| g.label.as_str()).collect();
         assert_eq!(
             labels,
-            ["subtree of cn00001", "subtree of cn00005", "subtree of cn00009"]
+            [
+                "subtree of cn00001",
+                "subtree of cn00005",
+                "subtree of cn00009"
+            ]
         );
     }
 

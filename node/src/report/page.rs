@@ -32,7 +32,10 @@ pub fn html(rep: &PushReport, title: &str) -> Result<String, Error> {
         t = esc(title)
     );
     summary(&mut out, &m);
-    let _ = write!(out, "<div class=\"figure\" id=\"picture\">{picture}</div>\n");
+    let _ = write!(
+        out,
+        "<div class=\"figure\" id=\"picture\">{picture}</div>\n"
+    );
     failures(&mut out, rep);
     groups(&mut out, &m);
     levels(&mut out, &m);
@@ -54,7 +57,12 @@ fn summary(out: &mut String, m: &Model<'_>) {
         ("root", r.root.clone()),
         (
             "nodes",
-            format!("{} in {} group(s), tree depth {}", r.nodes, m.groups.len(), m.max_depth()),
+            format!(
+                "{} in {} group(s), tree depth {}",
+                r.nodes,
+                m.groups.len(),
+                m.max_depth()
+            ),
         ),
         (
             "layer",
@@ -62,7 +70,11 @@ fn summary(out: &mut String, m: &Model<'_>) {
         ),
         (
             "urgent set",
-            format!("{} in {} chunks", human_bytes(r.urgent_bytes), r.urgent_chunks),
+            format!(
+                "{} in {} chunks",
+                human_bytes(r.urgent_bytes),
+                r.urgent_chunks
+            ),
         ),
         ("streamed to every node", human_bytes(r.streamed_bytes)),
         ("urgent set on every node", human_when(r.urgent_complete_s)),
@@ -86,7 +98,12 @@ fn summary(out: &mut String, m: &Model<'_>) {
         } else {
             ""
         };
-        let _ = write!(out, "<tr><th>{}</th><td{class}>{}</td></tr>", esc(k), esc(&v));
+        let _ = write!(
+            out,
+            "<tr><th>{}</th><td{class}>{}</td></tr>",
+            esc(k),
+            esc(&v)
+        );
     }
     out.push_str("</table>\n");
 }
@@ -134,7 +151,11 @@ fn spread_cells(out: &mut String, s: Option<Spread>) {
 fn arrival_cells(out: &mut String, a: &Arrivals) {
     spread_cells(out, a.urgent);
     spread_cells(out, a.all);
-    let class = if a.failed > 0 { " class=\"failed n\"" } else { " class=\"n\"" };
+    let class = if a.failed > 0 {
+        " class=\"failed n\""
+    } else {
+        " class=\"n\""
+    };
     let _ = write!(out, "<td{class}>{}</td>", a.failed);
 }
 
@@ -172,7 +193,10 @@ fn levels(out: &mut String, m: &Model<'_>) {
          <th>nodes</th>{ARRIVAL_HEADS}</tr>"
     );
     for (d, a, count) in m.levels() {
-        let _ = write!(out, "<tr><td class=\"n\">{d}</td><td class=\"n\">{count}</td>");
+        let _ = write!(
+            out,
+            "<tr><td class=\"n\">{d}</td><td class=\"n\">{count}</td>"
+        );
         arrival_cells(out, &a);
         out.push_str("</tr>");
     }
@@ -250,7 +274,9 @@ mod tests {
         let h = html(&rep, "job <1>").expect("page");
         assert!(h.starts_with("<!doctype html>"));
         assert!(h.contains("<title>job &lt;1&gt;</title>"));
-        for id in ["summary", "picture", "failures", "groups", "levels", "edges", "nodes"] {
+        for id in [
+            "summary", "picture", "failures", "groups", "levels", "edges", "nodes",
+        ] {
             assert!(h.contains(&format!("id=\"{id}\"")), "no {id}");
         }
         assert!(h.contains("<svg"));

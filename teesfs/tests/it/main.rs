@@ -22,6 +22,7 @@ mod lab_soak;
 mod local_state;
 mod packaging;
 mod record_job;
+mod report;
 mod roundtrip;
 mod run;
 mod security;
