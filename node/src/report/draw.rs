@@ -149,7 +149,7 @@ fn draw_header(
         ("sans-serif", 19).into_font().style(FontStyle::Bold),
     ))
     .map_err(draw_err)?;
-    for (k, l) in lines.into_iter().enumerate() {
+    for (k, l) in lines.into_iter().enumerate().filter(|(_, l)| !l.is_empty()) {
         let color = if k == 2 { &FAILED } else { &BLACK };
         area.draw(&Text::new(
             l,

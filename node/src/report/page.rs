@@ -32,10 +32,7 @@ pub fn html(rep: &PushReport, title: &str) -> Result<String, Error> {
         t = esc(title)
     );
     summary(&mut out, &m);
-    let _ = write!(
-        out,
-        "<div class=\"figure\" id=\"picture\">{picture}</div>\n"
-    );
+    let _ = writeln!(out, "<div class=\"figure\" id=\"picture\">{picture}</div>");
     failures(&mut out, rep);
     groups(&mut out, &m);
     levels(&mut out, &m);
