@@ -15,6 +15,8 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v make >/dev/null 2>&1 || need+=(make)
 [ -x /usr/bin/curl ] || need+=(curl)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# `teesfs report`'s pages are checked in a real browser (teesfs/tests/it/report.rs).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 # Baselines of `teesfs lab bench` and the lab's Slurm test: BitTorrent and real Slurm.
 command -v aria2c >/dev/null 2>&1 || need+=(aria2)
 command -v mktorrent >/dev/null 2>&1 || need+=(mktorrent)

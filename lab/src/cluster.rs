@@ -479,7 +479,7 @@ impl Lab {
                 stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
             });
         }
-        let report = PushReport::load(&report_path)?;
+        let report = crate::report::load(&report_path)?;
         Ok(PushRun {
             report,
             wall_s,

@@ -60,7 +60,7 @@ impl PushInFlight {
         }
         Ok(PushEnd {
             success,
-            report: PushReport::load(&self.report)?,
+            report: crate::report::load(&self.report)?,
             log: self.log.clone(),
         })
     }

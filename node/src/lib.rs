@@ -4,6 +4,7 @@
 //! - [`source`]: the [`source::ChunkSource`] interface and the local-store source.
 //! - [`net`]: QUIC transport with mutual TLS between cluster nodes.
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
+//! - [`report`]: the push report drawn as SVG and HTML (`teesfs report`), pure functions.
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
 //! - [`sys`]: what the kernel reports (the mount table), parsed in one place.
@@ -14,6 +15,7 @@
 pub mod fs;
 pub mod net;
 pub mod node;
+pub mod report;
 pub mod runenv;
 pub mod site;
 pub mod source;
@@ -121,5 +123,11 @@ pub enum Error {
         addr: std::net::SocketAddr,
         /// Why.
         source: std::io::Error,
+    },
+    /// The push report cannot be drawn (plotters refused a drawing command).
+    #[error("cannot draw the push report: {detail}")]
+    Draw {
+        /// What plotters said.
+        detail: String,
     },
 }

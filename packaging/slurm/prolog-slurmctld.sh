@@ -14,7 +14,9 @@
 # Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID as 16 hex digits>, owned by the
 # job's user ($SLURM_JOB_UID): with the plugin every task starts inside it; without, tasks
 # run `srun teesfs run -- CMD`. A failed push fails the prolog, so Slurm requeues or cancels
-# the job rather than start it on nodes without its software.
+# the job rather than start it on nodes without its software. Beside the log the push writes
+# its report, job-<id>.json, and the same drawn as a page, job-<id>.html (the tree, arrival
+# times, failed edges in red; `teesfs report` draws it again from the JSON).
 set -u
 [ -r /etc/teesfs/slurm.env ] && . /etc/teesfs/slurm.env
 TEESFS=${TEESFS:-teesfs}
@@ -36,7 +38,8 @@ owner=""
 [ -n "${SLURM_JOB_UID:-}" ] && owner="--owner $SLURM_JOB_UID"
 # shellcheck disable=SC2086 # $owner is empty or two words
 if "$TEESFS" prefetch "$spec" --nodes "$SLURM_JOB_NODELIST" --job-id "$SLURM_JOB_ID" $owner \
-    --quiet --report "$LOGDIR/job-$SLURM_JOB_ID.json" >"$log" 2>&1; then
+    --quiet --report "$LOGDIR/job-$SLURM_JOB_ID.json" \
+    --report-html "$LOGDIR/job-$SLURM_JOB_ID.html" >"$log" 2>&1; then
     exit 0
 fi
 echo "teesfs: pushing $spec to $SLURM_JOB_NODELIST failed; see $log" >&2

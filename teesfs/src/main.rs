@@ -40,6 +40,8 @@ enum Command {
     Push(Box<cmd::push::PushArgs>),
     /// Push the layer a job spec (manifest.toml) names to the job's nodes.
     Prefetch(cmd::prefetch::PrefetchArgs),
+    /// Draw a push report (the JSON of push/prefetch --report) as an HTML page or an SVG.
+    Report(cmd::report::ReportArgs),
     /// List what a command run once against a published layer used, or what a job used on
     /// this node (--from-job): the urgent set.
     Record(cmd::record::RecordArgs),
@@ -174,6 +176,7 @@ fn main() -> std::process::ExitCode {
         Command::Plan(a) => cmd::plan::run(a),
         Command::Push(a) => cmd::push::run(*a),
         Command::Prefetch(a) => cmd::prefetch::run(a),
+        Command::Report(a) => cmd::report::run(a),
         Command::Record(a) => cmd::record::run(a),
         Command::Run(a) => return exit_code(cmd::run::run(a)),
         Command::Daemon(a) => cmd::daemon::run(a),

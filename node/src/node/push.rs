@@ -291,6 +291,10 @@ pub fn report(
                 parent: plan.parent[n.index()].map(host).unwrap_or_default(),
                 urgent_s: u,
                 all_s: a,
+                group: topology
+                    .zip(plan.topo[n.index()])
+                    .map(|(topo, t)| topo.group_of(t).0 as usize),
+                app_start_s: None,
             }
         })
         .collect();

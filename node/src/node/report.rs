@@ -6,12 +6,17 @@
 //!   "nodes": 32, "urgent_chunks": 12, "chunks": 40, "urgent_bytes": N, "total_bytes": N,
 //!   "streamed_bytes": N,
 //!   "urgent_complete_s": 1.23 | null, "all_complete_s": 2.34 | null,
-//!   "per_node": [ { "host": "cn01", "parent": "login", "urgent_s": 0.9, "all_s": 1.8 } ],
+//!   "per_node": [ { "host": "cn01", "parent": "login", "urgent_s": 0.9, "all_s": 1.8,
+//!                   "group": 0, "app_start_s": 1.1 } ],
 //!   "edges": [ { "parent": "login", "child": "cn01", "bytes": N } ],
 //!   "uplinks": [ { "group": 0, "proxy": "cn01", "in_bytes": N, "out_bytes": N } ],
 //!   "failures": [ { "kind": "failed" | "unreachable" | "liar" | "refused", "parent": "cn01", "child": "cn02", "at_s": 1.0, "reason": "..." } ] }
 //! ```
-//! Times are seconds since the push started, as observed by the root.
+//! Times are seconds since the push started, as observed by the root. `group` (the node's
+//! group in the topology) is absent without a topology and in reports of older versions;
+//! `app_start_s` (when the application had started on the node) only when the writer knows
+//! it, as `teesfs lab launch` does; a plain push does not.
+//! `teesfs report` draws a report as HTML or SVG ([`crate::report`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +31,12 @@ pub struct NodeTimes {
     pub urgent_s: Option<f64>,
     /// When the root learned the node held everything.
     pub all_s: Option<f64>,
+    /// The node's group in the topology (absent without one, and in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<usize>,
+    /// When the application had started on the node, when the writer knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_start_s: Option<f64>,
 }
 
 /// Bytes over one tree edge.

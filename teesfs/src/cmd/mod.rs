@@ -16,6 +16,7 @@ pub mod prefetch;
 pub mod publish;
 pub mod push;
 pub mod record;
+pub mod report;
 pub mod run;
 #[cfg(feature = "lab")]
 pub mod sim;

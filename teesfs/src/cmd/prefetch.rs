@@ -28,6 +28,9 @@ pub struct PrefetchArgs {
     /// Also write the push report as JSON.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// Also write the push report as an HTML page (see `teesfs report --help`).
+    #[arg(long, value_name = "FILE")]
+    report_html: Option<PathBuf>,
     /// Where the root listens.
     #[arg(long, default_value = "0.0.0.0:0")]
     listen: std::net::SocketAddr,
@@ -121,6 +124,7 @@ fn push_args(
         bulk_after: duration(&net.bulk_after)?,
         bulk_quiet: duration(&net.bulk_quiet)?,
         report: args.report.clone(),
+        report_html: args.report_html.clone(),
         urgent: spec.launch.urgent.clone(),
         heartbeat: Duration::from_secs(1),
         deadline: Duration::from_secs(5),
@@ -239,6 +243,7 @@ mod tests {
             nodes: None,
             trust: Vec::new(),
             report: None,
+            report_html: None,
             listen: "0.0.0.0:0".parse().expect("addr"),
             quiet: true,
             job_id: None,

@@ -84,6 +84,10 @@ pub struct PushArgs {
     /// Also write the report as JSON (format documented in node/src/node/report.rs).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Also write the report as an HTML page (what `teesfs report` draws from the JSON):
+    /// the tree by group, arrivals over time, failures in red.
+    #[arg(long, value_name = "FILE")]
+    pub report_html: Option<PathBuf>,
     /// Extra urgent paths (glob over layer paths, e.g. 'bin/*', 'lib/python3*/site.py').
     #[arg(long, value_name = "GLOB")]
     pub urgent: Vec<String>,
@@ -336,6 +340,9 @@ fn write_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
     if let Some(path) = &args.report {
         std::fs::write(path, serde_json::to_vec_pretty(rep)?)
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.report_html {
+        super::report::write_html(path, rep)?;
     }
     Ok(())
 }

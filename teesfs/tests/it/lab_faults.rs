@@ -86,12 +86,11 @@ fn wait_mid_push(lab: &Lab, host: &str) {
 
 /// `(kind, parent, child)` of every failure in the report.
 fn failures(end: &PushEnd) -> Vec<(String, String, String)> {
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
     let mut f: Vec<_> = end
         .report
         .failures
         .iter()
-        .map(|f| (s(&f["kind"]), s(&f["parent"]), s(&f["child"])))
+        .map(|f| (f.kind.clone(), f.parent.clone(), f.child.clone()))
         .collect();
     f.sort();
     f

@@ -24,6 +24,7 @@ mod local_state;
 mod metrics;
 mod packaging;
 mod record_job;
+mod report;
 mod roundtrip;
 mod run;
 mod security;

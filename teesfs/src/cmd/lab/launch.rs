@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use lab::Lab;
 use lab::launch::{Launch, Method};
-use lab::report::{Marks, svg};
 
 use super::ShapeArgs;
 
@@ -189,7 +188,7 @@ pub fn launch(
     }
     text.push_str(&lab::launch::table(&rep));
     print!("{text}");
-    write_report(lab, &rep, &text, report, title)?;
+    write_report(&rep, &text, report, title)?;
     let failed: usize = rep.outcomes.iter().map(|o| o.nodes - o.ok).sum();
     if failed > 0 {
         bail!("the application failed {failed} time(s); see the table above");
@@ -198,7 +197,6 @@ pub fn launch(
 }
 
 fn write_report(
-    lab: &Lab,
     rep: &lab::launch::Report,
     text: &str,
     report: &Path,
@@ -217,18 +215,15 @@ fn write_report(
     for x in run.apps.iter().filter(|x| !x.ok) {
         println!("  urgent-first FAILED on {}: {}", x.host, x.output);
     }
-    let marks = Marks {
-        label: "application finished starting".into(),
-        at: run
-            .apps
-            .iter()
-            .map(|x| (x.host.clone(), x.done_s))
-            .collect(),
-    };
-    let picture = svg(
-        lab.layout(),
+    // The application has started on a node when its command finished starting.
+    let started: Vec<(String, f64)> = run
+        .apps
+        .iter()
+        .map(|x| (x.host.clone(), x.done_s))
+        .collect();
+    let picture = lab::report::svg(
         &run.push.report,
-        &marks,
+        &started,
         &format!("{title}: urgent-first tree and per-node timeline"),
     );
     let svg_path = report.with_extension("svg");

@@ -1,0 +1,94 @@
+//! The push report ([`crate::node::report::PushReport`]) drawn for a person: an SVG picture
+//! and an HTML page around it, as `teesfs report`, `teesfs push --report-html` and the lab's
+//! launch reports write them.
+//!
+//! The picture has a summary header (job, index, nodes, sizes, completion times), the tree by
+//! group (every node for small jobs; for large ones a map of groups coloured by arrival),
+//! the curve of nodes holding the urgent set and the whole layer over time, and a timeline
+//! (a row per node, or min/median/max bars per group or run of groups). Failed edges are red
+//! and nothing else is. The page adds tables: failures, groups with their uplink bytes,
+//! edges with their bytes, and (small jobs) nodes.
+//!
+//! Everything here is a pure function of the report: no I/O, no clock. It must not grow a
+//! second copy of the report's format; it reads the one in `node::report`.
+
+mod draw;
+mod model;
+mod page;
+
+pub use draw::svg;
+pub use model::{DETAIL_MAX_NODES, MAX_ROWS};
+pub use page::html;
+
+use crate::node::report::PushReport;
+
+/// A byte count for people: `16.0 MiB`.
+pub fn human_bytes(b: u64) -> String {
+    bytesize::ByteSize::b(b).display().iec().to_string()
+}
+
+/// Seconds for people: `0.42 s`, `12.3 s`, `4 min 05 s`, `2 h 03 min`.
+pub fn human_secs(s: f64) -> String {
+    if !s.is_finite() || s < 0.0 {
+        return "?".to_string();
+    }
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else if s < 60.0 {
+        format!("{s:.1} s")
+    } else if s < 3600.0 {
+        let whole = s.round() as u64;
+        format!("{} min {:02} s", whole / 60, whole % 60)
+    } else {
+        let min = (s / 60.0).round() as u64;
+        format!("{} h {:02} min", min / 60, min % 60)
+    }
+}
+
+/// `human_secs`, or `never` for a time that was not reached.
+pub fn human_when(s: Option<f64>) -> String {
+    s.map_or_else(|| "never".to_string(), human_secs)
+}
+
+/// The default title: the job and its strategy.
+pub fn title(rep: &PushReport) -> String {
+    format!("teesfs push of job {} ({})", rep.job, rep.strategy)
+}
+
+/// Plotters' errors carry their backend's error type: kept as text.
+fn draw_err<E: std::fmt::Debug>(e: E) -> crate::Error {
+    crate::Error::Draw {
+        detail: format!("{e:?}"),
+    }
+}
+
+/// `&`, `<`, `>` and quotes escaped for HTML text and attributes.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_times_read_like_a_person_would_write_them() {
+        assert_eq!(human_bytes(16 << 20), "16.0 MiB");
+        assert_eq!(human_secs(0.4234), "0.42 s");
+        assert_eq!(human_secs(12.34), "12.3 s");
+        assert_eq!(human_secs(245.0), "4 min 05 s");
+        assert_eq!(human_secs(7380.0), "2 h 03 min");
+        assert_eq!(human_when(None), "never");
+        assert_eq!(esc("a<b & \"c\">"), "a&lt;b &amp; &quot;c&quot;&gt;");
+    }
+}

@@ -1,0 +1,85 @@
+//! `teesfs report`: draw a push report (the JSON of `teesfs push --report` or `teesfs
+//! prefetch --report`) as an HTML page or a bare SVG. The drawing is `teesfs::report`; this
+//! reads, picks the output and writes.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use teesfs::node::report::PushReport;
+
+/// Arguments of `teesfs report`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Draw a push report as an HTML page (or with --svg a bare SVG picture).
+
+The report is the JSON that `teesfs push --report FILE` and `teesfs prefetch --report FILE` \
+write (the Slurm prolog keeps one per job in /var/log/teesfs). The page shows the job, its \
+index, node count, sizes and completion times; the tree by group with failed edges in red; \
+how many nodes held the urgent set and the whole layer over time; a timeline (a row per node \
+up to 128 nodes, above that min/median/max bars per group); and tables of failures, bytes per \
+group uplink and per edge. It opens in any browser, without network access.",
+    after_help = "Examples:
+  teesfs push --store /srv/teesfs --index 3fa2 --nodes 'cn[01-32]' --report push.json
+  teesfs report push.json -o push.html          # then open push.html in a browser
+  teesfs report push.json --svg -o push.svg     # the picture alone
+  teesfs report /var/log/teesfs/job-4242.json   # writes /var/log/teesfs/job-4242.html"
+)]
+pub struct ReportArgs {
+    /// The push report (JSON) to draw.
+    #[arg(value_name = "REPORT.json")]
+    input: PathBuf,
+    /// Where to write the page (default: the report's path with .html, or .svg with --svg);
+    /// `-` writes to standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Write the SVG picture alone instead of the HTML page.
+    #[arg(long)]
+    svg: bool,
+    /// The title (default: "teesfs push of job <job> (<strategy>)").
+    #[arg(long)]
+    title: Option<String>,
+}
+
+/// Runs `teesfs report`.
+pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let rep = load(&args.input)?;
+    let title = args.title.unwrap_or_else(|| teesfs::report::title(&rep));
+    let text = if args.svg {
+        teesfs::report::svg(&rep, &title)?
+    } else {
+        teesfs::report::html(&rep, &title)?
+    };
+    let out = args.output.unwrap_or_else(|| {
+        args.input
+            .with_extension(if args.svg { "svg" } else { "html" })
+    });
+    if out.as_os_str() == "-" {
+        print!("{text}");
+        return Ok(());
+    }
+    write(&out, &text)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Reads a push report, saying what to do when the file is not one.
+pub fn load(path: &Path) -> anyhow::Result<PushReport> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| {
+        format!(
+            "{} is not a push report (the JSON `teesfs push --report FILE` or `teesfs prefetch \
+             --report FILE` writes)",
+            path.display()
+        )
+    })
+}
+
+/// Writes the HTML page of `rep` to `path` (`--report-html` of push and prefetch).
+pub fn write_html(path: &Path, rep: &PushReport) -> anyhow::Result<()> {
+    let page = teesfs::report::html(rep, &teesfs::report::title(rep))?;
+    write(path, &page)
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
