@@ -550,7 +550,7 @@ fn daemon(f: &Facts) -> Check {
                 _ => "no daemon answers: its control socket does not exist".into(),
             },
             Some(
-                "systemctl enable --now teesfs (see `journalctl -u teesfs` if it does not stay up)"
+                "systemctl enable --now teesfs-daemon (see `journalctl -u teesfs-daemon` if it does not stay up)"
                     .into(),
             ),
         ),
