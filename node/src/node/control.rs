@@ -3,11 +3,13 @@
 //!
 //! Requests: `status` (the daemon and every job), `status <job id>` (one job), `stop <job id>`
 //! or `release <job id>` (leave the job on this node: unmount it and stop relaying it),
-//! `record <job id>` (the files the job used while it started, as a [`JobRecord`]). The
-//! socket is open to every local user; the daemon learns the caller's uid from the kernel
-//! (`SO_PEERCRED`) and [`authorize`] decides: root may do anything, another user only
-//! per-job requests about jobs it owns. A job's owner is the uid that started it; until the
-//! job's start message carries it, jobs have no owner and only root may touch them.
+//! `record <job id>` (the files the job used while it started, as a [`JobRecord`]). Job ids
+//! on the wire are 16 hex digits (`JobId`'s display form). The socket is open to every local
+//! user; the daemon learns the caller's uid from the kernel (`SO_PEERCRED`) and [`authorize`]
+//! decides: root may do anything, another user only per-job requests about jobs it owns,
+//! and its `status` lists only those jobs ([`sees`]). A job's owner is the uid the push named
+//! (`push --owner`, the Slurm prolog's `$SLURM_JOB_UID`), carried by the job's start message;
+//! a job without one is root's alone.
 //!
 //! Parsing and the decision are pure; the daemon does the I/O.
 
@@ -51,11 +53,6 @@ pub enum ControlError {
     /// A request line that is not UTF-8.
     #[error("request is not text")]
     NotText,
-    /// A non-root user asked for every job.
-    #[error(
-        "permission denied: only root may list every job (uid {0}); ask about your own job with `status JOB`"
-    )]
-    ListDenied(u32),
     /// Root named a job this node does not run.
     #[error("no job {0} on this node")]
     NoJob(JobId),
@@ -214,10 +211,17 @@ pub fn authorize(uid: u32, request: Request, owner: JobOwner) -> Result<(), Cont
         };
     }
     match (request.job(), owner) {
-        (None, _) => Err(ControlError::ListDenied(uid)),
+        // Answered with the caller's own jobs only (see [`sees`]).
+        (None, _) => Ok(()),
         (Some(_), JobOwner::Owned(Some(o))) if o == uid => Ok(()),
         (Some(job), _) => Err(ControlError::NotYours { job, uid }),
     }
+}
+
+/// Whether a `status` of the local user `uid` lists a job owned by `owner`: root sees every
+/// job, another user the jobs it owns.
+pub fn sees(uid: u32, owner: Option<u32>) -> bool {
+    uid == 0 || owner == Some(uid)
 }
 
 /// Who holds control connections: a user gets at most [`MAX_PER_UID`], all users together
@@ -375,7 +379,12 @@ mod tests {
     #[test]
     fn other_users_reach_only_their_own_jobs() {
         let me = 1000;
-        assert!(authorize(me, Request::Status, JobOwner::Unknown).is_err());
+        // `status` is answered, with the caller's own jobs only.
+        assert_eq!(authorize(me, Request::Status, JobOwner::Unknown), Ok(()));
+        assert!(sees(me, Some(me)));
+        assert!(!sees(me, Some(1001)));
+        assert!(!sees(me, None), "an ownerless job is root's");
+        assert!(sees(0, None) && sees(0, Some(me)));
         for req in [Request::Job(J), Request::Stop(J), Request::Record(J)] {
             assert_eq!(authorize(me, req, JobOwner::Owned(Some(me))), Ok(()));
             let theirs = authorize(me, req, JobOwner::Owned(Some(1001))).expect_err("other's");

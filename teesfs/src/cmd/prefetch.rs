@@ -34,10 +34,10 @@ pub struct PrefetchArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
-    /// Use this number as the job id (the Slurm prolog passes $SLURM_JOB_ID); see
-    /// `teesfs push --help`.
-    #[arg(long, value_name = "N")]
-    job_id: Option<u64>,
+    /// The job id: the Slurm job id in decimal (the Slurm prolog passes $SLURM_JOB_ID);
+    /// see `teesfs push --help`. (--job-id is the old name.)
+    #[arg(long = "job", visible_alias = "job-id", value_name = "ID")]
+    job_id: Option<peertree::relay::JobId>,
     /// The user the job belongs to on the nodes (the Slurm prolog passes $SLURM_JOB_UID);
     /// see `teesfs push --help`.
     #[arg(long, value_name = "UID")]

@@ -106,11 +106,12 @@ pub struct PushArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Use this number as the job id (e.g. $SLURM_JOB_ID, as the Slurm prolog does), so
-    /// nodes mount the layer at /run/teesfs/jobs/<id as 16 hex digits>, where `teesfs run`
-    /// and `teesfs release` find it from $SLURM_JOB_ID. Default: a fresh random id.
-    #[arg(long, value_name = "N")]
-    pub job_id: Option<u64>,
+    /// The job id: the Slurm job id in decimal (e.g. $SLURM_JOB_ID, as the Slurm prolog
+    /// passes it; also 16 hex digits or hex with 0x), so nodes mount the layer at
+    /// /run/teesfs/jobs/<id as 16 hex digits>, where `teesfs run`, `status` and `release`
+    /// find it from $SLURM_JOB_ID. Default: a fresh random id. (--job-id is the old name.)
+    #[arg(long = "job", visible_alias = "job-id", value_name = "ID")]
+    pub job_id: Option<JobId>,
     /// The user the job belongs to on the nodes (a uid, e.g. $SLURM_JOB_UID in the Slurm
     /// prolog): only they (and root) may enter its mount, query or stop it. Default: you,
     /// unless you are root (then root only).
@@ -126,7 +127,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             .context("nodes would refuse it")?;
     let (_nodes, topology, mut plan) = args.job.plan()?;
     let job = match args.job_id {
-        Some(id) => JobId(id),
+        Some(id) => id,
         None => teesfs::node::fresh_job_id(&index_id.0),
     };
     let serving = handover::serving().is_some();

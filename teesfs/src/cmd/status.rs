@@ -1,18 +1,30 @@
 //! `teesfs status`: ask a running daemon what it holds and does, or stop one job on it.
 //!
 //! Every local user may ask; the daemon answers root about everything and other users only
-//! about the jobs they own (see `teesfs::node::control`).
+//! about the jobs they own: their `status` lists their own jobs (see
+//! `teesfs::node::control`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use peertree::relay::JobId;
+
+use teesfs::node::control::Request;
 
 use super::util;
 
 /// Arguments of `teesfs status`.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  teesfs status                      # every job (root), your own jobs (other users)
+  teesfs status --job 1234           # Slurm job 1234 (in a job: the default)
+  teesfs status --job 1234 --stop    # end it on this node, as `teesfs release` does
+
+Root sees every job; another user sees the jobs pushed for them (`push --owner UID`, the Slurm
+prolog's $SLURM_JOB_UID) and nothing of other users' jobs.")]
 pub struct StatusArgs {
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/teesfs/daemon.sock")]
@@ -20,12 +32,16 @@ pub struct StatusArgs {
     /// Print the raw JSON.
     #[arg(long)]
     json: bool,
-    /// Only this job (its 16-hex-digit id). Needed by users other than root, who may see only
-    /// the jobs they own.
-    #[arg(long, value_name = "ID")]
-    job: Option<String>,
-    /// Stop the job given with --job on this node: unmount it and stop relaying it.
-    #[arg(long, requires = "job")]
+    /// Only this job: the Slurm job id in decimal (e.g. 1234), the 16 hex digits this
+    /// command shows, or hex with 0x. Default: $TEESFS_JOB, else $SLURM_JOB_ID (inside a
+    /// Slurm job, its own job), else every job you may see.
+    #[arg(long, value_name = "ID", conflicts_with = "all")]
+    job: Option<JobId>,
+    /// Every job you may see, even inside a Slurm job (ignore $SLURM_JOB_ID).
+    #[arg(long)]
+    all: bool,
+    /// Stop the job (--job or $SLURM_JOB_ID) on this node: unmount it and stop relaying it.
+    #[arg(long, conflicts_with = "all")]
     stop: bool,
 }
 
@@ -55,12 +71,20 @@ pub fn ask(control: &Path, request: &str) -> anyhow::Result<String> {
 
 /// Runs `teesfs status`.
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let request = match (&args.job, args.stop) {
-        (Some(job), true) => format!("stop {job}"),
-        (Some(job), false) => format!("status {job}"),
-        (None, _) => "status".to_owned(),
+    let job = match (args.job, args.all) {
+        (Some(j), _) => Some(j),
+        (None, true) => None,
+        (None, false) => util::job_from_env()?,
     };
-    let line = ask(&args.control, &request)?;
+    let request = match (job, args.stop) {
+        (Some(job), true) => Request::Stop(job),
+        (Some(job), false) => Request::Job(job),
+        (None, true) => anyhow::bail!(
+            "which job to stop? pass --job ID (`teesfs status` lists the jobs you may see)"
+        ),
+        (None, false) => Request::Status,
+    };
+    let line = ask(&args.control, &request.to_string())?;
     let v: serde_json::Value = serde_json::from_str(&line).context("daemon reply is not JSON")?;
     if args.json {
         print!("{line}");
@@ -70,7 +94,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         println!("stopped job {job}");
         return Ok(());
     }
-    if args.job.is_some() {
+    if job.is_some() {
         print_job(&v);
         return Ok(());
     }
@@ -142,10 +166,11 @@ fn print_job(j: &serde_json::Value) {
 /// Arguments of `teesfs release`.
 #[derive(Debug, clap::Args)]
 pub struct ReleaseArgs {
-    /// The job to end on this node, its 16-hex-digit id (default: the job pushed for
-    /// $SLURM_JOB_ID, as the Slurm epilog uses it).
+    /// The job to end on this node: the Slurm job id in decimal (e.g. 1234), its 16 hex
+    /// digits as `teesfs status` shows them, or hex with 0x. Default: $TEESFS_JOB, else
+    /// $SLURM_JOB_ID (as the Slurm epilog runs it).
     #[arg(long, value_name = "ID")]
-    job: Option<String>,
+    job: Option<JobId>,
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/teesfs/daemon.sock")]
     control: PathBuf,
@@ -156,18 +181,15 @@ pub struct ReleaseArgs {
 pub fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     let job = match args.job {
         Some(j) => j,
-        None => match std::env::var("SLURM_JOB_ID")
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-        {
-            Some(n) => format!("{n:016x}"),
-            None => anyhow::bail!("which job? pass --job ID (`teesfs status` lists them)"),
-        },
+        None => util::job_from_env()?.context(
+            "which job? pass --job ID or set $SLURM_JOB_ID (`teesfs status` lists the jobs)",
+        )?,
     };
     run(StatusArgs {
         control: args.control,
         json: false,
         job: Some(job),
+        all: false,
         stop: true,
     })
 }

@@ -240,3 +240,22 @@ mod tests {
         assert!(parse_strategy("fastest").is_err());
     }
 }
+
+/// The job the environment names: `$TEESFS_JOB`, else `$SLURM_JOB_ID` (set in a Slurm job's
+/// steps, prolog and epilog, and pushed as that number by the prolog). Either is read as
+/// `--job` is (`peertree::relay::JobId`'s `FromStr`); one that is set but is not a job id is an error, not
+/// ignored, so a typo does not silently pick another job.
+pub fn job_from_env() -> anyhow::Result<Option<peertree::relay::JobId>> {
+    for var in ["TEESFS_JOB", "SLURM_JOB_ID"] {
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => {
+                return v
+                    .parse()
+                    .map(Some)
+                    .with_context(|| format!("${var} (unset it or pass --job)"));
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}

@@ -313,11 +313,17 @@ impl Daemon {
         }
     }
 
-    /// The current state.
+    /// The current state, with every job.
     pub fn status(&self) -> Status {
+        self.status_of(0)
+    }
+
+    /// The current state as the local user `uid` may see it: the daemon, and the jobs
+    /// [`super::control::sees`] lets it see (root: all).
+    pub fn status_of(&self, uid: u32) -> Status {
         let jobs = lock(&self.jobs)
             .values()
-            .filter(|j| !j.probe)
+            .filter(|j| !j.probe && super::control::sees(uid, j.owner))
             .map(|j| job_status(j))
             .collect();
         Status {
