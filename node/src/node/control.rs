@@ -191,6 +191,61 @@ impl From<LayerPath> for PathText {
     }
 }
 
+/// The version of [`Status`] and [`JobStatus`]: raised when a field changes meaning or goes
+/// away; fields are only ever added within one version.
+pub const STATUS_VERSION: u32 = 1;
+
+/// The daemon's state, the answer to `status` on the control socket and what
+/// `teesfs status --format json` prints: the daemon and the jobs the caller may see.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Status {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// Host name.
+    pub host: String,
+    /// Listening address.
+    pub listen: String,
+    /// Bytes in the chunk store.
+    pub store_bytes: u64,
+    /// Chunks in the chunk store.
+    pub store_chunks: usize,
+    /// The store's budget.
+    pub store_budget: u64,
+    /// Jobs.
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One job in [`Status`], and the answer to `status JOB`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobStatus {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// Job id (16 hex digits; a Slurm job's id is its number).
+    pub job: String,
+    /// Index id.
+    pub index: String,
+    /// Parent host (empty while re-attaching).
+    pub parent: String,
+    /// Children hosts.
+    pub children: Vec<String>,
+    /// Chunks held / in the layer.
+    pub have: usize,
+    /// Chunks in the layer.
+    pub chunks: usize,
+    /// Seconds after the job arrived when this node held the urgent set.
+    pub urgent_s: Option<f64>,
+    /// Seconds after the job arrived when this node held everything.
+    pub all_s: Option<f64>,
+    /// Where the layer is mounted.
+    pub mountpoint: String,
+    /// Whether the root declared the push finished.
+    pub finished: bool,
+    /// The uid that owns the job (may query and stop it besides root), if known.
+    pub owner: Option<u32>,
+    /// Traffic counters.
+    pub counters: crate::node::job::JobCounters,
+}
+
 /// What the daemon knows about a job named in a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobOwner {

@@ -25,9 +25,13 @@ pub struct PrefetchArgs {
     /// Trusted publisher key(s) (see `teesfs verify --help`).
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
-    /// Also write the push report as JSON.
+    /// Also write the push report as JSON to FILE (the document of --format json).
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// What to print on stdout: `text`, or `json`: the push report (see `teesfs push
+    /// --help`; teesfs::node::report::PushReport). Progress and notes go to stderr.
+    #[arg(long, value_enum, default_value_t = super::util::Format::Text)]
+    format: super::util::Format,
     /// Where the root listens.
     #[arg(long, default_value = "0.0.0.0:0")]
     listen: std::net::SocketAddr,
@@ -121,6 +125,7 @@ fn push_args(
         bulk_after: duration(&net.bulk_after)?,
         bulk_quiet: duration(&net.bulk_quiet)?,
         report: args.report.clone(),
+        format: args.format,
         urgent: spec.launch.urgent.clone(),
         heartbeat: Duration::from_secs(1),
         deadline: Duration::from_secs(5),
@@ -239,6 +244,7 @@ mod tests {
             nodes: None,
             trust: Vec::new(),
             report: None,
+            format: super::util::Format::Text,
             listen: "0.0.0.0:0".parse().expect("addr"),
             quiet: true,
             job_id: None,

@@ -81,9 +81,18 @@ pub struct PushArgs {
         value_parser = humantime::parse_duration
     )]
     pub bulk_quiet: Option<Duration>,
-    /// Also write the report as JSON (format documented in node/src/node/report.rs).
+    /// Also write the report as JSON to FILE (the document of --format json).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// What to print on stdout: `text`, or `json`: the report, `{"version": 1, "job",
+    /// "index", "strategy", "root", "nodes", "urgent_chunks", "chunks", "urgent_bytes",
+    /// "total_bytes", "streamed_bytes", "urgent_complete_s", "all_complete_s", "per_node":
+    /// [{"host", "parent", "urgent_s", "all_s"}], "edges": [{"parent", "child", "bytes"}],
+    /// "uplinks": [{"group", "proxy", "in_bytes", "out_bytes"}], "failures": [{"kind",
+    /// "parent", "child", "at_s", "reason"}]}` (times in seconds since the push started;
+    /// teesfs::node::report::PushReport). Progress and notes go to stderr.
+    #[arg(long, value_enum, default_value_t = util::Format::Text)]
+    pub format: util::Format,
     /// Extra urgent paths (glob over layer paths, e.g. 'bin/*', 'lib/python3*/site.py').
     #[arg(long, value_name = "GLOB")]
     pub urgent: Vec<String>,
@@ -226,7 +235,7 @@ fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> 
     if serving {
         Handover::Done(rep.clone()).emit();
     } else {
-        print_report(rep);
+        show_report(args, rep)?;
     }
     write_report(args, rep)?;
     if timed_out {
@@ -314,10 +323,10 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let first = first?;
     let rep = first.report();
-    print_report(rep);
+    show_report(args, rep)?;
     write_report(args, rep)?;
     if let Handover::Urgent(_) = first {
-        println!(
+        eprintln!(
             "the rest of the layer keeps streaming in the background (pid {}, log {}, \
              removed when it completes); nodes fetch anything they need first on demand",
             bg.pid(),
@@ -395,6 +404,15 @@ fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> 
         );
     }
     Ok(Some(b.build()?))
+}
+
+/// Prints the report on stdout as `--format` asks.
+fn show_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
+    match args.format {
+        util::Format::Text => print_report(rep),
+        util::Format::Json => util::print_json(rep)?,
+    }
+    Ok(())
 }
 
 fn print_report(r: &PushReport) {

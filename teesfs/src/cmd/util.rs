@@ -259,3 +259,23 @@ pub fn job_from_env() -> anyhow::Result<Option<peertree::relay::JobId>> {
     }
     Ok(None)
 }
+
+/// `--format`: what a command prints on stdout. The JSON documents are versioned (a
+/// `"version": 1` field; fields are only ever added within a version) and typed in the
+/// library (`teesfs::output`, `teesfs::node::control::Status`, `teesfs::node::report`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people; may change between releases: do not parse it.
+    Text,
+    /// One JSON document, for scripts.
+    Json,
+}
+
+/// Prints `doc` as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(doc: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, doc).context("writing JSON to stdout")?;
+    use std::io::Write;
+    writeln!(out).context("writing JSON to stdout")?;
+    Ok(())
+}

@@ -13,6 +13,7 @@ mod daemon_service;
 mod deps;
 mod distribution;
 mod health;
+mod json_output;
 mod lab;
 mod lab_baselines;
 mod lab_faults;
