@@ -14,10 +14,19 @@ use super::push::{PushArgs, Wait};
 
 /// Arguments of `teesfs prefetch`.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  teesfs prefetch manifest.toml                 # inside an allocation: $SLURM_JOB_NODELIST
+  teesfs prefetch manifest.toml --nodes 'cn[01-32]' --job 1234 --owner 4242
+  # the Slurm prolog (slurmctld) does:
+  teesfs prefetch \"$spec\" --nodes \"$SLURM_JOB_NODELIST\" --job \"$SLURM_JOB_ID\" \\
+      --owner \"$SLURM_JOB_UID\"
+
+The job spec's keys are described in manifest.toml(5); flags override it.")]
 pub struct PrefetchArgs {
     /// The job spec, manifest.toml: [layer] store/index, [launch] urgent globs, [nodes]
     /// list/topology/group_size/strategy/width/threshold/login, [network]
-    /// identity/hosts/port/wait/shared_store (documented in manifest/src/jobspec.rs).
+    /// identity/hosts/port/wait/shared_store (see manifest.toml(5)).
     spec: PathBuf,
     /// Override the spec's node list.
     #[arg(long, value_name = "EXPR")]

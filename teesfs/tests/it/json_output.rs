@@ -105,9 +105,16 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
         .find(|e| e.path == "a/small.txt")
         .expect("a/small.txt listed");
     // make_tree hard-links it, so either entry may be the link.
-    assert!(matches!(small.kind.as_str(), "file" | "hardlink"), "{small:?}");
+    assert!(
+        matches!(small.kind.as_str(), "file" | "hardlink"),
+        "{small:?}"
+    );
     assert_eq!(small.size, 13);
-    assert!(one.entries.iter().any(|e| e.kind == "dir" && e.path == "a/b/c"));
+    assert!(
+        one.entries
+            .iter()
+            .any(|e| e.kind == "dir" && e.path == "a/b/c")
+    );
     assert_eq!(small.urgent, Some(1));
     let link = one
         .entries

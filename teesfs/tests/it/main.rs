@@ -13,6 +13,7 @@ mod daemon_service;
 mod deps;
 mod distribution;
 mod health;
+mod help;
 mod json_output;
 mod lab;
 mod lab_baselines;
