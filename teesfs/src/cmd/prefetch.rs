@@ -253,7 +253,7 @@ mod tests {
             nodes: None,
             trust: Vec::new(),
             report: None,
-            format: super::util::Format::Text,
+            format: crate::cmd::util::Format::Text,
             listen: "0.0.0.0:0".parse().expect("addr"),
             quiet: true,
             job_id: None,
