@@ -104,7 +104,10 @@ push() { # run nodes extra...
         --trust "$work/pub.pub" "$@"
 }
 
-publish() { "$BIN" publish "$1" --store "$work/store" --key "$work/pub.key" --quiet | awk '/^index/ {print $2}'; }
+publish() {
+    "$BIN" publish "$1" --store "$work/store" --key "$work/pub.key" --quiet --format json |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])'
+}
 
 json() { python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print($2)" "$1"; }
 

@@ -90,7 +90,10 @@ unmount_layer() {
     [ "${KEEP_LOG:-}" = 1 ] && cat "$work/mount.log" >&2
     return 0
 }
-publish_id() { "$BIN" publish "$1" --store "$store" --quiet | awk '/^index/ { print $2 }'; }
+publish_id() {
+    "$BIN" publish "$1" --store "$store" --quiet --format json |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])'
+}
 
 table=()
 row() { table+=("$(printf '| %-44s | %10s | %12s | %8s | %-30s |' "$@")"); }

@@ -25,8 +25,10 @@ echo "== teesfs keygen"
 echo; echo "== teesfs publish $layer"
 "$bin" publish "$layer" --store "$work/store"
 echo; echo "== republish: nothing new is written"
-"$bin" publish "$layer" --store "$work/store" --quiet | sed -n '1p;4p'
-id=$("$bin" inspect --store "$work/store" | awk 'NR==2{print $1}')
+# --format json is the output meant for scripts (the text may change between releases).
+read -r id new < <("$bin" publish "$layer" --store "$work/store" --quiet --format json |
+    python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["index"], d["new_chunks"])')
+echo "index $id: $new new chunks"
 echo; echo "== teesfs verify"
 "$bin" verify --store "$work/store" --index "$id"
 mkdir -p "$mnt"

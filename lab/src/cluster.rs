@@ -374,13 +374,14 @@ impl Lab {
             "--key",
             &self.path_str("publisher.key"),
             "--quiet",
+            "--format",
+            "json",
         ])?;
-        out.lines()
-            .find_map(|l| l.strip_prefix("index "))
-            .map(|s| s.trim().to_string())
-            .ok_or_else(|| LabError::Parse {
-                what: "teesfs publish output".into(),
-                detail: out.clone(),
+        serde_json::from_str::<teesfs::output::PublishDoc>(&out)
+            .map(|doc| doc.index)
+            .map_err(|e| LabError::Parse {
+                what: "teesfs publish --format json".into(),
+                detail: format!("{e}: {out}"),
             })
     }
 

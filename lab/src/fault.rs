@@ -137,11 +137,17 @@ impl Lab {
         sh::ip_in(&self.layout().switch_netns, &["link", "set", &port, "up"]).map(drop)
     }
 
-    /// `teesfs status --json` of `host`'s daemon.
-    pub fn status(&self, host: &str) -> Result<serde_json::Value> {
+    /// `teesfs status --format json` of `host`'s daemon.
+    pub fn status(&self, host: &str) -> Result<teesfs::node::control::Status> {
         let sock = self.work().join(host).join("sock");
-        let out =
-            self.run_teesfs(&["status", "--json", "--control", &sock.display().to_string()])?;
+        let out = self.run_teesfs(&[
+            "status",
+            "--all",
+            "--format",
+            "json",
+            "--control",
+            &sock.display().to_string(),
+        ])?;
         serde_json::from_str(&out).map_err(|e| LabError::Parse {
             what: format!("status of {host}"),
             detail: e.to_string(),

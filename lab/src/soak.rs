@@ -133,8 +133,8 @@ pub fn resources(lab: &Lab) -> Result<Resources> {
             .map(|d| d.count() as u64)
             .unwrap_or(0);
         let st = lab.status(&node.host)?;
-        r.store_bytes += st["store_bytes"].as_u64().unwrap_or(0);
-        r.jobs += st["jobs"].as_array().map_or(0, |j| j.len() as u64);
+        r.store_bytes += st.store_bytes;
+        r.jobs += st.jobs.len() as u64;
         r.fuse_mounts += lab.fuse_mounts(&node.host)?.len() as u64;
     }
     let prefix = format!("{}-", lab.layout().prefix);
@@ -270,7 +270,7 @@ pub fn run(
         loop {
             check_interrupt()?;
             let st = lab.status(&spec.kill_proxy)?;
-            if st["jobs"].as_array().is_some_and(|j| !j.is_empty()) {
+            if !st.jobs.is_empty() {
                 break;
             }
             if Instant::now() > deadline {

@@ -5,6 +5,7 @@
 //! - [`net`]: QUIC transport with mutual TLS between cluster nodes.
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
 //! - [`report`]: the push report drawn as SVG and HTML (`teesfs report`), pure functions.
+//! - [`output`]: the JSON documents of the store commands (`--format json`).
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
 //! - [`sys`]: what the kernel reports (the mount table), parsed in one place.
@@ -16,6 +17,7 @@ pub mod fs;
 pub mod net;
 pub mod node;
 pub mod report;
+pub mod output;
 pub mod runenv;
 pub mod site;
 pub mod source;

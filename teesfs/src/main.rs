@@ -15,8 +15,12 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 /// teesfs.toml.local; $TEESFS_SITE_CONFIG names another), gives the defaults of `plan`,
 /// `push`, `health`, `prefetch`, `daemon` and the store commands; a flag overrides it for
 /// one run. See teesfs.toml(5).
+///
+/// `sim` and `lab` (in builds with the `lab` feature) are development tools: a simulator and
+/// an emulated cluster on one machine (docs/sim.md, docs/lab.md), not for production nodes.
+// `about` comes from this doc comment, not Cargo's description (a bare `about` would take it).
 #[derive(Debug, Parser)]
-#[command(name = "teesfs", version, about, long_about, args_override_self = true)]
+#[command(name = "teesfs", version, args_override_self = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -48,6 +52,7 @@ enum Command {
     /// Run a command in the execution environment: the job's layer over "/", private writes.
     Run(cmd::run::RunArgs),
     /// Run the node daemon: receive jobs, mount them, relay to children.
+    #[command(after_long_help = DAEMON_EXAMPLES)]
     Daemon(cmd::daemon::DaemonArgs),
     /// Show what a running daemon holds and does.
     Status(cmd::status::StatusArgs),
@@ -58,10 +63,11 @@ enum Command {
     Doctor(cmd::doctor::DoctorArgs),
     /// Probe the job's tree: every edge's round trip, and where it stalls.
     Health(Box<cmd::health::HealthArgs>),
-    /// Simulate deployments at scale with the shipping relay state machine.
+    /// [development] Simulate deployments at scale with the shipping relay state machine.
     #[cfg(feature = "lab")]
     Sim(cmd::sim::SimArgs),
-    /// An emulated cluster on this machine: namespaces, shaped links, real daemons.
+    /// [development] An emulated cluster on this machine: namespaces, shaped links, real
+    /// daemons.
     #[cfg(feature = "lab")]
     Lab(cmd::lab::LabArgs),
     /// Write man pages and shell completions (used by packaging).
@@ -80,6 +86,126 @@ struct GenerateArgs {
     completions: std::path::PathBuf,
 }
 
+/// Examples of `teesfs daemon` (its arguments' module belongs to the daemon's owners).
+const DAEMON_EXAMPLES: &str = "\
+Examples:
+  systemctl enable --now teesfs-daemon       # as packaged: /etc/teesfs/teesfs.toml [daemon]
+  teesfs daemon --identity /etc/teesfs/tls --store-budget 8GiB
+  teesfs daemon --no-mount --listen 0.0.0.0:7878   # a relay-only node (a borrowed proxy)
+
+The daemon listens for peers on --listen, mounts each job at /run/teesfs/jobs/<job id as 16
+hex digits> and answers `teesfs status` and `teesfs release` on its control socket
+(/run/teesfs/daemon.sock). SIGHUP reloads the trusted keys and the revocation list.";
+
+/// The FILES section of every man page (roff).
+const MAN_FILES: &str = r#".SH FILES
+.TP
+\fB/etc/teesfs/teesfs.toml\fR, \fB/etc/teesfs/teesfs.d/*.toml\fR, \fB/etc/teesfs/teesfs.toml.local\fR
+The site configuration: defaults of plan, push, health, prefetch, daemon and the store commands; see \fBteesfs.toml\fR(5).
+.TP
+\fBmanifest.toml\fR
+A job spec, read by \fBteesfs prefetch\fR; see \fBmanifest.toml\fR(5).
+.TP
+\fB~/.config/teesfs/publisher.key\fR, \fBpublisher.pub\fR
+The publisher's signing key pair (\fBteesfs keygen\fR).
+.TP
+\fB~/.config/teesfs/trusted/\fR, \fB/etc/teesfs/trusted/\fR
+Trusted publisher keys (*.pub).
+.TP
+\fB/run/teesfs/daemon.sock\fR
+The node daemon's control socket (\fBteesfs status\fR, \fBteesfs release\fR).
+.TP
+\fB/run/teesfs/jobs/\fR\fIJOB\fR
+Where the daemon mounts a job's layer (\fIJOB\fR: its id as 16 hex digits).
+"#;
+
+/// The ENVIRONMENT section of every man page (roff).
+const MAN_ENVIRONMENT: &str = r#".SH ENVIRONMENT
+.TP
+\fBTEESFS_LOG\fR
+Log filter for stderr (e.g. debug, teesfs=trace); default warn.
+.TP
+\fBTEESFS_SITE_CONFIG\fR
+Another site configuration file instead of /etc/teesfs/teesfs.toml.
+.TP
+\fBTEESFS_CONFIG\fR
+The user's configuration directory instead of ~/.config/teesfs (keys, trusted keys).
+.TP
+\fBTEESFS_JOB\fR, \fBSLURM_JOB_ID\fR
+The default job of run, status, release and record \-\-from\-job, in this order.
+.TP
+\fBSLURM_JOB_NODELIST\fR
+The default \-\-nodes of plan, push, health and prefetch.
+.TP
+\fBJOURNAL_STREAM\fR
+Set by systemd: logs go to the journal with structured fields.
+"#;
+
+/// The EXIT STATUS section of every man page (roff).
+const MAN_EXIT_STATUS: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+Success.
+.TP
+\fB1\fR
+The command failed; the reason is on stderr (push, prefetch and health: a node failed or did not answer; verify: something did not verify).
+.TP
+\fB2\fR
+Bad arguments or a bad site configuration.
+.TP
+\fB125\fR
+\fBteesfs run\fR could not set up the environment; otherwise run exits with the command's status, or 128+N when it died of signal N.
+"#;
+
+/// Writes the man page of the built `cmd` (`teesfs.1`, `teesfs-push.1`, ...) and of each of
+/// its visible subcommands: clap_mangen's sections, the command's long after-help as
+/// EXAMPLES, then FILES, ENVIRONMENT and EXIT STATUS.
+fn write_man(cmd: &clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        write_man(sub, dir)?;
+    }
+    let name = cmd.get_display_name().unwrap_or_else(|| cmd.get_name());
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join(format!("{name}.1")))?);
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut out)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut out)?;
+    }
+    if let Some(after) = cmd.get_after_long_help().or_else(|| cmd.get_after_help()) {
+        writeln!(out, ".SH EXAMPLES")?;
+        writeln!(out, ".nf")?;
+        for line in after.to_string().lines() {
+            writeln!(out, "{}", roff_line(line))?;
+        }
+        writeln!(out, ".fi")?;
+    }
+    out.write_all(MAN_FILES.as_bytes())?;
+    out.write_all(MAN_ENVIRONMENT.as_bytes())?;
+    out.write_all(MAN_EXIT_STATUS.as_bytes())?;
+    if cmd.get_version().is_some() {
+        man.render_version_section(&mut out)?;
+    }
+    out.flush()
+}
+
+/// One line of literal text for roff: backslashes escaped, and a leading `.` or `'` (which
+/// roff would read as a request) protected.
+fn roff_line(line: &str) -> String {
+    let escaped = line.replace('\\', "\\e");
+    if escaped.starts_with('.') || escaped.starts_with('\'') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}
+
 /// Writes the man pages and completions generated from the command line definition.
 fn generate_docs(a: GenerateArgs) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -87,10 +213,11 @@ fn generate_docs(a: GenerateArgs) -> anyhow::Result<()> {
     use clap_complete::Shell;
     std::fs::create_dir_all(&a.man).context("creating the man page directory")?;
     std::fs::create_dir_all(&a.completions).context("creating the completions directory")?;
-    let cmd = Cli::command();
-    clap_mangen::generate_to(cmd.clone(), &a.man).context("writing man pages")?;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    write_man(&cmd, &a.man).with_context(|| format!("writing man pages to {}", a.man.display()))?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        clap_complete::generate_to(shell, &mut cmd.clone(), "teesfs", &a.completions)
+        clap_complete::generate_to(shell, &mut Cli::command(), "teesfs", &a.completions)
             .with_context(|| format!("writing {shell} completions"))?;
     }
     Ok(())

@@ -3,11 +3,13 @@
 //!
 //! Requests: `status` (the daemon and every job), `status <job id>` (one job), `stop <job id>`
 //! or `release <job id>` (leave the job on this node: unmount it and stop relaying it),
-//! `record <job id>` (the files the job used while it started, as a [`JobRecord`]). The
-//! socket is open to every local user; the daemon learns the caller's uid from the kernel
-//! (`SO_PEERCRED`) and [`authorize`] decides: root may do anything, another user only
-//! per-job requests about jobs it owns. A job's owner is the uid that started it; until the
-//! job's start message carries it, jobs have no owner and only root may touch them.
+//! `record <job id>` (the files the job used while it started, as a [`JobRecord`]). Job ids
+//! on the wire are 16 hex digits (`JobId`'s display form). The socket is open to every local
+//! user; the daemon learns the caller's uid from the kernel (`SO_PEERCRED`) and [`authorize`]
+//! decides: root may do anything, another user only per-job requests about jobs it owns,
+//! and its `status` lists only those jobs ([`sees`]). A job's owner is the uid the push named
+//! (`push --owner`, the Slurm prolog's `$SLURM_JOB_UID`), carried by the job's start message;
+//! a job without one is root's alone.
 //!
 //! Parsing and the decision are pure; the daemon does the I/O.
 
@@ -51,11 +53,6 @@ pub enum ControlError {
     /// A request line that is not UTF-8.
     #[error("request is not text")]
     NotText,
-    /// A non-root user asked for every job.
-    #[error(
-        "permission denied: only root may list every job (uid {0}); ask about your own job with `status JOB`"
-    )]
-    ListDenied(u32),
     /// Root named a job this node does not run.
     #[error("no job {0} on this node")]
     NoJob(JobId),
@@ -194,6 +191,61 @@ impl From<LayerPath> for PathText {
     }
 }
 
+/// The version of [`Status`] and [`JobStatus`]: raised when a field changes meaning or goes
+/// away; fields are only ever added within one version.
+pub const STATUS_VERSION: u32 = 1;
+
+/// The daemon's state, the answer to `status` on the control socket and what
+/// `teesfs status --format json` prints: the daemon and the jobs the caller may see.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Status {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// Host name.
+    pub host: String,
+    /// Listening address.
+    pub listen: String,
+    /// Bytes in the chunk store.
+    pub store_bytes: u64,
+    /// Chunks in the chunk store.
+    pub store_chunks: usize,
+    /// The store's budget.
+    pub store_budget: u64,
+    /// Jobs.
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One job in [`Status`], and the answer to `status JOB`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobStatus {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// Job id (16 hex digits; a Slurm job's id is its number).
+    pub job: String,
+    /// Index id.
+    pub index: String,
+    /// Parent host (empty while re-attaching).
+    pub parent: String,
+    /// Children hosts.
+    pub children: Vec<String>,
+    /// Chunks held / in the layer.
+    pub have: usize,
+    /// Chunks in the layer.
+    pub chunks: usize,
+    /// Seconds after the job arrived when this node held the urgent set.
+    pub urgent_s: Option<f64>,
+    /// Seconds after the job arrived when this node held everything.
+    pub all_s: Option<f64>,
+    /// Where the layer is mounted.
+    pub mountpoint: String,
+    /// Whether the root declared the push finished.
+    pub finished: bool,
+    /// The uid that owns the job (may query and stop it besides root), if known.
+    pub owner: Option<u32>,
+    /// Traffic counters.
+    pub counters: crate::node::job::JobCounters,
+}
+
 /// What the daemon knows about a job named in a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobOwner {
@@ -214,10 +266,17 @@ pub fn authorize(uid: u32, request: Request, owner: JobOwner) -> Result<(), Cont
         };
     }
     match (request.job(), owner) {
-        (None, _) => Err(ControlError::ListDenied(uid)),
+        // Answered with the caller's own jobs only (see [`sees`]).
+        (None, _) => Ok(()),
         (Some(_), JobOwner::Owned(Some(o))) if o == uid => Ok(()),
         (Some(job), _) => Err(ControlError::NotYours { job, uid }),
     }
+}
+
+/// Whether a `status` of the local user `uid` lists a job owned by `owner`: root sees every
+/// job, another user the jobs it owns.
+pub fn sees(uid: u32, owner: Option<u32>) -> bool {
+    uid == 0 || owner == Some(uid)
 }
 
 /// Who holds control connections: a user gets at most [`MAX_PER_UID`], all users together
@@ -375,7 +434,12 @@ mod tests {
     #[test]
     fn other_users_reach_only_their_own_jobs() {
         let me = 1000;
-        assert!(authorize(me, Request::Status, JobOwner::Unknown).is_err());
+        // `status` is answered, with the caller's own jobs only.
+        assert_eq!(authorize(me, Request::Status, JobOwner::Unknown), Ok(()));
+        assert!(sees(me, Some(me)));
+        assert!(!sees(me, Some(1001)));
+        assert!(!sees(me, None), "an ownerless job is root's");
+        assert!(sees(0, None) && sees(0, Some(me)));
         for req in [Request::Job(J), Request::Stop(J), Request::Record(J)] {
             assert_eq!(authorize(me, req, JobOwner::Owned(Some(me))), Ok(()));
             let theirs = authorize(me, req, JobOwner::Owned(Some(1001))).expect_err("other's");

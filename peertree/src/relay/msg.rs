@@ -19,6 +19,32 @@ impl std::fmt::Display for JobId {
     }
 }
 
+/// A job id as people type it: the Slurm job id in decimal (`1234`, `$SLURM_JOB_ID`), the
+/// 16 hex digits of its display form (`00000000000004d2`, the name of its directory under
+/// the mount root), or hex with `0x` (`0x4d2`). Sixteen characters are always the display
+/// form: a decimal Slurm job id never has more than ten digits.
+impl std::str::FromStr for JobId {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<JobId, Error> {
+        let t = text.trim();
+        let bad = || Error::JobId(t.to_owned());
+        if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+            if hex.is_empty() || hex.len() > 16 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            return u64::from_str_radix(hex, 16).map(JobId).map_err(|_| bad());
+        }
+        if t.len() == 16 && t.chars().all(|c| c.is_ascii_hexdigit()) {
+            return u64::from_str_radix(t, 16).map(JobId).map_err(|_| bad());
+        }
+        if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        t.parse::<u64>().map(JobId).map_err(|_| bad())
+    }
+}
+
 /// The two phases of a push: the urgent set, then everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Phase {
@@ -494,6 +520,39 @@ pub(super) fn bits_from_words(n: usize, words: &[u64]) -> FixedBitSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `teesfs status --job 1234` read the Slurm job id as hex (job 0x1234).
+    #[test]
+    fn job_ids_read_as_slurm_decimal_display_hex_or_0x() {
+        let read = |t: &str| t.parse::<JobId>();
+        assert_eq!(read("1234"), Ok(JobId(1234)));
+        assert_eq!(read(" 1234\n"), Ok(JobId(1234)));
+        assert_eq!(read("4294967295"), Ok(JobId(u32::MAX as u64)));
+        assert_eq!(read("00000000000004d2"), Ok(JobId(1234)));
+        assert_eq!(
+            read("0000000000001234"),
+            Ok(JobId(0x1234)),
+            "16 chars: display"
+        );
+        assert_eq!(read("0x4d2"), Ok(JobId(1234)));
+        assert_eq!(read("0X4D2"), Ok(JobId(1234)));
+        assert_eq!(read(&JobId(u64::MAX).to_string()), Ok(JobId(u64::MAX)));
+        for bad in [
+            "",
+            "4d2",
+            "0x",
+            "0xzz",
+            "-1",
+            "12 34",
+            "0x00000000000000001",
+        ] {
+            let e = read(bad).expect_err(bad).to_string();
+            assert!(
+                e.contains("decimal") && e.contains(bad.trim()),
+                "{bad:?}: {e}"
+            );
+        }
+    }
 
     /// Each message goes to exactly one place: `Start` and `Prepare` to the daemon, chunks
     /// to the job, and the rest to the relay unchanged.

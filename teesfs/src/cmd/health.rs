@@ -16,7 +16,9 @@ use super::util;
 pub enum Format {
     /// For people: totals, per-group round trips, failed edges.
     Text,
-    /// For monitoring: the versioned JSON documented in node/src/node/health.rs.
+    /// For monitoring: one JSON document, `{"version": 1, "job", "root", "strategy",
+    /// "nodes", "answered", "ok", "deadline_s", "elapsed_s", "timed_out", "rtt_ms",
+    /// "groups", "edges", "failures", "unreachable"}` (teesfs::node::health::HealthReport).
     Json,
 }
 
@@ -26,6 +28,14 @@ pub enum Format {
 /// planning arguments), measures each edge's round trip, and reports the edges where it
 /// stalled with the unreachable nodes as a hostlist. Exits 0 only when every node answered.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  teesfs health --nodes 'cn[0001-0128]' --cluster 'cn[0001-1024]' --group-size 8 --login login1
+  teesfs health --nodes \"$SLURM_JOB_NODELIST\" --deadline 10s --all-groups
+  teesfs health --nodes 'cn[01-64]' --format json > health.json   # for monitoring
+
+Exit status 0 when every node answered before --deadline, 1 otherwise (the unreachable nodes
+are printed as a hostlist).")]
 pub struct HealthArgs {
     #[command(flatten)]
     pub job: JobArgs,

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use manifest::{EntryIdx, EntryKind, FileData, Limits, SignedIndex};
 use seeder::DirStore;
+use teesfs::output::{self, EntryDoc, IndexDoc, IndexList, IndexSummary};
 
 use super::util;
 
@@ -19,6 +20,14 @@ pub struct InspectArgs {
     /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
+    /// What to print: `text`, or `json`. Without --index: `{"version": 1, "store": DIR,
+    /// "indexes": [{"id", "bytes", "publisher", "expires"}]}`; with it: `{"version": 1,
+    /// "id", "publisher", "expires", "file_bytes", "chunks", "stored_bytes", "chunk_size",
+    /// "entries": [{"path", "kind", "mode", "uid", "gid", "size", "target", "urgent"}]}`
+    /// (sizes in bytes, expires in seconds since the epoch or null;
+    /// teesfs::output::IndexList and IndexDoc).
+    #[arg(long, value_enum, default_value_t = util::Format::Text)]
+    format: util::Format,
 }
 
 fn mode_string(kind: &EntryKind, mode: u32) -> String {
@@ -54,17 +63,33 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let store = DirStore::open(&args.store)?;
     let Some(prefix) = &args.index else {
         let ids = store.list_indexes()?;
-        println!("{} index(es) in {}", ids.len(), args.store.display());
+        let mut list = IndexList {
+            version: output::VERSION,
+            store: args.store.display().to_string(),
+            indexes: Vec::with_capacity(ids.len()),
+        };
         for id in ids {
             let bytes = store.get_index(&id)?;
             let len = bytes.len() as u64;
             let signed = SignedIndex::from_bytes(bytes, &Limits::default())?;
-            let publisher = signed.publisher()?.to_hex();
+            list.indexes.push(IndexSummary {
+                id: id.to_string(),
+                bytes: len,
+                publisher: signed.publisher()?.to_hex(),
+                expires: signed.expires(),
+            });
+        }
+        if args.format == util::Format::Json {
+            return util::print_json(&list);
+        }
+        println!("{} index(es) in {}", list.indexes.len(), list.store);
+        for i in &list.indexes {
             println!(
-                "  {id}  {:>10}  publisher {}{}",
-                util::bytes(len),
-                publisher.get(..16).unwrap_or_default(),
-                validity(&signed)
+                "  {}  {:>10}  publisher {}{}",
+                i.id,
+                util::bytes(i.bytes),
+                i.publisher.get(..16).unwrap_or_default(),
+                validity(i.expires)
             );
         }
         return Ok(());
@@ -72,6 +97,9 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let (id, bytes, index) =
         util::open_trusted_index(&store, prefix, &args.trust, util::Expired::Allow)?;
     let signed = SignedIndex::from_bytes(bytes, &Limits::default())?;
+    if args.format == util::Format::Json {
+        return util::print_json(&index_doc(&id.to_string(), &signed, &index)?);
+    }
     println!(
         "index {id}: {} entries, {} of files, {} unique chunks ({} stored), chunk size {}{}",
         index.entries.len(),
@@ -79,7 +107,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         index.chunks.len(),
         util::bytes(index.total_stored_bytes()),
         util::bytes(u64::from(index.chunk_size)),
-        validity(&signed)
+        validity(signed.expires())
     );
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
@@ -136,9 +164,65 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One index and its entries, for a script.
+fn index_doc(id: &str, signed: &SignedIndex, index: &manifest::Index) -> anyhow::Result<IndexDoc> {
+    let urgent_pos: std::collections::HashMap<EntryIdx, u64> = index
+        .urgent
+        .iter()
+        .enumerate()
+        .map(|(n, &e)| (e, n as u64 + 1))
+        .collect();
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let entries = index
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let idx = EntryIdx(i as u32);
+            let target = index.entry(index.resolve(idx));
+            let (kind, size, pointee) = match &e.kind {
+                EntryKind::File { size, .. } => ("file", *size, None),
+                EntryKind::Dir => ("dir", 0, None),
+                EntryKind::Symlink { target } => {
+                    ("symlink", target.len() as u64, Some(lossy(target)))
+                }
+                EntryKind::Hardlink { target: t } => (
+                    "hardlink",
+                    match &index.entry(*t).kind {
+                        EntryKind::File { size, .. } => *size,
+                        _ => 0,
+                    },
+                    Some(lossy(&index.path_of(*t))),
+                ),
+            };
+            EntryDoc {
+                path: lossy(&index.path_of(idx)),
+                kind: kind.to_owned(),
+                mode: target.meta.mode,
+                uid: target.meta.uid,
+                gid: target.meta.gid,
+                size,
+                target: pointee,
+                urgent: urgent_pos.get(&idx).copied(),
+            }
+        })
+        .collect();
+    Ok(IndexDoc {
+        version: output::VERSION,
+        id: id.to_owned(),
+        publisher: signed.publisher()?.to_hex(),
+        expires: signed.expires(),
+        file_bytes: index.total_file_bytes(),
+        chunks: index.chunks.len() as u64,
+        stored_bytes: index.total_stored_bytes(),
+        chunk_size: u64::from(index.chunk_size),
+        entries,
+    })
+}
+
 /// `, valid until <time>` (or `, EXPIRED at <time>`) for an index signed with an expiry.
-fn validity(signed: &SignedIndex) -> String {
-    let Some(at) = signed.expires() else {
+fn validity(expires: Option<u64>) -> String {
+    let Some(at) = expires else {
         return String::new();
     };
     let when = humantime::format_rfc3339_seconds(

@@ -37,6 +37,14 @@ pub enum Format {
 
 /// Arguments of `teesfs plan`.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  teesfs plan --nodes 'cn[0001-0128]' --cluster 'cn[0001-1024]' --group-size 8 --login login1
+  teesfs plan --nodes 'cn[001-512]' --topology /etc/teesfs/topology.toml --compare
+  teesfs plan --nodes 'cn[01-64]' --format dot | dot -Tsvg > tree.svg
+  teesfs plan --nodes 'cn[01-64]' --format json | python3 -m json.tool
+
+The JSON document carries \"version\": 1 and is described in docs/planner.md.")]
 pub struct PlanArgs {
     #[command(flatten)]
     job: JobArgs,

@@ -14,10 +14,19 @@ use super::push::{PushArgs, Wait};
 
 /// Arguments of `teesfs prefetch`.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  teesfs prefetch manifest.toml                 # inside an allocation: $SLURM_JOB_NODELIST
+  teesfs prefetch manifest.toml --nodes 'cn[01-32]' --job 1234 --owner 4242
+  # the Slurm prolog (slurmctld) does:
+  teesfs prefetch \"$spec\" --nodes \"$SLURM_JOB_NODELIST\" --job \"$SLURM_JOB_ID\" \\
+      --owner \"$SLURM_JOB_UID\"
+
+The job spec's keys are described in manifest.toml(5); flags override it.")]
 pub struct PrefetchArgs {
     /// The job spec, manifest.toml: [layer] store/index, [launch] urgent globs, [nodes]
     /// list/topology/group_size/strategy/width/threshold/login, [network]
-    /// identity/hosts/port/wait/shared_store (documented in manifest/src/jobspec.rs).
+    /// identity/hosts/port/wait/shared_store (see manifest.toml(5)).
     spec: PathBuf,
     /// Override the spec's node list.
     #[arg(long, value_name = "EXPR")]
@@ -25,22 +34,26 @@ pub struct PrefetchArgs {
     /// Trusted publisher key(s) (see `teesfs verify --help`).
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
-    /// Also write the push report as JSON.
+    /// Also write the push report as JSON to FILE (the document of --format json).
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
     /// Also write the push report as an HTML page (see `teesfs report --help`).
     #[arg(long, value_name = "FILE")]
     report_html: Option<PathBuf>,
+    /// What to print on stdout: `text`, or `json`: the push report (see `teesfs push
+    /// --help`; teesfs::node::report::PushReport). Progress and notes go to stderr.
+    #[arg(long, value_enum, default_value_t = super::util::Format::Text)]
+    format: super::util::Format,
     /// Where the root listens.
     #[arg(long, default_value = "0.0.0.0:0")]
     listen: std::net::SocketAddr,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
-    /// Use this number as the job id (the Slurm prolog passes $SLURM_JOB_ID); see
-    /// `teesfs push --help`.
-    #[arg(long, value_name = "N")]
-    job_id: Option<u64>,
+    /// The job id: the Slurm job id in decimal (the Slurm prolog passes $SLURM_JOB_ID);
+    /// see `teesfs push --help`. (--job-id is the old name.)
+    #[arg(long = "job", visible_alias = "job-id", value_name = "ID")]
+    job_id: Option<peertree::relay::JobId>,
     /// The user the job belongs to on the nodes (the Slurm prolog passes $SLURM_JOB_UID);
     /// see `teesfs push --help`.
     #[arg(long, value_name = "UID")]
@@ -125,6 +138,7 @@ fn push_args(
         bulk_quiet: duration(&net.bulk_quiet)?,
         report: args.report.clone(),
         report_html: args.report_html.clone(),
+        format: args.format,
         urgent: spec.launch.urgent.clone(),
         heartbeat: Duration::from_secs(1),
         deadline: Duration::from_secs(5),
@@ -244,6 +258,7 @@ mod tests {
             trust: Vec::new(),
             report: None,
             report_html: None,
+            format: crate::cmd::util::Format::Text,
             listen: "0.0.0.0:0".parse().expect("addr"),
             quiet: true,
             job_id: None,

@@ -59,6 +59,13 @@ pub struct PublishArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// What to print: `text`, or `json`: one object, `{"version": 1, "index": ID,
+    /// "expires", "files", "dirs", "symlinks", "hardlinks", "skipped": [PATH...],
+    /// "file_bytes", "urgent_entries", "urgent_chunks", "urgent_bytes", "chunks",
+    /// "unique_chunks", "new_chunks", "new_stored_bytes", "stored_bytes", "index_bytes",
+    /// "elapsed_s"}` (sizes in bytes; teesfs::output::PublishDoc).
+    #[arg(long, value_enum, default_value_t = util::Format::Text)]
+    format: util::Format,
 }
 
 /// The ordered urgent set from `--urgent-list` and `--urgent-exec`.
@@ -151,8 +158,64 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     let p = seeder::publish_with_urgent(&args.layer, &store, &key, &opts, &urgent, &progress)
         .with_context(|| format!("publishing {}", args.layer.display()))?;
     progress.0.finish_and_clear();
-    print_summary(&p, opts.expires);
+    match args.format {
+        util::Format::Text => print_summary(&p, opts.expires),
+        util::Format::Json => {
+            for s in &p.report.skipped {
+                eprintln!(
+                    "skipped {} ({}): an index cannot hold it",
+                    s.path.display(),
+                    s.kind
+                );
+            }
+            util::print_json(&doc(&p, opts.expires))?;
+        }
+    }
     Ok(())
+}
+
+/// The urgent set's entries, chunks and their stored bytes.
+fn urgent_size(index: &manifest::Index) -> (u64, u64, u64) {
+    if index.urgent.is_empty() {
+        return (0, 0, 0);
+    }
+    let (order, n) = manifest::push_order(index, &|_| false);
+    let bytes: u64 = order[..n]
+        .iter()
+        .map(|&c| u64::from(index.chunks[c as usize].stored_len))
+        .sum();
+    (index.urgent.len() as u64, n as u64, bytes)
+}
+
+/// What a publish did, for a script.
+fn doc(p: &seeder::Published, expires: Option<u64>) -> teesfs::output::PublishDoc {
+    let r = &p.report;
+    let (urgent_entries, urgent_chunks, urgent_bytes) = urgent_size(&p.index);
+    teesfs::output::PublishDoc {
+        version: teesfs::output::VERSION,
+        index: p.id.to_string(),
+        expires,
+        files: r.files,
+        dirs: r.dirs,
+        symlinks: r.symlinks,
+        hardlinks: r.hardlinks,
+        skipped: r
+            .skipped
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect(),
+        file_bytes: r.file_bytes,
+        urgent_entries,
+        urgent_chunks,
+        urgent_bytes,
+        chunks: r.chunk_refs,
+        unique_chunks: r.unique_chunks,
+        new_chunks: r.new_chunks,
+        new_stored_bytes: r.new_stored_bytes,
+        stored_bytes: r.unique_stored_bytes,
+        index_bytes: p.index_bytes,
+        elapsed_s: p.elapsed.as_secs_f64(),
+    }
 }
 
 /// What a publish did, for a person.
@@ -196,15 +259,9 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>) {
         util::bytes(r.inline_bytes)
     );
     if !p.index.urgent.is_empty() {
-        let (order, n) = manifest::push_order(&p.index, &|_| false);
-        let bytes: u64 = order[..n]
-            .iter()
-            .map(|&c| u64::from(p.index.chunks[c as usize].stored_len))
-            .sum();
+        let (entries, chunks, bytes) = urgent_size(&p.index);
         println!(
-            "  urgent set: {} entries, {} chunks ({} stored)",
-            p.index.urgent.len(),
-            n,
+            "  urgent set: {entries} entries, {chunks} chunks ({} stored)",
             util::bytes(bytes)
         );
     }

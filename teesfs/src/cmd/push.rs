@@ -39,86 +39,116 @@ pub enum Stream {
 
 /// Arguments of `teesfs push`.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  # Slurm job 1234's 128 nodes, racks of 8, the urgent set awaited, the rest in the background
+  teesfs push --store /shared/teesfs --index 3a6a --nodes 'cn[0001-0128]' \\
+      --cluster 'cn[0001-1024]' --group-size 8 --login login1 --job 1234 --owner 4242
+  # wait for the whole layer and keep the report for a script
+  teesfs push --store /shared/teesfs --index 3a6a --nodes 'cn[01-32]' --wait all \\
+      --format json > push.json
+  # spare the login node's uplink: cap the root's bulk rate, let nodes fetch the rest on demand
+  teesfs push --store /shared/teesfs --index 3a6a --nodes 'cn[01-32]' --rate-limit 200MiB \\
+      --stream urgent
+
+The site configuration (teesfs.toml(5)) gives the defaults of the Topology and Network flags;
+--index takes an index id or a unique prefix of it (`teesfs inspect --store DIR`
+lists them). Exit status 0 when every node holds what --wait asked for, 1 otherwise.")]
 pub struct PushArgs {
     /// The store holding the published layer.
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Job", long, value_name = "DIR")]
     pub store: PathBuf,
     /// Index id or unique prefix.
-    #[arg(long, value_name = "ID")]
+    #[arg(help_heading = "Job", long, value_name = "ID")]
     pub index: String,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Topology")]
     pub job: JobArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Network")]
     pub root: RootArgs,
     /// Return once every node holds the urgent set (the rest keeps streaming from a
     /// background copy of this command), or once every node holds the whole layer.
-    #[arg(long, value_enum, default_value_t = Wait::All)]
+    #[arg(help_heading = "Timing", long, value_enum, default_value_t = Wait::All)]
     pub wait: Wait,
     /// What the tree streams to every node ahead of use. With `urgent` or `none`, what is
     /// not streamed is fetched on demand through the tree, from this command while it keeps
     /// serving (`--serve`).
-    #[arg(long, value_enum, default_value_t = Stream::All)]
+    #[arg(help_heading = "Timing", long, value_enum, default_value_t = Stream::All)]
     pub stream: Stream,
     /// With `--stream urgent` or `none`: how long to keep serving the nodes' demand once
     /// the wait is over (the job's time limit; SIGTERM or Ctrl-C ends it sooner and
     /// finishes the job on every node).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Timing", long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub serve: Option<Duration>,
     /// Hold the rest of the layer (the hysteretic set) back after the urgent set is on
     /// every node, at most this long: applications starting then fetch what else they
     /// read on demand, without bulk traffic competing for links and CPUs (see
     /// --bulk-quiet).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Timing", long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub bulk_after: Option<Duration>,
     /// With --bulk-after: within the hold, let the rest flow while no sign of applications
     /// starting (files opened in the nodes' mounts, reads fetched on demand) has reached
     /// this command for this long. New signs pause it again until the hold is over. Set it
     /// above the heartbeat times the tree's depth (the nodes' reports carry the signs).
-    #[arg(
+    #[arg(help_heading = "Timing", 
         long,
         value_name = "DURATION",
         requires = "bulk_after",
         value_parser = humantime::parse_duration
     )]
     pub bulk_quiet: Option<Duration>,
-    /// Also write the report as JSON (format documented in node/src/node/report.rs).
-    #[arg(long, value_name = "FILE")]
+    /// Also write the report as JSON to FILE (the document of --format json).
+    #[arg(help_heading = "Output", long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Also write the report as an HTML page (what `teesfs report` draws from the JSON):
     /// the tree by group, arrivals over time, failures in red.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Output", long, value_name = "FILE")]
     pub report_html: Option<PathBuf>,
+    /// What to print on stdout: `text`, or `json`: the report, `{"version": 1, "job",
+    /// "index", "strategy", "root", "nodes", "urgent_chunks", "chunks", "urgent_bytes",
+    /// "total_bytes", "streamed_bytes", "urgent_complete_s", "all_complete_s", "per_node":
+    /// [{"host", "parent", "urgent_s", "all_s"}], "edges": [{"parent", "child", "bytes"}],
+    /// "uplinks": [{"group", "proxy", "in_bytes", "out_bytes"}], "failures": [{"kind",
+    /// "parent", "child", "at_s", "reason"}]}` (times in seconds since the push started;
+    /// teesfs::node::report::PushReport). Progress and notes go to stderr.
+    #[arg(help_heading = "Output", long, value_enum, default_value_t = util::Format::Text)]
+    pub format: util::Format,
     /// Extra urgent paths (glob over layer paths, e.g. 'bin/*', 'lib/python3*/site.py').
-    #[arg(long, value_name = "GLOB")]
+    #[arg(help_heading = "Job", long, value_name = "GLOB")]
     pub urgent: Vec<String>,
     /// Heartbeat interval between peers.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Timing", long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub heartbeat: Duration,
     /// A peer silent this long is declared failed.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Timing", long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub deadline: Duration,
     /// Give up waiting after this long.
-    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Timing", long, default_value = "30m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
     /// Trusted publisher key(s) to check the index before sending it.
-    #[arg(long, value_name = "FILE.pub")]
+    #[arg(help_heading = "Job", long, value_name = "FILE.pub")]
     pub trust: Vec<PathBuf>,
     /// Cap on the root's bulk bytes per second to each child, to spare the login node's
     /// uplink (demand traffic is never capped).
-    #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
+    #[arg(help_heading = "Network", long, value_name = "SIZE", value_parser = util::parse_size)]
     pub rate_limit: Option<u64>,
     /// No progress bar.
-    #[arg(long, short)]
+    #[arg(help_heading = "Output", long, short)]
     pub quiet: bool,
-    /// Use this number as the job id (e.g. $SLURM_JOB_ID, as the Slurm prolog does), so
-    /// nodes mount the layer at /run/teesfs/jobs/<id as 16 hex digits>, where `teesfs run`
-    /// and `teesfs release` find it from $SLURM_JOB_ID. Default: a fresh random id.
-    #[arg(long, value_name = "N")]
-    pub job_id: Option<u64>,
+    /// The job id: the Slurm job id in decimal (e.g. $SLURM_JOB_ID, as the Slurm prolog
+    /// passes it; also 16 hex digits or hex with 0x), so nodes mount the layer at
+    /// /run/teesfs/jobs/<id as 16 hex digits>, where `teesfs run`, `status` and `release`
+    /// find it from $SLURM_JOB_ID. Default: a fresh random id. (--job-id is the old name.)
+    #[arg(
+        help_heading = "Job",
+        long = "job",
+        visible_alias = "job-id",
+        value_name = "ID"
+    )]
+    pub job_id: Option<JobId>,
     /// The user the job belongs to on the nodes (a uid, e.g. $SLURM_JOB_UID in the Slurm
     /// prolog): only they (and root) may enter its mount, query or stop it. Default: you,
     /// unless you are root (then root only).
-    #[arg(long, value_name = "UID")]
+    #[arg(help_heading = "Job", long, value_name = "UID")]
     pub owner: Option<u32>,
 }
 
@@ -130,7 +160,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             .context("nodes would refuse it")?;
     let (_nodes, topology, mut plan) = args.job.plan()?;
     let job = match args.job_id {
-        Some(id) => JobId(id),
+        Some(id) => id,
         None => teesfs::node::fresh_job_id(&index_id.0),
     };
     let serving = handover::serving().is_some();
@@ -229,7 +259,7 @@ fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> 
     if serving {
         Handover::Done(rep.clone()).emit();
     } else {
-        print_report(rep);
+        show_report(args, rep)?;
     }
     write_report(args, rep)?;
     if timed_out {
@@ -317,10 +347,10 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let first = first?;
     let rep = first.report();
-    print_report(rep);
+    show_report(args, rep)?;
     write_report(args, rep)?;
     if let Handover::Urgent(_) = first {
-        println!(
+        eprintln!(
             "the rest of the layer keeps streaming in the background (pid {}, log {}, \
              removed when it completes); nodes fetch anything they need first on demand",
             bg.pid(),
@@ -401,6 +431,15 @@ fn build_globs(patterns: &[String]) -> anyhow::Result<Option<globset::GlobSet>> 
         );
     }
     Ok(Some(b.build()?))
+}
+
+/// Prints the report on stdout as `--format` asks.
+fn show_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
+    match args.format {
+        util::Format::Text => print_report(rep),
+        util::Format::Json => util::print_json(rep)?,
+    }
+    Ok(())
 }
 
 fn print_report(r: &PushReport) {

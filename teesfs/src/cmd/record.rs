@@ -55,9 +55,9 @@ pub struct RecordArgs {
     /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
-    /// Learn the list from a job this node ran instead of running a command. ID is the job's
-    /// number as pushed (`push --job-id`; default: $SLURM_JOB_ID) or its 16 hex digits as
-    /// `teesfs status` shows them.
+    /// Learn the list from a job this node ran instead of running a command. ID is the
+    /// Slurm job id in decimal as pushed (`push --job`; default: $TEESFS_JOB, else
+    /// $SLURM_JOB_ID), its 16 hex digits as `teesfs status` shows them, or hex with 0x.
     #[arg(
         long,
         value_name = "ID",
@@ -155,32 +155,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A job named on the command line: its number as pushed (`push --job-id N`, Slurm's
-/// $SLURM_JOB_ID) or exactly 16 hex digits as `teesfs status` shows it.
-fn parse_job(text: &str) -> anyhow::Result<JobId> {
-    let t = text.trim();
-    if t.len() == 16 && t.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Ok(JobId(u64::from_str_radix(t, 16)?));
-    }
-    t.parse::<u64>().map(JobId).map_err(|_| {
-        anyhow::anyhow!(
-            "{t:?} is not a job id: give the job's number as pushed (e.g. $SLURM_JOB_ID) or \
-             its 16 hex digits as `teesfs status` shows them"
-        )
-    })
-}
-
 /// `teesfs record --from-job`: writes the list from the record this node's daemon kept of
 /// the job.
 fn from_job(args: &RecordArgs, job: Option<&str>) -> anyhow::Result<()> {
-    let text = match job {
-        Some(j) => j.to_owned(),
-        None => match std::env::var("SLURM_JOB_ID") {
-            Ok(j) if !j.is_empty() => j,
-            _ => bail!("which job? pass --from-job ID (`teesfs status` lists the jobs)"),
-        },
+    let id = match job {
+        Some(j) => j.parse::<JobId>()?,
+        None => util::job_from_env()?.context(
+            "which job? pass --from-job ID or set $SLURM_JOB_ID (`teesfs status` lists the jobs)",
+        )?,
     };
-    let id = parse_job(&text)?;
+    // From the environment, the job as Slurm numbers it.
+    let text = job.map_or_else(|| id.0.to_string(), |j| j.trim().to_owned());
     let line =
         super::status::ask(&args.control, &Request::Record(id).to_string()).with_context(|| {
             format!(
@@ -302,28 +287,4 @@ fn line(out: &mut Vec<u8>, prefix: &str, path: &[u8]) -> std::io::Result<()> {
     out.extend_from_slice(path);
     out.push(b'\n');
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_job_is_named_by_its_number_or_its_sixteen_hex_digits() {
-        assert_eq!(parse_job("4242").expect("decimal"), JobId(4242));
-        assert_eq!(parse_job(" 4242\n").expect("decimal"), JobId(4242));
-        assert_eq!(
-            parse_job("000000000000109a").expect("hex"),
-            JobId(0x109a),
-            "as `teesfs status` shows it"
-        );
-        assert_eq!(
-            parse_job("0000000000001092").expect("hex"),
-            JobId(0x1092),
-            "sixteen digits are always the hex form"
-        );
-        let e = parse_job("10a").expect_err("neither").to_string();
-        assert!(e.contains("\"10a\" is not a job id"), "{e}");
-        assert!(parse_job("").is_err());
-    }
 }

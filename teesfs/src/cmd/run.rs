@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use peertree::relay::JobId;
 use teesfs::runenv::{self, Outcome, RunSpec, Upper};
 
 use super::util;
@@ -21,7 +22,7 @@ use super::util;
 #[command(after_long_help = "\
 Examples:
   teesfs run -- python3 app.py             # on a node: the only job's layer over /
-  teesfs run --job 3f2a -- ./bin/solver    # a job by id (prefix of its directory name)
+  teesfs run --job 1234 -- ./bin/solver    # Slurm job 1234's layer
   srun -N 128 teesfs run -- ./app          # under Slurm: the job pushed for $SLURM_JOB_ID
   teesfs run --upper ~/layer               # login node: a shell whose changes land in ~/layer
 
@@ -32,10 +33,11 @@ you, with no_new_privs, in new user, mount and PID namespaces; setuid bits give 
 When it ends, every mount of the environment goes away and its exit status (or signal) is
 passed on.")]
 pub struct RunArgs {
-    /// The job whose layer to use: its id or a unique prefix (default: $TEESFS_JOB, then
-    /// the job pushed for $SLURM_JOB_ID, then the only job mounted on this node).
+    /// The job whose layer to use: the Slurm job id in decimal (e.g. 1234), the 16 hex
+    /// digits of its directory under --mount-root, or hex with 0x (default: $TEESFS_JOB,
+    /// then the job pushed for $SLURM_JOB_ID, then the only job mounted on this node).
     #[arg(long, value_name = "ID", conflicts_with = "layer")]
-    job: Option<String>,
+    job: Option<JobId>,
     /// Use this directory as the read-only layer instead of a job (e.g. a `teesfs mount`).
     #[arg(long, value_name = "DIR")]
     layer: Option<PathBuf>,
@@ -64,7 +66,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     let layer = match (&args.layer, &args.job, &args.upper) {
         (Some(l), _, _) => Some(l.clone()),
         (None, None, Some(_)) => None,
-        (None, job, _) => Some(find_job(&args.mount_root, job.as_deref(), args.wait)?),
+        (None, job, _) => Some(find_job(&args.mount_root, *job, args.wait)?),
     };
     if let Some(u) = &args.upper {
         std::fs::create_dir_all(u)
@@ -95,27 +97,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     }
 }
 
-/// The default job id from the environment: `$TEESFS_JOB`, else `$SLURM_JOB_ID` as pushed
-/// by the Slurm prolog (`teesfs push --job-id $SLURM_JOB_ID`).
-fn job_from_env() -> Option<String> {
-    if let Ok(j) = std::env::var("TEESFS_JOB")
-        && !j.is_empty()
-    {
-        return Some(j);
-    }
-    let slurm = std::env::var("SLURM_JOB_ID").ok()?;
-    let n: u64 = slurm.parse().ok()?;
-    Some(format!("{n:016x}"))
-}
-
 /// Finds the mount of `job` (or the default job) under `root`, waiting up to `wait` for it.
-fn find_job(root: &Path, job: Option<&str>, wait: Duration) -> anyhow::Result<PathBuf> {
-    let wanted = job.map(str::to_string).or_else(job_from_env);
-    if let Some(w) = &wanted
-        && (w.is_empty() || w.len() > 16 || !w.chars().all(|c| c.is_ascii_hexdigit()))
-    {
-        bail!("{w:?} is not a job id: up to 16 hex digits (`teesfs status` lists the jobs)");
-    }
+fn find_job(root: &Path, job: Option<JobId>, wait: Duration) -> anyhow::Result<PathBuf> {
+    let wanted = match job {
+        Some(j) => Some(j.to_string()),
+        None => util::job_from_env()?.map(|j| j.to_string()),
+    };
     let deadline = Instant::now() + wait;
     let mut watch = teesfs::sys::mountinfo::Watch::new().context("watching the mount table")?;
     loop {
@@ -125,7 +112,7 @@ fn find_job(root: &Path, job: Option<&str>, wait: Duration) -> anyhow::Result<Pa
                 .iter()
                 .filter(|p| {
                     p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with(w.as_str()))
+                        .is_some_and(|n| n.to_string_lossy() == w.as_str())
                 })
                 .collect(),
             None => mounted.iter().collect(),

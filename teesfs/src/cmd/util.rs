@@ -246,3 +246,42 @@ mod tests {
         assert!(parse_strategy("fastest").is_err());
     }
 }
+
+/// The job the environment names: `$TEESFS_JOB`, else `$SLURM_JOB_ID` (set in a Slurm job's
+/// steps, prolog and epilog, and pushed as that number by the prolog). Either is read as
+/// `--job` is (`peertree::relay::JobId`'s `FromStr`); one that is set but is not a job id is an error, not
+/// ignored, so a typo does not silently pick another job.
+pub fn job_from_env() -> anyhow::Result<Option<peertree::relay::JobId>> {
+    for var in ["TEESFS_JOB", "SLURM_JOB_ID"] {
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => {
+                return v
+                    .parse()
+                    .map(Some)
+                    .with_context(|| format!("${var} (unset it or pass --job)"));
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+/// `--format`: what a command prints on stdout. The JSON documents are versioned (a
+/// `"version": 1` field; fields are only ever added within a version) and typed in the
+/// library (`teesfs::output`, `teesfs::node::control::Status`, `teesfs::node::report`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people; may change between releases: do not parse it.
+    Text,
+    /// One JSON document, for scripts.
+    Json,
+}
+
+/// Prints `doc` as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(doc: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, doc).context("writing JSON to stdout")?;
+    use std::io::Write;
+    writeln!(out).context("writing JSON to stdout")?;
+    Ok(())
+}

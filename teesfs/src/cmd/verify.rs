@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use manifest::{Limits, SignedIndex, decode_chunk};
 use rayon::prelude::*;
 use seeder::DirStore;
+use teesfs::output::{VerifiedIndex, VerifyDoc};
 
 use super::util;
 
@@ -26,6 +27,12 @@ pub struct VerifyArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// What to print: `text`, or `json`: `{"version": 1, "ok", "indexes": [{"id", "ok",
+    /// "refused", "publisher", "entries", "chunks", "stored_bytes", "bad_chunks": [TEXT]}]}`
+    /// (teesfs::output::VerifyDoc). The exit status is the same in both: 1 when anything
+    /// does not verify.
+    #[arg(long, value_enum, default_value_t = util::Format::Text)]
+    format: util::Format,
 }
 
 /// Runs `teesfs verify`; fails when anything does not verify.
@@ -40,6 +47,12 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         bail!("store {} holds no index", args.store.display());
     }
     let mut bad = 0usize;
+    let json = args.format == util::Format::Json;
+    let mut doc = VerifyDoc {
+        version: teesfs::output::VERSION,
+        ok: true,
+        indexes: Vec::new(),
+    };
     for id in ids {
         // A bad index file (a symlink, a FIFO, damaged) is one bad index, not the end of
         // the check.
@@ -53,12 +66,25 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         let (signed, index) = match opened {
             Ok(x) => x,
             Err(e) => {
-                println!("index {id}: REFUSED: {e}");
                 bad += 1;
+                if json {
+                    doc.indexes.push(VerifiedIndex {
+                        id: id.to_string(),
+                        ok: false,
+                        refused: Some(format!("{e:#}")),
+                        publisher: None,
+                        entries: 0,
+                        chunks: 0,
+                        stored_bytes: 0,
+                        bad_chunks: Vec::new(),
+                    });
+                } else {
+                    println!("index {id}: REFUSED: {e}");
+                }
                 continue;
             }
         };
-        let bar = if args.quiet {
+        let bar = if args.quiet || json {
             ProgressBar::hidden()
         } else {
             ProgressBar::new(index.total_stored_bytes()).with_style(
@@ -84,7 +110,21 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
             .collect();
         bar.finish_and_clear();
         let publisher = signed.publisher().context("publisher key")?;
-        if problems.is_empty() {
+        if !problems.is_empty() {
+            bad += 1;
+        }
+        if json {
+            doc.indexes.push(VerifiedIndex {
+                id: id.to_string(),
+                ok: problems.is_empty(),
+                refused: None,
+                publisher: Some(publisher.to_hex()),
+                entries: index.entries.len() as u64,
+                chunks: index.chunks.len() as u64,
+                stored_bytes: index.total_stored_bytes(),
+                bad_chunks: problems,
+            });
+        } else if problems.is_empty() {
             println!(
                 "index {id}: OK (signed by {}, {} entries, {} chunks, {})",
                 publisher.to_hex().get(..16).unwrap_or_default(),
@@ -93,7 +133,6 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                 util::bytes(index.total_stored_bytes())
             );
         } else {
-            bad += 1;
             println!(
                 "index {id}: {} of {} chunks BAD",
                 problems.len(),
@@ -106,6 +145,10 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                 println!("  ... and {} more", problems.len() - 20);
             }
         }
+    }
+    if json {
+        doc.ok = bad == 0;
+        util::print_json(&doc)?;
     }
     if bad > 0 {
         bail!("{bad} index(es) failed verification");

@@ -68,11 +68,10 @@ fn wait_mid_push(lab: &Lab, host: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let st = lab.status(host).expect("status");
-        let job = &st["jobs"][0];
-        let (have, chunks) = (job["have"].as_u64(), job["chunks"].as_u64());
-        if let (Some(have), Some(chunks)) = (have, chunks)
-            && have >= 1
+        if let Some(job) = st.jobs.first()
+            && job.have >= 1
         {
+            let (have, chunks) = (job.have, job.chunks);
             assert!(
                 have < chunks,
                 "{host} already holds the layer: the push is too fast to fault mid-flight"
@@ -155,7 +154,7 @@ fn assert_push_reaches_everyone(s: &Scene) -> String {
 /// A restarted daemon: no job, and no FUSE mount of the lab in its namespace.
 fn assert_no_stale_mount(s: &Scene, host: &str) {
     let st = s.lab.status(host).expect("status");
-    assert_eq!(st["jobs"].as_array().map(Vec::len), Some(0), "{st}");
+    assert!(st.jobs.is_empty(), "{st:?}");
     let work = std::fs::canonicalize(s.lab.work()).expect("work dir");
     let ours: Vec<PathBuf> = s
         .lab

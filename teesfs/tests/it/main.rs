@@ -14,6 +14,8 @@ mod deps;
 mod distribution;
 mod doctor;
 mod health;
+mod help;
+mod json_output;
 mod lab;
 mod lab_baselines;
 mod lab_faults;

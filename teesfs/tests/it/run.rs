@@ -562,13 +562,14 @@ fn run_names_what_is_wrong_with_its_arguments() {
             "--mount-root",
             jobs,
             "--job",
-            "00ab",
+            "171",
             "--wait",
             "0s",
             "--",
             "true",
         ],
-        "no job \"00ab\" is mounted",
+        // Slurm job 171, not hex 0x171.
+        "no job \"00000000000000ab\" is mounted",
     );
     check(
         &["--mount-root", jobs, "--wait", "0s", "--", "true"],

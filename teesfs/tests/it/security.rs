@@ -67,12 +67,14 @@ fn another_user_cannot_list_query_or_stop_a_job() {
     let sock = c.nodes[0].control();
     let sock = sock.to_str().expect("utf8");
 
-    let out = teesfs_as_nobody(&["status", "--control", sock]);
-    assert!(!out.status.success(), "nobody listed every job");
-    assert!(
-        stderr(&out).contains("only root may list every job"),
-        "{}",
-        stderr(&out)
+    // Their `status` answers, and lists none of the jobs (the job has no owner: root's).
+    let out = teesfs_as_nobody(&["status", "--json", "--control", sock]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        listed["jobs"],
+        serde_json::json!([]),
+        "nobody saw root's job"
     );
     for extra in [&[][..], &["--stop"][..]] {
         let mut args = vec!["status", "--control", sock, "--job", &job];
@@ -344,7 +346,18 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
     std::fs::write(src.join("opt/owned/data.txt"), "the owner's data\n").expect("write");
     let id = c.ws.publish(&src);
     let out = c
-        .push_cmd(&id, 1, &["--width", "1", "--owner", &OWNER.to_string()])
+        .push_cmd(
+            &id,
+            1,
+            &[
+                "--width",
+                "1",
+                "--owner",
+                &OWNER.to_string(),
+                "--job",
+                "1234",
+            ],
+        )
         .output()
         .expect("push");
     assert!(out.status.success(), "push: {}", stderr(&out));
@@ -354,19 +367,52 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
         .as_str()
         .expect("job id")
         .to_owned();
+    assert_eq!(job, "00000000000004d2", "`--job 1234` is Slurm job 1234");
     let sock = c.nodes[0].control();
     let sock = sock.to_str().expect("utf8");
-    let as_user = |uid: u32, program: &str, args: &[&str]| {
-        Command::new(program)
-            .args(args)
+    let as_user_in = |uid: u32, slurm_job: Option<&str>, program: &str, args: &[&str]| {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
             .uid(uid)
             .gid(uid)
             .env_remove("TEESFS_CONFIG")
+            .env_remove("TEESFS_JOB")
+            .env_remove("SLURM_JOB_ID")
             .env("TMPDIR", "/tmp")
-            .current_dir("/")
-            .output()
-            .expect("run as user")
+            .current_dir("/");
+        if let Some(j) = slurm_job {
+            cmd.env("SLURM_JOB_ID", j);
+        }
+        cmd.output().expect("run as user")
     };
+    let as_user = |uid: u32, program: &str, args: &[&str]| as_user_in(uid, None, program, args);
+    let status_json = |uid: u32, slurm_job: Option<&str>, args: &[&str]| {
+        let mut all = vec!["status", "--json", "--control", sock];
+        all.extend(args);
+        let out = as_user_in(uid, slurm_job, teesfs_bin(), &all);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status JSON")
+    };
+    // The owner's `status` lists their job; another user's lists nothing.
+    let mine = status_json(OWNER, None, &[]);
+    assert_eq!(mine["jobs"].as_array().map(Vec::len), Some(1), "{mine}");
+    assert_eq!(mine["jobs"][0]["job"], job.as_str());
+    assert_eq!(mine["jobs"][0]["owner"], OWNER);
+    let theirs = status_json(NOBODY, None, &[]);
+    assert_eq!(theirs["jobs"], serde_json::json!([]), "{theirs}");
+    // The job by its Slurm number, its 16 hex digits, 0x hex, or $SLURM_JOB_ID.
+    for (args, env) in [
+        (&["--job", "1234"][..], None),
+        (&["--job", &job][..], None),
+        (&["--job", "0x4d2"][..], None),
+        (&[][..], Some("1234")),
+    ] {
+        let one = status_json(OWNER, env, args);
+        assert_eq!(one["job"], job.as_str(), "{args:?} {env:?}: {one}");
+    }
+    // `--all` ignores $SLURM_JOB_ID (here a job that does not exist).
+    let all = status_json(OWNER, Some("99"), &["--all"]);
+    assert_eq!(all["jobs"].as_array().map(Vec::len), Some(1), "{all}");
     let data = mp.join("opt/owned/data.txt");
     let data = data.to_str().expect("utf8");
 
@@ -435,10 +481,11 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
         stderr(&out)
     );
     // ... and may stop it.
-    let out = as_user(
+    let out = as_user_in(
         OWNER,
+        Some("1234"),
         teesfs_bin(),
-        &["release", "--control", sock, "--job", &job],
+        &["release", "--control", sock],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!is_mounted(&mp));

@@ -93,9 +93,8 @@ impl Daemon {
                             tracing::warn!(uid, request = ?req, "control request refused");
                             error(&e)
                         }
-                        (Ok(()), Request::Status, _) => {
-                            serde_json::to_string(&self.status()).unwrap_or_else(|e| error(&e))
-                        }
+                        (Ok(()), Request::Status, _) => serde_json::to_string(&self.status_of(uid))
+                            .unwrap_or_else(|e| error(&e)),
                         (Ok(()), Request::Job(_), Some(j)) => {
                             serde_json::to_string(&job_status(&j)).unwrap_or_else(|e| error(&e))
                         }

@@ -26,12 +26,11 @@ use std::time::Instant;
 
 use manifest::PublicKey;
 use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Routed, Start};
-use serde::Serialize;
 
 use super::JobSource;
 use super::admit::Admitted;
 use super::control::{JobRecord, LayerPath};
-use super::job::{JobCore, JobCounters};
+use super::job::JobCore;
 use super::peers::{Peers, Pending, Router};
 use super::store::NodeStore;
 use crate::Error;
@@ -134,51 +133,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The daemon's state as `teesfs status` shows it (JSON on the control socket).
-#[derive(Debug, Serialize)]
-pub struct Status {
-    /// Host name.
-    pub host: String,
-    /// Listening address.
-    pub listen: String,
-    /// Bytes in the chunk store.
-    pub store_bytes: u64,
-    /// Chunks in the chunk store.
-    pub store_chunks: usize,
-    /// The store's budget.
-    pub store_budget: u64,
-    /// Jobs.
-    pub jobs: Vec<JobStatus>,
-}
-
-/// One job in [`Status`].
-#[derive(Debug, Serialize)]
-pub struct JobStatus {
-    /// Job id.
-    pub job: String,
-    /// Index id.
-    pub index: String,
-    /// Parent host (empty while re-attaching).
-    pub parent: String,
-    /// Children hosts.
-    pub children: Vec<String>,
-    /// Chunks held / in the layer.
-    pub have: usize,
-    /// Chunks in the layer.
-    pub chunks: usize,
-    /// Seconds after the job arrived when this node held the urgent set.
-    pub urgent_s: Option<f64>,
-    /// Seconds after the job arrived when this node held everything.
-    pub all_s: Option<f64>,
-    /// Where the layer is mounted.
-    pub mountpoint: String,
-    /// Whether the root declared the push finished.
-    pub finished: bool,
-    /// The uid that owns the job (may query and stop it besides root), if known.
-    pub owner: Option<u32>,
-    /// Traffic counters.
-    pub counters: JobCounters,
-}
+pub use super::control::{JobStatus, STATUS_VERSION, Status};
 
 impl Daemon {
     /// Binds the endpoint and opens the store. Must run inside a tokio runtime.
@@ -320,14 +275,21 @@ impl Daemon {
         }
     }
 
-    /// The current state.
+    /// The current state, with every job.
     pub fn status(&self) -> Status {
+        self.status_of(0)
+    }
+
+    /// The current state as the local user `uid` may see it: the daemon, and the jobs
+    /// [`super::control::sees`] lets it see (root: all).
+    pub fn status_of(&self, uid: u32) -> Status {
         let jobs = lock(&self.jobs)
             .values()
-            .filter(|j| !j.probe)
+            .filter(|j| !j.probe && super::control::sees(uid, j.owner))
             .map(|j| job_status(j))
             .collect();
         Status {
+            version: STATUS_VERSION,
             host: self.cfg.host.clone(),
             listen: self.local_addr().to_string(),
             store_bytes: self.store.bytes(),
@@ -774,6 +736,7 @@ fn job_status(j: &NodeJob) -> JobStatus {
     let view = j.core.view();
     let phases = *lock(&j.phases);
     JobStatus {
+        version: STATUS_VERSION,
         job: j.core.job.to_string(),
         index: j.core.index_id.to_hex(),
         parent: view.parent.unwrap_or_default(),

@@ -1,0 +1,160 @@
+//! The JSON documents the store commands print with `--format json` (`publish`, `inspect`,
+//! `verify`): one typed struct per document, written by the `teesfs` binary and read by
+//! tests and scripts through the same type, so the two cannot drift apart.
+//!
+//! Every document carries `"version": 1` ([`VERSION`]). Within a version fields are only ever
+//! added; a field that changes meaning or goes away raises it. Sizes are bytes, times are
+//! seconds since the Unix epoch, ids are lowercase hex. The other commands' documents live
+//! with what they describe: `status` in [`crate::node::control::Status`], `push` and
+//! `prefetch` in [`crate::node::report::PushReport`], `health` in
+//! [`crate::node::health::HealthReport`].
+//!
+//! Nothing here reads a store or formats for a terminal.
+
+use serde::{Deserialize, Serialize};
+
+/// The version of every document in this module.
+pub const VERSION: u32 = 1;
+
+/// What `teesfs publish --format json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishDoc {
+    /// [`VERSION`].
+    pub version: u32,
+    /// The new index's id.
+    pub index: String,
+    /// When the index stops being accepted, if it was signed with an expiry.
+    pub expires: Option<u64>,
+    /// Regular files in the index.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Symbolic links.
+    pub symlinks: u64,
+    /// Hard links.
+    pub hardlinks: u64,
+    /// Entries an index cannot hold, left out (sockets, devices, ...): their paths.
+    pub skipped: Vec<String>,
+    /// Bytes of file content.
+    pub file_bytes: u64,
+    /// Entries in the urgent set.
+    pub urgent_entries: u64,
+    /// Chunks of the urgent set.
+    pub urgent_chunks: u64,
+    /// Stored bytes of those chunks.
+    pub urgent_bytes: u64,
+    /// Chunk references (with repeats).
+    pub chunks: u64,
+    /// Distinct chunks.
+    pub unique_chunks: u64,
+    /// Chunks the store did not hold before.
+    pub new_chunks: u64,
+    /// Stored bytes of those.
+    pub new_stored_bytes: u64,
+    /// Stored (compressed) bytes of the distinct chunks.
+    pub stored_bytes: u64,
+    /// Size of the signed index file.
+    pub index_bytes: u64,
+    /// Wall time of the publish.
+    pub elapsed_s: f64,
+}
+
+/// What `teesfs inspect --format json` prints without `--index`: the store's indexes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexList {
+    /// [`VERSION`].
+    pub version: u32,
+    /// The store.
+    pub store: String,
+    /// Its indexes, by id.
+    pub indexes: Vec<IndexSummary>,
+}
+
+/// One index of [`IndexList`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexSummary {
+    /// The index id.
+    pub id: String,
+    /// Size of the signed index file.
+    pub bytes: u64,
+    /// The publisher's public key.
+    pub publisher: String,
+    /// When it stops being accepted, if signed with an expiry.
+    pub expires: Option<u64>,
+}
+
+/// What `teesfs inspect --format json --index ID` prints: one index and its entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexDoc {
+    /// [`VERSION`].
+    pub version: u32,
+    /// The index id.
+    pub id: String,
+    /// The publisher's public key.
+    pub publisher: String,
+    /// When it stops being accepted, if signed with an expiry.
+    pub expires: Option<u64>,
+    /// Bytes of file content.
+    pub file_bytes: u64,
+    /// Distinct chunks.
+    pub chunks: u64,
+    /// Their stored (compressed) bytes.
+    pub stored_bytes: u64,
+    /// The chunk size.
+    pub chunk_size: u64,
+    /// Every entry, parents before children.
+    pub entries: Vec<EntryDoc>,
+}
+
+/// One entry of [`IndexDoc`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryDoc {
+    /// Its path in the layer, relative to the root (lossy UTF-8).
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `hardlink`.
+    pub kind: String,
+    /// Permission bits (of the target for a hard link).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// File size (of the target for a hard link; the target's length for a symlink).
+    pub size: u64,
+    /// A symlink's target, or the path a hard link points to.
+    pub target: Option<String>,
+    /// Its place in the urgent set (1 first), if it is in it.
+    pub urgent: Option<u64>,
+}
+
+/// What `teesfs verify --format json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyDoc {
+    /// [`VERSION`].
+    pub version: u32,
+    /// Whether every index checked verified.
+    pub ok: bool,
+    /// Every index checked.
+    pub indexes: Vec<VerifiedIndex>,
+}
+
+/// One index of [`VerifyDoc`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifiedIndex {
+    /// The index id.
+    pub id: String,
+    /// Whether its signature and every chunk verified.
+    pub ok: bool,
+    /// Why the index itself was refused (signature, damage, untrusted key), if it was.
+    pub refused: Option<String>,
+    /// The publisher's public key, when the index opened.
+    pub publisher: Option<String>,
+    /// Entries in the index.
+    pub entries: u64,
+    /// Chunks it references.
+    pub chunks: u64,
+    /// Their stored bytes.
+    pub stored_bytes: u64,
+    /// What is wrong with each bad chunk (missing, damaged), all of them.
+    pub bad_chunks: Vec<String>,
+}
