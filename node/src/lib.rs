@@ -16,8 +16,8 @@
 pub mod fs;
 pub mod net;
 pub mod node;
-pub mod report;
 pub mod output;
+pub mod report;
 pub mod runenv;
 pub mod site;
 pub mod source;

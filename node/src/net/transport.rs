@@ -341,14 +341,6 @@ fn transport_config() -> quinn::TransportConfig {
     let mut mtu = quinn::MtuDiscoveryConfig::default();
     mtu.upper_bound(MAX_UDP_PAYLOAD);
     config.mtu_discovery_config(Some(mtu));
-    if let Some(n) = std::env::var("TEESFS_EXP_ACK").ok().and_then(|v| v.parse::<u32>().ok()) {
-        let mut ack = quinn::AckFrequencyConfig::default();
-        ack.ack_eliciting_threshold(VarInt::from_u32(n));
-        if let Some(d) = std::env::var("TEESFS_EXP_ACK_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
-            ack.max_ack_delay(Some(std::time::Duration::from_millis(d)));
-        }
-        config.ack_frequency_config(Some(ack));
-    }
     config
 }
 
