@@ -196,7 +196,7 @@ echo "== 2. cold reads at depth 1, 2, 3" >&2
 start_daemons 3 cold
 "$BIN" plan --nodes 'n[01-03]' --group-size 1 --strategy hostlist --width 1 >"$work/plan.txt" 2>&1 || true
 push cold 'n[01-03]' --index "$cold_id" --strategy hostlist --width 1 --urgent 'app/*' \
-    --wait urgent --rate-limit 1KiB --report "$work/cold.json" >"$work/cold-push.out"
+    --wait urgent --rate-limit 1KiB --report "$work/cold.json" >"$work/cold-push.out" 2>&1
 bg=$(sed -nE 's/.*background \(pid ([0-9]+).*/\1/p' "$work/cold-push.out")
 [ -n "$bg" ] && other_pids+=("$bg")
 # Wait until the dummy chunk (sent 1100+3000 B / 1 KiB/s after the urgent one) is on n03,

@@ -383,17 +383,18 @@ fn wait_urgent_returns_early_and_the_rest_keeps_streaming() {
         )
         .output()
         .expect("push");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The note on the background copy goes to stderr (stdout is the report, or its JSON).
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+        "{}{stderr}",
+        String::from_utf8_lossy(&out.stdout)
     );
     assert!(
-        stdout.contains("keeps streaming in the background"),
-        "{stdout}"
+        stderr.contains("keeps streaming in the background"),
+        "{stderr}"
     );
-    let pid: i32 = stdout
+    let pid: i32 = stderr
         .split("(pid ")
         .nth(1)
         .and_then(|r| r.split(',').next())
@@ -414,7 +415,7 @@ fn wait_urgent_returns_early_and_the_rest_keeps_streaming() {
     for i in 0..4 {
         assert_same_tree(&src, &c.mount_of(i));
     }
-    let log = stdout
+    let log = stderr
         .split(", log ")
         .nth(1)
         .and_then(|r| r.split(',').next())
