@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -101,6 +101,29 @@ pub struct JobSample {
 
 type Labels = [(&'static str, String); 1];
 
+/// How a `u64` the daemon keeps is exposed: a counter only grows, a gauge may fall.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    Counter,
+    Gauge,
+}
+
+impl Count {
+    fn metric_type(self) -> MetricType {
+        match self {
+            Count::Counter => MetricType::Counter,
+            Count::Gauge => MetricType::Gauge,
+        }
+    }
+
+    fn encode(self, v: u64, m: MetricEncoder<'_>) -> std::fmt::Result {
+        match self {
+            Count::Counter => ConstCounter::new(v).encode(m),
+            Count::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
+        }
+    }
+}
+
 fn gauge(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -108,12 +131,17 @@ fn gauge(
     unit: Option<&Unit>,
     v: u64,
 ) -> std::fmt::Result {
-    let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
-    g.encode(enc.encode_descriptor(name, help, unit, MetricType::Gauge)?)
+    Count::Gauge.encode(
+        v,
+        enc.encode_descriptor(name, help, unit, Count::Gauge.metric_type())?,
+    )
 }
 
 fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    ConstCounter::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
+    Count::Counter.encode(
+        v,
+        enc.encode_descriptor(name, help, None, Count::Counter.metric_type())?,
+    )
 }
 
 impl Sample {
@@ -124,7 +152,7 @@ impl Sample {
         enc: &mut DescriptorEncoder<'_>,
         (name, help, unit, kind): (&str, &str, Option<&Unit>, MetricType),
         value: impl Fn(&JobSample) -> Option<T>,
-        encode: impl Fn(T, prometheus_client::encoding::MetricEncoder<'_>) -> std::fmt::Result,
+        encode: impl Fn(T, MetricEncoder<'_>) -> std::fmt::Result,
     ) -> std::fmt::Result {
         let values: Vec<(Labels, T)> = self
             .jobs
@@ -141,9 +169,11 @@ impl Sample {
         Ok(())
     }
 
-    fn job_counter(
+    /// A per-job count as a counter or, for a value that can fall, a gauge.
+    fn job_u64(
         &self,
         enc: &mut DescriptorEncoder<'_>,
+        kind: Count,
         name: &str,
         help: &str,
         unit: Option<&Unit>,
@@ -151,25 +181,9 @@ impl Sample {
     ) -> std::fmt::Result {
         self.per_job(
             enc,
-            (name, help, unit, MetricType::Counter),
+            (name, help, unit, kind.metric_type()),
             |j| Some(value(j)),
-            |v, m| ConstCounter::new(v).encode(m),
-        )
-    }
-
-    fn job_gauge_u64(
-        &self,
-        enc: &mut DescriptorEncoder<'_>,
-        name: &str,
-        help: &str,
-        unit: Option<&Unit>,
-        value: impl Fn(&JobSample) -> u64,
-    ) -> std::fmt::Result {
-        self.per_job(
-            enc,
-            (name, help, unit, MetricType::Gauge),
-            |j| Some(value(j)),
-            |v, m| ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
+            |v, m| kind.encode(v, m),
         )
     }
 
@@ -227,71 +241,81 @@ impl Collector for Sample {
             self.refused,
         )?;
         // Gauges, not counters: chunks leave the store when it evicts them.
-        self.job_gauge_u64(
+        self.job_u64(
             e,
+            Count::Gauge,
             "teesfs_job_store",
             "Stored bytes of the job's chunks held in the node's store (chunks shared with other jobs count in each).",
             bytes,
             |j| j.store_bytes,
         )?;
-        self.job_gauge_u64(
+        self.job_u64(
             e,
+            Count::Gauge,
             "teesfs_job_store_chunks",
             "The job's chunks held in the node's store.",
             None,
             |j| j.store_chunks,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_chunks_received",
             "Chunks of the job received from peers, verified and stored.",
             None,
             |j| j.counters.chunks_in,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_received",
             "Stored bytes of the job's chunks received from peers.",
             bytes,
             |j| j.counters.bytes_in,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_chunks_forwarded",
             "Chunks of the job sent to children (pushed and on demand).",
             None,
             |j| j.counters.chunks_out,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_forwarded",
             "Stored bytes of the job's chunks sent to children.",
             bytes,
             |j| j.counters.bytes_out,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_chunks_corrupt",
             "Chunks of the job that failed verification against the index (the sender is dropped as parent).",
             None,
             |j| j.counters.bad_chunks,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_demand_requests",
             "Demand requests for the job's chunks this node sent to its parent (reads that found a chunk missing).",
             None,
             |j| j.counters.wants_sent,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_demand_served",
             "Chunks of the job this node sent answering its children's demand requests.",
             None,
             |j| j.counters.demand_served,
         )?;
-        self.job_counter(
+        self.job_u64(
             e,
+            Count::Counter,
             "teesfs_failed_edges",
             "Peers of the job this node gave up on: children failed and parents lost.",
             None,

@@ -12,9 +12,14 @@
 //! Everything here is a pure function of the report: no I/O, no clock. It must not grow a
 //! second copy of the report's format; it reads the one in `node::report`.
 
+mod curve;
 mod draw;
+mod group_map;
 mod model;
 mod page;
+mod style;
+mod timeline;
+mod tree;
 
 pub use draw::svg;
 pub use model::{DETAIL_MAX_NODES, MAX_ROWS};
