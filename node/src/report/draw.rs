@@ -78,7 +78,7 @@ fn draw_header(
     let lines = [
         format!(
             "job {} · index {} · strategy {} · root {} · {} nodes{} · tree depth {}",
-            r.job,
+            super::job_label(&r.job),
             short(&r.index),
             r.strategy,
             r.root,
@@ -144,7 +144,7 @@ mod tests {
             "push &lt;test&gt;",
             "group 3 (8 nodes)",
             "uplink in 16.0 MiB / out 0 B",
-            "job 00000000000004d2",
+            "job 1234 (00000000000004d2)",
             "32 nodes in 4 groups",
             "layer 16.0 MiB",
             "urgent set on every node: 1.00 s",

@@ -57,7 +57,20 @@ pub fn human_when(s: Option<f64>) -> String {
 
 /// The default title: the job and its strategy.
 pub fn title(rep: &PushReport) -> String {
-    format!("teesfs push of job {} ({})", rep.job, rep.strategy)
+    format!(
+        "teesfs push of job {} ({})",
+        job_label(&rep.job),
+        rep.strategy
+    )
+}
+
+/// A job as people name it: the Slurm job id (decimal), with the 16 hex digits of its mount
+/// directory and of `status` beside it. A report whose job is not 16 hex digits keeps it.
+pub fn job_label(job: &str) -> String {
+    match u64::from_str_radix(job, 16) {
+        Ok(id) if job.len() == 16 => format!("{id} ({job})"),
+        _ => job.to_string(),
+    }
 }
 
 /// Plotters' errors carry their backend's error type: kept as text.
@@ -95,5 +108,12 @@ mod tests {
         assert_eq!(human_secs(7380.0), "2 h 03 min");
         assert_eq!(human_when(None), "never");
         assert_eq!(esc("a<b & \"c\">"), "a&lt;b &amp; &quot;c&quot;&gt;");
+    }
+
+    #[test]
+    fn a_job_reads_as_its_slurm_id_with_its_directory_name() {
+        assert_eq!(job_label("00000000000004d2"), "1234 (00000000000004d2)");
+        assert_eq!(job_label("lab-demo"), "lab-demo");
+        assert_eq!(job_label("4d2"), "4d2");
     }
 }

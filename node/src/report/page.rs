@@ -48,7 +48,7 @@ fn summary(out: &mut String, m: &Model<'_>) {
     let r = m.rep;
     let uplink_in: u64 = r.uplinks.iter().map(|u| u.in_bytes).sum();
     let mut rows: Vec<(&str, String)> = vec![
-        ("job", r.job.clone()),
+        ("job", super::job_label(&r.job)),
         ("index", r.index.clone()),
         ("strategy", r.strategy.clone()),
         ("root", r.root.clone()),
