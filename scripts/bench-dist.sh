@@ -76,12 +76,13 @@ start_daemons() {
             --mount-root "$run/$host/jobs" --control "$run/$host/sock" \
             --trust "$work/pub.pub" >"$run/$host/out" 2>"$run/$host/log" &
         daemon_pids+=("$!")
+        # Ready once it answers on its control socket; its bound address is in the answer.
+        local st="" addr=""
         for _ in $(seq 300); do
-            grep -q '^listening on' "$run/$host/out" 2>/dev/null && break
+            st=$("$BIN" status --format json --control "$run/$host/sock" 2>/dev/null) && break
             sleep 0.1
         done
-        local addr
-        addr=$(awk '/^listening on/ {print $3; exit}' "$run/$host/out")
+        [ -n "$st" ] && addr=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["listen"])' <<<"$st")
         [ -n "$addr" ] || { echo "daemon $host did not start:" >&2; cat "$run/$host/log" >&2; exit 1; }
         echo "$host $addr" >>"$run/hosts"
     done
@@ -94,7 +95,7 @@ stop_daemons() {
     daemon_pids=()
 }
 
-status() { "$BIN" status --json --control "$work/run$1/$2/sock"; }
+status() { "$BIN" status --format json --control "$work/run$1/$2/sock"; }
 
 push() { # run nodes extra...
     local run="$work/run$1" nodes=$2

@@ -6,9 +6,11 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use peertree::relay::{Event, Phase};
 use peertree::sim::{Network, Sim, SimConfig, SimReport, pick_victims};
-use peertree::topology::Topology;
-use peertree::{Plan, PlanOptions, Strategy, measure};
+use peertree::topology::{GroupId, Topology};
+use peertree::{NodeId, Plan, PlanOptions, Strategy, measure};
+use teesfs::node::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
 
 use crate::error::{LabError, Result};
 use bytesize::ByteSize;
@@ -64,6 +66,9 @@ pub struct SweepSpec {
     /// Plan without the machine's link rates (the Tianhe assumption that a proxy's port
     /// carries its whole group), as `teesfs push` does without `--links`.
     pub unrated: bool,
+    /// Keep each simulation as a push report ([`Row::push`]), as `teesfs push --report`
+    /// writes it, for `teesfs report` to draw.
+    pub reports: bool,
 }
 
 /// One simulation's outcome.
@@ -77,6 +82,8 @@ pub struct Row {
     pub strategy: Strategy,
     /// The plan's depth.
     pub depth: u32,
+    /// The simulation as a push report, when the spec asked for them.
+    pub push: Option<PushReport>,
     /// The least bytes that must enter the job's groups.
     pub min_uplink: u64,
     /// What the simulator measured.
@@ -171,8 +178,15 @@ impl Sweep {
         cfg.urgent = s.urgent.map_or(payload, |u| u.min(payload));
         cfg.app_start = s.app_start;
         let started = Instant::now();
-        let report = simulate(&plan, &self.topology, cfg, s.kill, s.kill_at, s.seed)
-            .map_err(sim_err("simulating"))?;
+        let urgent = cfg.urgent;
+        let (report, push) = simulate(
+            &plan,
+            &self.topology,
+            cfg,
+            (s.kill, s.kill_at, s.seed),
+            s.reports.then_some(urgent),
+        )
+        .map_err(sim_err("simulating"))?;
         let metrics = measure(&plan, &self.topology, payload);
         Ok(Row {
             payload,
@@ -180,25 +194,124 @@ impl Sweep {
             strategy: plan.strategy,
             depth: plan.depth(),
             min_uplink: metrics.min_uplink_bytes,
+            push,
             report,
             wall: started.elapsed(),
         })
     }
 }
 
+/// Runs one simulation (killing `kill.0` nodes at `kill.1`, chosen with seed `kill.2`), and
+/// with `urgent` (the urgent set's bytes) also returns it as a push report.
 fn simulate(
     plan: &Plan,
     topology: &Topology,
     cfg: SimConfig,
-    kill: usize,
-    at: Duration,
-    seed: u64,
-) -> std::result::Result<SimReport, peertree::Error> {
+    kill: (usize, Duration, u64),
+    urgent: Option<u64>,
+) -> std::result::Result<(SimReport, Option<PushReport>), peertree::Error> {
+    let (chunk, payload) = (cfg.chunk, cfg.payload);
     let mut sim = Sim::new(plan, Some(topology), cfg, Instant::now())?;
-    if kill > 0 {
-        sim.kill(at, pick_victims(plan, kill, seed));
+    if kill.0 > 0 {
+        sim.kill(kill.1, pick_victims(plan, kill.0, kill.2));
     }
-    sim.run()
+    let report = sim.run()?;
+    let push =
+        urgent.map(|urgent| push_report(&sim, plan, topology, &report, (payload, urgent, chunk)));
+    Ok((report, push))
+}
+
+/// A simulated push as the push report a real one writes (`teesfs::node::report`), so that
+/// `teesfs report` draws both with the same code. Times are simulated seconds; bytes are
+/// payload bytes (the simulator does not compress).
+/// `sizes` are the payload's, its urgent set's and a chunk's bytes.
+pub fn push_report(
+    sim: &Sim<'_>,
+    plan: &Plan,
+    topology: &Topology,
+    report: &SimReport,
+    sizes: (u64, u64, u64),
+) -> PushReport {
+    let (payload, urgent, chunk) = sizes;
+    let host = |id: NodeId| plan.host(id).to_string();
+    let secs = |d: Duration| d.as_secs_f64();
+    let job: Vec<NodeId> = plan.ids().skip(1).collect();
+    let per_node = job
+        .iter()
+        .map(|&id| NodeTimes {
+            host: host(id),
+            parent: plan.parent[id.index()].map_or_else(String::new, host),
+            urgent_s: sim.done_at(id, Phase::Urgent).map(secs),
+            all_s: sim.done_at(id, Phase::All).map(secs),
+            group: plan.group[id.index()].map(|g| g.0 as usize),
+            app_start_s: None,
+        })
+        .collect();
+    let edges = plan
+        .ids()
+        .filter_map(|p| sim.relay(p).map(|r| (p, r)))
+        .flat_map(|(p, r)| {
+            r.child_bytes()
+                .filter(|&(_, b)| b > 0)
+                .map(move |(c, bytes)| EdgeBytes {
+                    parent: host(p),
+                    child: host(c),
+                    bytes,
+                })
+        })
+        .collect();
+    let mut groups: Vec<GroupId> = plan.group.iter().flatten().copied().collect();
+    groups.sort();
+    groups.dedup();
+    let uplinks = groups
+        .into_iter()
+        .map(|g| Uplink {
+            group: g.0 as usize,
+            proxy: topology.host(topology.group(g).proxy).to_string(),
+            in_bytes: sim.group_uplink_in(g),
+            out_bytes: sim.group_uplink_out(g),
+        })
+        .collect();
+    let failures = sim
+        .root_events()
+        .filter_map(|(t, e)| {
+            let (kind, p, c) = match e {
+                Event::EdgeFailed(p, c) => ("failed", p, c),
+                Event::Unreachable(p, c) => ("unreachable", p, c),
+                Event::Liar(p, c) => ("liar", p, c),
+                _ => return None,
+            };
+            Some(Failure {
+                kind: kind.into(),
+                parent: host(*p),
+                child: host(*c),
+                at_s: secs(t),
+                reason: None,
+            })
+        })
+        .collect();
+    let chunks = report.chunks;
+    PushReport {
+        version: 1,
+        job: format!("sim-{}-{}", job.len(), plan.strategy),
+        index: format!("{} payload, {} chunks", ByteSize::b(payload), chunks),
+        strategy: plan.strategy.to_string(),
+        root: host(plan.root),
+        nodes: job.len(),
+        urgent_chunks: usize::try_from(urgent.div_ceil(chunk.max(1)))
+            .unwrap_or(chunks)
+            .min(chunks),
+        chunks,
+        urgent_bytes: urgent,
+        total_bytes: payload,
+        streamed_bytes: payload,
+        urgent_complete_s: Some(secs(report.urgent)),
+        all_complete_s: Some(secs(report.deploy)),
+        per_node,
+        edges,
+        uplinks,
+        failures,
+    }
 }
 
 /// The machine: `nodes` hosts `cn00001...` in groups of 8, the first the proxy, with the

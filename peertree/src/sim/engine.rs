@@ -311,6 +311,18 @@ impl<'a> Sim<'a> {
         self.links.group_uplink_in(group.0)
     }
 
+    /// Chunk bytes that left one group of the topology over its uplink.
+    pub fn group_uplink_out(&self, group: crate::topology::GroupId) -> u64 {
+        self.links.group_uplink_out(group.0)
+    }
+
+    /// What the root learned, with the simulated time it learned it.
+    pub fn root_events(&self) -> impl Iterator<Item = (Duration, &Event)> + '_ {
+        self.root_events
+            .iter()
+            .map(|(t, e)| (Duration::from_nanos(*t), e))
+    }
+
     /// When a host held every chunk of a phase.
     pub fn done_at(&self, id: NodeId, phase: Phase) -> Option<Duration> {
         let t = self.done_at[phase.index()][id.index()];

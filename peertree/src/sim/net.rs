@@ -224,8 +224,17 @@ impl Links {
 
     /// Counted bytes that entered one group over its uplink.
     pub(crate) fn group_uplink_in(&self, g: u32) -> u64 {
+        self.group_bytes(g, 3)
+    }
+
+    /// Counted bytes that left one group over its uplink.
+    pub(crate) fn group_uplink_out(&self, g: u32) -> u64 {
+        self.group_bytes(g, 2)
+    }
+
+    fn group_bytes(&self, g: u32, k: u32) -> u64 {
         if g < self.ngroups {
-            self.bytes[self.group_res(g, 3) as usize]
+            self.bytes[self.group_res(g, k) as usize]
         } else {
             0
         }

@@ -106,6 +106,12 @@ pub struct SimArgs {
     /// Write SVG plots into this directory.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Write each simulation as a push report into this directory, as `teesfs push
+    /// --report` writes one (`sim-<nodes>-<strategy>-<payload>.json`), with the page `teesfs
+    /// report` draws from it beside it (`.html`): the tree or group map, every node's
+    /// arrivals, failed edges in red.
+    #[arg(long, value_name = "DIR")]
+    reports: Option<PathBuf>,
 }
 
 /// Runs `teesfs sim`.
@@ -140,6 +146,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         urgent: args.urgent.map(|u| u.as_u64()),
         app_start: args.app_start,
         unrated: args.unrated,
+        reports: args.reports.is_some(),
     })?;
     let jobs = sweep.jobs();
     let bar = if jobs.len() > 1 {
@@ -164,15 +171,36 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
+    if let Some(dir) = &args.reports {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for r in &rows {
+            let Some(rep) = &r.push else { continue };
+            let base = dir.join(format!(
+                "sim-{}-{}-{}",
+                r.nodes,
+                r.strategy,
+                payload_tag(r.payload)
+            ));
+            let json = base.with_extension("json");
+            std::fs::write(&json, serde_json::to_vec_pretty(rep)?)
+                .with_context(|| format!("writing {}", json.display()))?;
+            let title = format!(
+                "simulated push of {} to {} nodes ({})",
+                ByteSize::b(r.payload),
+                r.nodes,
+                r.strategy
+            );
+            let html = base.with_extension("html");
+            std::fs::write(&html, teesfs::report::html(rep, &title)?)
+                .with_context(|| format!("writing {}", html.display()))?;
+            println!("wrote {} and {}", json.display(), html.display());
+        }
+    }
     if let Some(dir) = &args.plots {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for p in payloads {
             let these: Vec<&sweep::Row> = rows.iter().filter(|r| r.payload == p).collect();
-            let tag = if p % (1 << 20) == 0 {
-                format!("{}MiB", p >> 20)
-            } else {
-                format!("{p}B")
-            };
+            let tag = payload_tag(p);
             let f4 = dir.join(format!("sim-fig4-{tag}.svg"));
             plot::plot_time(&f4, &these, p)?;
             let f5 = dir.join(format!("sim-fig5-{tag}.svg"));
@@ -181,6 +209,15 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A payload in file names: `16MiB`, or bytes.
+fn payload_tag(p: u64) -> String {
+    if p % (1 << 20) == 0 {
+        format!("{}MiB", p >> 20)
+    } else {
+        format!("{p}B")
+    }
 }
 
 #[cfg(test)]
@@ -233,5 +270,58 @@ mod tests {
         );
         let random_up: u64 = rows[1][11].parse().expect("bytes");
         assert!(random_up > 4 * payload);
+    }
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::*;
+    use clap::Parser;
+    use teesfs::node::report::PushReport;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimArgs,
+    }
+
+    /// Issue 19: the simulator's pushes are drawn by the same code as real ones: `--reports`
+    /// writes each as a push report and its page.
+    #[test]
+    fn a_simulated_push_is_written_as_a_push_report_and_drawn() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("reports");
+        let cli = Cli::parse_from([
+            "sim",
+            "--lab",
+            "--strategy",
+            "topo",
+            "--kill",
+            "1",
+            "--at",
+            "300ms",
+            "--reports",
+            out.to_str().expect("utf-8 path"),
+        ]);
+        run(cli.args).expect("simulates");
+        let json = out.join("sim-32-topo-16MiB.json");
+        let rep: PushReport =
+            serde_json::from_slice(&std::fs::read(&json).expect("report written"))
+                .expect("a push report");
+        assert_eq!((rep.nodes, rep.per_node.len()), (32, 32));
+        assert_eq!(rep.total_bytes, 16 << 20);
+        assert_eq!(rep.uplinks.len(), 4, "{:?}", rep.uplinks);
+        assert_eq!(rep.failures.len(), 1, "the killed node: {:?}", rep.failures);
+        let dead = &rep.failures[0].child;
+        for n in rep.per_node.iter().filter(|n| &n.host != dead) {
+            assert!(n.all_s.is_some() && n.group.is_some(), "{n:?}");
+        }
+        let sent: u64 = rep.edges.iter().map(|e| e.bytes).sum();
+        assert!(
+            sent >= 31 * (16 << 20),
+            "every survivor was sent the layer: {sent}"
+        );
+        let page = std::fs::read_to_string(out.join("sim-32-topo-16MiB.html")).expect("page");
+        assert!(page.contains("<svg") && page.contains("32 nodes"), "drawn");
     }
 }
