@@ -213,7 +213,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
 
 /// A payload in file names: `16MiB`, or bytes.
 fn payload_tag(p: u64) -> String {
-    if p % (1 << 20) == 0 {
+    if p.is_multiple_of(1 << 20) {
         format!("{}MiB", p >> 20)
     } else {
         format!("{p}B")
