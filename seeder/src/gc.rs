@@ -53,10 +53,9 @@ pub fn indexes_to_remove(indexes: &[IndexAge], policy: &Policy, now: SystemTime)
         .enumerate()
         .filter(|(rank, i)| {
             let newest = *rank < keep_newest;
-            let young = policy.older_than.is_some_and(|d| {
-                now.duration_since(i.published)
-                    .map_or(true, |age| age < d)
-            });
+            let young = policy
+                .older_than
+                .is_some_and(|d| now.duration_since(i.published).map_or(true, |age| age < d));
             !(newest || young || (policy.keep_tagged && i.tagged))
         })
         .map(|(_, i)| i.id)
@@ -146,9 +145,7 @@ pub fn collect(
             tagged: tags.contains_key(&id),
         });
     }
-    let remove: HashSet<IndexId> = indexes_to_remove(&ages, policy, now)
-        .into_iter()
-        .collect();
+    let remove: HashSet<IndexId> = indexes_to_remove(&ages, policy, now).into_iter().collect();
 
     // Everything the kept indexes need, read before anything is deleted.
     let mut referenced: HashSet<ChunkId> = HashSet::new();
@@ -175,9 +172,7 @@ pub fn collect(
     removed.sort_by(|a, b| b.published.cmp(&a.published).then(b.id.cmp(&a.id)));
     for a in removed {
         let path = store.index_path(&a.id);
-        let bytes = std::fs::symlink_metadata(&path)
-            .map_err(io(&path))?
-            .len();
+        let bytes = std::fs::symlink_metadata(&path).map_err(io(&path))?.len();
         let names = tags.remove(&a.id).unwrap_or_default();
         if !dry_run {
             for t in &names {

@@ -149,6 +149,9 @@ mod tests {
         let s = DirStore::create(&t.path().join("s")).expect("store");
         std::os::unix::fs::symlink(t.path().join("elsewhere"), s.lock_path()).expect("ln");
         assert!(s.lock_shared().is_err());
-        assert!(!t.path().join("elsewhere").exists(), "not created through it");
+        assert!(
+            !t.path().join("elsewhere").exists(),
+            "not created through it"
+        );
     }
 }

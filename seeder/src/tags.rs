@@ -299,7 +299,10 @@ mod tests {
         std::fs::write(s.index_path(&IndexId(a)), b"").expect("index");
         let e = s.resolve_index("1111").expect_err("two").to_string();
         assert!(e.contains("matches 2 indexes"), "{e}");
-        assert!(e.contains("more hex characters") && e.contains("or a tag"), "{e}");
+        assert!(
+            e.contains("more hex characters") && e.contains("or a tag"),
+            "{e}"
+        );
     }
 
     #[test]

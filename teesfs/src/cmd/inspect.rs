@@ -194,7 +194,13 @@ fn print_table(list: &IndexList) {
     rows.sort_by(|a, b| b.published.cmp(&a.published).then(a.id.cmp(&b.id)));
     let tags: Vec<String> = rows
         .iter()
-        .map(|i| if i.tags.is_empty() { "-".into() } else { i.tags.join(",") })
+        .map(|i| {
+            if i.tags.is_empty() {
+                "-".into()
+            } else {
+                i.tags.join(",")
+            }
+        })
         .collect();
     let tw = tags.iter().map(String::len).chain([4]).max().unwrap_or(4);
     println!(

@@ -84,6 +84,13 @@ fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies()
     let trust = ws.pubkey();
     let trust = trust.to_str().expect("utf8");
     let v1 = publish(&ws, &layer(&ws, "v1", 1), "v1");
+    // Published a day ago (gc and the listing go by the index file's time).
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(ws.index_file(&v1.index))
+        .and_then(|f| f.set_modified(day_ago))
+        .expect("age v1");
     let v2 = publish(&ws, &layer(&ws, "v2", 2), "stable");
     assert_eq!(v2.tag.as_deref(), Some("stable"));
     let (old, new) = (chunks_of(&store, &v1.index), chunks_of(&store, &v2.index));
@@ -106,7 +113,7 @@ fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies()
     assert_eq!(row(&v2.index).tags, ["stable"]);
     assert_eq!(row(&v2.index).files, 2);
     assert_eq!(row(&v2.index).file_bytes, 900_000);
-    assert!(row(&v2.index).published >= row(&v1.index).published);
+    assert!(row(&v2.index).published >= row(&v1.index).published + 86_000);
     let table = ok(&ws.teesfs(&["inspect", "--store", s]), "inspect");
     let first = table.lines().nth(1).expect("a row");
     assert!(
@@ -117,23 +124,49 @@ fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies()
 
     // Every tagged index is kept by default: nothing to do.
     let none: GcDoc = json(
-        &ws.teesfs(&["gc", "--store", s, "--keep", "1", "--grace", "0s", "--format", "json"]),
+        &ws.teesfs(&[
+            "gc", "--store", s, "--keep", "1", "--grace", "0s", "--format", "json",
+        ]),
         "gc",
     );
-    assert!(none.removed_indexes.is_empty() && none.removed_chunks == 0, "{none:?}");
+    assert!(
+        none.removed_indexes.is_empty() && none.removed_chunks == 0,
+        "{none:?}"
+    );
 
     let dry: GcDoc = json(
         &ws.teesfs(&[
-            "gc", "--store", s, "--keep", "1", "--no-keep-tag", "--grace", "0s", "--dry-run",
-            "--format", "json",
+            "gc",
+            "--store",
+            s,
+            "--keep",
+            "1",
+            "--no-keep-tag",
+            "--grace",
+            "0s",
+            "--dry-run",
+            "--format",
+            "json",
         ]),
         "gc --dry-run",
     );
     assert!(dry.dry_run);
     assert_eq!(dry.removed_chunks, only_old.len() as u64);
-    assert!(chunk_path(&store, &only_old[0]).exists(), "a dry run deletes nothing");
+    assert!(
+        chunk_path(&store, &only_old[0]).exists(),
+        "a dry run deletes nothing"
+    );
 
-    let out = ws.teesfs(&["gc", "--store", s, "--keep", "1", "--no-keep-tag", "--grace", "0s"]);
+    let out = ws.teesfs(&[
+        "gc",
+        "--store",
+        s,
+        "--keep",
+        "1",
+        "--no-keep-tag",
+        "--grace",
+        "0s",
+    ]);
     let text = ok(&out, "gc");
     assert!(text.contains("removed 1 index(es)"), "{text}");
     assert!(text.contains("freed"), "{text}");
@@ -145,7 +178,9 @@ fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies()
     }
     assert_eq!(count_chunks(&store), new.len());
     ok(
-        &ws.teesfs(&["verify", "--store", s, "--index", "stable", "--trust", trust]),
+        &ws.teesfs(&[
+            "verify", "--store", s, "--index", "stable", "--trust", trust,
+        ]),
         "verify the kept index by its tag",
     );
     // The removed index's tag went with it; the error says what --index takes.
@@ -158,7 +193,10 @@ fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies()
     );
     let out = ws.teesfs(&["verify", "--store", s, "--index", "ab", "--trust", trust]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("at least 4 hex characters of the id, or a tag"), "{err}");
+    assert!(
+        err.contains("at least 4 hex characters of the id, or a tag"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -196,7 +234,16 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     let st = seeder::DirStore::open(&store).expect("store");
     let held = st.lock_shared().expect("lock");
     assert!(held.is_held(), "the test store's filesystem has flock");
-    let out = ws.teesfs(&["gc", "--store", s, "--keep", "0", "--no-keep-tag", "--grace", "0s"]);
+    let out = ws.teesfs(&[
+        "gc",
+        "--store",
+        s,
+        "--keep",
+        "0",
+        "--no-keep-tag",
+        "--grace",
+        "0s",
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("busy") && err.contains(".lock"), "{err}");
@@ -228,7 +275,16 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     }
 
     let doc: GcDoc = json(
-        &ws.teesfs(&["gc", "--store", s, "--keep", "0", "--no-keep-tag", "--format", "json"]),
+        &ws.teesfs(&[
+            "gc",
+            "--store",
+            s,
+            "--keep",
+            "0",
+            "--no-keep-tag",
+            "--format",
+            "json",
+        ]),
         "gc",
     );
     assert!(doc.locked);
@@ -237,7 +293,9 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     assert!(doc.young_chunks >= 1, "{doc:?}");
 
     let doc: GcDoc = json(
-        &ws.teesfs(&["gc", "--store", s, "--keep", "0", "--grace", "0s", "--format", "json"]),
+        &ws.teesfs(&[
+            "gc", "--store", s, "--keep", "0", "--grace", "0s", "--format", "json",
+        ]),
         "gc",
     );
     assert!(!fresh_path.exists(), "past the grace period it goes");
@@ -247,6 +305,9 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
         std::fs::symlink_metadata(&planted).is_err(),
         "the planted link is removed"
     );
-    assert_eq!(std::fs::read(outside.join(victim_id.to_hex())).expect("victim"), b"keep");
+    assert_eq!(
+        std::fs::read(outside.join(victim_id.to_hex())).expect("victim"),
+        b"keep"
+    );
     assert_eq!(std::fs::read(outside.join(&hex)).expect("victim"), b"keep");
 }
