@@ -3,7 +3,7 @@
 //! ```toml
 //! [layer]
 //! store = "/shared/teesfs"        # where the layer was published (default: the site's)
-//! index = "3a6a3941"              # its index id (or a unique prefix)
+//! index = "3a6a3941"              # a tag, or 4+ hex characters of its id
 //!
 //! [launch]
 //! urgent = ["bin/*", "app/**"]    # extra urgent paths, globs over layer paths
@@ -59,7 +59,7 @@ pub struct JobSpec {
 pub struct LayerSpec {
     /// The store the layer was published into (default: the site's `[store] path`).
     pub store: Option<PathBuf>,
-    /// Index id or unique prefix.
+    /// A tag (`teesfs publish --tag`), or at least 4 hex characters of the index id.
     pub index: String,
 }
 

@@ -1,5 +1,5 @@
 //! The JSON documents the store commands print with `--format json` (`publish`, `inspect`,
-//! `verify`): one typed struct per document, written by the `teesfs` binary and read by
+//! `verify`, `gc`): one typed struct per document, written by the `teesfs` binary and read by
 //! tests and scripts through the same type, so the two cannot drift apart.
 //!
 //! Every document carries `"version": 1` ([`VERSION`]). Within a version fields are only ever
@@ -23,6 +23,9 @@ pub struct PublishDoc {
     pub version: u32,
     /// The new index's id.
     pub index: String,
+    /// The tag `--tag` pointed at it, if any.
+    #[serde(default)]
+    pub tag: Option<String>,
     /// When the index stops being accepted, if it was signed with an expiry.
     pub expires: Option<u64>,
     /// Regular files in the index.
@@ -81,6 +84,24 @@ pub struct IndexSummary {
     pub publisher: String,
     /// When it stops being accepted, if signed with an expiry.
     pub expires: Option<u64>,
+    /// The tags that name it.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// When it was last published (its file's modification time).
+    #[serde(default)]
+    pub published: u64,
+    /// Regular files in it.
+    #[serde(default)]
+    pub files: u64,
+    /// Bytes of file content.
+    #[serde(default)]
+    pub file_bytes: u64,
+    /// Stored (compressed) bytes of its distinct chunks.
+    #[serde(default)]
+    pub stored_bytes: u64,
+    /// Stored bytes of the urgent set's chunks.
+    #[serde(default)]
+    pub urgent_bytes: u64,
 }
 
 /// What `teesfs inspect --format json --index ID` prints: one index and its entries.
@@ -157,4 +178,49 @@ pub struct VerifiedIndex {
     pub stored_bytes: u64,
     /// What is wrong with each bad chunk (missing, damaged), all of them.
     pub bad_chunks: Vec<String>,
+}
+
+/// What `teesfs gc --format json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcDoc {
+    /// [`VERSION`].
+    pub version: u32,
+    /// The store.
+    pub store: String,
+    /// Whether nothing was deleted (`--dry-run`).
+    pub dry_run: bool,
+    /// Whether the store's lock was held (false on a filesystem without flock, where the
+    /// grace period was the only guard against a concurrent publish).
+    pub locked: bool,
+    /// Ids of the indexes kept.
+    pub kept_indexes: Vec<String>,
+    /// The indexes removed, newest first.
+    pub removed_indexes: Vec<GcRemovedIndex>,
+    /// Chunks kept because a kept index references them.
+    pub kept_chunks: u64,
+    /// Their bytes.
+    pub kept_chunk_bytes: u64,
+    /// Chunks no kept index references, kept because they are younger than the grace period.
+    pub young_chunks: u64,
+    /// Their bytes.
+    pub young_chunk_bytes: u64,
+    /// Chunks removed.
+    pub removed_chunks: u64,
+    /// Their bytes.
+    pub removed_chunk_bytes: u64,
+    /// Bytes freed: removed chunks and index files.
+    pub freed_bytes: u64,
+}
+
+/// One index of [`GcDoc`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcRemovedIndex {
+    /// The index id.
+    pub id: String,
+    /// The tags that named it, removed with it.
+    pub tags: Vec<String>,
+    /// When it was last published.
+    pub published: u64,
+    /// Size of its file.
+    pub bytes: u64,
 }

@@ -19,21 +19,95 @@ pub enum Error {
     /// The layer to publish is not a directory.
     #[error("{0} is not a directory: a layer is a directory tree")]
     NotADirectory(PathBuf),
-    /// No index in the store matches the id or prefix.
-    #[error("no index {id} in store {store} (run `teesfs inspect --store {store}` to list them)")]
+    /// No index in the store matches the tag, id or prefix.
+    #[error(
+        "no index {id} in store {store}: give at least 4 hex characters of the id, or a tag \
+         (`teesfs inspect --store {store}` lists them)",
+        store = store.display()
+    )]
     IndexNotFound {
         /// What was asked for.
         id: String,
         /// The store searched.
         store: PathBuf,
     },
+    /// What `--index` was given is neither a tag name nor at least 4 hex characters.
+    #[error(
+        "{given:?} is neither a tag nor an index id prefix: give at least 4 hex characters of \
+         the id, or a tag (`teesfs inspect --store {store}` lists them)",
+        store = store.display()
+    )]
+    NotAnIndexName {
+        /// What was given.
+        given: String,
+        /// The store.
+        store: PathBuf,
+    },
     /// An id prefix matches several indexes.
-    #[error("index prefix {prefix} is ambiguous: it matches {count} indexes; give more characters")]
+    #[error(
+        "index prefix {prefix} is ambiguous: it matches {count} indexes; give more hex \
+         characters of the id, or a tag (`teesfs inspect --store {store}` lists them)",
+        store = store.display()
+    )]
     AmbiguousPrefix {
         /// The prefix given.
         prefix: String,
         /// How many matched.
         count: usize,
+        /// The store.
+        store: PathBuf,
+    },
+    /// A tag names an index the store no longer holds.
+    #[error(
+        "tag {tag} names index {id}, which store {store} no longer holds; publish it again \
+         with --tag {tag}, or give another index",
+        store = store.display()
+    )]
+    TagTargetMissing {
+        /// The tag.
+        tag: String,
+        /// The index it names.
+        id: String,
+        /// The store.
+        store: PathBuf,
+    },
+    /// A tag name breaks the naming rule.
+    #[error(
+        "bad tag name {name:?}: {reason}; a tag is 1 to 64 characters of A-Z a-z 0-9 . _ -, \
+         not starting with . or -, and not all hex digits (that would read as an id prefix)"
+    )]
+    BadTagName {
+        /// The name given.
+        name: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// A tag file does not hold an index id.
+    #[error("tag file {} is damaged ({reason}); tag the index again with `teesfs publish --tag` or remove the file", path.display())]
+    BadTag {
+        /// The tag file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another process holds the store's lock (a publish, or another gc).
+    #[error("store {} is busy: {holder} holds {}; run gc again when it is done", store.display(), store.join(".lock").display())]
+    StoreBusy {
+        /// The store.
+        store: PathBuf,
+        /// Who may hold it.
+        holder: &'static str,
+    },
+    /// An index that gc keeps cannot be read, so the chunks it needs are unknown.
+    #[error("index {id} in store {} cannot be read ({reason}), so gc cannot tell which chunks it needs; \
+             publish it again or remove {}, then run gc again", store.display(), store.join("indexes").join(format!("{id}.idx")).display())]
+    UnreadableIndex {
+        /// The index.
+        id: String,
+        /// The store.
+        store: PathBuf,
+        /// What is wrong.
+        reason: String,
     },
     /// A chunk listed in the index is not in the store.
     #[error("chunk {0} is missing from the store")]

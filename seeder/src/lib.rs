@@ -4,6 +4,9 @@
 //!   indexes as files in a directory; on a cluster this is where the tree's root reads from,
 //!   and in shared-storage mode what nodes read directly).
 //! - [`publish`](mod@publish): turning a directory into chunks plus a signed index.
+//! - [`tags`]: names for indexes, and resolving `--index` (a tag or an id prefix).
+//! - [`gc`]: removing old indexes and the chunks no kept index needs, safely beside a
+//!   publish ([`lock`]: the store's advisory lock).
 //!
 //! - [`files`]: bounded reads of files named by users or found in stores.
 //! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
@@ -13,9 +16,13 @@
 pub mod deps;
 mod error;
 pub mod files;
+pub mod gc;
+pub mod lock;
 pub mod publish;
 pub mod store;
+pub mod tags;
 
 pub use error::Error;
-pub use publish::{Published, publish, publish_with_urgent};
+pub use publish::{Published, publish, publish_tagged, publish_with_urgent};
 pub use store::{ChunkStore, DirStore, StoredChunk};
+pub use tags::TagName;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use manifest::build::BuildProgress;
 use manifest::{BuildOptions, BuildReport, Index, IndexId, SecretKey, SignedIndex};
 
-use crate::{DirStore, Error};
+use crate::{DirStore, Error, TagName};
 
 /// How often a layer is read before a file that keeps changing fails the publish.
 const PUBLISH_ATTEMPTS: u32 = 3;
@@ -57,6 +57,21 @@ pub fn publish_with_urgent(
     urgent: &[PathBuf],
     progress: &dyn BuildProgress,
 ) -> Result<Published, Error> {
+    publish_tagged(layer, store, key, opts, urgent, None, progress)
+}
+
+/// [`publish_with_urgent`], then points `tag` (if any) at the new index. The store's lock
+/// is held shared from the first chunk to the tag ([`crate::lock`]), so a gc cannot take
+/// the chunks of an index not yet written, nor the index before it is tagged.
+pub fn publish_tagged(
+    layer: &Path,
+    store: &DirStore,
+    key: &SecretKey,
+    opts: &BuildOptions,
+    urgent: &[PathBuf],
+    tag: Option<&TagName>,
+    progress: &dyn BuildProgress,
+) -> Result<Published, Error> {
     let start = Instant::now();
     if !layer.is_dir() {
         return Err(Error::NotADirectory(layer.to_path_buf()));
@@ -71,6 +86,7 @@ pub fn publish_with_urgent(
             .into());
         }
     }
+    let _lock = store.lock_shared()?;
     let mut attempt = 1;
     let (mut index, report) = loop {
         match manifest::build(layer, opts, store, progress) {
@@ -90,6 +106,9 @@ pub fn publish_with_urgent(
     manifest::set_urgent_paths(&mut index, urgent)?;
     let signed = SignedIndex::sign_until(&index, key, 3, opts.expires);
     let id = store.put_index(&signed)?;
+    if let Some(tag) = tag {
+        store.set_tag(tag, &id)?;
+    }
     tracing::info!(%id, files = report.files, "published");
     Ok(Published {
         id,

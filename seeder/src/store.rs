@@ -1,5 +1,6 @@
 //! A content-addressed store in a directory:
-//! `chunks/<first two hex>/<id>` hold encoded chunks, `indexes/<id>.idx` signed indexes.
+//! `chunks/<first two hex>/<id>` hold encoded chunks, `indexes/<id>.idx` signed indexes,
+//! `indexes/tags/<name>` the ids tags name ([`crate::tags`]).
 //! An index id names content **and** signer ([`SignedIndex::id`]), so the same layer signed
 //! with two keys is two files, and `--index PREFIX` always means one envelope.
 //!
@@ -12,6 +13,7 @@
 //! files, and only up to the longest a valid object can be.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -76,7 +78,8 @@ impl DirStore {
         self.root.join("chunks").join(&hex[..2]).join(hex)
     }
 
-    fn index_path(&self, id: &IndexId) -> PathBuf {
+    /// Where an index lives.
+    pub fn index_path(&self, id: &IndexId) -> PathBuf {
         self.root.join("indexes").join(format!("{id}.idx"))
     }
 
@@ -93,7 +96,7 @@ impl DirStore {
         })
     }
 
-    fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let dir = dest.parent().expect("store paths always have a parent");
         // Objects are content-addressed and the index is signed: readable by whoever may
         // enter the store's directory (the Slurm prolog runs as the Slurm user, not as the
@@ -125,7 +128,18 @@ impl DirStore {
         let p = self.index_path(&id);
         let same = read_limited(&p, signed.as_bytes().len() as u64, Symlinks::Refuse)
             .is_ok_and(|b| b == signed.as_bytes());
-        if !same {
+        if same {
+            // Published again: it is the newest for `gc --keep N`. Best effort: another
+            // user's file keeps its time, which only makes it older to gc.
+            let touched = std::fs::File::options()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&p)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            if let Err(e) = touched {
+                tracing::warn!(path = %p.display(), error = %e, "cannot refresh the time of a republished index");
+            }
+        } else {
             self.write_atomic(&p, signed.as_bytes()).map_err(io(&p))?;
         }
         Ok(id)
@@ -169,25 +183,18 @@ impl DirStore {
         Ok(out)
     }
 
-    /// Resolves a full id or a unique prefix of at least 4 hex characters.
-    pub fn resolve_index(&self, prefix: &str) -> Result<IndexId, Error> {
-        let prefix = prefix.trim().to_ascii_lowercase();
-        if prefix.len() == 64 {
-            return Ok(prefix.parse()?);
-        }
-        let matches: Vec<IndexId> = self
-            .list_indexes()?
-            .into_iter()
-            .filter(|id| prefix.len() >= 4 && id.to_hex().starts_with(&prefix))
-            .collect();
-        match matches.len() {
-            1 => Ok(matches[0]),
-            0 => Err(Error::IndexNotFound {
-                id: prefix,
-                store: self.root.clone(),
-            }),
-            count => Err(Error::AmbiguousPrefix { prefix, count }),
-        }
+    /// Whether the store holds an index file of that id (without reading it).
+    pub fn has_index(&self, id: &IndexId) -> bool {
+        std::fs::symlink_metadata(self.index_path(id)).is_ok_and(|m| m.is_file())
+    }
+
+    /// When an index was last published: its file's modification time (a publish of an
+    /// index already there refreshes it).
+    pub fn index_published(&self, id: &IndexId) -> Result<std::time::SystemTime, Error> {
+        let p = self.index_path(id);
+        std::fs::symlink_metadata(&p)
+            .and_then(|m| m.modified())
+            .map_err(io(&p))
     }
 }
 

@@ -36,6 +36,8 @@ enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// List a store's indexes, or the entries of one index.
     Inspect(cmd::inspect::InspectArgs),
+    /// Remove a store's old indexes and the chunks only they needed.
+    Gc(cmd::gc::GcArgs),
     /// Mount a published layer read-only (FUSE) until Ctrl-C or SIGTERM.
     Mount(cmd::mount::MountArgs),
     /// Plan the distribution tree for a job and print its metrics.
@@ -299,6 +301,7 @@ fn main() -> std::process::ExitCode {
         Command::Publish(a) => cmd::publish::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Gc(a) => cmd::gc::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Plan(a) => cmd::plan::run(a),
         Command::Push(a) => cmd::push::run(*a),

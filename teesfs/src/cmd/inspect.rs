@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 use manifest::{EntryIdx, EntryKind, FileData, Limits, SignedIndex};
 use seeder::DirStore;
 use teesfs::output::{self, EntryDoc, IndexDoc, IndexList, IndexSummary};
@@ -14,14 +16,17 @@ pub struct InspectArgs {
     /// The store.
     #[arg(long, value_name = "DIR")]
     store: PathBuf,
-    /// Index id or unique prefix; without it, list the store's indexes.
-    #[arg(long, value_name = "ID")]
+    /// A tag, or at least 4 hex characters of the index id; without it, list the store's
+    /// indexes and their tags.
+    #[arg(long, value_name = "TAG|ID")]
     index: Option<String>,
     /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
     /// What to print: `text`, or `json`. Without --index: `{"version": 1, "store": DIR,
-    /// "indexes": [{"id", "bytes", "publisher", "expires"}]}`; with it: `{"version": 1,
+    /// "indexes": [{"id", "bytes", "publisher", "expires", "tags": [NAME], "published",
+    /// "files", "file_bytes", "stored_bytes", "urgent_bytes"}]}` (by id; the text table is
+    /// newest first); with it: `{"version": 1,
     /// "id", "publisher", "expires", "file_bytes", "chunks", "stored_bytes", "chunk_size",
     /// "entries": [{"path", "kind", "mode", "uid", "gid", "size", "target", "urgent"}]}`
     /// (sizes in bytes, expires in seconds since the epoch or null;
@@ -62,36 +67,11 @@ fn mode_string(kind: &EntryKind, mode: u32) -> String {
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let store = DirStore::open(&args.store)?;
     let Some(prefix) = &args.index else {
-        let ids = store.list_indexes()?;
-        let mut list = IndexList {
-            version: output::VERSION,
-            store: args.store.display().to_string(),
-            indexes: Vec::with_capacity(ids.len()),
-        };
-        for id in ids {
-            let bytes = store.get_index(&id)?;
-            let len = bytes.len() as u64;
-            let signed = SignedIndex::from_bytes(bytes, &Limits::default())?;
-            list.indexes.push(IndexSummary {
-                id: id.to_string(),
-                bytes: len,
-                publisher: signed.publisher()?.to_hex(),
-                expires: signed.expires(),
-            });
-        }
+        let list = index_list(&store, &args.store)?;
         if args.format == util::Format::Json {
             return util::print_json(&list);
         }
-        println!("{} index(es) in {}", list.indexes.len(), list.store);
-        for i in &list.indexes {
-            println!(
-                "  {}  {:>10}  publisher {}{}",
-                i.id,
-                util::bytes(i.bytes),
-                i.publisher.get(..16).unwrap_or_default(),
-                validity(i.expires)
-            );
-        }
+        print_table(&list);
         return Ok(());
     };
     let (id, bytes, index) =
@@ -162,6 +142,90 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The store's indexes, by id, with their tags and sizes. Read, not verified: the
+/// listing is for choosing one, which the command that uses it then verifies.
+fn index_list(store: &DirStore, dir: &std::path::Path) -> anyhow::Result<IndexList> {
+    let mut tags: std::collections::HashMap<manifest::IndexId, Vec<String>> = Default::default();
+    for (name, id) in store.tags()? {
+        tags.entry(id).or_default().push(name.to_string());
+    }
+    let mut list = IndexList {
+        version: output::VERSION,
+        store: dir.display().to_string(),
+        indexes: Vec::new(),
+    };
+    for id in store.list_indexes()? {
+        let bytes = store.get_index(&id)?;
+        let len = bytes.len() as u64;
+        let signed = SignedIndex::from_bytes(bytes, &Limits::default())
+            .and_then(|s| s.decode(&Limits::default()).map(|i| (s, i)));
+        let (signed, index) = signed.with_context(|| {
+            format!(
+                "index {id} in {} cannot be read; `teesfs verify --store {0} --index {}` says more",
+                dir.display(),
+                &id.to_hex()[..12]
+            )
+        })?;
+        list.indexes.push(IndexSummary {
+            id: id.to_string(),
+            bytes: len,
+            publisher: signed.publisher()?.to_hex(),
+            expires: signed.expires(),
+            tags: tags.remove(&id).unwrap_or_default(),
+            published: util::unix_secs(store.index_published(&id)?),
+            files: index
+                .entries
+                .iter()
+                .filter(|e| matches!(e.kind, EntryKind::File { .. }))
+                .count() as u64,
+            file_bytes: index.total_file_bytes(),
+            stored_bytes: index.total_stored_bytes(),
+            urgent_bytes: util::urgent_size(&index).2,
+        });
+    }
+    Ok(list)
+}
+
+/// The listing as an aligned table, newest first.
+fn print_table(list: &IndexList) {
+    let mut rows: Vec<&IndexSummary> = list.indexes.iter().collect();
+    rows.sort_by(|a, b| b.published.cmp(&a.published).then(a.id.cmp(&b.id)));
+    let tags: Vec<String> = rows
+        .iter()
+        .map(|i| {
+            if i.tags.is_empty() {
+                "-".into()
+            } else {
+                i.tags.join(",")
+            }
+        })
+        .collect();
+    let tw = tags.iter().map(String::len).chain([4]).max().unwrap_or(4);
+    println!(
+        "{:<16}  {:<tw$}  {:<16}  {:>8}  {:>10}  {:>10}  {:>10}  PUBLISHER",
+        "ID", "TAGS", "PUBLISHED (UTC)", "FILES", "SIZE", "STORED", "URGENT"
+    );
+    for (i, tags) in rows.iter().zip(&tags) {
+        println!(
+            "{:<16}  {:<tw$}  {:<16}  {:>8}  {:>10}  {:>10}  {:>10}  {}{}",
+            i.id.get(..16).unwrap_or(&i.id),
+            tags,
+            util::date(i.published),
+            i.files,
+            util::bytes(i.file_bytes),
+            util::bytes(i.stored_bytes),
+            util::bytes(i.urgent_bytes),
+            i.publisher.get(..16).unwrap_or_default(),
+            validity(i.expires)
+        );
+    }
+    println!(
+        "{} index(es) in {}; --index takes a tag or 4+ hex characters of an id",
+        list.indexes.len(),
+        list.store
+    );
 }
 
 /// One index and its entries, for a script.

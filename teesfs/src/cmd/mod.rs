@@ -4,6 +4,7 @@
 pub mod borrow;
 pub mod daemon;
 pub mod doctor;
+pub mod gc;
 pub mod health;
 pub mod inspect;
 pub mod jobspec;

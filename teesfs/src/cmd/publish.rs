@@ -13,6 +13,10 @@ use super::util;
 /// Arguments of `teesfs publish`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
+Examples:
+  teesfs publish ~/layer --store /shared/teesfs --tag torch-2.3   # prints the index id
+  teesfs publish ~/layer --store /shared/teesfs --urgent-exec python3 --expires-in 30d
+
 The urgent set (the files every node receives first, in the order given) is recorded in the
 signed index:
   --urgent-list FILE  one layer path per line in the order needed (as `teesfs record` writes
@@ -56,11 +60,16 @@ pub struct PublishArgs {
     /// (`teesfs daemon --revoked`).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     expires_in: Option<std::time::Duration>,
+    /// Name the new index NAME in the store (moving the tag if it named another), so that
+    /// `--index NAME` finds it and `teesfs gc` keeps it. A tag is 1 to 64 characters of
+    /// A-Z a-z 0-9 . _ -, not all hex digits.
+    #[arg(long, value_name = "NAME")]
+    tag: Option<seeder::TagName>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
     /// What to print: `text`, or `json`: one object, `{"version": 1, "index": ID,
-    /// "expires", "files", "dirs", "symlinks", "hardlinks", "skipped": [PATH...],
+    /// "tag", "expires", "files", "dirs", "symlinks", "hardlinks", "skipped": [PATH...],
     /// "file_bytes", "urgent_entries", "urgent_chunks", "urgent_bytes", "chunks",
     /// "unique_chunks", "new_chunks", "new_stored_bytes", "stored_bytes", "index_bytes",
     /// "elapsed_s"}` (sizes in bytes; teesfs::output::PublishDoc).
@@ -155,11 +164,19 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         b
     };
     let progress = Bar(bar);
-    let p = seeder::publish_with_urgent(&args.layer, &store, &key, &opts, &urgent, &progress)
-        .with_context(|| format!("publishing {}", args.layer.display()))?;
+    let p = seeder::publish_tagged(
+        &args.layer,
+        &store,
+        &key,
+        &opts,
+        &urgent,
+        args.tag.as_ref(),
+        &progress,
+    )
+    .with_context(|| format!("publishing {}", args.layer.display()))?;
     progress.0.finish_and_clear();
     match args.format {
-        util::Format::Text => print_summary(&p, opts.expires),
+        util::Format::Text => print_summary(&p, opts.expires, args.tag.as_ref()),
         util::Format::Json => {
             for s in &p.report.skipped {
                 eprintln!(
@@ -168,32 +185,24 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
                     s.kind
                 );
             }
-            util::print_json(&doc(&p, opts.expires))?;
+            util::print_json(&doc(&p, opts.expires, args.tag.as_ref()))?;
         }
     }
     Ok(())
 }
 
-/// The urgent set's entries, chunks and their stored bytes.
-fn urgent_size(index: &manifest::Index) -> (u64, u64, u64) {
-    if index.urgent.is_empty() {
-        return (0, 0, 0);
-    }
-    let (order, n) = manifest::push_order(index, &|_| false);
-    let bytes: u64 = order[..n]
-        .iter()
-        .map(|&c| u64::from(index.chunks[c as usize].stored_len))
-        .sum();
-    (index.urgent.len() as u64, n as u64, bytes)
-}
-
 /// What a publish did, for a script.
-fn doc(p: &seeder::Published, expires: Option<u64>) -> teesfs::output::PublishDoc {
+fn doc(
+    p: &seeder::Published,
+    expires: Option<u64>,
+    tag: Option<&seeder::TagName>,
+) -> teesfs::output::PublishDoc {
     let r = &p.report;
-    let (urgent_entries, urgent_chunks, urgent_bytes) = urgent_size(&p.index);
+    let (urgent_entries, urgent_chunks, urgent_bytes) = util::urgent_size(&p.index);
     teesfs::output::PublishDoc {
         version: teesfs::output::VERSION,
         index: p.id.to_string(),
+        tag: tag.map(ToString::to_string),
         expires,
         files: r.files,
         dirs: r.dirs,
@@ -219,7 +228,7 @@ fn doc(p: &seeder::Published, expires: Option<u64>) -> teesfs::output::PublishDo
 }
 
 /// What a publish did, for a person.
-fn print_summary(p: &seeder::Published, expires: Option<u64>) {
+fn print_summary(p: &seeder::Published, expires: Option<u64>, tag: Option<&seeder::TagName>) {
     let r = &p.report;
     for s in &r.skipped {
         eprintln!(
@@ -229,6 +238,9 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>) {
         );
     }
     println!("index {}", p.id);
+    if let Some(tag) = tag {
+        println!("  tagged {tag}");
+    }
     if let Some(at) = expires {
         println!(
             "  valid until {} (publish again before then)",
@@ -259,7 +271,7 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>) {
         util::bytes(r.inline_bytes)
     );
     if !p.index.urgent.is_empty() {
-        let (entries, chunks, bytes) = urgent_size(&p.index);
+        let (entries, chunks, bytes) = util::urgent_size(&p.index);
         println!(
             "  urgent set: {entries} entries, {chunks} chunks ({} stored)",
             util::bytes(bytes)

@@ -52,14 +52,14 @@ Examples:
       --stream urgent
 
 The site configuration (teesfs.toml(5)) gives the defaults of the Topology and Network flags;
---index takes an index id or a unique prefix of it (`teesfs inspect --store DIR`
-lists them). Exit status 0 when every node holds what --wait asked for, 1 otherwise.")]
+--index takes a tag (`teesfs publish --tag`) or at least 4 hex characters of an index id
+(`teesfs inspect --store DIR` lists both). Exit status 0 when every node holds what --wait asked for, 1 otherwise.")]
 pub struct PushArgs {
     /// The store holding the published layer.
     #[arg(help_heading = "Job", long, value_name = "DIR")]
     pub store: PathBuf,
-    /// Index id or unique prefix.
-    #[arg(help_heading = "Job", long, value_name = "ID")]
+    /// A tag, or at least 4 hex characters of the index id.
+    #[arg(help_heading = "Job", long, value_name = "TAG|ID")]
     pub index: String,
     #[command(flatten, next_help_heading = "Topology")]
     pub job: JobArgs,

@@ -49,8 +49,9 @@ pub struct RecordArgs {
     /// The store holding the index and chunks.
     #[arg(long, value_name = "DIR", required_unless_present = "from_job")]
     store: Option<PathBuf>,
-    /// Index id or unique prefix (see `teesfs inspect --store DIR`).
-    #[arg(long, value_name = "ID", required_unless_present = "from_job")]
+    /// A tag, or at least 4 hex characters of the index id (`teesfs inspect --store DIR`
+    /// lists both).
+    #[arg(long, value_name = "TAG|ID", required_unless_present = "from_job")]
     index: Option<String>,
     /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
     #[arg(long, value_name = "FILE.pub")]

@@ -170,8 +170,9 @@ pub struct IndexArgs {
     /// The store holding the index and chunks.
     #[arg(long, value_name = "DIR")]
     pub store: PathBuf,
-    /// Index id or unique prefix (see `teesfs inspect --store DIR`).
-    #[arg(long, value_name = "ID")]
+    /// A tag, or at least 4 hex characters of the index id (`teesfs inspect --store DIR`
+    /// lists both).
+    #[arg(long, value_name = "TAG|ID")]
     pub index: String,
     /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
     #[arg(long, value_name = "FILE.pub")]
@@ -185,6 +186,34 @@ impl IndexArgs {
         let (id, _, index) = open_trusted_index(&store, &self.index, &self.trust, Expired::Refuse)?;
         Ok((store, id, index))
     }
+}
+
+/// The urgent set's entries, chunks and their stored bytes.
+pub fn urgent_size(index: &manifest::Index) -> (u64, u64, u64) {
+    if index.urgent.is_empty() {
+        return (0, 0, 0);
+    }
+    let (order, n) = manifest::push_order(index, &|_| false);
+    let bytes: u64 = order[..n]
+        .iter()
+        .map(|&c| u64::from(index.chunks[c as usize].stored_len))
+        .sum();
+    (index.urgent.len() as u64, n as u64, bytes)
+}
+
+/// Seconds since the Unix epoch of `t` (0 before it).
+pub fn unix_secs(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `2025-01-02 10:11` (UTC, to the minute) for a table.
+pub fn date(unix: u64) -> String {
+    let t = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix),
+    )
+    .to_string();
+    t.get(..16).unwrap_or(&t).replacen('T', " ", 1)
 }
 
 /// Seconds since the Unix epoch now (0 if the clock is before it).

@@ -17,8 +17,9 @@ pub struct VerifyArgs {
     /// The store holding the index and chunks.
     #[arg(long, value_name = "DIR")]
     store: PathBuf,
-    /// Index id or unique prefix; default: every index in the store.
-    #[arg(long, value_name = "ID")]
+    /// A tag, or at least 4 hex characters of the index id; default: every index in the
+    /// store.
+    #[arg(long, value_name = "TAG|ID")]
     index: Option<String>,
     /// Trusted publisher public key (repeatable). Default: your own publisher.pub and
     /// keys in ~/.config/teesfs/trusted/ and /etc/teesfs/trusted/.

@@ -13,6 +13,7 @@ mod daemon_service;
 mod deps;
 mod distribution;
 mod doctor;
+mod gc;
 mod health;
 mod help;
 mod json_output;

@@ -1,0 +1,153 @@
+//! `teesfs gc`: remove a store's old indexes and the chunks only they needed
+//! (`seeder::gc` decides and deletes; this parses and prints).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use seeder::DirStore;
+use seeder::gc::{Policy, Report};
+use teesfs::output::{self, GcDoc, GcRemovedIndex};
+
+use super::util;
+
+/// Arguments of `teesfs gc`.
+#[derive(Debug, clap::Args)]
+#[command(
+    group(clap::ArgGroup::new("what").required(true).multiple(true).args(["keep", "older_than"])),
+    after_help = "\
+Examples:
+  teesfs gc --store /shared/teesfs --keep 3 --dry-run     # what would go
+  teesfs gc --store /shared/teesfs --keep 3               # the 3 newest and every tagged index
+  teesfs gc --store /shared/teesfs --older-than 30d --format json
+
+An index stays if any rule keeps it: it is among the --keep newest (by when it was last
+published), younger than --older-than, or tagged (unless --no-keep-tag; its tags then go
+with it). Then every chunk no kept index references is removed. Only indexes/<id>.idx, the
+tags of removed indexes and chunks/<xx>/<id> are ever deleted; symlinks are not followed.
+
+Safe beside a publish: a publish writes its chunks before its index, so while it runs they
+belong to no index. Publish holds STORE/.lock shared (flock) until its index and tag are
+written, and gc takes it exclusive, failing at once (nothing deleted) while a publish runs.
+For publishers the lock cannot reach (a filesystem without flock), no chunk modified within
+--grace is deleted.")]
+pub struct GcArgs {
+    /// The store.
+    #[arg(long, value_name = "DIR")]
+    store: PathBuf,
+    /// Keep the N most recently published indexes.
+    #[arg(long, value_name = "N")]
+    keep: Option<usize>,
+    /// Keep indexes published less than DURATION ago (e.g. 30d, 12h).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    older_than: Option<Duration>,
+    /// Keep every tagged index (the default).
+    #[arg(long, overrides_with = "no_keep_tag")]
+    keep_tag: bool,
+    /// Tagged indexes are removed like the others, with their tags.
+    #[arg(long, overrides_with = "keep_tag")]
+    no_keep_tag: bool,
+    /// Never delete a chunk modified less than DURATION ago.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    /// Say what would be removed; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// What to print: `text`, or `json`: `{"version": 1, "store", "dry_run", "locked",
+    /// "kept_indexes": [ID], "removed_indexes": [{"id", "tags": [NAME], "published",
+    /// "bytes"}], "kept_chunks", "kept_chunk_bytes", "young_chunks", "young_chunk_bytes",
+    /// "removed_chunks", "removed_chunk_bytes", "freed_bytes"}` (sizes in bytes, times in
+    /// seconds since the epoch; teesfs::output::GcDoc).
+    #[arg(long, value_enum, default_value_t = util::Format::Text)]
+    format: util::Format,
+}
+
+/// Runs `teesfs gc`.
+pub fn run(args: GcArgs) -> anyhow::Result<()> {
+    let store = DirStore::open(&args.store)?;
+    let policy = Policy {
+        keep_newest: args.keep,
+        older_than: args.older_than,
+        keep_tagged: !args.no_keep_tag,
+        grace: args.grace,
+    };
+    let report = seeder::gc::collect(&store, &policy, args.dry_run, std::time::SystemTime::now())?;
+    let doc = doc(&args.store, &report);
+    match args.format {
+        util::Format::Json => util::print_json(&doc),
+        util::Format::Text => {
+            print_text(&doc);
+            Ok(())
+        }
+    }
+}
+
+fn doc(store: &std::path::Path, r: &Report) -> GcDoc {
+    GcDoc {
+        version: output::VERSION,
+        store: store.display().to_string(),
+        dry_run: r.dry_run,
+        locked: r.locked,
+        kept_indexes: r.kept_indexes.iter().map(ToString::to_string).collect(),
+        removed_indexes: r
+            .removed_indexes
+            .iter()
+            .map(|i| GcRemovedIndex {
+                id: i.id.to_string(),
+                tags: i.tags.iter().map(ToString::to_string).collect(),
+                published: util::unix_secs(i.published),
+                bytes: i.bytes,
+            })
+            .collect(),
+        kept_chunks: r.kept_chunks,
+        kept_chunk_bytes: r.kept_chunk_bytes,
+        young_chunks: r.young_chunks,
+        young_chunk_bytes: r.young_chunk_bytes,
+        removed_chunks: r.removed_chunks,
+        removed_chunk_bytes: r.removed_chunk_bytes,
+        freed_bytes: r.freed_bytes(),
+    }
+}
+
+fn print_text(d: &GcDoc) {
+    let (verb, freed) = if d.dry_run {
+        ("would remove", "would free")
+    } else {
+        ("removed", "freed")
+    };
+    if !d.locked {
+        eprintln!(
+            "warning: the store's filesystem has no flock; only --grace protected a concurrent publish"
+        );
+    }
+    for i in &d.removed_indexes {
+        let tags = if i.tags.is_empty() {
+            String::new()
+        } else {
+            format!(" (tags {})", i.tags.join(", "))
+        };
+        println!(
+            "{verb} index {} published {}{tags}",
+            i.id.get(..16).unwrap_or(&i.id),
+            util::date(i.published)
+        );
+    }
+    println!(
+        "{verb} {} index(es) and {} chunk(s); {freed} {}",
+        d.removed_indexes.len(),
+        d.removed_chunks,
+        util::bytes(d.freed_bytes)
+    );
+    println!(
+        "kept {} index(es) and {} chunk(s) ({})",
+        d.kept_indexes.len(),
+        d.kept_chunks,
+        util::bytes(d.kept_chunk_bytes)
+    );
+    if d.young_chunks > 0 {
+        println!(
+            "kept {} unreferenced chunk(s) ({}) younger than --grace",
+            d.young_chunks,
+            util::bytes(d.young_chunk_bytes)
+        );
+    }
+}

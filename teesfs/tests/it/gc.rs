@@ -1,0 +1,313 @@
+//! Store hygiene (issue 19 item 5): `publish --tag`, `--index TAG`, the `inspect` listing
+//! and `teesfs gc`, run as the binary against a real store.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Output;
+
+use manifest::{ChunkId, Limits, SignedIndex};
+use teesfs::output::{GcDoc, IndexList, PublishDoc, VERSION};
+
+use crate::util::{Workspace, noise};
+
+fn ok(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json<T: serde::de::DeserializeOwned>(out: &Output, what: &str) -> T {
+    let text = ok(out, what);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"))
+}
+
+/// A layer with one file of its own (`seed`) and one shared with every other layer.
+fn layer(ws: &Workspace, name: &str, seed: u64) -> std::path::PathBuf {
+    let dir = ws.path().join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("own.bin"), noise(600_000, seed)).expect("write");
+    std::fs::write(dir.join("shared.bin"), noise(300_000, 99)).expect("write");
+    dir
+}
+
+fn publish(ws: &Workspace, layer: &Path, tag: &str) -> PublishDoc {
+    let (store, key) = (ws.store(), ws.key());
+    json(
+        &ws.teesfs(&[
+            "publish",
+            layer.to_str().expect("utf8"),
+            "--store",
+            store.to_str().expect("utf8"),
+            "--key",
+            key.to_str().expect("utf8"),
+            "--chunk-size",
+            "64KiB",
+            "--quiet",
+            "--tag",
+            tag,
+            "--format",
+            "json",
+        ]),
+        "publish",
+    )
+}
+
+/// The chunks an index references, read from the store.
+fn chunks_of(store: &Path, id: &str) -> HashSet<ChunkId> {
+    let bytes = std::fs::read(store.join("indexes").join(format!("{id}.idx"))).expect("index");
+    let signed = SignedIndex::from_bytes(bytes, &Limits::default()).expect("envelope");
+    let index = signed.decode(&Limits::default()).expect("decodes");
+    index.chunks.iter().map(|c| c.id).collect()
+}
+
+fn chunk_path(store: &Path, id: &ChunkId) -> std::path::PathBuf {
+    let hex = id.to_hex();
+    store.join("chunks").join(&hex[..2]).join(hex)
+}
+
+fn count_chunks(store: &Path) -> usize {
+    walkdir::WalkDir::new(store.join("chunks"))
+        .into_iter()
+        .flatten()
+        .filter(|e| !e.file_type().is_dir())
+        .count()
+}
+
+#[test]
+fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies() {
+    let ws = Workspace::new();
+    let store = ws.store();
+    let s = store.to_str().expect("utf8");
+    let trust = ws.pubkey();
+    let trust = trust.to_str().expect("utf8");
+    let v1 = publish(&ws, &layer(&ws, "v1", 1), "v1");
+    // Published a day ago (gc and the listing go by the index file's time).
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(ws.index_file(&v1.index))
+        .and_then(|f| f.set_modified(day_ago))
+        .expect("age v1");
+    let v2 = publish(&ws, &layer(&ws, "v2", 2), "stable");
+    assert_eq!(v2.tag.as_deref(), Some("stable"));
+    let (old, new) = (chunks_of(&store, &v1.index), chunks_of(&store, &v2.index));
+    let only_old: Vec<ChunkId> = old.difference(&new).copied().collect();
+    assert!(!only_old.is_empty() && old.intersection(&new).count() > 0);
+
+    // The listing shows both, with their tags, dates and sizes.
+    let list: IndexList = json(
+        &ws.teesfs(&["inspect", "--store", s, "--format", "json"]),
+        "inspect",
+    );
+    assert_eq!(list.version, VERSION);
+    let row = |id: &str| {
+        list.indexes
+            .iter()
+            .find(|i| i.id == id)
+            .unwrap_or_else(|| panic!("{id} listed"))
+    };
+    assert_eq!(row(&v1.index).tags, ["v1"]);
+    assert_eq!(row(&v2.index).tags, ["stable"]);
+    assert_eq!(row(&v2.index).files, 2);
+    assert_eq!(row(&v2.index).file_bytes, 900_000);
+    assert!(row(&v2.index).published >= row(&v1.index).published + 86_000);
+    let table = ok(&ws.teesfs(&["inspect", "--store", s]), "inspect");
+    let first = table.lines().nth(1).expect("a row");
+    assert!(
+        first.starts_with(&v2.index[..16]) && first.contains("stable"),
+        "newest first:\n{table}"
+    );
+    assert!(table.contains("878.9 KiB"), "human sizes:\n{table}");
+
+    // Every tagged index is kept by default: nothing to do.
+    let none: GcDoc = json(
+        &ws.teesfs(&[
+            "gc", "--store", s, "--keep", "1", "--grace", "0s", "--format", "json",
+        ]),
+        "gc",
+    );
+    assert!(
+        none.removed_indexes.is_empty() && none.removed_chunks == 0,
+        "{none:?}"
+    );
+
+    let dry: GcDoc = json(
+        &ws.teesfs(&[
+            "gc",
+            "--store",
+            s,
+            "--keep",
+            "1",
+            "--no-keep-tag",
+            "--grace",
+            "0s",
+            "--dry-run",
+            "--format",
+            "json",
+        ]),
+        "gc --dry-run",
+    );
+    assert!(dry.dry_run);
+    assert_eq!(dry.removed_chunks, only_old.len() as u64);
+    assert!(
+        chunk_path(&store, &only_old[0]).exists(),
+        "a dry run deletes nothing"
+    );
+
+    let out = ws.teesfs(&[
+        "gc",
+        "--store",
+        s,
+        "--keep",
+        "1",
+        "--no-keep-tag",
+        "--grace",
+        "0s",
+    ]);
+    let text = ok(&out, "gc");
+    assert!(text.contains("removed 1 index(es)"), "{text}");
+    assert!(text.contains("freed"), "{text}");
+    for c in &only_old {
+        assert!(!chunk_path(&store, c).exists(), "{} is gone", c.to_hex());
+    }
+    for c in &new {
+        assert!(chunk_path(&store, c).exists(), "{} is kept", c.to_hex());
+    }
+    assert_eq!(count_chunks(&store), new.len());
+    ok(
+        &ws.teesfs(&[
+            "verify", "--store", s, "--index", "stable", "--trust", trust,
+        ]),
+        "verify the kept index by its tag",
+    );
+    // The removed index's tag went with it; the error says what --index takes.
+    let out = ws.teesfs(&["verify", "--store", s, "--index", "v1", "--trust", trust]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no index v1") && err.contains("at least 4 hex characters"),
+        "{err}"
+    );
+    let out = ws.teesfs(&["verify", "--store", s, "--index", "ab", "--trust", trust]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("at least 4 hex characters of the id, or a tag"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_tag_name_is_refused_before_anything_is_published() {
+    let ws = Workspace::new();
+    let dir = layer(&ws, "l", 3);
+    for bad in ["cafe", "a/b", ".x"] {
+        let out = ws.teesfs(&[
+            "publish",
+            dir.to_str().expect("utf8"),
+            "--store",
+            ws.store().to_str().expect("utf8"),
+            "--key",
+            ws.key().to_str().expect("utf8"),
+            "--tag",
+            bad,
+        ]);
+        assert!(!out.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("A-Z a-z 0-9 . _ -"), "{bad}: {err}");
+    }
+    assert!(!ws.store().exists(), "nothing published");
+}
+
+/// A publish in progress has written chunks no index references yet: gc must not take them.
+#[test]
+fn gc_leaves_a_running_publishs_chunks_alone() {
+    let ws = Workspace::new();
+    let store = ws.store();
+    let s = store.to_str().expect("utf8");
+    publish(&ws, &layer(&ws, "v1", 1), "v1");
+    let before = count_chunks(&store);
+
+    // A publish holding the lock: gc refuses at once and deletes nothing.
+    let st = seeder::DirStore::open(&store).expect("store");
+    let held = st.lock_shared().expect("lock");
+    assert!(held.is_held(), "the test store's filesystem has flock");
+    let out = ws.teesfs(&[
+        "gc",
+        "--store",
+        s,
+        "--keep",
+        "0",
+        "--no-keep-tag",
+        "--grace",
+        "0s",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("busy") && err.contains(".lock"), "{err}");
+    assert_eq!(count_chunks(&store), before);
+    drop(held);
+
+    // Without the lock (a publisher it cannot reach), the grace period keeps fresh chunks.
+    let fresh = manifest::encode_chunk(&noise(70_000, 7), 1);
+    let fresh_id = ChunkId::of(&noise(70_000, 7));
+    let fresh_path = chunk_path(&store, &fresh_id);
+    std::fs::create_dir_all(fresh_path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&fresh_path, fresh).expect("write");
+    // Things gc must never touch: a temporary file, a planted symlink's target, and a
+    // symlinked chunk directory's contents.
+    let tmp = fresh_path.with_file_name(".tmpABC");
+    std::fs::write(&tmp, b"half").expect("tmp");
+    let outside = ws.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let victim_id = ChunkId::of(b"victim");
+    std::fs::write(outside.join(victim_id.to_hex()), b"keep").expect("victim");
+    let planted = chunk_path(&store, &victim_id);
+    std::fs::create_dir_all(planted.parent().expect("parent")).expect("mkdir");
+    std::os::unix::fs::symlink(outside.join(victim_id.to_hex()), &planted).expect("ln");
+    let hex = ChunkId::of(b"dir").to_hex();
+    std::fs::write(outside.join(&hex), b"keep").expect("victim");
+    let linked_dir = store.join("chunks").join(&hex[..2]);
+    if !linked_dir.exists() {
+        std::os::unix::fs::symlink(&outside, &linked_dir).expect("ln dir");
+    }
+
+    let doc: GcDoc = json(
+        &ws.teesfs(&[
+            "gc",
+            "--store",
+            s,
+            "--keep",
+            "0",
+            "--no-keep-tag",
+            "--format",
+            "json",
+        ]),
+        "gc",
+    );
+    assert!(doc.locked);
+    assert_eq!(doc.removed_indexes.len(), 1, "{doc:?}");
+    assert!(fresh_path.exists(), "a chunk younger than --grace survives");
+    assert!(doc.young_chunks >= 1, "{doc:?}");
+
+    let doc: GcDoc = json(
+        &ws.teesfs(&[
+            "gc", "--store", s, "--keep", "0", "--grace", "0s", "--format", "json",
+        ]),
+        "gc",
+    );
+    assert!(!fresh_path.exists(), "past the grace period it goes");
+    assert!(doc.removed_chunks >= 1);
+    assert!(tmp.exists(), "a temporary file is not gc's");
+    assert!(
+        std::fs::symlink_metadata(&planted).is_err(),
+        "the planted link is removed"
+    );
+    assert_eq!(
+        std::fs::read(outside.join(victim_id.to_hex())).expect("victim"),
+        b"keep"
+    );
+    assert_eq!(std::fs::read(outside.join(&hex)).expect("victim"), b"keep");
+}
