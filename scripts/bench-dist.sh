@@ -243,11 +243,11 @@ for d in 1 2 3; do
     mibmin[$d]=$(sort -g "$work/mib$d.txt" | head -1)
     kibmin[$d]=$(sort -g "$work/kib$d.txt" | head -1)
 done
-demand_in=$(for n in n01 n02 n03; do status cold "$n"; done | python3 -c '
+demand_in=$(for n in n01 n02 n03; do
+    status cold "$n" | python3 -c '
 import json, sys
-for line in sys.stdin:
-    print(json.loads(line)["jobs"][0]["counters"]["wants_sent"], end=" ")
-')
+print(json.load(sys.stdin)["jobs"][0]["counters"]["wants_sent"], end=" ")'
+done)
 stop_daemons
 
 echo
