@@ -49,9 +49,10 @@ while read -r f; do globs+=(--urgent "$f"); done <"$work/urgent.txt"
 export TMPDIR=/dev/shm
 ratios=()
 for i in $(seq "$runs"); do
-    alone=$("$BIN" lab up --layer "$work/urgent" --exit 2>&1 | sed -n 's/.*all nodes in \([0-9.]*\) s.*/\1/p')
-    behind=$("$BIN" lab up --layer "$work/full" --exit "${globs[@]}" 2>&1 |
-        sed -n 's/^urgent set .* on all nodes in \([0-9.]*\) s.*/\1/p')
+    "$BIN" lab up --layer "$work/urgent" --exit --report "$work/alone.json" >/dev/null 2>&1
+    "$BIN" lab up --layer "$work/full" --exit "${globs[@]}" --report "$work/behind.json" >/dev/null 2>&1
+    alone=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["all_complete_s"])' "$work/alone.json")
+    behind=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["urgent_complete_s"])' "$work/behind.json")
     ratio=$(python3 -c "print(f'{$behind / $alone:.2f}')")
     ratios+=("$ratio")
     echo "run $i: urgent set alone ${alone} s, with the rest of the layer behind it ${behind} s: ${ratio}x"

@@ -154,6 +154,10 @@ struct UpArgs {
     /// Tear down right after the push instead of waiting for Ctrl-C.
     #[arg(long)]
     exit: bool,
+    /// Also write that push's report as JSON (the document of `teesfs push --format
+    /// json`), for scripts.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
     /// Also run real Slurm in the lab: munge, slurmctld on the login node, a slurmd in
     /// every compute node (needs the Debian packages munge, slurmctld, slurmd,
     /// slurm-client; see docs/lab.md).
@@ -209,6 +213,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         o.urgent = a.urgent.clone();
         let run = lab.push(&o)?;
         let r = &run.report;
+        if let Some(path) = &a.report {
+            std::fs::write(path, serde_json::to_vec_pretty(r)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
         if r.urgent_bytes > 0 {
             println!(
                 "urgent set ({}) on all nodes in {:.2} s",
