@@ -75,7 +75,7 @@ mount_layer() {
         --materialize-dir "$ram/files" "$@" >>"$work/mount.log" 2>&1 &
     pid=$!
     for _ in $(seq 200); do
-        grep -q '^mounted' "$work/mount.log" && return 0
+        mountpoint -q "$mnt" && return 0
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.05
     done
