@@ -170,6 +170,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
                 probe: false,
                 owner: Some(1000),
                 kin: vec![node(1, 0), node(3, 0)],
+                root_clock_ms: Some(1_780_000_000_000),
             })),
         ),
         (

@@ -115,6 +115,7 @@ mod tests {
             probe,
             owner: None,
             kin: Vec::new(),
+            root_clock_ms: None,
         }
     }
 

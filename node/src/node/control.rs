@@ -211,6 +211,11 @@ pub struct Status {
     pub store_chunks: usize,
     /// The store's budget.
     pub store_budget: u64,
+    /// This node's wall clock minus the login node's, in milliseconds, as measured when the
+    /// last job arrived (the job's `Start` carries the root's clock; its transit time is
+    /// included, so a few milliseconds to a second are no skew). `null` before any job.
+    #[serde(default)]
+    pub clock_skew_ms: Option<i64>,
     /// Jobs.
     pub jobs: Vec<JobStatus>,
 }

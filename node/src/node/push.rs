@@ -111,6 +111,7 @@ pub async fn push(
         let mut relay = Relay::new_root(id, nodes, signed.into(), schedule, timing, start)?;
         relay.set_shared_store(shared_store);
         relay.set_owner(owner);
+        relay.set_root_clock(unix_ms_now());
         if let Some(hold) = bulk_hold {
             relay.set_bulk_hold(hold);
         }
@@ -332,4 +333,11 @@ pub fn report(
         uplinks,
         failures,
     }
+}
+
+/// This host's wall clock, in milliseconds since the Unix epoch (0 before 1970).
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -217,6 +217,8 @@ pub struct Relay {
     kin: Vec<NodeInfo>,
     /// The deputy was asked to adopt me once already (it is asked only once per job).
     deputy_asked: bool,
+    /// The root's wall clock at the job's start ([`Start::root_clock_ms`]).
+    root_clock_ms: Option<u64>,
 }
 
 impl Relay {
@@ -309,6 +311,7 @@ impl Relay {
         let probe = start.probe;
         let owner = start.owner;
         let kin = start.kin;
+        let root_clock_ms = start.root_clock_ms;
         let shared = start.shared_store.clone();
         let index: Arc<[u8]> = start.index.into();
         let mut r = Self::blank(
@@ -325,6 +328,7 @@ impl Relay {
         r.probe = probe;
         r.owner = owner;
         r.kin = kin;
+        r.root_clock_ms = root_clock_ms;
         if shared.is_some() {
             // Everything is readable from shared storage already.
             r.have.insert_range(..);
@@ -393,6 +397,7 @@ impl Relay {
             owner: None,
             kin: Vec::new(),
             deputy_asked: false,
+            root_clock_ms: None,
         }
     }
 
@@ -506,6 +511,18 @@ impl Relay {
     /// The job's owner (uid), if the push named one.
     pub fn owner(&self) -> Option<u32> {
         self.owner
+    }
+
+    /// Sets the root's wall clock at the job's start (root side; nodes take it from their
+    /// `Start`). The relay reads no clock itself.
+    pub fn set_root_clock(&mut self, unix_ms: u64) {
+        self.root_clock_ms = Some(unix_ms);
+        self.refresh_queued_starts();
+    }
+
+    /// The root's wall clock at the job's start, if the root said.
+    pub fn root_clock_ms(&self) -> Option<u64> {
+        self.root_clock_ms
     }
 
     /// Whether this job is a health probe (no chunks; drop it once finished).

@@ -137,6 +137,10 @@ pub struct Start {
     /// group's uplink, and only the deputy re-attaches upward, so the rest of the layer
     /// enters the group about once instead of once per orphan.
     pub kin: Vec<NodeInfo>,
+    /// The root's wall clock when it started the job (milliseconds since the Unix epoch):
+    /// a node compares it with its own to tell how far its clock is from the login node's
+    /// (the `Start`'s transit time included), which `teesfs doctor` reports.
+    pub root_clock_ms: Option<u64>,
 }
 
 /// Facts flowing up toward the root. Also serves as the child-to-parent heartbeat.
@@ -627,6 +631,7 @@ mod tests {
         probe: bool,
         owner: Option<u32>,
         kin: Vec<NodeInfo>,
+        root_clock_ms: Option<u64>,
     }
 
     #[test]
@@ -665,6 +670,7 @@ mod tests {
             probe: false,
             owner: Some(1000),
             kin: vec![node.clone()],
+            root_clock_ms: Some(1_700_000_000_000),
         })))
         .expect("encode");
         let new = Msg::Start(Box::new(Start {
@@ -679,6 +685,7 @@ mod tests {
             probe: false,
             owner: Some(1000),
             kin: vec![node],
+            root_clock_ms: Some(1_700_000_000_000),
         }));
         assert_eq!(new.encode(), old);
         assert_eq!(Msg::decode(&old).expect("decode"), new);

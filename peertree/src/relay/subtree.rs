@@ -158,6 +158,7 @@ impl Relay {
             probe: self.probe,
             owner: self.owner,
             kin,
+            root_clock_ms: self.root_clock_ms,
         }
     }
 

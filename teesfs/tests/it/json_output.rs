@@ -207,6 +207,11 @@ fn push_and_status_print_typed_versioned_json() {
     assert_eq!(st.jobs.len(), 1);
     assert_eq!(st.jobs[0].job, rep.job);
     assert_eq!(st.jobs[0].have, st.jobs[0].chunks);
+    // The push carried the login node's clock: on one machine, the skew is the transit.
+    let skew = st
+        .clock_skew_ms
+        .expect("the daemon measured the clock skew");
+    assert!(skew.abs() < 5_000, "clock skew {skew} ms on one machine");
     // The old flag is the same document.
     let old: Status = parse(&status(&["--all", "--json"]), "status --json");
     assert_eq!(old.jobs.len(), 1);

@@ -247,6 +247,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
         probe: false,
         owner: None,
         kin: Vec::new(),
+        root_clock_ms: None,
     };
     let addr = c.nodes[0].addr.parse().expect("daemon addr");
     let conn = transport

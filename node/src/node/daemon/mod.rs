@@ -124,6 +124,9 @@ pub struct Daemon {
     me: Weak<Daemon>,
     /// What is counted as it happens, for `--metrics`.
     metrics: Arc<super::metrics::Metrics>,
+    /// This node's wall clock minus the login node's, as the last job's `Start` said
+    /// (milliseconds, its transit time included).
+    clock_skew_ms: Mutex<Option<i64>>,
 }
 
 /// How many passed-on `Prepare`s a daemon remembers.
@@ -178,6 +181,7 @@ impl Daemon {
             rt: tokio::runtime::Handle::current(),
             me: me.clone(),
             metrics: Arc::default(),
+            clock_skew_ms: Mutex::new(None),
         });
         let router: Weak<dyn Router> = Arc::downgrade(&daemon) as Weak<dyn Router>;
         peers.set_router(router);
@@ -295,6 +299,7 @@ impl Daemon {
             store_bytes: self.store.bytes(),
             store_chunks: self.store.len(),
             store_budget: self.cfg.store_budget,
+            clock_skew_ms: *lock(&self.clock_skew_ms),
             jobs,
         }
     }
@@ -447,6 +452,10 @@ impl Daemon {
             None => None,
         };
         let owner = start.owner;
+        if let Some(root) = start.root_clock_ms {
+            let skew = i128::from(super::push::unix_ms_now()) - i128::from(root);
+            *lock(&self.clock_skew_ms) = i64::try_from(skew).ok();
+        }
         let mut relay = match Relay::new_node(start, schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => return refuse(e.to_string()),

@@ -126,6 +126,8 @@ pub struct DaemonFacts {
     pub listen: String,
     /// Bytes in its store.
     pub store_bytes: u64,
+    /// Its wall clock minus the login node's at the last job's arrival (ms), if a job came.
+    pub clock_skew_ms: Option<i64>,
 }
 
 /// Everything doctor looks at, gathered before any verdict.
@@ -426,20 +428,47 @@ fn port(f: &Facts) -> Check {
     }
 }
 
+/// A skew the `Start`'s transit time explains.
+const CLOCK_OK_MS: u64 = 2_000;
+/// A skew that breaks jobs: certificates just issued are not yet valid, index expiry is
+/// misjudged.
+const CLOCK_FAIL_MS: u64 = 300_000;
+
 fn clock(f: &Facts) -> Check {
     let name = "clock";
-    let why = match &f.login {
-        Some(login) => format!(
-            "not checked: teesfs has no time protocol to the login node {login}; certificates and index expiry need clocks within minutes"
-        ),
-        None => "not checked: no login node configured ([root] host)".into(),
+    let fix = || {
+        Some("synchronise both clocks (chrony or ntpd); `chronyc tracking` or `timedatectl` shows the offset".to_string())
     };
-    check(
-        name,
-        Level::Info,
-        why,
-        Some("compare with `chronyc tracking` or `timedatectl` on both nodes".into()),
-    )
+    let skew = match &f.daemon {
+        Found::Ok(d) => d.clock_skew_ms,
+        _ => None,
+    };
+    let Some(ms) = skew else {
+        let why = match &f.daemon {
+            Found::Ok(_) => "not measured yet: the daemon measures it when a job arrives (the login node sends its clock in every job)".to_string(),
+            _ => "not measured: no daemon answers (the daemon measures it when a job arrives)".to_string(),
+        };
+        return check(name, Level::Info, why, fix());
+    };
+    let off = ms.unsigned_abs();
+    let from = f.login.as_deref().unwrap_or("the login node");
+    let detail = format!(
+        "{} {} {from}'s at the last job (transit time included)",
+        crate::cmd::util::duration(std::time::Duration::from_millis(off)),
+        if ms >= 0 { "ahead of" } else { "behind" }
+    );
+    if off < CLOCK_OK_MS {
+        ok(name, detail)
+    } else if off < CLOCK_FAIL_MS {
+        check(name, Level::Warn, detail, fix())
+    } else {
+        check(
+            name,
+            Level::Fail,
+            format!("{detail}: certificates and index expiry are judged wrong"),
+            fix(),
+        )
+    }
 }
 
 fn store(f: &Facts) -> Check {
@@ -579,6 +608,7 @@ mod tests {
             daemon: Found::Ok(DaemonFacts {
                 listen: "0.0.0.0:7411".into(),
                 store_bytes: 0,
+                clock_skew_ms: Some(-35),
             }),
             port: ("0.0.0.0:7411".into(), None),
             login: Some("login1".into()),
@@ -602,16 +632,35 @@ mod tests {
     }
 
     #[test]
-    fn a_healthy_node_has_no_failure_or_warning_and_the_clock_is_never_faked() {
+    fn a_healthy_node_has_no_failure_or_warning() {
         let checks = evaluate(&healthy());
         for c in &checks {
             assert!(matches!(c.level, Level::Ok | Level::Info), "{c:?}");
-            assert_eq!(c.fix.is_some(), c.name == "clock", "{c:?}");
+            assert!(c.fix.is_none(), "{c:?}");
         }
         let r = Report::of("cn01".into(), checks);
         assert_eq!((r.failed, r.warned), (0, 0));
         let clock = r.checks.iter().find(|c| c.name == "clock").expect("clock");
-        assert!(clock.detail.starts_with("not checked"), "{clock:?}");
+        assert!(clock.detail.contains("behind login1"), "{clock:?}");
+    }
+
+    /// The clock is judged from what the daemon measured, never assumed.
+    #[test]
+    fn the_clock_is_judged_from_the_skew_the_daemon_measured() {
+        let with = |skew: Option<i64>| {
+            let mut f = healthy();
+            if let Found::Ok(d) = &mut f.daemon {
+                d.clock_skew_ms = skew;
+            }
+            level(&f, "clock")
+        };
+        assert_eq!(with(Some(1_500)), Level::Ok);
+        assert_eq!(with(Some(-20_000)), Level::Warn);
+        assert_eq!(with(Some(600_000)), Level::Fail);
+        assert_eq!(with(None), Level::Info);
+        let mut f = healthy();
+        f.daemon = Found::Missing;
+        assert_eq!(level(&f, "clock"), Level::Info);
     }
 
     #[test]

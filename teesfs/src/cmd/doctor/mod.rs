@@ -206,6 +206,8 @@ fn query_daemon(control: &Path) -> anyhow::Result<DaemonFacts> {
     struct Answer {
         listen: String,
         store_bytes: u64,
+        #[serde(default)]
+        clock_skew_ms: Option<i64>,
     }
     let line = super::status::ask(control, &teesfs::node::control::Request::Status.to_string())?;
     let a: Answer = serde_json::from_str(&line)
@@ -213,6 +215,7 @@ fn query_daemon(control: &Path) -> anyhow::Result<DaemonFacts> {
     Ok(DaemonFacts {
         listen: a.listen,
         store_bytes: a.store_bytes,
+        clock_skew_ms: a.clock_skew_ms,
     })
 }
 
