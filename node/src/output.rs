@@ -208,7 +208,13 @@ pub struct GcDoc {
     pub removed_chunks: u64,
     /// Their bytes.
     pub removed_chunk_bytes: u64,
-    /// Bytes freed: removed chunks and index files.
+    /// Temporary files a crashed publish left, removed (older than the grace period).
+    #[serde(default)]
+    pub removed_temp_files: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub removed_temp_bytes: u64,
+    /// Bytes freed: removed chunks, index files and temporary files.
     pub freed_bytes: u64,
 }
 

@@ -106,12 +106,19 @@ pub struct Report {
     pub removed_chunks: u64,
     /// Their bytes.
     pub removed_chunk_bytes: u64,
+    /// Temporary files a crashed publish left (`.tmp*` beside chunks, indexes and tags),
+    /// removed once older than the grace period.
+    pub removed_temp_files: u64,
+    /// Their bytes.
+    pub removed_temp_bytes: u64,
 }
 
 impl Report {
-    /// Bytes freed: removed chunks and index files.
+    /// Bytes freed: removed chunks, index files and leftover temporary files.
     pub fn freed_bytes(&self) -> u64 {
-        self.removed_chunk_bytes + self.removed_indexes.iter().map(|i| i.bytes).sum::<u64>()
+        self.removed_chunk_bytes
+            + self.removed_temp_bytes
+            + self.removed_indexes.iter().map(|i| i.bytes).sum::<u64>()
     }
 }
 
@@ -203,8 +210,76 @@ pub fn collect(
             report.removed_chunk_bytes += chunk.bytes;
         }
     }
+    for tmp in temp_files(store)? {
+        if chunk_past_grace(tmp.modified, policy.grace, now) {
+            if !dry_run {
+                std::fs::remove_file(&tmp.path).map_err(io(&tmp.path))?;
+            }
+            report.removed_temp_files += 1;
+            report.removed_temp_bytes += tmp.bytes;
+        }
+    }
     drop(lock);
     Ok(report)
+}
+
+/// A leftover temporary file.
+struct TempFile {
+    path: PathBuf,
+    bytes: u64,
+    modified: SystemTime,
+}
+
+/// The regular files named `.tmp*` (what an atomic write makes before it renames) directly
+/// in `indexes/`, `indexes/tags/` and the real `chunks/<xx>/` directories; never followed
+/// through a symlink, never deeper.
+fn temp_files(store: &DirStore) -> Result<Vec<TempFile>, Error> {
+    let root = store.root();
+    let mut dirs = vec![root.join("indexes"), root.join("indexes").join("tags")];
+    let chunks = root.join("chunks");
+    match std::fs::read_dir(&chunks) {
+        Ok(rd) => {
+            for sub in rd {
+                let sub = sub.map_err(io(&chunks))?;
+                if sub.file_type().map_err(io(&sub.path()))?.is_dir() {
+                    dirs.push(sub.path());
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&chunks)(e)),
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        let md = match std::fs::symlink_metadata(&dir) {
+            Ok(md) => md,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        if !md.is_dir() {
+            continue;
+        }
+        for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let item = item.map_err(io(&dir))?;
+            if !item
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(".tmp"))
+            {
+                continue;
+            }
+            let path = item.path();
+            let md = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+            if md.is_file() {
+                out.push(TempFile {
+                    bytes: md.len(),
+                    modified: md.modified().map_err(io(&path))?,
+                    path,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A chunk object found in the store.

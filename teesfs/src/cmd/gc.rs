@@ -22,14 +22,16 @@ Examples:
 
 An index stays if any rule keeps it: it is among the --keep newest (by when it was last
 published), younger than --older-than, or tagged (unless --no-keep-tag; its tags then go
-with it). Then every chunk no kept index references is removed. Only indexes/<id>.idx, the
-tags of removed indexes and chunks/<xx>/<id> are ever deleted; symlinks are not followed.
+with it). Then every chunk no kept index references is removed, and the temporary files
+(.tmp*) a crashed publish left beside chunks, indexes and tags. Only indexes/<id>.idx, the
+tags of removed indexes, chunks/<xx>/<id> and those .tmp* files are ever deleted; symlinks
+are not followed.
 
 Safe beside a publish: a publish writes its chunks before its index, so while it runs they
 belong to no index. Publish holds STORE/.lock shared (flock) until its index and tag are
 written, and gc takes it exclusive, failing at once (nothing deleted) while a publish runs.
 For publishers the lock cannot reach (a filesystem without flock), no chunk modified within
---grace is deleted.")]
+--grace is deleted, nor any temporary file.")]
 pub struct GcArgs {
     /// The store.
     #[arg(long, value_name = "DIR")]
@@ -46,7 +48,7 @@ pub struct GcArgs {
     /// Tagged indexes are removed like the others, with their tags.
     #[arg(long, overrides_with = "keep_tag")]
     no_keep_tag: bool,
-    /// Never delete a chunk modified less than DURATION ago.
+    /// Never delete a chunk or temporary file modified less than DURATION ago.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
     grace: Duration,
     /// Say what would be removed; delete nothing.
@@ -55,7 +57,8 @@ pub struct GcArgs {
     /// What to print: `text`, or `json`: `{"version": 1, "store", "dry_run", "locked",
     /// "kept_indexes": [ID], "removed_indexes": [{"id", "tags": [NAME], "published",
     /// "bytes"}], "kept_chunks", "kept_chunk_bytes", "young_chunks", "young_chunk_bytes",
-    /// "removed_chunks", "removed_chunk_bytes", "freed_bytes"}` (sizes in bytes, times in
+    /// "removed_chunks", "removed_chunk_bytes", "removed_temp_files", "removed_temp_bytes",
+    /// "freed_bytes"}` (sizes in bytes, times in
     /// seconds since the epoch; teesfs::output::GcDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
@@ -104,6 +107,8 @@ fn doc(store: &std::path::Path, r: &Report) -> GcDoc {
         young_chunk_bytes: r.young_chunk_bytes,
         removed_chunks: r.removed_chunks,
         removed_chunk_bytes: r.removed_chunk_bytes,
+        removed_temp_files: r.removed_temp_files,
+        removed_temp_bytes: r.removed_temp_bytes,
         freed_bytes: r.freed_bytes(),
     }
 }
@@ -143,6 +148,13 @@ fn print_text(d: &GcDoc) {
         d.kept_chunks,
         util::bytes(d.kept_chunk_bytes)
     );
+    if d.removed_temp_files > 0 {
+        println!(
+            "{verb} {} temporary file(s) ({}) a crashed publish left",
+            d.removed_temp_files,
+            util::bytes(d.removed_temp_bytes)
+        );
+    }
     if d.young_chunks > 0 {
         println!(
             "kept {} unreferenced chunk(s) ({}) younger than --grace",

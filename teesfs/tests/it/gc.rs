@@ -256,8 +256,9 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     let fresh_path = chunk_path(&store, &fresh_id);
     std::fs::create_dir_all(fresh_path.parent().expect("parent")).expect("mkdir");
     std::fs::write(&fresh_path, fresh).expect("write");
-    // Things gc must never touch: a temporary file, a planted symlink's target, and a
-    // symlinked chunk directory's contents.
+    // A temporary file (a publish's write in flight, or a crashed one's leftover) goes only
+    // past the grace period; gc never touches a planted symlink's target or a symlinked
+    // chunk directory's contents.
     let tmp = fresh_path.with_file_name(".tmpABC");
     std::fs::write(&tmp, b"half").expect("tmp");
     let outside = ws.path().join("outside");
@@ -291,6 +292,11 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     assert_eq!(doc.removed_indexes.len(), 1, "{doc:?}");
     assert!(fresh_path.exists(), "a chunk younger than --grace survives");
     assert!(doc.young_chunks >= 1, "{doc:?}");
+    assert!(
+        tmp.exists(),
+        "a temporary file younger than --grace survives"
+    );
+    assert_eq!(doc.removed_temp_files, 0, "{doc:?}");
 
     let doc: GcDoc = json(
         &ws.teesfs(&[
@@ -300,7 +306,15 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     );
     assert!(!fresh_path.exists(), "past the grace period it goes");
     assert!(doc.removed_chunks >= 1);
-    assert!(tmp.exists(), "a temporary file is not gc's");
+    assert!(
+        !tmp.exists(),
+        "past the grace period a leftover temporary file goes"
+    );
+    assert_eq!(
+        (doc.removed_temp_files, doc.removed_temp_bytes),
+        (1, 4),
+        "{doc:?}"
+    );
     assert!(
         std::fs::symlink_metadata(&planted).is_err(),
         "the planted link is removed"
