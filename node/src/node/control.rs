@@ -216,6 +216,9 @@ pub struct Status {
     /// included, so a few milliseconds to a second are no skew). `null` before any job.
     #[serde(default)]
     pub clock_skew_ms: Option<i64>,
+    /// Where the daemon serves Prometheus metrics (`daemon --metrics`), if it does.
+    #[serde(default)]
+    pub metrics: Option<String>,
     /// Jobs.
     pub jobs: Vec<JobStatus>,
 }

@@ -151,6 +151,9 @@ fn print_status(st: &Status) {
         st.store_chunks,
         util::bytes(st.store_budget)
     );
+    if let Some(m) = &st.metrics {
+        println!("metrics at {m}");
+    }
     if st.jobs.is_empty() {
         println!("no jobs");
     }

@@ -16,13 +16,14 @@ fn wait_for(what: &str, secs: u64, f: impl Fn() -> bool) {
     }
 }
 
-/// The metrics address node `i` logged.
+/// The metrics address node `i` serves, as its status says.
 fn metrics_addr(c: &Cluster, i: usize) -> String {
-    let log = std::fs::read_to_string(c.nodes[i].dir.join("daemon.log")).expect("daemon log");
-    log.split("serving metrics at http://")
-        .nth(1)
-        .and_then(|r| r.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no metrics address logged: {log}"))
+    let st = c.status(i);
+    st["metrics"]
+        .as_str()
+        .and_then(|m| m.strip_prefix("http://"))
+        .and_then(|m| m.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address in the status: {st}"))
         .to_string()
 }
 

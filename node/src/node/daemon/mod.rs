@@ -127,6 +127,8 @@ pub struct Daemon {
     /// This node's wall clock minus the login node's, as the last job's `Start` said
     /// (milliseconds, its transit time included).
     clock_skew_ms: Mutex<Option<i64>>,
+    /// Where `--metrics` is served, once it is.
+    metrics_addr: Mutex<Option<std::net::SocketAddr>>,
 }
 
 /// How many passed-on `Prepare`s a daemon remembers.
@@ -182,6 +184,7 @@ impl Daemon {
             me: me.clone(),
             metrics: Arc::default(),
             clock_skew_ms: Mutex::new(None),
+            metrics_addr: Mutex::new(None),
         });
         let router: Weak<dyn Router> = Arc::downgrade(&daemon) as Weak<dyn Router>;
         peers.set_router(router);
@@ -300,6 +303,7 @@ impl Daemon {
             store_chunks: self.store.len(),
             store_budget: self.cfg.store_budget,
             clock_skew_ms: *lock(&self.clock_skew_ms),
+            metrics: lock(&self.metrics_addr).map(|a| format!("http://{a}/metrics")),
             jobs,
         }
     }
@@ -349,6 +353,7 @@ impl Daemon {
     /// Serves `GET /metrics` on `listener` (`teesfs daemon --metrics`) for the daemon's
     /// life.
     pub fn serve_metrics(&self, listener: tokio::net::TcpListener) {
+        *lock(&self.metrics_addr) = listener.local_addr().ok();
         let me = self.me.clone();
         let sample: super::metrics::SampleFn =
             Arc::new(move || me.upgrade().map(|d| d.metrics_sample()));
