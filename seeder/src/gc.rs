@@ -195,7 +195,8 @@ pub fn collect(
         });
     }
 
-    for chunk in chunk_files(store)? {
+    let (chunk_files, temp_files) = scan(store)?;
+    for chunk in chunk_files {
         if referenced.contains(&chunk.id) {
             report.kept_chunks += 1;
             report.kept_chunk_bytes += chunk.bytes;
@@ -210,7 +211,7 @@ pub fn collect(
             report.removed_chunk_bytes += chunk.bytes;
         }
     }
-    for tmp in temp_files(store)? {
+    for tmp in temp_files {
         if chunk_past_grace(tmp.modified, policy.grace, now) {
             if !dry_run {
                 std::fs::remove_file(&tmp.path).map_err(io(&tmp.path))?;
@@ -230,58 +231,6 @@ struct TempFile {
     modified: SystemTime,
 }
 
-/// The regular files named `.tmp*` (what an atomic write makes before it renames) directly
-/// in `indexes/`, `indexes/tags/` and the real `chunks/<xx>/` directories; never followed
-/// through a symlink, never deeper.
-fn temp_files(store: &DirStore) -> Result<Vec<TempFile>, Error> {
-    let root = store.root();
-    let mut dirs = vec![root.join("indexes"), root.join("indexes").join("tags")];
-    let chunks = root.join("chunks");
-    match std::fs::read_dir(&chunks) {
-        Ok(rd) => {
-            for sub in rd {
-                let sub = sub.map_err(io(&chunks))?;
-                if sub.file_type().map_err(io(&sub.path()))?.is_dir() {
-                    dirs.push(sub.path());
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(&chunks)(e)),
-    }
-    let mut out = Vec::new();
-    for dir in dirs {
-        let md = match std::fs::symlink_metadata(&dir) {
-            Ok(md) => md,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io(&dir)(e)),
-        };
-        if !md.is_dir() {
-            continue;
-        }
-        for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
-            let item = item.map_err(io(&dir))?;
-            if !item
-                .file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with(".tmp"))
-            {
-                continue;
-            }
-            let path = item.path();
-            let md = std::fs::symlink_metadata(&path).map_err(io(&path))?;
-            if md.is_file() {
-                out.push(TempFile {
-                    bytes: md.len(),
-                    modified: md.modified().map_err(io(&path))?,
-                    path,
-                });
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// A chunk object found in the store.
 struct ChunkFile {
     id: ChunkId,
@@ -290,15 +239,34 @@ struct ChunkFile {
     modified: SystemTime,
 }
 
-/// Every `chunks/<xx>/<id>` entry whose directory is a real one named by two hex digits and
-/// whose name is an id starting with them: regular files and (planted) symlinks, never
-/// followed. Temporary files, other names and anything deeper are not gc's.
-fn chunk_files(store: &DirStore) -> Result<Vec<ChunkFile>, Error> {
-    let top = store.root().join("chunks");
-    let mut out = Vec::new();
+/// The store's chunk objects and leftover temporary files, in one pass over its
+/// directories.
+///
+/// Chunks: every `chunks/<xx>/<id>` entry whose directory is a real one named by two hex
+/// digits and whose name is an id starting with them: regular files and (planted)
+/// symlinks, never followed. Temporary files: the regular files named `.tmp*` (what an
+/// atomic write makes before it renames) directly in `indexes/`, `indexes/tags/` and those
+/// chunk directories. Other names and anything deeper are not gc's.
+fn scan(store: &DirStore) -> Result<(Vec<ChunkFile>, Vec<TempFile>), Error> {
+    let root = store.root();
+    let mut chunks = Vec::new();
+    let mut temps = Vec::new();
+    for dir in [root.join("indexes"), root.join("indexes").join("tags")] {
+        match std::fs::symlink_metadata(&dir) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&dir)(e)),
+        }
+        for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let item = item.map_err(io(&dir))?;
+            temp_file(&item, &mut temps)?;
+        }
+    }
+    let top = root.join("chunks");
     let rd = match std::fs::read_dir(&top) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((chunks, temps)),
         Err(e) => return Err(io(&top)(e)),
     };
     for sub in rd {
@@ -313,6 +281,9 @@ fn chunk_files(store: &DirStore) -> Result<Vec<ChunkFile>, Error> {
         let dir = sub.path();
         for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
             let item = item.map_err(io(&dir))?;
+            if temp_file(&item, &mut temps)? {
+                continue;
+            }
             let name = item.file_name();
             let Some(id) = name
                 .to_str()
@@ -326,7 +297,7 @@ fn chunk_files(store: &DirStore) -> Result<Vec<ChunkFile>, Error> {
             if !(md.is_file() || md.file_type().is_symlink()) {
                 continue;
             }
-            out.push(ChunkFile {
+            chunks.push(ChunkFile {
                 id,
                 bytes: md.len(),
                 modified: md.modified().map_err(io(&path))?,
@@ -334,7 +305,28 @@ fn chunk_files(store: &DirStore) -> Result<Vec<ChunkFile>, Error> {
             });
         }
     }
-    Ok(out)
+    Ok((chunks, temps))
+}
+
+/// Adds `item` to `temps` if it is a `.tmp*` regular file; says whether its name is one.
+fn temp_file(item: &std::fs::DirEntry, temps: &mut Vec<TempFile>) -> Result<bool, Error> {
+    if !item
+        .file_name()
+        .to_str()
+        .is_some_and(|n| n.starts_with(".tmp"))
+    {
+        return Ok(false);
+    }
+    let path = item.path();
+    let md = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+    if md.is_file() {
+        temps.push(TempFile {
+            bytes: md.len(),
+            modified: md.modified().map_err(io(&path))?,
+            path,
+        });
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

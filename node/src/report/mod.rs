@@ -67,8 +67,8 @@ pub fn title(rep: &PushReport) -> String {
 /// A job as people name it: the Slurm job id (decimal), with the 16 hex digits of its mount
 /// directory and of `status` beside it. A report whose job is not 16 hex digits keeps it.
 pub fn job_label(job: &str) -> String {
-    match u64::from_str_radix(job, 16) {
-        Ok(id) if job.len() == 16 => format!("{id} ({job})"),
+    match job.parse::<peertree::relay::JobId>() {
+        Ok(peertree::relay::JobId(id)) if job.len() == 16 => format!("{id} ({job})"),
         _ => job.to_string(),
     }
 }

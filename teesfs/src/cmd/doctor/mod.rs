@@ -202,15 +202,9 @@ fn ask_daemon(control: &Path) -> Found<DaemonFacts> {
 }
 
 fn query_daemon(control: &Path) -> anyhow::Result<DaemonFacts> {
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        listen: String,
-        store_bytes: u64,
-        #[serde(default)]
-        clock_skew_ms: Option<i64>,
-    }
-    let line = super::status::ask(control, &teesfs::node::control::Request::Status.to_string())?;
-    let a: Answer = serde_json::from_str(&line)
+    use teesfs::node::control::{Request, Status};
+    let line = super::status::ask(control, &Request::Status.to_string())?;
+    let a: Status = serde_json::from_str(&line)
         .map_err(|e| anyhow::anyhow!("unexpected answer from {}: {e}", control.display()))?;
     Ok(DaemonFacts {
         listen: a.listen,
