@@ -184,6 +184,11 @@ pub struct Relay {
     /// that died before passing it on is lost, and the root would wait for the node in it
     /// for ever.
     failed_log: Vec<(NodeId, NodeId)>,
+    /// Where each node of my current subtree hangs (node -> parent), from the adoptions
+    /// reported through me; re-sent after re-attaching like `failed_log`. A deputy can adopt
+    /// its siblings before it notices that their common parent died, and the adoptions it
+    /// passes on to that parent would be lost.
+    attached_log: BTreeMap<NodeId, NodeId>,
     wants: HashMap<u32, Vec<Waiter>>,
     asked: HashSet<u32>,
     /// Chunks held once and lost since: asked for again with [`Msg::Lost`], because the
@@ -379,6 +384,7 @@ impl Relay {
             report: Report::default(),
             done_log: Vec::new(),
             failed_log: Vec::new(),
+            attached_log: BTreeMap::new(),
             wants: HashMap::new(),
             asked: HashSet::new(),
             lost: HashSet::new(),
@@ -624,6 +630,9 @@ impl Relay {
         if self.root.is_some() {
             self.root_absorb(now, r);
         } else {
+            for &(parent, node) in &r.attached {
+                self.attached_log.insert(node, parent);
+            }
             self.report.merge(r);
         }
     }

@@ -53,6 +53,17 @@ impl Relay {
         if self.children.remove(&child).is_none() {
             return false;
         }
+        // Its subtree is no longer announced through me: it re-attaches on its own.
+        let mut gone = HashSet::from([child]);
+        while let Some(n) = self
+            .attached_log
+            .iter()
+            .find(|&(n, p)| !gone.contains(n) && gone.contains(p))
+            .map(|(&n, _)| n)
+        {
+            gone.insert(n);
+        }
+        self.attached_log.retain(|n, _| !gone.contains(n));
         for waiters in self.wants.values_mut() {
             waiters.retain(|w| *w != Waiter::Child(child));
         }
@@ -234,17 +245,15 @@ impl Relay {
             self.parent = Some(from);
             self.parent_heard = now;
             self.events.push_back(Event::Reattached(from));
-            // The old parent may have died before passing these on. Children
-            // that re-attached here are announced again first, so that the root
-            // takes failures below them from here.
+            // The old parent may have died before passing these on. The adoptions in my
+            // subtree (mine and those reported through me) are announced again first, so
+            // that the root takes failures below them from here.
             self.report.done.extend(self.done_log.iter().copied());
             self.report.failed.extend(self.failed_log.iter().copied());
-            let me = self.me;
             self.report.attached.extend(
-                self.children
+                self.attached_log
                     .iter()
-                    .filter(|(_, c)| c.adopted)
-                    .map(|(&id, _)| (me, id)),
+                    .map(|(&node, &parent)| (parent, node)),
             );
             let asked: Vec<u32> = self.asked.iter().copied().collect();
             for chunk in asked {

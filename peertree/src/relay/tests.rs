@@ -1179,3 +1179,40 @@ fn orphans_whose_deputy_died_too_reattach_upward() {
     }
     assert_everyone_has_everything(&net, &p);
 }
+
+/// The deputy's wards can learn of the dead proxy first (their connection to it was reset)
+/// and hang below the deputy while it still reports to the dead proxy: those reports are
+/// lost. When the deputy re-attaches it announces its whole current subtree again, so the
+/// root never takes the wards for unreachable (seen in the lab: `unreachable n05 -> n08`).
+#[test]
+fn wards_adopted_before_their_deputy_noticed_the_dead_proxy_are_not_lost_to_the_root() {
+    let p = plan(4, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 400, 10);
+    let (proxy, kin) = a_proxy_with_kin(&p);
+    net.run_until(10_000, |n| kin.iter().all(|k| n.relays.contains_key(k)));
+    net.dead.insert(proxy);
+    let now = net.now;
+    for ward in &kin[1..] {
+        net.relays
+            .get_mut(ward)
+            .expect("started")
+            .handle_unreachable(now, proxy);
+    }
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    let unreachable: Vec<&Event> = net
+        .root_events
+        .iter()
+        .filter(|e| matches!(e, Event::Unreachable(..)))
+        .collect();
+    assert!(unreachable.is_empty(), "{unreachable:?}");
+    for pair in kin.windows(2) {
+        assert_eq!(
+            attached_to(&net, pair[1]),
+            vec![pair[0]],
+            "{:?}",
+            net.root_events
+        );
+    }
+    assert_eq!(net.root().job_progress().expect("root").failed, 1);
+    assert_everyone_has_everything(&net, &p);
+}
