@@ -141,6 +141,11 @@ async fn client(
         "sent {bytes} bytes in {secs:.3} s: {:.1} MiB/s",
         bytes as f64 / (1 << 20) as f64 / secs
     );
+    let path = conn.path();
+    eprintln!(
+        "path: {} bytes per UDP payload, {} datagrams sent, {} received",
+        path.mtu, path.sent, path.received
+    );
     conn.close();
     Ok(())
 }

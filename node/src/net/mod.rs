@@ -29,7 +29,7 @@ use std::path::PathBuf;
 pub use pki::{make_cluster, make_cluster_valid_for, revoke};
 pub use stream::{FrameReceiver, FrameSender, StreamKind};
 pub use tls::Identity;
-pub use transport::{CONNECT_TIMEOUT, Conn, Transport};
+pub use transport::{CONNECT_TIMEOUT, Conn, PathStats, Transport};
 
 /// Errors of the network layer.
 #[derive(Debug, thiserror::Error)]
