@@ -60,6 +60,11 @@ pub struct Plan {
     pub borrowed: Vec<NodeId>,
     /// Job nodes that could not be placed under their own group's proxy.
     pub orphans: Vec<NodeId>,
+    /// The rate each host's parent sends to it at, in bits per second: its share of the
+    /// parent's link, no more than the host's own link ([`crate::LinkRates::edge_rates`]).
+    /// `None` for the root, and for every host when the topology has no link rates (then
+    /// the transport shares the links as it can).
+    pub rate: Vec<Option<u64>>,
 }
 
 impl Plan {

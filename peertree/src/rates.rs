@@ -11,6 +11,8 @@
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::plan::NodeId;
+use crate::topology::GroupId;
 
 /// Link rates in bits per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +53,71 @@ impl LinkRates {
     /// Children a non-proxy member feeds: what its own NIC carries at a node's rate.
     pub fn member_streams(&self) -> usize {
         1
+    }
+
+    /// The rate each host of a tree receives at, in bits per second (`None` for the root):
+    /// its share of the link its parent sends it through, split evenly among the parent's
+    /// children on that link, and no more than its own link carries. The login node sends
+    /// through its link; a proxy through its port to its own group and through its uplink to
+    /// other groups; any other host through its NIC. A proxy entered from outside its group
+    /// receives through its uplink, any other host through its NIC.
+    ///
+    /// Without pacing, the streams of one sender share its link as their congestion
+    /// controllers happen to (measured in the lab: the login node filled one proxy at
+    /// 400 Mbit/s while the others waited, and their groups started late); at these
+    /// rates every subtree fills at once.
+    pub fn edge_rates(
+        &self,
+        parent: &[Option<NodeId>],
+        children: &[Vec<NodeId>],
+        proxy: &[bool],
+        group: &[Option<GroupId>],
+    ) -> Vec<Option<u64>> {
+        #[derive(PartialEq, Clone, Copy)]
+        enum Via {
+            Login,
+            Port,
+            Uplink,
+            Nic,
+        }
+        let via = |p: NodeId, c: NodeId| {
+            if parent[p.index()].is_none() {
+                Via::Login
+            } else if proxy[p.index()] {
+                if group[c.index()].is_some() && group[c.index()] == group[p.index()] {
+                    Via::Port
+                } else {
+                    Via::Uplink
+                }
+            } else {
+                Via::Nic
+            }
+        };
+        (0..parent.len())
+            .map(|i| {
+                let p = parent[i]?;
+                let c = NodeId(i as u32);
+                let link = via(p, c);
+                let sharing = children[p.index()]
+                    .iter()
+                    .filter(|&&k| via(p, k) == link)
+                    .count()
+                    .max(1) as u64;
+                let capacity = match link {
+                    Via::Login => self.login,
+                    Via::Port => self.port,
+                    Via::Uplink => self.uplink,
+                    Via::Nic => self.node,
+                };
+                let entered_from_outside = group[c.index()] != group[p.index()];
+                let own = if proxy[i] && entered_from_outside {
+                    self.uplink
+                } else {
+                    self.node
+                };
+                Some((capacity / sharing).min(own))
+            })
+            .collect()
     }
 
     /// Parses `node=100mbit,port=400mbit,uplink=400mbit,login=400mbit` (every key

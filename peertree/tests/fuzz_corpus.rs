@@ -154,6 +154,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
         addr: format!("10.0.0.{id}:7878"),
         parent: NodeId(parent),
         group: Some(0),
+        rate: Some(100_000_000),
     };
     vec![
         (

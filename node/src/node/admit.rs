@@ -99,6 +99,7 @@ mod tests {
             addr: format!("{host}:7411"),
             parent: peertree::NodeId(0),
             group: None,
+            rate: None,
         }
     }
 

@@ -21,12 +21,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use manifest::{ChunkId, Index, IndexId, Verified, verify_chunk};
 use peertree::NodeId;
-use peertree::relay::{Event, JobId, Msg, Phase, Relay, RelayMsg, Transmit};
+use peertree::relay::{Event, JobId, Msg, Pacer, Phase, Relay, RelayMsg, Transmit};
 use seeder::{ChunkStore, StoredChunk};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
@@ -81,7 +81,7 @@ pub struct JobKnobs {
     /// Fault injection for the lab's tests: every chunk file write on this node takes this
     /// much longer (a slow disk). Applied to the daemon's store.
     #[cfg(feature = "fault-injection")]
-    pub slow_store: Duration,
+    pub slow_store: std::time::Duration,
 }
 
 impl JobKnobs {
@@ -92,7 +92,7 @@ impl JobKnobs {
             #[cfg(feature = "fault-injection")]
             corrupt_outgoing: false,
             #[cfg(feature = "fault-injection")]
-            slow_store: Duration::ZERO,
+            slow_store: std::time::Duration::ZERO,
         }
     }
 }
@@ -392,8 +392,10 @@ impl JobCore {
             };
             let wake = Arc::new(Notify::new());
             pumps.running.insert(c, wake.clone());
-            let span = tracing::debug_span!("pump", job = %self.job, child = %host);
-            let pump = self.clone().pump(c, host, addr, wake);
+            // The child's planned share of this node's link, or the operator's cap.
+            let rate = Pacer::rate(r.peer(c).and_then(|n| n.rate), self.knobs.rate_limit);
+            let span = tracing::debug_span!("pump", job = %self.job, child = %host, rate);
+            let pump = self.clone().pump(c, host, addr, rate, wake);
             self.rt.spawn(tracing::Instrument::instrument(pump, span));
         }
         if !pumps.idle.is_empty() {
@@ -589,12 +591,27 @@ impl JobCore {
     /// Pushes chunks to one child on its bulk stream, one at a time as the job's task hands
     /// them out, so QUIC flow control is the back-pressure. Ends when the child is no
     /// longer a child, cannot be reached, or the job closes.
-    async fn pump(self: Arc<Self>, child: NodeId, host: String, addr: String, wake: Arc<Notify>) {
-        self.pump_chunks(child, &host, &addr, &wake).await;
+    async fn pump(
+        self: Arc<Self>,
+        child: NodeId,
+        host: String,
+        addr: String,
+        rate: Option<u64>,
+        wake: Arc<Notify>,
+    ) {
+        self.pump_chunks(child, &host, &addr, Pacer::new(rate), &wake)
+            .await;
         self.tell(Input::PumpDone(child));
     }
 
-    async fn pump_chunks(&self, child: NodeId, host: &str, addr: &str, wake: &Notify) {
+    async fn pump_chunks(
+        &self,
+        child: NodeId,
+        host: &str,
+        addr: &str,
+        mut pacer: Option<Pacer>,
+        wake: &Notify,
+    ) {
         let mut closing = self.closing.subscribe();
         let opened = match self.peers.conn(host, addr).await {
             Ok(conn) => conn.open(StreamKind::Bulk).await,
@@ -634,15 +651,16 @@ impl JobCore {
             // other children's pumps: nothing copies them before quinn does.
             let head = chunk_head(self.job, chunk, false, data.len());
             let len = head.len() + data.len();
+            let handed = Instant::now();
             if let Err(e) = tx.send_parts(&head, data).await {
                 tracing::debug!(error = %e, "bulk send failed");
                 self.tell(Input::Unreachable(child));
                 return;
             }
-            if let Some(rate) = self.knobs.rate_limit.filter(|&r| r > 0) {
-                // Pacing to the configured rate, not waiting for a message.
-                let secs = len as f64 / rate as f64;
-                tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            if let Some(p) = pacer.as_mut() {
+                // Pacing to the child's rate, not waiting for a message.
+                let free = p.sent(handed, len as u64);
+                tokio::time::sleep_until(free.into()).await;
             }
             if self.is_closed() {
                 return;

@@ -12,7 +12,8 @@
 //!   `Start`s instead of one after another;
 //! - pushes chunks to each child in the root's order (urgent set first) as soon as it holds
 //!   them (cut-through); the transport pulls them with [`Relay::poll_bulk`] when a link has
-//!   room, so a slow child never makes a node buffer the layer;
+//!   room, so a slow child never makes a node buffer the layer, paced at the child's planned
+//!   share of the link where the plan knows link rates ([`Pacer`]);
 //! - answers demand requests (`Want`) at once, or asks its own parent once however many
 //!   children want the same chunk;
 //! - reports completion facts, failed edges, liars and re-attachments up to the root;
@@ -31,13 +32,14 @@
 //! here: `schedule.rs` (the push order), `subtree.rs` (children, their part of the plan,
 //! the push down to them), `chunks.rs` (what this node holds), `demand.rs` (`Want`s),
 //! `recovery.rs` (failed edges, re-attaching, adoption), `timers.rs` (heartbeats and
-//! deadlines), `root.rs` (the root's job-wide view) and `msg.rs` (the wire). This file
+//! deadlines), `pace.rs` (a bulk stream's pacing), `root.rs` (the root's job-wide view) and `msg.rs` (the wire). This file
 //! keeps the state, the constructors, the accessors and the dispatch of messages and
 //! outputs.
 
 mod chunks;
 mod demand;
 mod msg;
+mod pace;
 mod recovery;
 mod root;
 mod schedule;
@@ -57,6 +59,7 @@ pub use msg::{
     ChunkSplit, JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, RelayMsg, Report, Routed, Start,
     Timing,
 };
+pub use pace::Pacer;
 use recovery::Attaching;
 use root::RootState;
 pub use schedule::Schedule;

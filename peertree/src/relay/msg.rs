@@ -81,6 +81,9 @@ pub struct NodeInfo {
     /// Its group in the topology (`None` for the login node and hosts outside any group):
     /// a parent names one deputy among its children of one group ([`Start::kin`]).
     pub group: Option<u32>,
+    /// The rate its parent sends to it at, in bits per second ([`crate::Plan::rate`]);
+    /// `None`: as fast as the transport goes.
+    pub rate: Option<u64>,
 }
 
 /// Timing of liveness checks.
@@ -657,6 +660,7 @@ mod tests {
             addr: "127.0.0.1:1".into(),
             parent: NodeId(0),
             group: Some(2),
+            rate: Some(100_000_000),
         };
         let old = postcard::to_allocvec(&OldMsg::Start(Box::new(OldStart {
             job: JobId(9),
@@ -718,6 +722,7 @@ mod tests {
                     addr: "10.0.0.4:7070".into(),
                     parent: NodeId(1),
                     group: None,
+                    rate: None,
                 }],
             }),
         ];

@@ -195,6 +195,7 @@ impl Relay {
                 addr: String::new(),
                 parent: self.me,
                 group: None,
+                rate: None,
             });
         if let Some(c) = self.children.get_mut(&from) {
             // A repeated Attach: chunks already on their way stay counted as sent.

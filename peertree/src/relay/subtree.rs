@@ -373,6 +373,7 @@ pub fn plan_nodes(plan: &crate::plan::Plan, addr: impl Fn(&str) -> String) -> Ve
             addr: addr(plan.host(id)),
             parent: plan.parent[id.index()].unwrap_or(id),
             group: plan.group[id.index()].map(|g| g.0),
+            rate: plan.rate[id.index()],
         })
         .collect()
 }

@@ -35,6 +35,7 @@ fn custom(parents: &[usize]) -> Plan {
         children,
         borrowed: Vec::new(),
         orphans: Vec::new(),
+        rate: vec![None; n],
     };
     plan.check().expect("valid test plan");
     plan

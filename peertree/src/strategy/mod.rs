@@ -15,7 +15,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::plan::{NodeId, Plan, Role};
-use crate::topology::{TopoId, Topology};
+use crate::topology::{GroupId, TopoId, Topology};
 
 /// How to build the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -298,22 +298,35 @@ impl<'a> Builder<'a> {
     }
 
     fn finish(self) -> Plan {
+        let group: Vec<Option<GroupId>> = self
+            .topo
+            .iter()
+            .map(|t| t.map(|t| self.topology.group_of(t)))
+            .collect();
+        let rate = match self.topology.links() {
+            Some(links) => {
+                let proxy: Vec<bool> = self
+                    .topo
+                    .iter()
+                    .map(|t| t.is_some_and(|t| self.topology.is_proxy(t)))
+                    .collect();
+                links.edge_rates(&self.parent, &self.children, &proxy, &group)
+            }
+            None => vec![None; self.hosts.len()],
+        };
         Plan {
             strategy: self.strategy,
             width: self.opts.width,
             root: NodeId(0),
             hosts: self.hosts,
             roles: self.roles,
-            group: self
-                .topo
-                .iter()
-                .map(|t| t.map(|t| self.topology.group_of(t)))
-                .collect(),
+            group,
             topo: self.topo,
             parent: self.parent,
             children: self.children,
             borrowed: self.borrowed,
             orphans: self.orphans,
+            rate,
         }
     }
 }

@@ -313,6 +313,57 @@ fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_re
     assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
 }
 
+/// With link rates every edge carries its share of its sender's link, no more than its
+/// receiver's link: in the lab's 4 x 8 every stream runs at a node's 100 Mbit/s; the login
+/// node splits its 400 Mbit/s over as many children as it has; without rates nothing is
+/// paced.
+#[test]
+fn every_edge_is_planned_at_its_share_of_the_senders_link() {
+    let mbit = 1_000_000u64;
+    let topology = cluster(32, 8).with_links(Some(lab_links()));
+    let nodes = hosts("cn[0001-0032]");
+    let p = plan(&topology, &nodes, Strategy::Topo, &PlanOptions::default()).expect("ok");
+    assert_eq!(p.rate[p.root.index()], None);
+    for (parent, child) in p.edges() {
+        assert_eq!(
+            p.rate[child.index()],
+            Some(100 * mbit),
+            "{} -> {}",
+            p.host(parent),
+            p.host(child)
+        );
+    }
+
+    // Two groups: the login node's link carries two streams at 200 Mbit/s each, which
+    // the proxies' uplinks take; their members still get 100.
+    let two = plan(
+        &topology,
+        &hosts("cn[0001-0016]"),
+        Strategy::Topo,
+        &PlanOptions::default(),
+    )
+    .expect("ok");
+    let proxy = two.find("cn0001").expect("in job");
+    assert_eq!(two.rate[proxy.index()], Some(200 * mbit));
+    let member = two.find("cn0002").expect("in job");
+    assert_eq!(two.rate[member.index()], Some(100 * mbit));
+
+    // Flat: 32 streams share the login node's 400 Mbit/s.
+    let flat = plan(&topology, &nodes, Strategy::Flat, &PlanOptions::default()).expect("ok");
+    for (_, child) in flat.edges() {
+        assert_eq!(flat.rate[child.index()], Some(400 * mbit / 32));
+    }
+
+    let unrated = plan(
+        &cluster(32, 8),
+        &nodes,
+        Strategy::Topo,
+        &PlanOptions::default(),
+    )
+    .expect("ok");
+    assert!(unrated.rate.iter().all(Option::is_none));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 

@@ -234,6 +234,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
         },
         parent: NodeId(parent),
         group: None,
+        rate: None,
     };
     let start = Start {
         job: JobId(job),
@@ -518,6 +519,7 @@ async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connectio
         addr,
         parent: NodeId(parent),
         group: None,
+        rate: None,
     };
     let n01 = info(1, &c.nodes[0].host, c.nodes[0].addr.clone(), 0);
     let n02 = info(2, "n02", child.local_addr().to_string(), 1);
