@@ -135,6 +135,26 @@ fn lab_push_crosses_uplinks_as_planned_and_cleans_up() {
         );
     }
 
+    // Issue 16: the login node's link is shared evenly, each proxy paced at its planned
+    // half (200 Mbit/s), so both groups fill at once. Unpaced, one proxy took the whole
+    // link and finished in half the other's time.
+    let proxies: Vec<f64> = r
+        .per_node
+        .iter()
+        .filter(|n| n.parent == "login")
+        .map(|n| n.all_s.expect("complete"))
+        .collect();
+    assert_eq!(proxies.len(), 2, "{r:?}");
+    let (first, last) = (
+        proxies.iter().copied().fold(f64::MAX, f64::min),
+        proxies.iter().copied().fold(0.0, f64::max),
+    );
+    eprintln!("proxies complete at {proxies:?} s");
+    assert!(
+        first >= 0.85 * last,
+        "the login node's link was not shared: proxies complete at {proxies:?} s"
+    );
+
     // The layer really is readable from a slave's FUSE mount, inside its namespaces.
     let slave = &lab.layout().compute().nth(2).expect("a slave").host.clone();
     let mp = lab.mountpoint(slave, &r.job);
