@@ -7,7 +7,7 @@
 //! JSON format of [`BenchReport`] (version 1; fields are only ever added; field meanings
 //! in docs/lab.md):
 //! ```text
-//! { "version": 1, "groups": 4, "group_size": 8, "payload_bytes": N, "stored_bytes": N,
+//! { "version": 1, "groups": 4, "group_size": 8, "payload_bytes": N, "stored_bytes": N, "chunk_bytes": N,
 //!   "reps": 3, "lower_bound_s": 1.34, "min_uplink_bytes": N,
 //!   "runs": [ { "method": "topo", "rep": 0, "all_s": 1.9, "wall_s": 2.2,
 //!               "uplink_in_bytes": N, "root_out_bytes": N, "cpu_s": 3.1 } ],
@@ -164,6 +164,8 @@ pub struct BenchReport {
     pub payload_bytes: u64,
     /// Stored (wire) size of the payload.
     pub stored_bytes: u64,
+    /// Chunk size the payload was published with.
+    pub chunk_bytes: u64,
     /// Repetitions.
     pub reps: usize,
     /// Payload over the slowest node link.
@@ -304,7 +306,9 @@ pub fn run(
         // Only baselines ran: they move the payload itself.
         stored = payload;
     }
-    Ok(report(lab.layout(), methods, reps, payload, stored, runs))
+    let mut r = report(lab.layout(), methods, reps, payload, stored, runs);
+    r.chunk_bytes = lab.chunk_size();
+    Ok(r)
 }
 
 /// One run of a BitTorrent or teesfs method on the payload in `dir`; for teesfs also the
@@ -384,6 +388,7 @@ fn report(
         group_size: l.spec.group_size,
         payload_bytes: payload,
         stored_bytes: stored,
+        chunk_bytes: 0,
         reps,
         lower_bound_s: lower,
         min_uplink_bytes: min_up,

@@ -44,6 +44,8 @@ pub struct LabOptions {
     /// work directory's file system (a disk, unless `TMPDIR` is on tmpfs), a measured
     /// option: a disk that has seen many files deleted makes pushes slow.
     pub tmpfs_state: bool,
+    /// Chunk size of every layer the lab publishes, in bytes.
+    pub chunk_size: u64,
 }
 
 /// Size of a node's state tmpfs: the daemon's default store (4 GiB) and copies (1 GiB)
@@ -59,6 +61,7 @@ impl LabOptions {
             log: "teesfs=info".into(),
             keep_work: false,
             tmpfs_state: true,
+            chunk_size: 1 << 20,
         }
     }
 }
@@ -200,6 +203,11 @@ impl Lab {
     /// The network (for counters).
     pub fn net(&self) -> &Network {
         &self.net
+    }
+
+    /// Chunk size of the layers this lab publishes, in bytes.
+    pub fn chunk_size(&self) -> u64 {
+        self.opts.chunk_size
     }
 
     /// The work directory (logs, store, reports).
@@ -373,6 +381,8 @@ impl Lab {
             &self.path_str("store"),
             "--key",
             &self.path_str("publisher.key"),
+            "--chunk-size",
+            &self.opts.chunk_size.to_string(),
             "--quiet",
             "--format",
             "json",

@@ -84,8 +84,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     let lab = a.shape.up()?;
     eprintln!(
-        "bench: {} per run, {} repetitions of {} methods",
+        "bench: {} per run in {} chunks, {} repetitions of {} methods",
         util::bytes(a.payload),
+        util::bytes(lab.chunk_size()),
         a.reps,
         methods.len()
     );
