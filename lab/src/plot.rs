@@ -356,6 +356,7 @@ mod tests {
             group_size: 8,
             payload_bytes: 16 << 20,
             stored_bytes: 16 << 20,
+            chunk_bytes: 1 << 20,
             reps: 1,
             lower_bound_s: 1.34,
             min_uplink_bytes: 64 << 20,
