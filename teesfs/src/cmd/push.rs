@@ -128,7 +128,9 @@ pub struct PushArgs {
     #[arg(help_heading = "Job", long, value_name = "FILE.pub")]
     pub trust: Vec<PathBuf>,
     /// Cap on the root's bulk bytes per second to each child, to spare the login node's
-    /// uplink (demand traffic is never capped).
+    /// uplink (demand traffic is never capped). With link rates in the topology
+    /// (`[links]`), every stream is already paced at its share of its sender's link; this
+    /// caps the root's streams further.
     #[arg(help_heading = "Network", long, value_name = "SIZE", value_parser = util::parse_size)]
     pub rate_limit: Option<u64>,
     /// No progress bar.
