@@ -117,9 +117,9 @@ impl ShapeArgs {
             "lab: {} groups x {} nodes, slave links {}, uplinks {}, login {}, MTU {}",
             spec.groups,
             spec.group_size,
-            rate(spec.rates.slave),
-            rate(spec.rates.proxy_uplink),
-            rate(spec.rates.login),
+            util::bit_rate(spec.rates.slave),
+            util::bit_rate(spec.rates.proxy_uplink),
+            util::bit_rate(spec.rates.login),
             spec.mtu
         );
         let t = std::time::Instant::now();
@@ -136,14 +136,6 @@ impl ShapeArgs {
 }
 
 /// `100 Mbit/s`.
-pub fn rate(bps: u64) -> String {
-    if bps >= 1_000_000_000 && bps.is_multiple_of(1_000_000_000) {
-        format!("{} Gbit/s", bps / 1_000_000_000)
-    } else {
-        format!("{} Mbit/s", bps / 1_000_000)
-    }
-}
-
 #[derive(Debug, clap::Args)]
 struct UpArgs {
     #[command(flatten)]

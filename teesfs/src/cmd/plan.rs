@@ -17,6 +17,7 @@ use peertree::{Metrics, Plan, PlanOptions, Role, Strategy};
 use serde::Serialize;
 
 use super::jobspec::{JobArgs, explain};
+use super::util;
 
 /// Jobs larger than this print a summary unless `--tree` asks for the whole tree.
 const TREE_LIMIT: usize = 64;
@@ -306,6 +307,10 @@ fn write_tree(out: &mut impl Write, p: &Plan, topology: &Topology) -> std::io::R
         if orphans.contains(&id) {
             tags.push("orphan");
         }
+        let paced = p.rate[id.index()].map(|r| format!("paced {}", util::bit_rate(r)));
+        if let Some(paced) = &paced {
+            tags.push(paced);
+        }
         let tags = if tags.is_empty() {
             String::new()
         } else {
@@ -379,6 +384,9 @@ struct JsonPlan<'a> {
     nodes: usize,
     /// `[parent, child]`, parents before children (breadth first).
     edges: Vec<[&'a str; 2]>,
+    /// The rate each edge of `edges` is paced at, bits per second; `null` without link
+    /// rates in the topology.
+    edge_rates: Vec<Option<u64>>,
     borrowed: Vec<&'a str>,
     orphans: Vec<&'a str>,
     metrics: JsonMetrics<'a>,
@@ -413,15 +421,13 @@ impl<'a> JsonPlan<'a> {
         requested: Option<Strategy>,
     ) -> Self {
         let names = |ids: &[peertree::NodeId]| ids.iter().map(|id| p.host(*id)).collect();
-        let edges = p
+        let pairs: Vec<(peertree::NodeId, peertree::NodeId)> = p
             .bfs()
             .into_iter()
-            .flat_map(|id| {
-                p.children[id.index()]
-                    .iter()
-                    .map(move |c| [p.host(id), p.host(*c)])
-            })
+            .flat_map(|id| p.children[id.index()].iter().map(move |&c| (id, c)))
             .collect();
+        let edges = pairs.iter().map(|&(a, b)| [p.host(a), p.host(b)]).collect();
+        let edge_rates = pairs.iter().map(|&(_, c)| p.rate[c.index()]).collect();
         JsonPlan {
             version: JSON_VERSION,
             strategy: p.strategy.name(),
@@ -431,6 +437,7 @@ impl<'a> JsonPlan<'a> {
             root: p.host(p.root),
             nodes: m.job_nodes,
             edges,
+            edge_rates,
             borrowed: names(&p.borrowed),
             orphans: names(&p.orphans),
             metrics: JsonMetrics {

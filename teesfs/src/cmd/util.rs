@@ -12,6 +12,17 @@ pub fn bytes(n: u64) -> String {
     ByteSize(n).display().iec().to_string()
 }
 
+/// `100 Mbit/s`, `10 Gbit/s`, `12.5 Mbit/s` from bits per second.
+pub fn bit_rate(bps: u64) -> String {
+    if bps >= 1_000_000_000 && bps.is_multiple_of(1_000_000_000) {
+        format!("{} Gbit/s", bps / 1_000_000_000)
+    } else if bps.is_multiple_of(1_000_000) {
+        format!("{} Mbit/s", bps / 1_000_000)
+    } else {
+        format!("{:.1} Mbit/s", bps as f64 / 1e6)
+    }
+}
+
 /// `1.23 s`, `45 ms`, `2m 05s`.
 pub fn duration(d: Duration) -> String {
     let s = d.as_secs_f64();

@@ -50,6 +50,43 @@ fn plan_takes_its_defaults_from_the_site_configuration_and_flags_override_it() {
     assert_eq!(plan["nodes"], 16);
 }
 
+/// With link rates the plan says what each edge is paced at (issue 16): 16 nodes in two
+/// groups of 8 under a 400 Mbit/s login link, so each proxy gets 200 Mbit/s and every
+/// member 100; without rates nothing is paced.
+#[test]
+fn plan_shows_the_rate_each_edge_is_paced_at_when_it_knows_link_rates() {
+    let ws = Workspace::new();
+    let site = ws.path().join("teesfs.toml");
+    std::fs::write(
+        &site,
+        "[topology]\ncluster = \"cn[01-64]\"\ngroup_size = 8\n",
+    )
+    .expect("write");
+    let links = "node=100mbit,port=400mbit,uplink=400mbit,login=400mbit";
+    let plan = plan_json(&site, &["--links", links]);
+    let edges = plan["edges"].as_array().expect("edges");
+    let rates = plan["edge_rates"].as_array().expect("edge_rates");
+    assert_eq!(edges.len(), rates.len(), "{plan}");
+    for (edge, rate) in edges.iter().zip(rates) {
+        let want: u64 = if edge[0] == "login" {
+            200_000_000
+        } else {
+            100_000_000
+        };
+        assert_eq!(rate.as_u64(), Some(want), "{edge}: {plan}");
+    }
+    let unrated = plan_json(&site, &[]);
+    let rates = unrated["edge_rates"].as_array().expect("edge_rates");
+    assert!(rates.iter().all(serde_json::Value::is_null), "{unrated}");
+
+    let out = teesfs_with_site(&site, &["plan", "--nodes", "cn[01-16]", "--links", links]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("paced 200 Mbit/s") && text.contains("paced 100 Mbit/s"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_malformed_site_configuration_stops_every_command_naming_file_line_and_key() {
     let ws = Workspace::new();
