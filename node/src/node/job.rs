@@ -657,10 +657,9 @@ impl JobCore {
                 self.tell(Input::Unreachable(child));
                 return;
             }
-            if let Some(p) = pacer.as_mut() {
+            if let Some(until) = pacer.as_mut().and_then(|p| p.sent(handed, len as u64)) {
                 // Pacing to the child's rate, not waiting for a message.
-                let free = p.sent(handed, len as u64);
-                tokio::time::sleep_until(free.into()).await;
+                tokio::time::sleep_until(until.into()).await;
             }
             if self.is_closed() {
                 return;
