@@ -306,9 +306,7 @@ pub fn run(
         // Only baselines ran: they move the payload itself.
         stored = payload;
     }
-    let mut r = report(lab.layout(), methods, reps, payload, stored, runs);
-    r.chunk_bytes = lab.chunk_size();
-    Ok(r)
+    Ok(report(lab, methods, reps, payload, stored, runs))
 }
 
 /// One run of a BitTorrent or teesfs method on the payload in `dir`; for teesfs also the
@@ -351,13 +349,14 @@ fn one_run(
 /// The report: every run, and per method the medians with their ratios to `topo`, to the
 /// link lower bound and to the minimum uplink traffic.
 fn report(
-    l: &crate::layout::Layout,
+    lab: &Lab,
     methods: &[Method],
     reps: usize,
     payload: u64,
     stored: u64,
     runs: Vec<Run>,
 ) -> BenchReport {
+    let l = lab.layout();
     let lower = l.lower_bound_s(stored);
     let min_up = stored * l.spec.groups as u64;
     let med = |m: Method, f: &dyn Fn(&Run) -> f64| {
@@ -388,7 +387,7 @@ fn report(
         group_size: l.spec.group_size,
         payload_bytes: payload,
         stored_bytes: stored,
-        chunk_bytes: 0,
+        chunk_bytes: lab.chunk_size(),
         reps,
         lower_bound_s: lower,
         min_uplink_bytes: min_up,

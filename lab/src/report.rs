@@ -18,11 +18,6 @@ pub fn load(path: &Path) -> Result<PushReport> {
     })
 }
 
-/// Payload bytes the root predicts into all groups.
-pub fn predicted_uplink_in(rep: &PushReport) -> u64 {
-    rep.uplinks.iter().map(|u| u.in_bytes).sum()
-}
-
 /// The report's picture with the application's start on each node (`(host, seconds)`)
 /// marked: [`teesfs::report::svg`] of the report with `app_start_s` filled in.
 ///
@@ -62,7 +57,7 @@ mod tests {
         let p = dir.path().join("r.json");
         std::fs::write(&p, json).expect("write");
         let rep = load(&p).expect("a push report");
-        assert_eq!(predicted_uplink_in(&rep), 2);
+        assert_eq!(rep.predicted_uplink_in(), 2);
         let s = svg(&rep, &[("n02".into(), 1.2)], "demo");
         assert!(s.contains("application started"), "the start is not marked");
         assert!(s.contains("n01") && s.contains("n02"));

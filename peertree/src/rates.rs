@@ -93,16 +93,17 @@ impl LinkRates {
                 Via::Nic
             }
         };
-        (0..parent.len())
-            .map(|i| {
-                let p = parent[i]?;
-                let c = NodeId(i as u32);
-                let link = via(p, c);
-                let sharing = children[p.index()]
-                    .iter()
-                    .filter(|&&k| via(p, k) == link)
-                    .count()
-                    .max(1) as u64;
+        let mut rate = vec![None; parent.len()];
+        for (p, kids) in children.iter().enumerate() {
+            let p = NodeId(p as u32);
+            let links: Vec<Via> = kids.iter().map(|&c| via(p, c)).collect();
+            // Children of `p` on each of its links.
+            let mut sharing = [0u64; 4];
+            for &l in &links {
+                sharing[l as usize] += 1;
+            }
+            for (&c, &link) in kids.iter().zip(&links) {
+                let sharing = sharing[link as usize];
                 let capacity = match link {
                     Via::Login => self.login,
                     Via::Port => self.port,
@@ -110,14 +111,15 @@ impl LinkRates {
                     Via::Nic => self.node,
                 };
                 let entered_from_outside = group[c.index()] != group[p.index()];
-                let own = if proxy[i] && entered_from_outside {
+                let own = if proxy[c.index()] && entered_from_outside {
                     self.uplink
                 } else {
                     self.node
                 };
-                Some((capacity / sharing).min(own))
-            })
-            .collect()
+                rate[c.index()] = Some((capacity / sharing).min(own));
+            }
+        }
+        rate
     }
 
     /// Parses `node=100mbit,port=400mbit,uplink=400mbit,login=400mbit` (every key

@@ -10,11 +10,12 @@
 //! a symlink (one planted there is removed as a link) and never leaves the store.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use manifest::{ChunkId, IndexId, Limits, SignedIndex};
 
+use crate::store::io;
 use crate::tags::TagName;
 use crate::{DirStore, Error};
 
@@ -119,13 +120,6 @@ impl Report {
         self.removed_chunk_bytes
             + self.removed_temp_bytes
             + self.removed_indexes.iter().map(|i| i.bytes).sum::<u64>()
-    }
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
     }
 }
 

@@ -31,7 +31,8 @@ pub struct DirStore {
     root: PathBuf,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+/// The store's error for an I/O failure on `path`.
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         path: path.to_path_buf(),
         source,

@@ -127,15 +127,15 @@ fn for_path(local: SocketAddr, remote: SocketAddr) -> Arc<quinn::TransportConfig
 /// and UDP headers, within [`MIN_UDP_PAYLOAD`]..=[`MAX_UDP_PAYLOAD`]. IPv6 paths and any
 /// failure to ask give the minimum.
 fn path_payload(local: SocketAddr, remote: SocketAddr) -> u16 {
+    if !remote.is_ipv4() {
+        return MIN_UDP_PAYLOAD;
+    }
     let ask = || -> std::io::Result<i32> {
         let probe = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
         probe.connect(remote)?;
         nix::sys::socket::getsockopt(&probe, nix::sys::socket::sockopt::IpMtu)
             .map_err(std::io::Error::from)
     };
-    if !remote.is_ipv4() {
-        return MIN_UDP_PAYLOAD;
-    }
     match ask() {
         Ok(mtu) => u16::try_from(mtu.saturating_sub(28).max(0))
             .unwrap_or(u16::MAX)

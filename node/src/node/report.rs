@@ -120,3 +120,10 @@ pub struct PushReport {
     /// Failures.
     pub failures: Vec<Failure>,
 }
+
+impl PushReport {
+    /// Payload bytes the plan sends into all groups over their uplinks.
+    pub fn predicted_uplink_in(&self) -> u64 {
+        self.uplinks.iter().map(|u| u.in_bytes).sum()
+    }
+}

@@ -23,8 +23,13 @@ const CURVE_H: i32 = 300;
 
 /// Draws the report as SVG (see the module doc of [`crate::report`] for what it shows).
 pub fn svg(rep: &PushReport, title: &str) -> Result<String, Error> {
-    let m = Model::new(rep);
-    let tree = m.detail.then(|| Tree::new(&m));
+    svg_of(&Model::new(rep), title)
+}
+
+/// [`svg`] of a report's model, built once by the caller.
+pub(super) fn svg_of(m: &Model<'_>, title: &str) -> Result<String, Error> {
+    let rep = m.rep;
+    let tree = m.detail.then(|| Tree::new(m));
     let width = tree.as_ref().map_or(MIN_WIDTH, |t| t.width.max(MIN_WIDTH));
     let map = (!m.detail).then(|| GroupMap::new(m.groups.len(), width));
     let top_h = match (&tree, &map) {
@@ -50,16 +55,16 @@ pub fn svg(rep: &PushReport, title: &str) -> Result<String, Error> {
         let (header, rest) = root.split_vertically(HEADER_H);
         let (top, rest) = rest.split_vertically(top_h);
         let (curve, timeline) = rest.split_vertically(curve_h);
-        draw_header(&header, &m, title)?;
+        draw_header(&header, m, title)?;
         if let Some(t) = &tree {
-            t.draw(&top, &m, width)?;
+            t.draw(&top, m, width)?;
         }
         if let Some(g) = &map {
-            g.draw(&top, &m)?;
+            g.draw(&top, m)?;
         }
         if has_nodes {
-            draw_curve(&curve, &m)?;
-            draw_timeline(&timeline, &m)?;
+            draw_curve(&curve, m)?;
+            draw_timeline(&timeline, m)?;
         }
         root.present().map_err(draw_err)?;
     }

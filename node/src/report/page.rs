@@ -5,18 +5,19 @@
 
 use std::fmt::Write as _;
 
+use super::draw::svg_of;
 use super::model::{Arrivals, Model, Spread};
-use super::{esc, human_bytes, human_secs, human_when, svg};
+use super::{esc, human_bytes, human_secs, human_when};
 use crate::Error;
 use crate::node::report::PushReport;
 
 /// Most rows of the edge and failure tables.
 const MAX_TABLE_ROWS: usize = 300;
 
-/// The page: the title, a summary table, the picture ([`svg`]) and the tables.
+/// The page: the title, a summary table, the picture ([`super::svg`]) and the tables.
 pub fn html(rep: &PushReport, title: &str) -> Result<String, Error> {
-    let picture = svg(rep, title)?;
     let m = Model::new(rep);
+    let picture = svg_of(&m, title)?;
     let mut out = String::with_capacity(picture.len() + 64 * 1024);
     let _ = write!(
         out,
@@ -46,7 +47,7 @@ pub fn html(rep: &PushReport, title: &str) -> Result<String, Error> {
 
 fn summary(out: &mut String, m: &Model<'_>) {
     let r = m.rep;
-    let uplink_in: u64 = r.uplinks.iter().map(|u| u.in_bytes).sum();
+    let uplink_in = r.predicted_uplink_in();
     let mut rows: Vec<(&str, String)> = vec![
         ("job", super::job_label(&r.job)),
         ("index", r.index.clone()),

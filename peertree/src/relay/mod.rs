@@ -32,9 +32,9 @@
 //! here: `schedule.rs` (the push order), `subtree.rs` (children, their part of the plan,
 //! the push down to them), `chunks.rs` (what this node holds), `demand.rs` (`Want`s),
 //! `recovery.rs` (failed edges, re-attaching, adoption), `timers.rs` (heartbeats and
-//! deadlines), `pace.rs` (a bulk stream's pacing), `root.rs` (the root's job-wide view) and `msg.rs` (the wire). This file
-//! keeps the state, the constructors, the accessors and the dispatch of messages and
-//! outputs.
+//! deadlines), `pace.rs` (a bulk stream's pacing), `root.rs` (the root's job-wide view)
+//! and `msg.rs` (the wire). This file keeps the state, the constructors, the accessors and
+//! the dispatch of messages and outputs.
 
 mod chunks;
 mod demand;
@@ -569,7 +569,6 @@ impl Relay {
             }
             let mut fact = Report::default();
             if std::mem::take(&mut c.restarted) {
-                c.adopted = true;
                 fact.attached.push((self.me, from));
             }
             if let Some(sent) = c.start_sent.take() {

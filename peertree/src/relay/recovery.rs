@@ -216,7 +216,6 @@ impl Relay {
                     last_sent: now,
                     bytes: 0,
                     restarted: false,
-                    adopted: true,
                     start_sent: None,
                     urgent_waiting: std::collections::HashSet::new(),
                 },

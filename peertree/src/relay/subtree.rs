@@ -36,8 +36,6 @@ pub(super) struct Child {
     /// Started from here after its planned parent failed: report the adoption when it
     /// first speaks.
     pub(super) restarted: bool,
-    /// Not planned here: it attached here, or was restarted from here and answered.
-    pub(super) adopted: bool,
     /// When its `Start` was handed to the transport, until its first answer (the edge's
     /// round trip is measured from here).
     pub(super) start_sent: Option<Instant>,
@@ -62,7 +60,6 @@ impl Child {
             last_sent: now,
             bytes: 0,
             restarted,
-            adopted: false,
             start_sent: None,
             urgent_waiting: HashSet::new(),
         }

@@ -135,7 +135,6 @@ impl ShapeArgs {
     }
 }
 
-/// `100 Mbit/s`.
 #[derive(Debug, clap::Args)]
 struct UpArgs {
     #[command(flatten)]

@@ -468,7 +468,7 @@ fn print_report(r: &PushReport) {
         );
     }
     if !r.uplinks.is_empty() {
-        let total_in: u64 = r.uplinks.iter().map(|u| u.in_bytes).sum();
+        let total_in = r.predicted_uplink_in();
         println!(
             "  group uplinks: {} in over {} groups (minimum {})",
             util::bytes(total_in),

@@ -229,9 +229,7 @@ pub fn date(unix: u64) -> String {
 
 /// Seconds since the Unix epoch now (0 if the clock is before it).
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    unix_secs(std::time::SystemTime::now())
 }
 
 /// Where nodes list revoked index ids by default.

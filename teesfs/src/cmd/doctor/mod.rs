@@ -8,7 +8,7 @@ pub mod checks;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use checks::{CertFacts, DaemonFacts, Facts, Found, Level, Report, SlurmFacts};
+use checks::{CertFacts, DaemonFacts, Facts, Found, Report, SlurmFacts};
 use teesfs::net::pki;
 
 use super::util;
@@ -74,7 +74,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
     let facts = gather(&args, host.clone());
     let report = Report::of(host, checks::evaluate(&facts));
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Json => util::print_json(&report)?,
         Format::Text => {
             for c in &report.checks {
                 println!("{:<4}  {:<16} {}", c.level.word(), c.name, c.detail);
@@ -88,7 +88,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
             );
         }
     }
-    Ok(if report.checks.iter().any(|c| c.level == Level::Fail) {
+    Ok(if report.failed > 0 {
         std::process::ExitCode::FAILURE
     } else {
         std::process::ExitCode::SUCCESS
