@@ -3,7 +3,9 @@
 #   1. push throughput on loopback: `teesfs push --wait all` of PUSH_MIB MiB of incompressible
 #      data to one daemon (flat) and down a 2-hop chain, against a raw quinn stream of the same
 #      bytes between two processes (teesfs/examples/quic_raw.rs: same transport, same TLS,
-#      same windows, no relay);
+#      same windows, no relay), and against the floor for any verified, stored transfer: the
+#      same raw stream whose server hashes every frame with BLAKE3 and writes it to a file of
+#      its own on /dev/shm before it reads the next (`quic_raw server ... STORE`);
 #   2. cold read latency of a missing chunk at tree depth 1, 2, 3 (a chain
 #      login -> n01 -> n02 -> n03) against the model (d+1) x (round trip + chunk time), with
 #      the round trip from `quic_raw ping` and the chunk time from benchmark 1's raw rate.
@@ -134,15 +136,24 @@ done
 cold_id=$(publish "$cold")
 
 echo "== 1. push throughput, $PUSH_MIB MiB, $RUNS runs" >&2
-raw=() flat=() chain=()
-for r in $(seq "$RUNS"); do
-    "$RAW" server "$work/rawcreds" 127.0.0.1:0 >"$work/raw-server.out" &
+raw=() stored=() flat=() chain=()
+# One quic_raw transfer of PUSH_MIB MiB; prints its MiB/s. With an argument, the server hashes
+# and stores every frame in that directory.
+raw_run() {
+    "$RAW" server "$work/rawcreds" 127.0.0.1:0 "$@" >"$work/raw-server.out" &
     other_pids+=("$!")
     for _ in $(seq 100); do grep -q listening "$work/raw-server.out" && break; sleep 0.05; done
+    local addr
     addr=$(awk '/^listening on/ {print $3}' "$work/raw-server.out")
-    raw+=("$("$RAW" client "$work/rawcreds" "$addr" "${PUSH_MIB}MiB" | awk '{print $(NF-1)}')")
+    "$RAW" client "$work/rawcreds" "$addr" "${PUSH_MIB}MiB" | awk '{print $(NF-1)}'
     wait "${other_pids[-1]}"
     unset 'other_pids[-1]'
+}
+for r in $(seq "$RUNS"); do
+    raw+=("$(raw_run)")
+    rm -rf "$work/rawstore" && mkdir -p "$work/rawstore"
+    stored+=("$(raw_run "$work/rawstore")")
+    rm -rf "$work/rawstore"
 
     start_daemons 1 "flat$r"
     push "flat$r" n01 --index "$big_id" --strategy flat --wait all --report "$work/flat$r.json" >/dev/null
@@ -154,14 +165,17 @@ for r in $(seq "$RUNS"); do
         --report "$work/chain$r.json" >/dev/null
     chain+=("$(json "$work/chain$r.json" "$PUSH_MIB / v['all_complete_s']")")
     stop_daemons
-    echo "run $r: raw ${raw[-1]} MiB/s, push flat ${flat[-1]} MiB/s, 2-hop chain ${chain[-1]} MiB/s" >&2
+    echo "run $r: raw ${raw[-1]} MiB/s, raw hashed and stored ${stored[-1]} MiB/s, push flat ${flat[-1]} MiB/s, 2-hop chain ${chain[-1]} MiB/s" >&2
 done
 raw_med=$(printf '%s\n' "${raw[@]}" | median)
+stored_med=$(printf '%s\n' "${stored[@]}" | median)
 flat_med=$(printf '%s\n' "${flat[@]}" | median)
 chain_med=$(printf '%s\n' "${chain[@]}" | median)
 # Ratios within each run (raw and teesfs measured seconds apart), then their median.
 flat_ratio=$(for i in "${!raw[@]}"; do echo "${flat[$i]} / ${raw[$i]}" | bc -l; done | median)
 chain_ratio=$(for i in "${!raw[@]}"; do echo "${chain[$i]} / ${raw[$i]}" | bc -l; done | median)
+stored_ratio=$(for i in "${!raw[@]}"; do echo "${stored[$i]} / ${raw[$i]}" | bc -l; done | median)
+flat_floor=$(for i in "${!raw[@]}"; do echo "${flat[$i]} / ${stored[$i]}" | bc -l; done | median)
 
 # Cut-through with links, not the CPU, as the bottleneck: on this loopback all processes share
 # the same cores, so an unlimited chain does twice the CPU work of a flat push. With the root
@@ -255,9 +269,11 @@ echo "Push throughput on loopback, $PUSH_MIB MiB incompressible, $RUNS runs"
 printf '| %-28s | %12s | %16s |\n' "" "median MiB/s" "÷ raw (per run)"
 printf '|%s|%s|%s|\n' "------------------------------" "-------------:" "-----------------:"
 printf '| %-28s | %12.0f | %16.2f |\n' "raw quinn stream (quic_raw)" "$raw_med" 1
+printf '| %-28s | %12.0f | %16.2f |\n' "raw, hashed and stored" "$stored_med" "$stored_ratio"
 printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 1 node (flat)" "$flat_med" "$flat_ratio"
 printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 2-hop chain" "$chain_med" "$chain_ratio"
-echo "runs (MiB/s): raw ${raw[*]}; flat ${flat[*]}; chain ${chain[*]}"
+echo "runs (MiB/s): raw ${raw[*]}; hashed and stored ${stored[*]}; flat ${flat[*]}; chain ${chain[*]}"
+printf 'flat push ÷ raw hashed and stored (median of per-run ratios): %.2f\n' "$flat_floor"
 printf 'Cut-through, root capped at %s/s: flat %s s, 2-hop chain %s s (all_complete_s per run)\n' \
     "$RATE" "${rflat[*]}" "${rchain[*]}"
 printf 'chain ÷ flat (medians): %.2f\n' "$(echo "$(printf '%s\n' "${rchain[@]}" | median) / $(printf '%s\n' "${rflat[@]}" | median)" | bc -l)"

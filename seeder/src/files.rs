@@ -61,24 +61,13 @@ pub fn read_limited(path: &Path, max: u64, symlinks: Symlinks) -> std::io::Resul
     if md.len() > max {
         return Err(too_long(max));
     }
-    // One read of the whole file where the size holds (a chunk of a MiB in one call, where
-    // read_to_end's growing reads take about nine), one byte of room to notice a file that
-    // grew since its metadata was read, and then the limit read as before.
-    let mut buf = vec![0u8; md.len() as usize + 1];
-    let mut filled = 0;
-    let mut file = file;
-    while filled < buf.len() {
-        match file.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(filled);
-    if filled == md.len() as usize + 1 {
-        file.take(max + 1 - filled as u64).read_to_end(&mut buf)?;
-    }
+    // Room for the whole file and one byte more (to notice a file that grew since its
+    // metadata was read), read into uninitialised capacity: a zeroed buffer (`vec![0; n]`)
+    // is a `calloc`, for which the allocator hands back freshly zeroed pages, and faulting
+    // those in cost the pushing root more than the copy itself. The limit holds whatever
+    // the file does meanwhile.
+    let mut buf = Vec::with_capacity(md.len().min(max) as usize + 1);
+    file.take(max + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {
         return Err(too_long(max));
     }

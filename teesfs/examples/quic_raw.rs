@@ -8,6 +8,7 @@
 //! ```text
 //! quic_raw keygen DIR                       # cluster CA + certificates for hosts a and b
 //! quic_raw server DIR 127.0.0.1:0           # prints `listening on ADDR`, serves one client
+//! quic_raw server DIR 127.0.0.1:0 STORE     # the same, and hashes and stores every frame
 //! quic_raw client DIR ADDR BYTES            # prints `sent N bytes in S s: X MiB/s`
 //! quic_raw ping DIR ADDR COUNT              # prints the median round trip of a small frame
 //! ```
@@ -15,6 +16,12 @@
 //! `ping` sends a 64-byte frame on a Demand stream and waits for the server's echo on a
 //! Demand stream of its own, COUNT times in a row: one application-level round trip on the
 //! connection, which is what each hop of a demand request costs on top of the chunk bytes.
+//!
+//! With STORE, the server does for each frame what a node must do with a chunk however
+//! the layer reached it, and nothing else: hash it with BLAKE3 and write it to a file of its
+//! own in STORE (a tmpfs directory, as on a diskless node), on the blocking pool, before it
+//! reads the next frame. That is the floor for a verified, stored push over this transport,
+//! measured beside the raw stream to tell the store's cost from the relay's.
 //!
 //! The frames are incompressible (blake3 XOF output), though QUIC does not compress anyway.
 
@@ -28,7 +35,7 @@ const FRAME: usize = 1 << 20;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: quic_raw keygen DIR | quic_raw server DIR LISTEN | \
+        "usage: quic_raw keygen DIR | quic_raw server DIR LISTEN [STORE] | \
          quic_raw client DIR ADDR BYTES | quic_raw ping DIR ADDR COUNT"
     );
     std::process::exit(2)
@@ -50,7 +57,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match mode.as_str() {
         "server" => {
             let listen: SocketAddr = args.get(2).unwrap_or_else(|| usage()).parse()?;
-            rt.block_on(server(dir, listen))
+            let store = args.get(3).map(PathBuf::from);
+            rt.block_on(server(dir, listen, store))
         }
         "client" => {
             let addr: SocketAddr = args.get(2).unwrap_or_else(|| usage()).parse()?;
@@ -80,7 +88,11 @@ fn parse_bytes(s: &str) -> Result<u64, Box<dyn std::error::Error>> {
     Ok(num.trim().parse::<u64>()? * mult)
 }
 
-async fn server(dir: PathBuf, listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+async fn server(
+    dir: PathBuf,
+    listen: SocketAddr,
+    store: Option<PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let id = Identity::load(&dir, "b")?;
     let transport = Transport::bind(listen, &id)?;
     println!("listening on {}", transport.local_addr());
@@ -99,9 +111,19 @@ async fn server(dir: PathBuf, listen: SocketAddr) -> Result<(), Box<dyn std::err
     }
     let mut first = None;
     let mut bytes = 0u64;
+    let mut n = 0u64;
     while let Some(frame) = rx.recv().await? {
         first.get_or_insert_with(Instant::now);
         bytes += frame.len() as u64;
+        if let Some(store) = &store {
+            let path = store.join(format!("f{n}"));
+            tokio::task::spawn_blocking(move || {
+                let hash = blake3::hash(&frame);
+                std::fs::write(&path, &frame).map(|()| hash)
+            })
+            .await??;
+            n += 1;
+        }
     }
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
     println!(

@@ -41,8 +41,15 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// ones; see the soak, `teesfs lab soak`). A message for a peer whose connection closed
 /// opens a new one.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Per-stream receive window: several 1 MiB chunk frames in flight per stream.
+/// Largest per-stream receive window: several 1 MiB chunk frames in flight per stream.
 const STREAM_WINDOW: u32 = 16 << 20;
+/// Packets of one stream quinn's receive assembler may hold before it compacts them: past
+/// 2 x 1024 buffered pieces (quinn-proto 0.11) it copies everything buffered into one
+/// buffer, and again as more arrives. A receiver that verifies and stores chunks falls
+/// behind the network now and then; with a 16 MiB window of 6.5 KB packets that compaction
+/// was 27% of a daemon's CPU in a 256 MiB push (`perf`, issue 16). A stream's window is kept
+/// below this many of the path's packets, so flow control holds the sender back instead.
+const ASSEMBLER_PACKETS: u32 = 1900;
 /// Per-connection receive window and send buffer: enough for a bandwidth-delay product well
 /// beyond any cluster link, with streams of every kind active at once.
 const CONNECTION_WINDOW: u32 = 64 << 20;
@@ -395,6 +402,15 @@ fn refusal(e: &ConnectionError) -> Option<String> {
     }
 }
 
+/// A stream's receive window on a path of `payload`-byte UDP payloads: at most
+/// [`ASSEMBLER_PACKETS`] packets of stream data, at most [`STREAM_WINDOW`]. Even on the
+/// smallest (1200 bytes) that is two 1 MiB chunk frames.
+fn stream_window(payload: u16) -> u32 {
+    // A packet's stream data is its payload less QUIC's short header, frame header and tag.
+    let data = u32::from(payload).saturating_sub(64);
+    (ASSEMBLER_PACKETS * data).min(STREAM_WINDOW)
+}
+
 /// The transport parameters of a connection whose path carries UDP payloads of
 /// `initial_mtu` bytes as far as this host knows ([`path_payload`]).
 fn transport_config(initial_mtu: u16) -> quinn::TransportConfig {
@@ -406,7 +422,7 @@ fn transport_config(initial_mtu: u16) -> quinn::TransportConfig {
                 .expect("60 s fits a QUIC idle timeout"),
         ))
         .keep_alive_interval(None)
-        .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
+        .stream_receive_window(VarInt::from_u32(stream_window(initial_mtu)))
         .receive_window(VarInt::from_u32(CONNECTION_WINDOW))
         .send_window(u64::from(CONNECTION_WINDOW))
         .max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS))
@@ -564,6 +580,21 @@ mod tests {
 
     fn localhost() -> SocketAddr {
         (Ipv4Addr::LOCALHOST, 0).into()
+    }
+
+    /// On every path a stream's window holds fewer packets than quinn's assembler takes
+    /// before compacting (2 x 1024), and at least two 1 MiB chunk frames.
+    #[test]
+    fn a_streams_window_stays_below_quinns_compaction_and_holds_two_chunks() {
+        for payload in MIN_UDP_PAYLOAD..=MAX_UDP_PAYLOAD {
+            let window = stream_window(payload);
+            let packets = window.div_ceil(u32::from(payload) - 64);
+            assert!(packets < 2048, "payload {payload}: {packets} packets");
+            assert!(
+                window > 2 * (1 << 20) + 64,
+                "payload {payload}: window {window}"
+            );
+        }
     }
 
     /// Both ends start at the path's MTU (loopback carries 64 KiB, so the cap), and a bulk
