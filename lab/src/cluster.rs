@@ -44,8 +44,9 @@ pub struct LabOptions {
     /// work directory's file system (a disk, unless `TMPDIR` is on tmpfs), a measured
     /// option: a disk that has seen many files deleted makes pushes slow.
     pub tmpfs_state: bool,
-    /// Chunk size of every layer the lab publishes, in bytes.
-    pub chunk_size: u64,
+    /// Chunk size of every layer the lab publishes, in bytes; `None`: `teesfs publish`'s
+    /// own choice from the layer's size (`--chunk-size auto`).
+    pub chunk_size: Option<u64>,
 }
 
 /// Size of a node's state tmpfs: the daemon's default store (4 GiB) and copies (1 GiB)
@@ -61,7 +62,7 @@ impl LabOptions {
             log: "teesfs=info".into(),
             keep_work: false,
             tmpfs_state: true,
-            chunk_size: 1 << 20,
+            chunk_size: None,
         }
     }
 }
@@ -205,8 +206,8 @@ impl Lab {
         &self.net
     }
 
-    /// Chunk size of the layers this lab publishes, in bytes.
-    pub fn chunk_size(&self) -> u64 {
+    /// Chunk size of the layers this lab publishes, in bytes (`None`: chosen per layer).
+    pub fn chunk_size(&self) -> Option<u64> {
         self.opts.chunk_size
     }
 
@@ -374,6 +375,16 @@ impl Lab {
 
     /// Publishes `layer` into the login node's store; returns the index id.
     pub fn publish(&self, layer: &Path) -> Result<String> {
+        self.publish_doc(layer).map(|doc| doc.index)
+    }
+
+    /// Publishes `layer` into the login node's store; returns what `teesfs publish` said
+    /// of it.
+    pub fn publish_doc(&self, layer: &Path) -> Result<teesfs::output::PublishDoc> {
+        let chunk_size = self
+            .opts
+            .chunk_size
+            .map_or_else(|| "auto".to_owned(), |c| c.to_string());
         let out = self.run_teesfs(&[
             "publish",
             &layer.display().to_string(),
@@ -382,14 +393,12 @@ impl Lab {
             "--key",
             &self.path_str("publisher.key"),
             "--chunk-size",
-            &self.opts.chunk_size.to_string(),
+            &chunk_size,
             "--quiet",
             "--format",
             "json",
         ])?;
-        serde_json::from_str::<teesfs::output::PublishDoc>(&out)
-            .map(|doc| doc.index)
-            .map_err(|e| LabError::Parse {
+        serde_json::from_str::<teesfs::output::PublishDoc>(&out).map_err(|e| LabError::Parse {
                 what: "teesfs publish --format json".into(),
                 detail: format!("{e}: {out}"),
             })

@@ -35,8 +35,9 @@ pub struct SweepSpec {
     pub nodes: Vec<usize>,
     /// Payloads in bytes.
     pub payloads: Vec<u64>,
-    /// Chunk size in bytes.
-    pub chunk: u64,
+    /// Chunk size in bytes; `None`: per payload, what `teesfs publish` chooses for it
+    /// ([`manifest::chunk_size_for`] up to [`manifest::MAX_AUTO_CHUNK`]).
+    pub chunk: Option<u64>,
     /// Strategies.
     pub strategies: Vec<Strategy>,
     /// Most children per node.
@@ -173,7 +174,10 @@ impl Sweep {
         };
         let plan =
             peertree::plan(&self.topology, job, strategy, &opts).map_err(sim_err("planning"))?;
-        let mut cfg = SimConfig::new(self.network.clone(), payload, s.chunk);
+        let chunk = s.chunk.unwrap_or_else(|| {
+            u64::from(manifest::chunk_size_for(payload, manifest::MAX_AUTO_CHUNK))
+        });
+        let mut cfg = SimConfig::new(self.network.clone(), payload, chunk);
         cfg.limit = Duration::from_secs(24 * 3600);
         cfg.urgent = s.urgent.map_or(payload, |u| u.min(payload));
         cfg.app_start = s.app_start;

@@ -24,7 +24,10 @@ pub mod site;
 pub mod urgent;
 mod wire;
 
-pub use build::{BuildOptions, BuildReport, ChunkSink, Skipped, build, set_urgent_paths};
+pub use build::{
+    BuildOptions, BuildReport, CHUNKS_PER_LAYER, ChunkSink, MAX_AUTO_CHUNK, MIN_ADAPTIVE_CHUNK, Skipped, build,
+    chunk_size_for, set_urgent_paths,
+};
 pub use chunk::{CheckedChunk, Verified, decode_chunk, encode_chunk, verify_chunk};
 pub use error::Error;
 pub use ids::{ChunkId, IndexId};

@@ -40,6 +40,9 @@ pub struct PublishDoc {
     pub skipped: Vec<String>,
     /// Bytes of file content.
     pub file_bytes: u64,
+    /// The index's chunk size in bytes (`--chunk-size auto` chose it from `file_bytes`).
+    #[serde(default)]
+    pub chunk_size: u64,
     /// Entries in the urgent set.
     pub urgent_entries: u64,
     /// Chunks of the urgent set.

@@ -78,12 +78,12 @@ pub struct ShapeArgs {
     /// disk-backed store. The default stands for diskless nodes.
     #[arg(long)]
     pub disk_stores: bool,
-    /// Chunk size of the layers the lab publishes (`teesfs publish --chunk-size`). A
-    /// chunk crosses each hop whole before it is verified and sent on, so on the lab's
-    /// 100 Mbit/s links a 1 MiB chunk costs 84 ms per level of the tree (0.84 ms at
-    /// 10 Gbit/s).
-    #[arg(long, default_value = "1MiB", value_parser = util::parse_size, value_name = "SIZE")]
-    pub chunk_size: u64,
+    /// Chunk size of the layers the lab publishes (`teesfs publish --chunk-size`; default
+    /// its own choice from the layer's size). A chunk crosses each hop whole before it is
+    /// verified and sent on, so on the lab's 100 Mbit/s links a 1 MiB chunk costs 84 ms per
+    /// level of the tree (0.84 ms at 10 Gbit/s).
+    #[arg(long, value_parser = util::parse_size, value_name = "SIZE")]
+    pub chunk_size: Option<u64>,
 }
 
 impl ShapeArgs {

@@ -38,9 +38,12 @@ pub struct PublishArgs {
     /// Publisher secret key. Default: ~/.config/teesfs/publisher.key
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
-    /// Chunk size (power of two between 64KiB and 64MiB).
-    #[arg(long, default_value = "1MiB", value_parser = util::parse_size)]
-    chunk_size: u64,
+    /// Chunk size: a power of two between 64KiB and 64MiB, or "auto" (the default): 1/64
+    /// of the layer's content as a power of two, between 256KiB and 1MiB. A chunk crosses
+    /// each level of the tree whole before it is sent on, so small layers get small chunks;
+    /// large ones keep 1 MiB.
+    #[arg(long, default_value = "auto", value_parser = parse_chunk_size, value_name = "SIZE|auto")]
+    chunk_size: ChunkSize,
     /// zstd compression level for chunks (1 is fast; chunks are compressed once, here).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
@@ -70,7 +73,7 @@ pub struct PublishArgs {
     quiet: bool,
     /// What to print: `text`, or `json`: one object, `{"version": 1, "index": ID,
     /// "tag", "expires", "files", "dirs", "symlinks", "hardlinks", "skipped": [PATH...],
-    /// "file_bytes", "urgent_entries", "urgent_chunks", "urgent_bytes", "chunks",
+    /// "file_bytes", "chunk_size", "urgent_entries", "urgent_chunks", "urgent_bytes", "chunks",
     /// "unique_chunks", "new_chunks", "new_stored_bytes", "stored_bytes", "index_bytes",
     /// "elapsed_s"}` (sizes in bytes; teesfs::output::PublishDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
@@ -127,22 +130,43 @@ impl BuildProgress for Bar {
     }
 }
 
-/// Runs `teesfs publish`.
-pub fn run(args: PublishArgs) -> anyhow::Result<()> {
-    let cs = args.chunk_size;
+/// `--chunk-size`: fixed, or chosen from the layer's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkSize {
+    /// [`manifest::chunk_size_for`], at most [`manifest::MAX_AUTO_CHUNK`].
+    Auto,
+    /// This many bytes.
+    Fixed(u32),
+}
+
+fn parse_chunk_size(s: &str) -> anyhow::Result<ChunkSize> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(ChunkSize::Auto);
+    }
+    let cs = util::parse_size(s)?;
     if !cs.is_power_of_two() || !(64 << 10..=64 << 20).contains(&cs) {
         anyhow::bail!(
-            "--chunk-size {} is not a power of two between 64 KiB and 64 MiB",
+            "{} is not a power of two between 64KiB and 64MiB (or \"auto\"), e.g. 256KiB or 1MiB",
             util::bytes(cs)
         );
     }
+    Ok(ChunkSize::Fixed(cs as u32))
+}
+
+/// Runs `teesfs publish`.
+pub fn run(args: PublishArgs) -> anyhow::Result<()> {
+    let (chunk_size, adaptive_chunks) = match args.chunk_size {
+        ChunkSize::Auto => (manifest::MAX_AUTO_CHUNK, true),
+        ChunkSize::Fixed(cs) => (cs, false),
+    };
     let urgent = urgent_paths(&args)?;
     let key_path = args.key.clone().unwrap_or_else(util::default_key_path);
     let key = util::load_secret(&key_path)?;
     let store = DirStore::create(&args.store)
         .with_context(|| format!("opening store {}", args.store.display()))?;
     let opts = BuildOptions {
-        chunk_size: cs as u32,
+        chunk_size,
+        adaptive_chunks,
         zstd_level: args.level,
         ignore_xattrs: args.ignore_xattrs,
         expires: args
@@ -214,6 +238,7 @@ fn doc(
             .map(|s| s.path.display().to_string())
             .collect(),
         file_bytes: r.file_bytes,
+        chunk_size: u64::from(p.index.chunk_size),
         urgent_entries,
         urgent_chunks,
         urgent_bytes,
@@ -278,8 +303,9 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>, tag: Option<&seede
         );
     }
     println!(
-        "  {} chunks, {} unique, {} new ({} written)",
+        "  {} chunks of {}, {} unique, {} new ({} written)",
         r.chunk_refs,
+        util::bytes(u64::from(p.index.chunk_size)),
         r.unique_chunks,
         r.new_chunks,
         util::bytes(r.new_stored_bytes)

@@ -41,9 +41,10 @@ pub struct SimArgs {
     /// Payloads (comma-separated), e.g. 16MiB,333MiB.
     #[arg(long, value_delimiter = ',', default_value = "16MiB", value_parser = super::util::parse_byte_size)]
     payload: Vec<ByteSize>,
-    /// Chunk size.
-    #[arg(long, default_value = "1MiB", value_parser = super::util::parse_byte_size)]
-    chunk: ByteSize,
+    /// Chunk size (default: per payload, what `teesfs publish --chunk-size auto` chooses:
+    /// 1/64 of it between 256KiB and 1MiB).
+    #[arg(long, value_parser = super::util::parse_byte_size)]
+    chunk: Option<ByteSize>,
     /// Strategies (comma-separated): topo, topo-paper, random, hostlist, flat, storage, auto.
     #[arg(long, value_delimiter = ',', default_value = "topo,topo-paper,random,hostlist",
           value_parser = super::util::parse_strategy)]
@@ -131,7 +132,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         machine,
         nodes: args.nodes.clone(),
         payloads: payloads.clone(),
-        chunk: args.chunk.as_u64(),
+        chunk: args.chunk.as_ref().map(ByteSize::as_u64),
         strategies: args.strategy.clone(),
         width: args.width,
         threshold: args.threshold,

@@ -86,7 +86,8 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     eprintln!(
         "bench: {} per run in {} chunks, {} repetitions of {} methods",
         util::bytes(a.payload),
-        util::bytes(lab.chunk_size()),
+        lab.chunk_size()
+            .map_or_else(|| "auto-sized".to_owned(), util::bytes),
         a.reps,
         methods.len()
     );
