@@ -399,9 +399,9 @@ impl Lab {
             "json",
         ])?;
         serde_json::from_str::<teesfs::output::PublishDoc>(&out).map_err(|e| LabError::Parse {
-                what: "teesfs publish --format json".into(),
-                detail: format!("{e}: {out}"),
-            })
+            what: "teesfs publish --format json".into(),
+            detail: format!("{e}: {out}"),
+        })
     }
 
     /// Pid of `host`'s daemon.

@@ -25,8 +25,8 @@ pub mod urgent;
 mod wire;
 
 pub use build::{
-    BuildOptions, BuildReport, CHUNKS_PER_LAYER, ChunkSink, MAX_AUTO_CHUNK, MIN_ADAPTIVE_CHUNK, Skipped, build,
-    chunk_size_for, set_urgent_paths,
+    BuildOptions, BuildReport, CHUNKS_PER_LAYER, ChunkSink, MAX_AUTO_CHUNK, MIN_ADAPTIVE_CHUNK,
+    Skipped, build, chunk_size_for, set_urgent_paths,
 };
 pub use chunk::{CheckedChunk, Verified, decode_chunk, encode_chunk, verify_chunk};
 pub use error::Error;

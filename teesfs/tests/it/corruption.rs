@@ -51,7 +51,7 @@ fn check_corrupt_region(extra: &[&str]) {
     let src = tmp.path().join("layer");
     make_tree(&src, 0, 0);
     let ws = Workspace::new();
-    let id = ws.publish(&src);
+    let id = ws.publish_mib_chunks(&src);
     flip_chunk_of(&ws, &id, b"big.bin", 1);
 
     let out = ws.teesfs(&[
@@ -130,7 +130,7 @@ fn tampered_index_and_wrong_key_are_refused() {
     let src = tmp.path().join("layer");
     make_tree(&src, 0, 0);
     let ws = Workspace::new();
-    let id = ws.publish(&src);
+    let id = ws.publish_mib_chunks(&src);
 
     let other = ws.path().join("other.key");
     assert!(

@@ -246,7 +246,7 @@ fn concurrent_demands_for_one_chunk_make_one_request_per_edge() {
     std::fs::write(src.join("a-big.bin"), &big).expect("write");
     let one: Vec<u8> = (0..500_000u32).map(|i| (i % 239) as u8).collect();
     std::fs::write(src.join("z-one-chunk.bin"), &one).expect("write");
-    let id = c.ws.publish(&src);
+    let id = c.ws.publish_mib_chunks(&src);
     let mut push = c
         .push_cmd(&id, 3, &["--width", "3", "--rate-limit", "512KiB"])
         .spawn()

@@ -59,6 +59,10 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
     };
     let first = publish(&[]);
     assert_eq!(first.version, VERSION);
+    // About 9 MiB of content: `--chunk-size auto` (the default) cuts it into 256 KiB
+    // chunks, 1/64 of the layer as a power of two within 256 KiB..=1 MiB.
+    assert!((8 << 20..16 << 20).contains(&first.file_bytes), "{first:?}");
+    assert_eq!(first.chunk_size, 256 << 10, "{first:?}");
     assert!(first.files >= 10, "{first:?}");
     assert!(first.new_chunks > 0 && first.new_chunks == first.unique_chunks);
     assert_eq!(first.urgent_entries, 1);
@@ -155,6 +159,28 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
     let bad: VerifyDoc = parse(&bad, "verify damaged");
     assert!(!bad.ok && !bad.indexes[0].ok, "{bad:?}");
     assert_eq!(bad.indexes[0].bad_chunks.len(), 1, "{bad:?}");
+    // A fixed chunk size is kept, and is another index of the same files.
+    let mib = publish(&["--chunk-size", "1MiB"]);
+    assert_eq!(mib.chunk_size, 1 << 20, "{mib:?}");
+    assert!(mib.chunks < first.chunks, "{mib:?} against {first:?}");
+    assert_ne!(mib.index, first.index);
+    // A size that is not a power of two is refused, naming the flag and what it takes.
+    let bad = ws.teesfs(&[
+        "publish",
+        src.to_str().expect("utf8"),
+        "--store",
+        store,
+        "--key",
+        key,
+        "--chunk-size",
+        "3MiB",
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--chunk-size") && err.contains("power of two") && err.contains("auto"),
+        "{err}"
+    );
 }
 
 /// The exit status and stdout of a command, for commands expected to fail too.

@@ -66,14 +66,14 @@ fn layer_with(ws: &Workspace, files: &[(&str, Vec<u8>)]) -> PathBuf {
 fn publish_replaces_truncated_and_empty_chunks_in_the_store() {
     let ws = Workspace::new();
     let layer = layer_with(&ws, &[("a.bin", noise(3 << 20, 5))]);
-    let id = ws.publish(&layer);
+    let id = ws.publish_mib_chunks(&layer);
     let chunks = chunk_files(&ws.store());
     assert_eq!(chunks.len(), 3);
     std::fs::write(&chunks[0], b"").expect("empty it");
     let full = std::fs::read(&chunks[1]).expect("read");
     std::fs::write(&chunks[1], &full[..full.len() / 2]).expect("truncate it");
     assert!(!verify(&ws, &id, &ws.pubkey()).status.success());
-    let again = ws.publish(&layer);
+    let again = ws.publish_mib_chunks(&layer);
     assert_eq!(again, id, "same layer, same index");
     let out = verify(&ws, &id, &ws.pubkey());
     assert!(
@@ -96,7 +96,7 @@ fn a_planted_chunk_is_replaced_not_adopted_by_publish() {
     let lie = manifest::encode_chunk(&noise(1 << 20, 10), 1);
     std::fs::write(&planted, &lie).expect("plant");
     let layer = layer_with(&ws, &[("x.bin", data)]);
-    let index = ws.publish(&layer);
+    let index = ws.publish_mib_chunks(&layer);
     let out = verify(&ws, &index, &ws.pubkey());
     assert!(out.status.success(), "the index verifies: {out:?}");
     assert_ne!(std::fs::read(&planted).expect("chunk"), lie);

@@ -106,6 +106,12 @@ impl Workspace {
         self.publish_with(layer, &[]).0
     }
 
+    /// Publishes `layer` in 1 MiB chunks whatever its size (`--chunk-size auto` would cut a
+    /// small layer finer), for tests that place data by chunk; returns the index id.
+    pub fn publish_mib_chunks(&self, layer: &Path) -> String {
+        self.publish_with(layer, &["--chunk-size", "1MiB"]).0
+    }
+
     /// Publishes `layer` with `extra` arguments; returns the index id and what `publish`
     /// printed.
     pub fn publish_with(&self, layer: &Path, extra: &[&str]) -> (String, String) {
