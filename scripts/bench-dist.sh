@@ -108,7 +108,8 @@ push() { # run nodes extra...
 }
 
 publish() {
-    "$BIN" publish "$1" --store "$work/store" --key "$work/pub.key" --quiet --format json |
+    # 1 MiB chunks whatever the layer size: the cold-read model counts one chunk per 1 MiB file.
+    "$BIN" publish "$1" --store "$work/store" --key "$work/pub.key" --chunk-size 1MiB --quiet --format json |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])'
 }
 
