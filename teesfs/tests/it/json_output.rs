@@ -40,7 +40,7 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
     let store = store.to_str().expect("utf8");
     let (key, pubkey) = (ws.key(), ws.pubkey());
     let (key, pubkey) = (key.to_str().expect("utf8"), pubkey.to_str().expect("utf8"));
-    let publish = |extra: &[&str]| {
+    let publish_out = |extra: &[&str]| {
         let mut args = vec![
             "publish",
             src.to_str().expect("utf8"),
@@ -55,8 +55,10 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
             urgent.to_str().expect("utf8"),
         ];
         args.extend(extra);
-        parse::<PublishDoc>(&ok(&ws.teesfs(&args), "publish"), "publish")
+        ws.teesfs(&args)
     };
+    let publish =
+        |extra: &[&str]| parse::<PublishDoc>(&ok(&publish_out(extra), "publish"), "publish");
     let first = publish(&[]);
     assert_eq!(first.version, VERSION);
     // About 9 MiB of content: `--chunk-size auto` (the default) cuts it into 256 KiB
@@ -165,16 +167,7 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
     assert!(mib.chunks < first.chunks, "{mib:?} against {first:?}");
     assert_ne!(mib.index, first.index);
     // A size that is not a power of two is refused, naming the flag and what it takes.
-    let bad = ws.teesfs(&[
-        "publish",
-        src.to_str().expect("utf8"),
-        "--store",
-        store,
-        "--key",
-        key,
-        "--chunk-size",
-        "3MiB",
-    ]);
+    let bad = publish_out(&["--chunk-size", "3MiB"]);
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(
