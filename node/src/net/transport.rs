@@ -55,6 +55,16 @@ const ASSEMBLER_PACKETS: u32 = 1900;
 const CONNECTION_WINDOW: u32 = 64 << 20;
 /// Concurrent unidirectional streams a peer may open (bidirectional streams are unused).
 const MAX_UNI_STREAMS: u32 = 256;
+/// Congestion window of a new connection, in bytes: one 1 MiB chunk frame in packets of any
+/// size. quinn's default (14,720 bytes, two or three packets) makes the first chunk on a
+/// connection crawl through slow start, and with an odd packet in flight the receiver holds
+/// its acknowledgement for up to 25 ms: on loopback the first cold read of a 1 MiB file cost
+/// 27-33 ms more per tree edge than the next ones (5 / 9 / 11 ms at depth 1 / 2 / 3 became
+/// 32 / 43 / 43 ms, and 65-103 ms when one read crossed three fresh edges), and with this
+/// window 7 / 9 / 11 ms (`scripts/bench-dist.sh`, issue 16). Every job starts on fresh
+/// connections, so this is the first urgent chunk of every edge of every job. Bulk streams
+/// are paced by plan on top of quinn's own pacing.
+const INITIAL_WINDOW: u64 = 1_250_000;
 /// Requested UDP socket buffer size, each direction.
 const SOCKET_BUFFER: usize = 8 << 20;
 /// Handshaken connections waiting for `accept`; more make handshakes wait.
@@ -433,6 +443,9 @@ fn transport_config(initial_mtu: u16) -> quinn::TransportConfig {
     // the kernel knows it; if a hop beyond is narrower, quinn's black-hole detection falls
     // back to 1200 and discovery searches upward from there.
     config.initial_mtu(initial_mtu);
+    let mut cubic = quinn::congestion::CubicConfig::default();
+    cubic.initial_window(INITIAL_WINDOW);
+    config.congestion_controller_factory(Arc::new(cubic));
     let mut mtu = quinn::MtuDiscoveryConfig::default();
     mtu.upper_bound(MAX_UDP_PAYLOAD);
     config.mtu_discovery_config(Some(mtu));
@@ -453,6 +466,8 @@ pub struct PathStats {
     /// Times QUIC decided that its packets were too big for the path and fell back to 1200
     /// bytes.
     pub black_holes: u64,
+    /// Congestion window now, in bytes.
+    pub cwnd: u64,
 }
 
 /// One authenticated connection to a peer. Cheap to clone; clones share the connection.
@@ -516,6 +531,7 @@ impl Conn {
             received: s.udp_rx.datagrams,
             lost: s.path.lost_packets,
             black_holes: s.path.black_holes_detected,
+            cwnd: s.path.cwnd,
         }
     }
 
@@ -580,6 +596,20 @@ mod tests {
 
     fn localhost() -> SocketAddr {
         (Ipv4Addr::LOCALHOST, 0).into()
+    }
+
+    /// A new connection may send a whole 1 MiB chunk frame before its first acknowledgement
+    /// (quinn's default window, 14,720 bytes, cost the first cold read 27-33 ms per edge).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_connections_window_holds_a_whole_chunk() {
+        let (_dir, a, b) = pair();
+        let ta = Transport::bind(localhost(), &a).expect("bind a");
+        let tb = Transport::bind(localhost(), &b).expect("bind b");
+        let conn = ta.connect(tb.local_addr(), "b").await.expect("connect");
+        let server = tb.accept().await.expect("accept");
+        for path in [conn.path(), server.path()] {
+            assert!(path.cwnd > (1 << 20) + 64, "{path:?}");
+        }
     }
 
     /// On every path a stream's window holds fewer packets than quinn's assembler takes
