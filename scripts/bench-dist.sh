@@ -138,22 +138,27 @@ cold_id=$(publish "$cold")
 
 echo "== 1. push throughput, $PUSH_MIB MiB, $RUNS runs" >&2
 raw=() stored=() flat=() chain=()
-# One quic_raw transfer of PUSH_MIB MiB; prints its MiB/s. With an argument, the server hashes
-# and stores every frame in that directory.
+# One quic_raw transfer of PUSH_MIB MiB; writes its MiB/s to the file $1. With a second
+# argument, the server hashes and stores every frame in that directory. (Not run in a
+# subshell, so the cleanup trap knows the server's pid.)
 raw_run() {
+    local out=$1
+    shift
     "$RAW" server "$work/rawcreds" 127.0.0.1:0 "$@" >"$work/raw-server.out" &
     other_pids+=("$!")
     for _ in $(seq 100); do grep -q listening "$work/raw-server.out" && break; sleep 0.05; done
     local addr
     addr=$(awk '/^listening on/ {print $3}' "$work/raw-server.out")
-    "$RAW" client "$work/rawcreds" "$addr" "${PUSH_MIB}MiB" | awk '{print $(NF-1)}'
+    "$RAW" client "$work/rawcreds" "$addr" "${PUSH_MIB}MiB" | awk '{print $(NF-1)}' >"$out"
     wait "${other_pids[-1]}"
     unset 'other_pids[-1]'
 }
 for r in $(seq "$RUNS"); do
-    raw+=("$(raw_run)")
+    raw_run "$work/rate"
+    raw+=("$(cat "$work/rate")")
     rm -rf "$work/rawstore" && mkdir -p "$work/rawstore"
-    stored+=("$(raw_run "$work/rawstore")")
+    raw_run "$work/rate" "$work/rawstore"
+    stored+=("$(cat "$work/rate")")
     rm -rf "$work/rawstore"
 
     start_daemons 1 "flat$r"

@@ -307,8 +307,12 @@ pub fn run(
         s.down()?;
     }
     if stored == 0 {
-        // Only baselines ran: they move the payload itself.
+        // Only baselines ran: they move the payload itself, and the chunk size is what a
+        // teesfs run would have published with.
         stored = payload;
+        chunk = lab.chunk_size().unwrap_or_else(|| {
+            u64::from(manifest::chunk_size_for(payload, manifest::MAX_AUTO_CHUNK))
+        });
     }
     Ok(report(lab, methods, reps, (payload, stored, chunk), runs))
 }

@@ -151,11 +151,20 @@ enum Work {
         /// The file has fewer blocks than bytes, so it may have holes worth a `SEEK_DATA`.
         sparse: bool,
     },
-    /// A file's content, cut into [`Work::Chunk`]s once the walk has found the layer's size
-    /// (which may choose the chunk size).
+}
+
+/// A file's content as the walk found it, before it is cut into reads: inline, or cut into
+/// [`Work::Chunk`]s once the walk has found the layer's size (which may choose the chunk
+/// size).
+enum Planned {
+    Inline {
+        entry: u32,
+        size: u64,
+    },
     File {
         entry: u32,
         size: u64,
+        /// As [`Work::Chunk`]'s.
         sparse: bool,
     },
 }
@@ -298,8 +307,8 @@ pub const MIN_ADAPTIVE_CHUNK: u32 = 256 << 10;
 pub const CHUNKS_PER_LAYER: u64 = 64;
 
 /// The chunk size for a layer of `layer_bytes` bytes of file content: the largest power of
-/// two that cuts it into at least [`CHUNKS_PER_LAYER`] chunks, within
-/// [`MIN_ADAPTIVE_CHUNK`]..=`max` (`max` alone if it is smaller).
+/// two at most 1/[`CHUNKS_PER_LAYER`] of it, within [`MIN_ADAPTIVE_CHUNK`]..=`max` (`max`
+/// alone if it is smaller).
 ///
 /// Why: a chunk crosses each level of the tree whole before it is verified and sent on, so
 /// the last node of a tree `d` levels deep gets the layer about `d` chunk times after a
@@ -308,6 +317,11 @@ pub const CHUNKS_PER_LAYER: u64 = 64;
 /// (1.41-1.58x the bound at 8,760-68,160 nodes in the simulator), with 1/64 of the layer
 /// 1.6% per level (1.11-1.22x). Large layers keep `max`, so their chunk count (index size,
 /// per-chunk work) stays what it was.
+///
+/// The price: two versions of a layer share chunks only if they are cut alike, so a layer
+/// that crosses 32 or 64 MiB between versions shares none with the version before (with
+/// `max` 1 MiB; from 64 MiB on the size no longer changes). Pipelines that publish small,
+/// growing layers often and rely on nodes keeping the old chunks should fix the size.
 pub fn chunk_size_for(layer_bytes: u64, max: u32) -> u32 {
     let target = layer_bytes / CHUNKS_PER_LAYER;
     let pow2 = if target == 0 {
@@ -329,6 +343,8 @@ struct Walk {
     /// What each file looked like before its content was read: compared afterwards, so a
     /// file written while it was published is never signed as half old, half new.
     stamps: HashMap<u32, Stamp>,
+    /// Files in walk order, until [`Walk::cut`] turns them into `work`.
+    planned: Vec<Planned>,
     work: Vec<Work>,
     /// The first entry of each file with more than one name, by device and inode.
     seen_inodes: HashMap<(u64, u64), u32>,
@@ -465,10 +481,10 @@ impl Walk {
         self.paths.insert(idx, path.to_path_buf());
         self.stamps.insert(idx, Stamp::of(md));
         if size <= u64::from(opts.inline_max) {
-            self.work.push(Work::Inline { entry: idx, size });
+            self.planned.push(Planned::Inline { entry: idx, size });
         } else {
             let sparse = md.blocks().saturating_mul(512) < size;
-            self.work.push(Work::File {
+            self.planned.push(Planned::File {
                 entry: idx,
                 size,
                 sparse,
@@ -502,23 +518,22 @@ impl Walk {
 
     /// Bytes of file content the reads will hash.
     fn total_bytes(&self) -> u64 {
-        self.work
+        self.planned
             .iter()
-            .map(|w| match w {
-                Work::Inline { size, .. } | Work::File { size, .. } => *size,
-                Work::Chunk { len, .. } => u64::from(*len),
+            .map(|p| match p {
+                Planned::Inline { size, .. } | Planned::File { size, .. } => *size,
             })
             .sum()
     }
 
-    /// Cuts every file's content into reads of `chunk_size` bytes, in place (the order of
-    /// the work, and so of the chunk table, stays the walk's).
+    /// Cuts every planned file into reads of `chunk_size` bytes (the order of the work, and
+    /// so of the chunk table, stays the walk's).
     fn cut(&mut self, chunk_size: u32) {
         let cs = u64::from(chunk_size);
-        let work = std::mem::take(&mut self.work);
-        for w in work {
-            match w {
-                Work::File {
+        for p in std::mem::take(&mut self.planned) {
+            match p {
+                Planned::Inline { entry, size } => self.work.push(Work::Inline { entry, size }),
+                Planned::File {
                     entry,
                     size,
                     sparse,
@@ -533,7 +548,6 @@ impl Walk {
                         });
                     }
                 }
-                other => self.work.push(other),
             }
         }
     }
@@ -708,7 +722,6 @@ fn process(
             progress.advance(size);
             Ok(Outcome::Inline(buf.into()))
         }
-        Work::File { .. } => unreachable!("build() cuts every file into chunks before reading"),
         Work::Chunk {
             entry,
             off,

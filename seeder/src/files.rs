@@ -66,8 +66,8 @@ pub fn read_limited(path: &Path, max: u64, symlinks: Symlinks) -> std::io::Resul
     // is a `calloc`, for which the allocator hands back freshly zeroed pages, and faulting
     // those in cost the pushing root more than the copy itself. The limit holds whatever
     // the file does meanwhile.
-    let mut buf = Vec::with_capacity(md.len().min(max) as usize + 1);
-    file.take(max + 1).read_to_end(&mut buf)?;
+    let mut buf = Vec::with_capacity(md.len() as usize + 1);
+    file.take(max.saturating_add(1)).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {
         return Err(too_long(max));
     }

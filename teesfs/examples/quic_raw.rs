@@ -3,7 +3,7 @@
 //! Same transport as the daemons (`teesfs::net::Transport`: quinn, mutual TLS against a
 //! cluster CA, the same flow-control windows and socket buffers), none of the relay: the
 //! client sends N bytes as 1 MiB frames on one Bulk stream and waits until the server has
-//! acknowledged every byte.
+//! read (and with STORE, hashed and stored) every frame and said so on a Control stream.
 //!
 //! ```text
 //! quic_raw keygen DIR                       # cluster CA + certificates for hosts a and b
@@ -126,6 +126,11 @@ async fn server(
         }
     }
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    // The client stops its clock on this: QUIC's acknowledgements say only that the bytes
+    // arrived, not that they were hashed and stored.
+    let mut done = conn.open(StreamKind::Control).await?;
+    done.send(b"done").await?;
+    done.finish().await?;
     println!(
         "received {bytes} bytes on a {kind} stream in {secs:.3} s: {:.1} MiB/s",
         bytes as f64 / (1 << 20) as f64 / secs.max(1e-9)
@@ -158,6 +163,8 @@ async fn client(
         left -= n as u64;
     }
     tx.finish().await?;
+    let (_kind, mut done) = conn.accept_stream().await?;
+    done.recv().await?;
     let secs = start.elapsed().as_secs_f64();
     println!(
         "sent {bytes} bytes in {secs:.3} s: {:.1} MiB/s",

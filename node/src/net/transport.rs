@@ -49,6 +49,10 @@ const STREAM_WINDOW: u32 = 16 << 20;
 /// behind the network now and then; with a 16 MiB window of 6.5 KB packets that compaction
 /// was 27% of a daemon's CPU in a 256 MiB push (`perf`, issue 16). A stream's window is kept
 /// below this many of the path's packets, so flow control holds the sender back instead.
+/// The packets counted are this host's for the path: a peer sending smaller ones (after a
+/// black hole, or on an asymmetric path) can still trigger the compaction, which costs CPU,
+/// not correctness. The threshold is quinn-proto 0.11's (0.11.19 in Cargo.lock); check it
+/// when quinn is upgraded.
 const ASSEMBLER_PACKETS: u32 = 1900;
 /// Per-connection receive window and send buffer: enough for a bandwidth-delay product well
 /// beyond any cluster link, with streams of every kind active at once.

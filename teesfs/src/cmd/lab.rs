@@ -82,8 +82,8 @@ pub struct ShapeArgs {
     /// its own choice from the layer's size). A chunk crosses each hop whole before it is
     /// verified and sent on, so on the lab's 100 Mbit/s links a 1 MiB chunk costs 84 ms per
     /// level of the tree (0.84 ms at 10 Gbit/s).
-    #[arg(long, value_parser = util::parse_size, value_name = "SIZE")]
-    pub chunk_size: Option<u64>,
+    #[arg(long, default_value = "auto", value_parser = util::parse_chunk_size, value_name = "SIZE|auto")]
+    pub chunk_size: util::ChunkSize,
 }
 
 impl ShapeArgs {
@@ -111,7 +111,7 @@ impl ShapeArgs {
         let mut opts = LabOptions::new(exe);
         opts.keep_work = self.keep;
         opts.tmpfs_state = !self.disk_stores;
-        opts.chunk_size = self.chunk_size;
+        opts.chunk_size = self.chunk_size.fixed().map(u64::from);
         let spec = self.spec();
         eprintln!(
             "lab: {} groups x {} nodes, slave links {}, uplinks {}, login {}, MTU {}",

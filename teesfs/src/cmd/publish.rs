@@ -41,9 +41,11 @@ pub struct PublishArgs {
     /// Chunk size: a power of two between 64KiB and 64MiB, or "auto" (the default): 1/64
     /// of the layer's content as a power of two, between 256KiB and 1MiB. A chunk crosses
     /// each level of the tree whole before it is sent on, so small layers get small chunks;
-    /// large ones keep 1 MiB.
-    #[arg(long, default_value = "auto", value_parser = parse_chunk_size, value_name = "SIZE|auto")]
-    chunk_size: ChunkSize,
+    /// from 64MiB on it is 1MiB. Versions of a layer share chunks (nodes keep what they
+    /// hold) only when cut alike: give a fixed size to a small layer that is republished
+    /// often as it grows.
+    #[arg(long, default_value = "auto", value_parser = util::parse_chunk_size, value_name = "SIZE|auto")]
+    chunk_size: util::ChunkSize,
     /// zstd compression level for chunks (1 is fast; chunks are compressed once, here).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
@@ -130,34 +132,11 @@ impl BuildProgress for Bar {
     }
 }
 
-/// `--chunk-size`: fixed, or chosen from the layer's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ChunkSize {
-    /// [`manifest::chunk_size_for`], at most [`manifest::MAX_AUTO_CHUNK`].
-    Auto,
-    /// This many bytes.
-    Fixed(u32),
-}
-
-fn parse_chunk_size(s: &str) -> anyhow::Result<ChunkSize> {
-    if s.eq_ignore_ascii_case("auto") {
-        return Ok(ChunkSize::Auto);
-    }
-    let cs = util::parse_size(s)?;
-    if !cs.is_power_of_two() || !(64 << 10..=64 << 20).contains(&cs) {
-        anyhow::bail!(
-            "{} is not a power of two between 64KiB and 64MiB (or \"auto\"), e.g. 256KiB or 1MiB",
-            util::bytes(cs)
-        );
-    }
-    Ok(ChunkSize::Fixed(cs as u32))
-}
-
 /// Runs `teesfs publish`.
 pub fn run(args: PublishArgs) -> anyhow::Result<()> {
-    let (chunk_size, adaptive_chunks) = match args.chunk_size {
-        ChunkSize::Auto => (manifest::MAX_AUTO_CHUNK, true),
-        ChunkSize::Fixed(cs) => (cs, false),
+    let (chunk_size, adaptive_chunks) = match args.chunk_size.fixed() {
+        None => (manifest::MAX_AUTO_CHUNK, true),
+        Some(cs) => (cs, false),
     };
     let urgent = urgent_paths(&args)?;
     let key_path = args.key.clone().unwrap_or_else(util::default_key_path);

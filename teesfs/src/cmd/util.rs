@@ -48,6 +48,43 @@ pub fn parse_byte_size(s: &str) -> anyhow::Result<ByteSize> {
     parse_size(s).map(ByteSize)
 }
 
+/// `--chunk-size`: a fixed size, or `auto` (`teesfs publish` chooses from the layer's size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkSize {
+    /// [`manifest::chunk_size_for`], at most [`manifest::MAX_AUTO_CHUNK`].
+    Auto,
+    /// This many bytes.
+    Fixed(u32),
+}
+
+impl ChunkSize {
+    /// The fixed size, if one was given.
+    pub fn fixed(self) -> Option<u32> {
+        match self {
+            ChunkSize::Auto => None,
+            ChunkSize::Fixed(n) => Some(n),
+        }
+    }
+}
+
+/// Parses `--chunk-size`: `auto`, or a power of two between 64KiB and 64MiB.
+pub fn parse_chunk_size(s: &str) -> anyhow::Result<ChunkSize> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(ChunkSize::Auto);
+    }
+    let what = || format!("{s:?} is not \"auto\" or a power of two between 64KiB and 64MiB");
+    let cs = parse_size(s)
+        .map_err(|_| anyhow::anyhow!("{}; write e.g. auto, 256KiB or 1MiB", what()))?;
+    if !cs.is_power_of_two() || !(64 << 10..=64 << 20).contains(&cs) {
+        anyhow::bail!(
+            "{} ({}); write e.g. auto, 256KiB or 1MiB",
+            what(),
+            bytes(cs)
+        );
+    }
+    Ok(ChunkSize::Fixed(cs as u32))
+}
+
 /// Parses a planning strategy for a command-line flag (`topo`, `topo-paper`, `random`, ...).
 pub fn parse_strategy(s: &str) -> anyhow::Result<peertree::Strategy> {
     Ok(s.parse()?)
