@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lab-style benchmarks for issue 2, every figure beside its baseline from the same run:
-#   1. publish throughput: `teesfs publish` against `tar -c | zstd -1 -T0` of the same tree
+#   1. publish throughput: `teesfs publish` (1 MiB chunks, as the recorded figures) against `tar -c | zstd -1 -T0` of the same tree
 #   2. sequential read of a 1 GiB file through the mount (passthrough and daemon path, cold
 #      and cached) against the same file on tmpfs
 #   3. `find` + stat walk of a 50,000-file layer through the mount against tmpfs
@@ -91,7 +91,7 @@ unmount_layer() {
     return 0
 }
 publish_id() {
-    "$BIN" publish "$1" --store "$store" --quiet --format json |
+    "$BIN" publish "$1" --store "$store" --chunk-size 1MiB --quiet --format json |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])'
 }
 
@@ -136,7 +136,7 @@ for layer in "$py" "$big" "$meta"; do
     bytes=$(du -sb --apparent-size "$layer" | cut -f1)
     files=$(find "$layer" -type f | wc -l)
     hyperfine --runs "$RUNS" --warmup 1 --export-json "$work/pub.json" --style basic \
-        -n publish "$BIN publish $layer --store \$(mktemp -d -p $ram/stores) --quiet" \
+        -n publish "$BIN publish $layer --store \$(mktemp -d -p $ram/stores) --chunk-size 1MiB --quiet" \
         -n tar-zstd "tar -C $layer -cf - . | zstd -1 -T0 -q -o \$(mktemp -u -p $ram/stores)" >/dev/null
     # Wall-clock medians, and CPU seconds (user + system, means) as a steadier figure when
     # other work shares the machine: tar and zstd -T0 run more threads than publish's
