@@ -77,6 +77,8 @@ pub struct SweepSpec {
 pub struct Row {
     /// Payload bytes.
     pub payload: u64,
+    /// Chunk size the payload was simulated in.
+    pub chunk: u64,
     /// Job nodes.
     pub nodes: usize,
     /// The plan's strategy.
@@ -194,6 +196,7 @@ impl Sweep {
         let metrics = measure(&plan, &self.topology, payload);
         Ok(Row {
             payload,
+            chunk,
             nodes: n,
             strategy: plan.strategy,
             depth: plan.depth(),
@@ -411,7 +414,7 @@ pub fn csv(rows: &[Row], machine: Machine) -> String {
         "machine,payload_bytes,nodes,strategy,depth,deploy_s,urgent_s,root_done_s,lower_bound_s,\
          deploy_over_bound,deploy_over_topo,uplink_in_bytes,uplink_out_bytes,uplink_over_topo,\
          min_uplink_bytes,core_bytes,start_bytes,link_bytes,killed,failed_edges,unreachable,incomplete,\
-         events,wall_s,app_started_s\n",
+         events,wall_s,app_started_s,chunk_bytes\n",
     );
     let machine = format!("{machine:?}").to_lowercase();
     for r in rows {
@@ -419,7 +422,7 @@ pub fn csv(rows: &[Row], machine: Machine) -> String {
         let rep = &r.report;
         let _ = writeln!(
             out,
-            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.6}",
+            "{machine},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.6},{}",
             r.payload,
             r.nodes,
             r.strategy,
@@ -444,7 +447,60 @@ pub fn csv(rows: &[Row], machine: Machine) -> String {
             rep.events,
             secs(r.wall),
             secs(rep.app_started),
+            r.chunk,
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(chunk: Option<u64>) -> SweepSpec {
+        SweepSpec {
+            machine: Machine::Lab,
+            nodes: vec![32],
+            payloads: vec![16 << 20],
+            chunk,
+            strategies: vec![Strategy::Topo],
+            width: 15,
+            threshold: 512,
+            seed: 0,
+            kill: 0,
+            kill_at: Duration::ZERO,
+            setup: None,
+            cores: Some(0),
+            latency: None,
+            max_one_to_all: 17_560,
+            first: 0,
+            urgent: None,
+            app_start: Duration::ZERO,
+            unrated: false,
+            reports: false,
+        }
+    }
+
+    /// Without `--chunk` a payload is simulated in the chunks `teesfs publish` would cut it
+    /// into (256 KiB for 16 MiB), and the CSV says which; a given size is kept, and smaller
+    /// chunks hold each level back less.
+    #[test]
+    fn a_sweep_simulates_publishs_chunk_size_unless_told_and_says_which() {
+        let auto = Sweep::new(spec(None)).expect("sweep");
+        let row = auto.run(16 << 20, 32, Strategy::Topo).expect("run");
+        assert_eq!(row.chunk, 256 << 10);
+        let text = csv(std::slice::from_ref(&row), Machine::Lab);
+        let (header, line) = text.split_once('\n').expect("two lines");
+        assert!(header.ends_with(",chunk_bytes"), "{header}");
+        assert!(line.trim_end().ends_with(",262144"), "{line}");
+        let mib = Sweep::new(spec(Some(1 << 20))).expect("sweep");
+        let big = mib.run(16 << 20, 32, Strategy::Topo).expect("run");
+        assert_eq!(big.chunk, 1 << 20);
+        assert!(
+            row.report.deploy < big.report.deploy,
+            "{:?} vs {:?}",
+            row.report.deploy,
+            big.report.deploy
+        );
+    }
 }

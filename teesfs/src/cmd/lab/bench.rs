@@ -86,8 +86,16 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     eprintln!(
         "bench: {} per run in {} chunks, {} repetitions of {} methods",
         util::bytes(a.payload),
-        lab.chunk_size()
-            .map_or_else(|| "auto-sized".to_owned(), util::bytes),
+        lab.chunk_size().map_or_else(
+            || format!(
+                "{} (publish's choice)",
+                util::bytes(u64::from(manifest::chunk_size_for(
+                    a.payload,
+                    manifest::MAX_AUTO_CHUNK
+                )))
+            ),
+            util::bytes
+        ),
         a.reps,
         methods.len()
     );
