@@ -602,15 +602,22 @@ mod tests {
         (Ipv4Addr::LOCALHOST, 0).into()
     }
 
-    /// A new connection may send a whole 1 MiB chunk frame before its first acknowledgement
-    /// (quinn's default window, 14,720 bytes, cost the first cold read 27-33 ms per edge).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_new_connections_window_holds_a_whole_chunk() {
-        let (_dir, a, b) = pair();
+    /// Two transports on loopback (kept alive by the caller) and a connection between them,
+    /// as the client and the server see it.
+    async fn connected() -> (tempfile::TempDir, [Transport; 2], Conn, Conn) {
+        let (dir, a, b) = pair();
         let ta = Transport::bind(localhost(), &a).expect("bind a");
         let tb = Transport::bind(localhost(), &b).expect("bind b");
         let conn = ta.connect(tb.local_addr(), "b").await.expect("connect");
         let server = tb.accept().await.expect("accept");
+        (dir, [ta, tb], conn, server)
+    }
+
+    /// A new connection may send a whole 1 MiB chunk frame before its first acknowledgement
+    /// (quinn's default window, 14,720 bytes, cost the first cold read 27-33 ms per edge).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_connections_window_holds_a_whole_chunk() {
+        let (_dir, _ends, conn, server) = connected().await;
         for path in [conn.path(), server.path()] {
             assert!(path.cwnd > (1 << 20) + 64, "{path:?}");
         }
@@ -636,11 +643,7 @@ mod tests {
     /// 8952-byte packets overflowed the batches (360 lost in 256 MiB, then 1200 bytes).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_bulk_stream_runs_at_the_paths_mtu_without_loss() {
-        let (_dir, a, b) = pair();
-        let ta = Transport::bind(localhost(), &a).expect("bind a");
-        let tb = Transport::bind(localhost(), &b).expect("bind b");
-        let conn = ta.connect(tb.local_addr(), "b").await.expect("connect");
-        let server = tb.accept().await.expect("accept");
+        let (_dir, _ends, conn, server) = connected().await;
         // From the start, not after path MTU discovery.
         assert_eq!(conn.path().mtu, MAX_UDP_PAYLOAD, "{:?}", conn.path());
         let frame = vec![7u8; 1 << 20];
