@@ -265,7 +265,6 @@ pub fn run(
 ) -> Result<BenchReport> {
     let mut runs = Vec::new();
     let mut stored = 0;
-    let mut chunk = 0;
     let mut seed = 1;
     let slurm = if methods.contains(&Method::Sbcast) {
         let s = lab.start_slurm()?;
@@ -290,11 +289,8 @@ pub fn run(
                     sbcast_run(lab, s, *job, &file, m, rep)?
                 }
                 _ => {
-                    let (r, published) = one_run(lab, m, rep, &dir, &file)?;
-                    if let Some(p) = published {
-                        stored = p.total_bytes;
-                        chunk = p.chunk_size;
-                    }
+                    let (r, s) = one_run(lab, m, rep, &dir, &file)?;
+                    stored = s.unwrap_or(stored);
                     r
                 }
             };
@@ -307,33 +303,21 @@ pub fn run(
         s.down()?;
     }
     if stored == 0 {
-        // Only baselines ran: they move the payload itself, and the chunk size is what a
-        // teesfs run would have published with.
+        // Only baselines ran: they move the payload itself.
         stored = payload;
-        chunk = lab.chunk_size().unwrap_or_else(|| {
-            u64::from(manifest::chunk_size_for(payload, manifest::MAX_AUTO_CHUNK))
-        });
     }
-    Ok(report(lab, methods, reps, (payload, stored, chunk), runs))
+    Ok(report(lab, methods, reps, payload, stored, runs))
 }
 
-/// What a teesfs run published.
-struct Published {
-    /// Bytes pushed (stored chunks).
-    total_bytes: u64,
-    /// The index's chunk size.
-    chunk_size: u64,
-}
-
-/// One run of a BitTorrent or teesfs method on the payload in `dir`; for teesfs also what
-/// it published.
+/// One run of a BitTorrent or teesfs method on the payload in `dir`; for teesfs also the
+/// stored size of the published layer.
 fn one_run(
     lab: &Lab,
     m: Method,
     rep: usize,
     dir: &Path,
     file: &Path,
-) -> Result<(Run, Option<Published>)> {
+) -> Result<(Run, Option<u64>)> {
     if m == Method::Torrent {
         let tr = crate::torrent::distribute(lab, file, BASELINE_TIMEOUT, false)?;
         let run = Run {
@@ -347,9 +331,9 @@ fn one_run(
         };
         return Ok((run, None));
     }
-    let doc = lab.publish_doc(dir)?;
+    let index = lab.publish(dir)?;
     let _ = std::fs::remove_dir_all(dir);
-    let pr = lab.push(&m.push_options(&doc.index))?;
+    let pr = lab.push(&m.push_options(&index))?;
     let run = Run {
         method: m,
         rep,
@@ -359,21 +343,17 @@ fn one_run(
         root_out_bytes: pr.root_link.tx,
         cpu_s: pr.cpu_s,
     };
-    let published = Published {
-        total_bytes: pr.report.total_bytes,
-        chunk_size: doc.chunk_size,
-    };
-    Ok((run, Some(published)))
+    Ok((run, Some(pr.report.total_bytes)))
 }
 
 /// The report: every run, and per method the medians with their ratios to `topo`, to the
 /// link lower bound and to the minimum uplink traffic.
-/// `sizes`: payload, stored and chunk bytes.
 fn report(
     lab: &Lab,
     methods: &[Method],
     reps: usize,
-    (payload, stored, chunk): (u64, u64, u64),
+    payload: u64,
+    stored: u64,
     runs: Vec<Run>,
 ) -> BenchReport {
     let l = lab.layout();
@@ -407,7 +387,8 @@ fn report(
         group_size: l.spec.group_size,
         payload_bytes: payload,
         stored_bytes: stored,
-        chunk_bytes: chunk,
+        // The payload is one file of `payload` bytes, so this is what publish chose.
+        chunk_bytes: lab.chunk_size_for(payload),
         reps,
         lower_bound_s: lower,
         min_uplink_bytes: min_up,

@@ -206,9 +206,15 @@ impl Lab {
         &self.net
     }
 
-    /// Chunk size of the layers this lab publishes, in bytes (`None`: chosen per layer).
-    pub fn chunk_size(&self) -> Option<u64> {
-        self.opts.chunk_size
+    /// Chunk size of a layer of `layer_bytes` this lab publishes: the fixed one, or what
+    /// `teesfs publish --chunk-size auto` chooses for it.
+    pub fn chunk_size_for(&self, layer_bytes: u64) -> u64 {
+        self.opts.chunk_size.unwrap_or_else(|| {
+            u64::from(manifest::chunk_size_for(
+                layer_bytes,
+                manifest::MAX_AUTO_CHUNK,
+            ))
+        })
     }
 
     /// The work directory (logs, store, reports).
@@ -375,12 +381,6 @@ impl Lab {
 
     /// Publishes `layer` into the login node's store; returns the index id.
     pub fn publish(&self, layer: &Path) -> Result<String> {
-        self.publish_doc(layer).map(|doc| doc.index)
-    }
-
-    /// Publishes `layer` into the login node's store; returns what `teesfs publish` said
-    /// of it.
-    pub fn publish_doc(&self, layer: &Path) -> Result<teesfs::output::PublishDoc> {
         let chunk_size = self
             .opts
             .chunk_size
@@ -398,10 +398,12 @@ impl Lab {
             "--format",
             "json",
         ])?;
-        serde_json::from_str::<teesfs::output::PublishDoc>(&out).map_err(|e| LabError::Parse {
-            what: "teesfs publish --format json".into(),
-            detail: format!("{e}: {out}"),
-        })
+        serde_json::from_str::<teesfs::output::PublishDoc>(&out)
+            .map(|doc| doc.index)
+            .map_err(|e| LabError::Parse {
+                what: "teesfs publish --format json".into(),
+                detail: format!("{e}: {out}"),
+            })
     }
 
     /// Pid of `host`'s daemon.

@@ -86,16 +86,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     eprintln!(
         "bench: {} per run in {} chunks, {} repetitions of {} methods",
         util::bytes(a.payload),
-        lab.chunk_size().map_or_else(
-            || format!(
-                "{} (publish's choice)",
-                util::bytes(u64::from(manifest::chunk_size_for(
-                    a.payload,
-                    manifest::MAX_AUTO_CHUNK
-                )))
-            ),
-            util::bytes
-        ),
+        util::bytes(lab.chunk_size_for(a.payload)),
         a.reps,
         methods.len()
     );
