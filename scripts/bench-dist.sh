@@ -5,7 +5,8 @@
 #      bytes between two processes (teesfs/examples/quic_raw.rs: same transport, same TLS,
 #      same windows, no relay), and against the floor for any verified, stored transfer: the
 #      same raw stream whose server hashes every frame with BLAKE3 and writes it to a file of
-#      its own on /dev/shm before it reads the next (`quic_raw server ... STORE`);
+#      its own on /dev/shm while it reads the next, one frame at work as in the daemon
+#      (`quic_raw server ... STORE`);
 #   2. cold read latency of a missing chunk at tree depth 1, 2, 3 (a chain
 #      login -> n01 -> n02 -> n03) against the model (d+1) x (round trip + chunk time), with
 #      the round trip from `quic_raw ping` and the chunk time from benchmark 1's raw rate.

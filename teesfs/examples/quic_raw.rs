@@ -19,8 +19,9 @@
 //!
 //! With STORE, the server does for each frame what a node must do with a chunk however
 //! the layer reached it, and nothing else: hash it with BLAKE3 and write it to a file of its
-//! own in STORE (a tmpfs directory, as on a diskless node), on the blocking pool, before it
-//! reads the next frame. That is the floor for a verified, stored push over this transport,
+//! own in STORE (a tmpfs directory, as on a diskless node), on the blocking pool, while it
+//! reads the next frame (one frame at work, as in the daemon). That is the floor for a
+//! verified, stored push over this transport,
 //! measured beside the raw stream to tell the store's cost from the relay's.
 //!
 //! The frames are incompressible (blake3 XOF output), though QUIC does not compress anyway.
@@ -112,18 +113,26 @@ async fn server(
     let mut first = None;
     let mut bytes = 0u64;
     let mut n = 0u64;
+    // Hashing and storing a frame overlaps with reading the next one, as in the daemon: at
+    // most one frame waits for the one before it.
+    let mut pending: Option<tokio::task::JoinHandle<std::io::Result<blake3::Hash>>> = None;
     while let Some(frame) = rx.recv().await? {
         first.get_or_insert_with(Instant::now);
         bytes += frame.len() as u64;
         if let Some(store) = &store {
+            if let Some(p) = pending.take() {
+                p.await??;
+            }
             let path = store.join(format!("f{n}"));
-            tokio::task::spawn_blocking(move || {
+            pending = Some(tokio::task::spawn_blocking(move || {
                 let hash = blake3::hash(&frame);
                 std::fs::write(&path, &frame).map(|()| hash)
-            })
-            .await??;
+            }));
             n += 1;
         }
+    }
+    if let Some(p) = pending {
+        p.await??;
     }
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
     // The client stops its clock on this: QUIC's acknowledgements say only that the bytes

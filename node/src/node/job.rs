@@ -686,10 +686,10 @@ impl JobCore {
     /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
     /// the waiting readers before the relay hears of it. That work (hashing a MiB, writing
     /// a file) runs on the blocking pool, not on the caller's task, which carries a
-    /// stream's messages; the stream's reader awaits the returned task before it reads the
-    /// next frame, so one stream's chunks are taken in the order they came, and a sender
-    /// faster than verification is held back by QUIC flow control instead of queueing
-    /// chunks here without bound.
+    /// stream's messages; the stream's reader reads the next frame meanwhile and awaits the
+    /// returned task before it delivers that frame, so one stream's chunks are taken in the
+    /// order they came, and a sender faster than verification is held back by QUIC flow
+    /// control instead of queueing chunks here without bound.
     pub fn on_chunk_msg(
         self: &Arc<Self>,
         from_host: &str,

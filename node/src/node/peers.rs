@@ -21,7 +21,7 @@ use crate::net::{Conn, NetError, StreamKind, Transport};
 pub trait Router: Send + Sync + 'static {
     /// A message for `job` from the peer whose certificate names `from_host`. Returns the
     /// work still running for it (a chunk being verified and stored), which the stream's
-    /// reader waits for before taking the stream's next frame.
+    /// reader waits for before it delivers the stream's next frame ([`InOrder`]).
     fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending>;
     /// `host` could not be reached at all.
     fn unreachable(&self, host: &str);
@@ -29,6 +29,27 @@ pub trait Router: Send + Sync + 'static {
 
 /// Work a [`Router`] still does for a delivered message.
 pub type Pending = tokio::task::JoinHandle<()>;
+
+/// One stream's delivered messages, taken in the order they came with at most one still
+/// at work: a stream's reader reads the next frame while the work the last one started
+/// (verifying and storing a chunk) runs, and delivers it only once that work is done. So
+/// reading overlaps with verification, a stream's chunks reach the relay in order, and a
+/// sender faster than verification is held back by QUIC flow control after one frame.
+#[derive(Debug, Default)]
+struct InOrder {
+    working: Option<Pending>,
+}
+
+impl InOrder {
+    /// Waits for the work of the message before, then delivers this one with `deliver`.
+    async fn deliver(&mut self, deliver: impl FnOnce() -> Option<Pending>) {
+        if let Some(w) = self.working.take() {
+            // A task that panicked has reported it; the stream goes on.
+            let _ = w.await;
+        }
+        self.working = deliver();
+    }
+}
 
 /// Encodes a frame.
 pub fn frame(job: JobId, msg: &Msg) -> Vec<u8> {
@@ -208,19 +229,21 @@ impl Peers {
                 let router = weak_router.clone();
                 let host = host.clone();
                 tokio::spawn(async move {
+                    let mut in_order = InOrder::default();
                     loop {
                         match rx.recv().await {
                             Ok(Some(bytes)) => match unframe(bytes.into()) {
                                 Ok((job, msg)) => {
-                                    let pending = router
-                                        .as_ref()
-                                        .and_then(Weak::upgrade)
-                                        .and_then(|r| r.deliver(&host, job, msg));
-                                    if let Some(p) = pending {
-                                        // The router's handle is dropped first: waiting
-                                        // must not keep the daemon alive.
-                                        let _ = p.await;
-                                    }
+                                    // The router is upgraded only to deliver: a stream
+                                    // waiting for work must not keep the daemon alive.
+                                    in_order
+                                        .deliver(|| {
+                                            router
+                                                .as_ref()
+                                                .and_then(Weak::upgrade)
+                                                .and_then(|r| r.deliver(&host, job, msg))
+                                        })
+                                        .await;
                                 }
                                 Err(e) => {
                                     tracing::warn!(peer = %host, error = %e, "dropping a malformed frame");
@@ -405,6 +428,58 @@ impl Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::task::Poll;
+
+    /// A stream hands on its next message without waiting for the work the one before
+    /// started (its reader reads on meanwhile), but delivers it only once that work is
+    /// done: chunks reach the relay in order, with one at work per stream.
+    #[tokio::test]
+    async fn a_streams_next_message_waits_for_the_work_of_the_one_before_and_no_longer() {
+        let log = Arc::new(Mutex::new(Vec::<&str>::new()));
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let mut in_order = InOrder::default();
+        /// Polls `f` once.
+        async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+            let mut f = Some(f);
+            std::future::poll_fn(|cx| Poll::Ready(f.take().expect("polled once").poll(cx))).await
+        }
+        {
+            let l = log.clone();
+            let first = in_order.deliver(|| {
+                lock(&l).push("deliver 1");
+                Some(tokio::spawn(async move {
+                    let _ = released.await;
+                    lock(&l).push("work of 1 done");
+                }))
+            });
+            tokio::pin!(first);
+            assert!(
+                poll_once(first).await.is_ready(),
+                "the reader waits for 1's work before reading on"
+            );
+        }
+        assert_eq!(*lock(&log), ["deliver 1"]);
+
+        {
+            let l = log.clone();
+            let second = in_order.deliver(|| {
+                lock(&l).push("deliver 2");
+                None
+            });
+            tokio::pin!(second);
+            assert!(
+                poll_once(second.as_mut()).await.is_pending(),
+                "2 is delivered before 1's work is done"
+            );
+            assert_eq!(*lock(&log), ["deliver 1"]);
+
+            release.send(()).expect("1's work waits");
+            second.await;
+        }
+        assert_eq!(*lock(&log), ["deliver 1", "work of 1 done", "deliver 2"]);
+        assert!(in_order.working.is_none(), "2 started no work");
+    }
 
     /// A chunk sent as a head and shared stored bytes is the frame of its message, and
     /// arrives as a slice of the received frame: its bytes are copied by neither end.
