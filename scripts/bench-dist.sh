@@ -139,9 +139,15 @@ cold_id=$(publish "$cold")
 
 echo "== 1. push throughput, $PUSH_MIB MiB, $RUNS runs" >&2
 raw=() stored=() flat=() chain=()
-# One quic_raw transfer of PUSH_MIB MiB; writes its MiB/s to the file $1. With a second
-# argument, the server hashes and stores every frame in that directory. (Not run in a
-# subshell, so the cleanup trap knows the server's pid.)
+# CPU seconds per run: raw client and server, the hashing and the store writes alone
+# (`quic_raw work`), and the flat push's root and daemon.
+cpu_client=() cpu_server=() cpu_hash=() cpu_store=() cpu_root=() cpu_daemon=()
+clk_tck=$(getconf CLK_TCK)
+cpu_of() { awk -v t="$clk_tck" '{printf "%.3f", ($14 + $15) / t}' "/proc/$1/stat"; }
+# One quic_raw transfer of PUSH_MIB MiB; writes its MiB/s to the file $1, and the client's
+# and the server's CPU seconds to $1.client and $1.server. With a second argument, the
+# server hashes and stores every frame in that directory. (Not run in a subshell, so the
+# cleanup trap knows the server's pid.)
 raw_run() {
     local out=$1
     shift
@@ -150,20 +156,35 @@ raw_run() {
     for _ in $(seq 100); do grep -q listening "$work/raw-server.out" && break; sleep 0.05; done
     local addr
     addr=$(awk '/^listening on/ {print $3}' "$work/raw-server.out")
-    "$RAW" client "$work/rawcreds" "$addr" "${PUSH_MIB}MiB" | awk '{print $(NF-1)}' >"$out"
+    "$RAW" client "$work/rawcreds" "$addr" "${PUSH_MIB}MiB" >"$work/raw-client.out"
     wait "${other_pids[-1]}"
     unset 'other_pids[-1]'
+    awk '/^sent/ {print $(NF-1)}' "$work/raw-client.out" >"$out"
+    awk '/^cpu-seconds/ {print $2}' "$work/raw-client.out" >"$out.client"
+    awk '/^cpu-seconds/ {print $2}' "$work/raw-server.out" >"$out.server"
 }
 for r in $(seq "$RUNS"); do
     raw_run "$work/rate"
     raw+=("$(cat "$work/rate")")
+    cpu_client+=("$(cat "$work/rate.client")")
+    cpu_server+=("$(cat "$work/rate.server")")
     rm -rf "$work/rawstore" && mkdir -p "$work/rawstore"
     raw_run "$work/rate" "$work/rawstore"
     stored+=("$(cat "$work/rate")")
+    rm -rf "$work/rawstore" && mkdir -p "$work/rawstore"
+    "$RAW" work "$work/rawstore" "${PUSH_MIB}MiB" >"$work/work.out"
+    cpu_hash+=("$(awk '/^hash-seconds/ {print $2}' "$work/work.out")")
+    cpu_store+=("$(awk '/^store-seconds/ {print $2}' "$work/work.out")")
     rm -rf "$work/rawstore"
 
     start_daemons 1 "flat$r"
-    push "flat$r" n01 --index "$big_id" --strategy flat --wait all --report "$work/flat$r.json" >/dev/null
+    d0=$(cpu_of "${daemon_pids[0]}")
+    # The root's CPU: bash's `time` of the push (its stderr still reaches the terminal).
+    { TIMEFORMAT='%3U %3S'; time push "flat$r" n01 --index "$big_id" --strategy flat --wait all \
+        --report "$work/flat$r.json" >/dev/null 2>&3; } 3>&2 2>"$work/root-time"
+    d1=$(cpu_of "${daemon_pids[0]}")
+    cpu_root+=("$(awk '{print $1 + $2}' "$work/root-time")")
+    cpu_daemon+=("$(echo "$d1 - $d0" | bc -l)")
     flat+=("$(json "$work/flat$r.json" "$PUSH_MIB / v['all_complete_s']")")
     stop_daemons
 
@@ -183,6 +204,20 @@ flat_ratio=$(for i in "${!raw[@]}"; do echo "${flat[$i]} / ${raw[$i]}" | bc -l; 
 chain_ratio=$(for i in "${!raw[@]}"; do echo "${chain[$i]} / ${raw[$i]}" | bc -l; done | median)
 stored_ratio=$(for i in "${!raw[@]}"; do echo "${stored[$i]} / ${raw[$i]}" | bc -l; done | median)
 flat_floor=$(for i in "${!raw[@]}"; do echo "${flat[$i]} / ${stored[$i]}" | bc -l; done | median)
+# The most any verified, stored push can reach against raw on this machine, per run: both
+# ends share the machine's cores, so a push takes at least (sender's CPU + receiver's CPU)
+# / cores. The sender needs at least the lesser of the raw client's and the root's CPU; the
+# receiver at least the raw server's plus hashing and storing alone (`quic_raw work`, with
+# the frame in cache). Raw itself does not keep both cores busy, so this is generous.
+cores=$(nproc)
+ceiling=() t_min=()
+for i in "${!raw[@]}"; do
+    sender=$(echo "${cpu_client[$i]} ${cpu_root[$i]}" | awk '{print ($1 < $2 ? $1 : $2)}')
+    t=$(echo "($sender + ${cpu_server[$i]} + ${cpu_hash[$i]} + ${cpu_store[$i]}) / $cores" | bc -l)
+    t_min+=("$t")
+    ceiling+=("$(echo "($PUSH_MIB / ${raw[$i]}) / $t" | bc -l)")
+done
+ceiling_med=$(printf '%s\n' "${ceiling[@]}" | median)
 
 # Cut-through with links, not the CPU, as the bottleneck: on this loopback all processes share
 # the same cores, so an unlimited chain does twice the CPU work of a flat push. With the root
@@ -281,6 +316,20 @@ printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 1 node (flat)" "$flat_med" 
 printf '| %-28s | %12.0f | %16.2f |\n' "teesfs push, 2-hop chain" "$chain_med" "$chain_ratio"
 echo "runs (MiB/s): raw ${raw[*]}; hashed and stored ${stored[*]}; flat ${flat[*]}; chain ${chain[*]}"
 printf 'flat push ÷ raw hashed and stored (median of per-run ratios): %.2f\n' "$flat_floor"
+echo
+echo "CPU seconds per $PUSH_MIB MiB (medians of $RUNS runs; $cores cores shared by both ends)"
+med() { printf '%s\n' "$@" | median; }
+printf '| %-44s | %8s |\n' "" "CPU-s"
+printf '|%s|%s|\n' "----------------------------------------------" "---------:"
+printf '| %-44s | %8.3f |\n' "raw client (sends)" "$(med "${cpu_client[@]}")"
+printf '| %-44s | %8.3f |\n' "raw server (receives)" "$(med "${cpu_server[@]}")"
+printf '| %-44s | %8.3f |\n' "BLAKE3 alone (quic_raw work)" "$(med "${cpu_hash[@]}")"
+printf '| %-44s | %8.3f |\n' "writing 1 MiB files to tmpfs alone" "$(med "${cpu_store[@]}")"
+printf '| %-44s | %8.3f |\n' "push root (teesfs push, flat)" "$(med "${cpu_root[@]}")"
+printf '| %-44s | %8.3f |\n' "receiving daemon (flat)" "$(med "${cpu_daemon[@]}")"
+printf 'Ceiling for any verified, stored push here: at least %.3f s per %s MiB, so at most %.2fx raw\n' \
+    "$(med "${t_min[@]}")" "$PUSH_MIB" "$ceiling_med"
+echo "  (per run: ${ceiling[*]})"
 printf 'Cut-through, root capped at %s/s: flat %s s, 2-hop chain %s s (all_complete_s per run)\n' \
     "$RATE" "${rflat[*]}" "${rchain[*]}"
 printf 'chain ÷ flat (medians): %.2f\n' "$(echo "$(printf '%s\n' "${rchain[@]}" | median) / $(printf '%s\n' "${rflat[@]}" | median)" | bc -l)"

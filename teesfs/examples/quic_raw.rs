@@ -11,7 +11,16 @@
 //! quic_raw server DIR 127.0.0.1:0 STORE     # the same, and hashes and stores every frame
 //! quic_raw client DIR ADDR BYTES            # prints `sent N bytes in S s: X MiB/s`
 //! quic_raw ping DIR ADDR COUNT              # prints the median round trip of a small frame
+//! quic_raw work STORE BYTES                 # CPU-s to hash and to store BYTES, see below
 //! ```
+//!
+//! `server` and `client` also print `cpu-seconds X`: the process's CPU time (user and
+//! system, all threads) from start to exit.
+//!
+//! `work` does on one thread what every receiving node must do with a chunk besides
+//! receiving it, in 1 MiB frames of one buffer: BLAKE3 over each (`hash-seconds`), and each
+//! written to a file of its own in STORE (`store-seconds`). It prints the CPU time of each.
+//! The buffer stays in cache, so this is a lower bound on what a node spends on that work.
 //!
 //! `ping` sends a 64-byte frame on a Demand stream and waits for the server's echo on a
 //! Demand stream of its own, COUNT times in a row: one application-level round trip on the
@@ -37,9 +46,44 @@ const FRAME: usize = 1 << 20;
 fn usage() -> ! {
     eprintln!(
         "usage: quic_raw keygen DIR | quic_raw server DIR LISTEN [STORE] | \
-         quic_raw client DIR ADDR BYTES | quic_raw ping DIR ADDR COUNT"
+         quic_raw client DIR ADDR BYTES | quic_raw ping DIR ADDR COUNT | \
+         quic_raw work STORE BYTES"
     );
     std::process::exit(2)
+}
+
+/// CPU seconds (user and system) this process, or with `thread` this thread, has used.
+fn cpu_seconds(thread: bool) -> Result<f64, Box<dyn std::error::Error>> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(if thread {
+        UsageWho::RUSAGE_THREAD
+    } else {
+        UsageWho::RUSAGE_SELF
+    })?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+    Ok(secs(u.user_time()) + secs(u.system_time()))
+}
+
+/// `quic_raw work`: hashes `bytes` in 1 MiB frames, then writes them to files in `store`.
+fn work(store: &std::path::Path, bytes: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let mut frame = vec![0u8; FRAME];
+    blake3::Hasher::new()
+        .update(b"quic_raw work")
+        .finalize_xof()
+        .fill(&mut frame);
+    let frames = bytes.div_ceil(FRAME as u64);
+    let start = cpu_seconds(true)?;
+    for _ in 0..frames {
+        std::hint::black_box(blake3::hash(std::hint::black_box(&frame)));
+    }
+    let hashed = cpu_seconds(true)?;
+    for n in 0..frames {
+        std::fs::write(store.join(format!("w{n}")), &frame)?;
+    }
+    let stored = cpu_seconds(true)?;
+    println!("hash-seconds {:.4}", hashed - start);
+    println!("store-seconds {:.4}", stored - hashed);
+    Ok(())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,6 +93,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if mode == "keygen" {
         make_cluster(&dir, &["a".to_owned(), "b".to_owned()])?;
         return Ok(());
+    }
+    if mode == "work" {
+        return work(&dir, parse_bytes(args.get(2).unwrap_or_else(|| usage()))?);
     }
     // The daemon's runtime shape: two workers.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -145,6 +192,7 @@ async fn server(
         "received {bytes} bytes on a {kind} stream in {secs:.3} s: {:.1} MiB/s",
         bytes as f64 / (1 << 20) as f64 / secs.max(1e-9)
     );
+    println!("cpu-seconds {:.4}", cpu_seconds(false)?);
     // Give the client's acknowledgement of the stream end time to leave.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     conn.close();
@@ -185,6 +233,7 @@ async fn client(
         "path: {} bytes per UDP payload, {} datagrams sent, {} received",
         path.mtu, path.sent, path.received
     );
+    println!("cpu-seconds {:.4}", cpu_seconds(false)?);
     conn.close();
     Ok(())
 }
