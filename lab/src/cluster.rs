@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::error::{LabError, Result};
@@ -158,7 +158,9 @@ impl Drop for WorkDir {
 /// work directory, also during a panic.
 #[derive(Debug)]
 pub struct Lab {
-    pub(crate) daemons: Vec<NodeProc>,
+    /// Behind a lock so that the nodes can start afresh ([`Lab::fresh_nodes`]) while
+    /// something else (Slurm, in a bench with `sbcast`) holds the lab.
+    daemons: Mutex<Vec<NodeProc>>,
     net: Network,
     teesfs: PathBuf,
     work: WorkDir,
@@ -183,8 +185,8 @@ impl Lab {
         let t = Instant::now();
         let net = Network::build(layout)?;
         tracing::info!("lab network up in {:.2} s", t.elapsed().as_secs_f64());
-        let mut lab = Self {
-            daemons: Vec::new(),
+        let lab = Self {
+            daemons: Mutex::new(Vec::new()),
             net,
             teesfs: opts.teesfs.clone(),
             work,
@@ -256,16 +258,22 @@ impl Lab {
         Ok(())
     }
 
-    fn start_daemons(&mut self, opts: &LabOptions) -> Result<()> {
+    /// The running daemons.
+    pub(crate) fn daemons(&self) -> MutexGuard<'_, Vec<NodeProc>> {
+        self.daemons.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn start_daemons(&self, opts: &LabOptions) -> Result<()> {
         let nodes: Vec<_> = self.layout().compute().cloned().collect();
         let mut waiting = Vec::new();
         for node in &nodes {
             let (daemon, rx) = self.spawn_daemon(node, opts)?;
-            self.daemons.push(daemon);
+            self.daemons().push(daemon);
             waiting.push(rx);
         }
         let deadline = Instant::now() + Duration::from_secs(60);
-        for (rx, d) in waiting.iter().zip(&self.daemons) {
+        let daemons = self.daemons();
+        for (rx, d) in waiting.iter().zip(daemons.iter()) {
             wait_listening(rx, d, deadline)?;
         }
         Ok(())
@@ -331,7 +339,7 @@ impl Lab {
 
     /// Stops every daemon, empties every node's store and state, and starts them again:
     /// the next push finds nothing held, as on nodes that never ran the layer.
-    pub fn fresh_nodes(&mut self) -> Result<()> {
+    pub fn fresh_nodes(&self) -> Result<()> {
         self.stop_daemons();
         for node in self.layout().compute() {
             let state = self.work().join(&node.host).join("state");
@@ -344,6 +352,21 @@ impl Lab {
         self.start_daemons(&opts)
     }
 
+    /// Removes every index and chunk the lab has published (`teesfs gc --keep 0`).
+    pub fn unpublish_all(&self) -> Result<()> {
+        self.run_teesfs(&[
+            "gc",
+            "--store",
+            &self.path_str("store"),
+            "--keep",
+            "0",
+            "--no-keep-tag",
+            "--grace",
+            "0s",
+        ])
+        .map(drop)
+    }
+
     /// Starts `host`'s daemon again as [`Lab::up`] did (same directories, same address),
     /// after stopping the running one if any, and waits until it listens.
     pub fn restart_daemon(&mut self, host: &str) -> Result<()> {
@@ -353,14 +376,15 @@ impl Lab {
             .filter(|n| n.group.is_some())
             .ok_or_else(|| LabError::Shape(format!("no compute node {host}")))?
             .clone();
-        if let Some(d) = self.daemons.iter_mut().find(|d| d.host == host) {
+        if let Some(d) = self.daemons().iter_mut().find(|d| d.host == host) {
             d.stop(Duration::from_secs(5));
         }
         let (daemon, rx) = self.spawn_daemon(&node, &self.opts)?;
         wait_listening(&rx, &daemon, Instant::now() + Duration::from_secs(60))?;
-        match self.daemons.iter_mut().find(|d| d.host == host) {
+        let mut daemons = self.daemons();
+        match daemons.iter_mut().find(|d| d.host == host) {
             Some(d) => *d = daemon,
-            None => self.daemons.push(daemon),
+            None => daemons.push(daemon),
         }
         Ok(())
     }
@@ -408,7 +432,7 @@ impl Lab {
 
     /// Pid of `host`'s daemon.
     pub fn daemon_pid(&self, host: &str) -> Option<u32> {
-        self.daemons
+        self.daemons()
             .iter()
             .find(|d| d.host == host)
             .and_then(NodeProc::pid)
@@ -416,7 +440,7 @@ impl Lab {
 
     /// Whether every daemon is still running.
     pub fn daemons_alive(&mut self) -> bool {
-        self.daemons.iter_mut().all(NodeProc::alive)
+        self.daemons().iter_mut().all(NodeProc::alive)
     }
 
     /// A command running `program` on `host` with that node's network and mounts.
@@ -445,7 +469,7 @@ impl Lab {
     }
 
     fn daemons_cpu(&self) -> f64 {
-        self.daemons
+        self.daemons()
             .iter()
             .filter_map(NodeProc::pid)
             .map(proc::cpu_seconds)
@@ -568,15 +592,16 @@ impl Lab {
         self.net.teardown()
     }
 
-    fn stop_daemons(&mut self) {
+    fn stop_daemons(&self) {
+        let mut daemons = self.daemons();
         // Signal all first so they unmount in parallel, then wait for each.
-        for d in &self.daemons {
+        for d in daemons.iter() {
             d.signal_stop();
         }
-        for d in &mut self.daemons {
+        for d in daemons.iter_mut() {
             d.stop(Duration::from_secs(5));
         }
-        self.daemons.clear();
+        daemons.clear();
     }
 }
 

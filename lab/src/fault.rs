@@ -67,10 +67,12 @@ impl PushInFlight {
 }
 
 impl Lab {
-    fn daemon(&self, host: &str) -> Result<&NodeProc> {
-        self.daemons
-            .iter()
+    /// `f` of `host`'s running daemon.
+    fn with_daemon<T>(&self, host: &str, f: impl FnOnce(&mut NodeProc) -> T) -> Result<T> {
+        self.daemons()
+            .iter_mut()
             .find(|d| d.host == host && d.pid().is_some())
+            .map(f)
             .ok_or_else(|| LabError::Daemon {
                 host: host.into(),
                 reason: "not running".into(),
@@ -79,7 +81,7 @@ impl Lab {
     }
 
     fn signal_daemon(&self, host: &str, sig: Signal) -> Result<()> {
-        if self.daemon(host)?.signal(sig) {
+        if self.with_daemon(host, |d| d.signal(sig))? {
             Ok(())
         } else {
             Err(LabError::Daemon {
@@ -94,11 +96,7 @@ impl Lab {
     /// mount namespace, and so its FUSE mounts, die with it. [`Lab::restart_daemon`]
     /// brings it back.
     pub fn kill_daemon(&mut self, host: &str) -> Result<()> {
-        self.daemon(host)?;
-        if let Some(d) = self.daemons.iter_mut().find(|d| d.host == host) {
-            d.kill();
-        }
-        Ok(())
+        self.with_daemon(host, NodeProc::kill)
     }
 
     /// Stops `host`'s daemon with SIGSTOP: its sockets stay open, nothing answers.
@@ -156,7 +154,7 @@ impl Lab {
 
     /// FUSE mounts in the mount namespace of `host`'s daemon.
     pub fn fuse_mounts(&self, host: &str) -> Result<Vec<PathBuf>> {
-        let pid = self.daemon(host)?.pid().unwrap_or(0);
+        let pid = self.with_daemon(host, |d| d.pid().unwrap_or(0))?;
         let path = PathBuf::from(format!("/proc/{pid}/mountinfo"));
         let mounts = teesfs::sys::mountinfo::read(Some(pid)).map_err(LabError::io(&path))?;
         Ok(mounts

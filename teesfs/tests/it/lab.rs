@@ -172,6 +172,57 @@ fn lab_push_crosses_uplinks_as_planned_and_cleans_up() {
     assert!(left.is_empty(), "left behind: {left:#?}");
 }
 
+/// Every teesfs run of `teesfs lab bench` finds the nodes as the first one did: afterwards
+/// the layer is unpublished and the nodes start again with empty stores. Without that,
+/// each run left its payload in every node's store (tmpfs) and later runs were measured
+/// on a machine short of memory: 20-30% slower at 64 MiB (BENCHMARKS.md, issue 16).
+#[test]
+fn lab_bench_unpublishes_each_teesfs_run_and_empties_the_node_stores() {
+    if !can_lab() {
+        return;
+    }
+    let mut lab = Lab::up(&small(2, 3), &LabOptions::new(teesfs_bin())).expect("lab up");
+    let before = daemon_pids(&lab);
+    let mut seen = Vec::new();
+    let report = lab::bench::run(
+        &mut lab,
+        &[lab::bench::Method::Topo, lab::bench::Method::Flat],
+        2,
+        1 << 20,
+        |r| seen.push((r.method.name(), r.all_s)),
+    )
+    .expect("bench");
+    assert_eq!(report.runs.len(), 4, "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, s)| s.is_finite() && *s > 0.0),
+        "a run did not complete: {seen:?}"
+    );
+    for node in lab.layout().compute() {
+        let st = lab.status(&node.host).expect("status");
+        assert_eq!(
+            (st.store_chunks, st.store_bytes),
+            (0, 0),
+            "{} still holds chunks after the bench",
+            node.host
+        );
+    }
+    let after = daemon_pids(&lab);
+    assert_eq!(after.len(), before.len());
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "the daemons were not started afresh: {before:?} then {after:?}"
+    );
+    let store = lab.work().join("store");
+    let left: Vec<PathBuf> = walkdir::WalkDir::new(&store)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file() && e.file_name() != ".lock")
+        .map(walkdir::DirEntry::into_path)
+        .collect();
+    assert!(left.is_empty(), "the login store still holds {left:?}");
+    lab.down().expect("lab down");
+}
+
 #[test]
 fn lab_panicking_midway_leaves_nothing_behind() {
     if !can_lab() {
