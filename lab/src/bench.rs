@@ -258,13 +258,14 @@ fn sbcast_run(
 /// started (and an allocation over every node made) only when `sbcast` is among them.
 ///
 /// After every teesfs run the layer is unpublished and the nodes start again with empty
-/// stores ([`Lab::fresh_nodes`]), so that each run finds the machine as the first did.
-/// Otherwise every run leaves the payload in all node stores (tmpfs), and the machine's
-/// memory fills: on the project's 2-core VM, writing to tmpfs costs about 0.4 s per GiB
-/// while more than about 6 GB are free and 2.7-3.1 s per GiB below that, which made the
-/// later repetitions of a 64 MiB bench 20-30% slower, with 30% more CPU.
+/// stores ([`Lab::fresh_nodes`]) before `on_run` sees it, so that each run finds the
+/// machine's memory as the first did. Otherwise every run leaves the payload in all node
+/// stores (tmpfs): on the project's 2-core VM, writing to tmpfs takes about 0.45 s per GiB
+/// from most free memory but 1.8-2.7 s per GiB from a band of about 6 GB of it (between
+/// about 7 and 0.8 GB free), which made the later repetitions of a 64 MiB bench 20-30%
+/// slower, with 30% more CPU.
 pub fn run(
-    lab: &mut Lab,
+    lab: &Lab,
     methods: &[Method],
     reps: usize,
     payload: u64,

@@ -159,7 +159,9 @@ impl Drop for WorkDir {
 #[derive(Debug)]
 pub struct Lab {
     /// Behind a lock so that the nodes can start afresh ([`Lab::fresh_nodes`]) while
-    /// something else (Slurm, in a bench with `sbcast`) holds the lab.
+    /// something else (Slurm, in a bench with `sbcast`) holds the lab. Each `slurmd` keeps
+    /// the mount namespace of the daemon it was started in, so jobs of a Slurm started
+    /// before do not see the fresh daemons' FUSE mounts (`sbcast` does not need them).
     daemons: Mutex<Vec<NodeProc>>,
     net: Network,
     teesfs: PathBuf,
@@ -344,6 +346,17 @@ impl Lab {
         for node in self.layout().compute() {
             let state = self.work().join(&node.host).join("state");
             if state.exists() {
+                // Emptied while still mounted here: a mount namespace that outlives the
+                // daemon (a slurmd's) keeps the tmpfs, but not its files.
+                for entry in std::fs::read_dir(&state).map_err(LabError::io(&state))? {
+                    let path = entry.map_err(LabError::io(&state))?.path();
+                    let gone = if path.is_dir() && !path.is_symlink() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    gone.map_err(LabError::io(&path))?;
+                }
                 detach_mounts_under(&state);
                 std::fs::remove_dir_all(&state).map_err(LabError::io(&state))?;
             }
@@ -369,7 +382,7 @@ impl Lab {
 
     /// Starts `host`'s daemon again as [`Lab::up`] did (same directories, same address),
     /// after stopping the running one if any, and waits until it listens.
-    pub fn restart_daemon(&mut self, host: &str) -> Result<()> {
+    pub fn restart_daemon(&self, host: &str) -> Result<()> {
         let node = self
             .layout()
             .node(host)
@@ -439,7 +452,7 @@ impl Lab {
     }
 
     /// Whether every daemon is still running.
-    pub fn daemons_alive(&mut self) -> bool {
+    pub fn daemons_alive(&self) -> bool {
         self.daemons().iter_mut().all(NodeProc::alive)
     }
 

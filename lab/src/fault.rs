@@ -95,7 +95,7 @@ impl Lab {
     /// Kills `host`'s daemon with SIGKILL (a crash: no unmount, no goodbye). Its private
     /// mount namespace, and so its FUSE mounts, die with it. [`Lab::restart_daemon`]
     /// brings it back.
-    pub fn kill_daemon(&mut self, host: &str) -> Result<()> {
+    pub fn kill_daemon(&self, host: &str) -> Result<()> {
         self.with_daemon(host, NodeProc::kill)
     }
 

@@ -166,7 +166,7 @@ fn max_done(apps: &[AppRun]) -> f64 {
 
 /// Runs each of `methods` once on fresh nodes; `on_outcome` sees each as it completes.
 pub fn run(
-    lab: &mut Lab,
+    lab: &Lab,
     l: &Launch,
     methods: &[Method],
     mut on_outcome: impl FnMut(&Outcome),

@@ -203,7 +203,7 @@ fn one_job(lab: &Lab, index: &str, id: u64, reader: &str, check: &str) -> Result
 /// jobs cycling through them; the push whose proxy is killed carries `kill_index`, a layer
 /// the nodes do not hold yet, rate-limited so that it is still in flight.
 pub fn run(
-    lab: &mut Lab,
+    lab: &Lab,
     indexes: &[String],
     kill_index: &str,
     check: &str,

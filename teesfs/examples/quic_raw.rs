@@ -30,8 +30,8 @@
 //! the layer reached it, and nothing else: hash it with BLAKE3 and write it to a file of its
 //! own in STORE (a tmpfs directory, as on a diskless node), on the blocking pool, while it
 //! reads the next frame (one frame at work, as in the daemon). That is the floor for a
-//! verified, stored push over this transport,
-//! measured beside the raw stream to tell the store's cost from the relay's.
+//! verified, stored push over this transport, measured beside the raw stream to tell the
+//! store's cost from the relay's.
 //!
 //! The frames are incompressible (blake3 XOF output), though QUIC does not compress anyway.
 

@@ -181,45 +181,65 @@ fn lab_bench_unpublishes_each_teesfs_run_and_empties_the_node_stores() {
     if !can_lab() {
         return;
     }
-    let mut lab = Lab::up(&small(2, 3), &LabOptions::new(teesfs_bin())).expect("lab up");
+    let lab = Lab::up(&small(2, 3), &LabOptions::new(teesfs_bin())).expect("lab up");
+    let store = lab.work().join("store");
     let before = daemon_pids(&lab);
+    // What each run left, seen as the bench reports it: (method, all nodes' time, daemon
+    // pids, chunks in the node stores, files in the login store).
     let mut seen = Vec::new();
     let report = lab::bench::run(
-        &mut lab,
+        &lab,
         &[lab::bench::Method::Topo, lab::bench::Method::Flat],
         2,
         1 << 20,
-        |r| seen.push((r.method.name(), r.all_s)),
+        |r| {
+            let chunks: usize = lab
+                .layout()
+                .compute()
+                .map(|n| lab.status(&n.host).expect("status").store_chunks)
+                .sum();
+            let published: Vec<PathBuf> = walkdir::WalkDir::new(&store)
+                .into_iter()
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_file() && e.file_name() != ".lock")
+                .map(walkdir::DirEntry::into_path)
+                .collect();
+            seen.push((
+                r.method.name(),
+                r.all_s,
+                daemon_pids(&lab),
+                chunks,
+                published,
+            ));
+        },
     )
     .expect("bench");
     assert_eq!(report.runs.len(), 4, "{seen:?}");
-    assert!(
-        seen.iter().all(|(_, s)| s.is_finite() && *s > 0.0),
-        "a run did not complete: {seen:?}"
-    );
-    for node in lab.layout().compute() {
-        let st = lab.status(&node.host).expect("status");
-        assert_eq!(
-            (st.store_chunks, st.store_bytes),
-            (0, 0),
-            "{} still holds chunks after the bench",
-            node.host
+    let mut pids = vec![before];
+    for (method, all_s, daemons, chunks, published) in &seen {
+        assert!(
+            all_s.is_finite() && *all_s > 0.0,
+            "{method} did not complete: {seen:?}"
         );
+        assert_eq!(
+            *chunks, 0,
+            "after a {method} run the node stores hold chunks"
+        );
+        assert!(
+            published.is_empty(),
+            "after a {method} run the login store holds {published:?}"
+        );
+        pids.push(daemons.clone());
     }
-    let after = daemon_pids(&lab);
-    assert_eq!(after.len(), before.len());
-    assert!(
-        after.iter().all(|p| !before.contains(p)),
-        "the daemons were not started afresh: {before:?} then {after:?}"
-    );
-    let store = lab.work().join("store");
-    let left: Vec<PathBuf> = walkdir::WalkDir::new(&store)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file() && e.file_name() != ".lock")
-        .map(walkdir::DirEntry::into_path)
-        .collect();
-    assert!(left.is_empty(), "the login store still holds {left:?}");
+    // Every run ends with daemons of their own: started afresh after each.
+    for (i, a) in pids.iter().enumerate() {
+        for b in &pids[i + 1..] {
+            assert!(
+                a.iter().all(|p| !b.contains(p)),
+                "the daemons were not started afresh between runs: {pids:?}"
+            );
+        }
+    }
     lab.down().expect("lab down");
 }
 

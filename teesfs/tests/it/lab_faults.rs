@@ -198,7 +198,7 @@ fn lab_a_leaf_crashing_mid_push_is_reported_and_can_be_pushed_to_again() {
     if !can_lab() {
         return;
     }
-    let mut s = scene();
+    let s = scene();
     let push = s.lab.push_background(&slow_push(&s.index)).expect("push");
     wait_mid_push(&s.lab, "n03");
     s.lab.kill_daemon("n03").expect("kill n03");
@@ -218,7 +218,7 @@ fn lab_a_proxy_crashing_mid_push_is_reported_its_group_completes_and_it_comes_ba
     if !can_lab() {
         return;
     }
-    let mut s = scene();
+    let s = scene();
     let push = s.lab.push_background(&slow_push(&s.index)).expect("push");
     wait_mid_push(&s.lab, "n05");
     s.lab.kill_daemon("n05").expect("kill n05");

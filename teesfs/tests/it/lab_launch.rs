@@ -28,7 +28,7 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         group_size: 3,
         ..LabSpec::default()
     };
-    let mut lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
     let l = Launch {
         layer: layer.clone(),
         index: lab.publish(&layer).expect("publish"),
@@ -39,7 +39,7 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         bulk_quiet: std::time::Duration::from_secs(2),
     };
     let t = std::time::Instant::now();
-    let rep = lab::launch::run(&mut lab, &l, &Method::ALL, |o| eprintln!("{o:?}")).expect("launch");
+    let rep = lab::launch::run(&lab, &l, &Method::ALL, |o| eprintln!("{o:?}")).expect("launch");
     eprintln!("{}", lab::launch::table(&rep));
     assert!(t.elapsed() < Duration::from_secs(300));
     assert_eq!(rep.outcomes.len(), Method::ALL.len());

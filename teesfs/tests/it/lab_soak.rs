@@ -21,7 +21,7 @@ fn a_short_soak_leaves_nothing_behind() {
         group_size: 4,
         ..LabSpec::default()
     };
-    let mut lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
     let dir = lab.work().join("soak-layers");
     let layers = make_layers(&dir, 5, 1 << 20).expect("layers");
     let indexes: Vec<String> = layers
@@ -35,7 +35,7 @@ fn a_short_soak_leaves_nothing_behind() {
         kill_proxy: "n05".into(),
         settle: std::time::Duration::from_secs(35),
     };
-    let rep = run(&mut lab, &indexes[..4], &indexes[4], "payload.bin", &soak).expect("soak");
+    let rep = run(&lab, &indexes[..4], &indexes[4], "payload.bin", &soak).expect("soak");
     eprintln!("{}", serde_json::to_string_pretty(&rep).expect("json"));
     assert_eq!(rep.job_s.len(), 12);
     assert_eq!(rep.complete + rep.with_failures, 12);

@@ -82,7 +82,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if !methods.contains(&Method::Topo) {
         methods.insert(0, Method::Topo);
     }
-    let mut lab = a.shape.up()?;
+    let lab = a.shape.up()?;
     eprintln!(
         "bench: {} per run in {} chunks, {} repetitions of {} methods",
         util::bytes(a.payload),
@@ -90,7 +90,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         a.reps,
         methods.len()
     );
-    let rep = lab::bench::run(&mut lab, &methods, a.reps, a.payload, |r| {
+    let rep = lab::bench::run(&lab, &methods, a.reps, a.payload, |r| {
         eprintln!(
             "  {:<10} rep {}: all nodes {:6.2} s, uplinks {:>10}, cpu {:5.1} s",
             r.method.name(),

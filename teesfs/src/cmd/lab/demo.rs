@@ -43,7 +43,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     println!("the demo's outputs go to {}", out.display());
     let report = out.join("report.html");
     let built = lab::demo::build_python_layer(&a.layer_dir, &a.python)?;
-    let mut lab = a.shape.up()?;
+    let lab = a.shape.up()?;
     let result = (|| {
         let l = Launch {
             layer: built.layer.clone(),
@@ -62,7 +62,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             Method::SharedStorage,
             Method::Learned,
         ];
-        super::launch::launch(&mut lab, &l, &methods, &report, "teesfs lab demo")
+        super::launch::launch(&lab, &l, &methods, &report, "teesfs lab demo")
     })();
     lab.down()?;
     result?;

@@ -85,7 +85,7 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
     if !a.layer.is_dir() {
         bail!("--layer {}: not a directory", a.layer.display());
     }
-    let mut lab = a.shape.up()?;
+    let lab = a.shape.up()?;
     let app = lab::demo::shell_app(&a.app);
     let result = (|| {
         let index = publish(&lab, &a.layer)?;
@@ -110,7 +110,7 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
             bulk_after: a.bulk_after,
             bulk_quiet: a.bulk_quiet,
         };
-        launch(&mut lab, &l, &a.methods, &a.report, "teesfs lab launch")
+        launch(&lab, &l, &a.methods, &a.report, "teesfs lab launch")
     })();
     lab.down()?;
     result
@@ -163,7 +163,7 @@ fn record(lab: &Lab, index: &str, app: &str) -> anyhow::Result<String> {
 
 /// Runs `methods` for `l`, prints the table and writes the report.
 pub fn launch(
-    lab: &mut Lab,
+    lab: &Lab,
     l: &Launch,
     methods: &[Method],
     report: &Path,

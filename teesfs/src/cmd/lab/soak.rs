@@ -40,7 +40,7 @@ pub struct SoakArgs {
 
 /// Runs the soak.
 pub fn run(a: SoakArgs) -> anyhow::Result<()> {
-    let mut lab = a.shape.up()?;
+    let lab = a.shape.up()?;
     let dir = lab.work().join("soak-layers");
     let layers = lab::soak::make_layers(&dir, 5, a.layer)?;
     let indexes = layers
@@ -73,7 +73,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         spec.restart,
         spec.kill_proxy
     );
-    let rep = lab::soak::run(&mut lab, &indexes[..4], &indexes[4], "payload.bin", &spec)?;
+    let rep = lab::soak::run(&lab, &indexes[..4], &indexes[4], "payload.bin", &spec)?;
     let nodes = compute.len() as u64;
     lab.down()?;
     let (b, f) = (&rep.baseline, &rep.after);
