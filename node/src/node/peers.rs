@@ -429,7 +429,102 @@ impl Peers {
 mod tests {
     use super::*;
     use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Poll;
+    use std::time::Duration;
+
+    /// A router whose work for each chunk waits for the test to release it, and which
+    /// counts the chunks at work at once.
+    struct Gated {
+        order: Mutex<Vec<u32>>,
+        delivered: watch::Sender<usize>,
+        gate: Arc<tokio::sync::Semaphore>,
+        at_work: Arc<AtomicUsize>,
+        most_at_work: AtomicUsize,
+    }
+
+    impl Gated {
+        fn new() -> Self {
+            Self {
+                order: Mutex::new(Vec::new()),
+                delivered: watch::channel(0).0,
+                gate: Arc::new(tokio::sync::Semaphore::new(0)),
+                at_work: Arc::new(AtomicUsize::new(0)),
+                most_at_work: AtomicUsize::new(0),
+            }
+        }
+
+        /// Waits until `n` chunks have been delivered.
+        async fn delivered(&self, n: usize) {
+            let mut rx = self.delivered.subscribe();
+            rx.wait_for(|&d| d >= n).await.expect("router alive");
+        }
+
+        /// [`Gated::delivered`], failing after 30 s instead of hanging.
+        async fn delivered_soon(&self, n: usize) {
+            tokio::time::timeout(Duration::from_secs(30), self.delivered(n))
+                .await
+                .unwrap_or_else(|_| panic!("chunk {} never delivered", n - 1));
+        }
+    }
+
+    impl Router for Gated {
+        fn deliver(&self, _from_host: &str, _job: JobId, msg: Routed) -> Option<Pending> {
+            let Routed::Chunk { chunk, .. } = msg else {
+                return None;
+            };
+            lock(&self.order).push(chunk);
+            let now = self.at_work.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_at_work.fetch_max(now, Ordering::SeqCst);
+            self.delivered.send_modify(|d| *d += 1);
+            let (gate, at_work) = (self.gate.clone(), self.at_work.clone());
+            Some(tokio::spawn(async move {
+                gate.acquire().await.expect("gate open").forget();
+                at_work.fetch_sub(1, Ordering::SeqCst);
+            }))
+        }
+
+        fn unreachable(&self, _host: &str) {}
+    }
+
+    /// Over real QUIC between two `Peers`: a stream's chunks reach the router in the order
+    /// they were sent, and the next one only once the work the last one started is done,
+    /// although it has long arrived. (One `InOrder` per frame instead of per stream would
+    /// deliver chunk 1 while chunk 0 is at work.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streams_chunks_are_delivered_in_order_one_at_work_over_quic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::net::make_cluster(dir.path(), &["a".to_owned(), "b".to_owned()])
+            .expect("make_cluster");
+        let identity = |h| crate::net::Identity::load(dir.path(), h).expect("identity");
+        let local: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, 0).into();
+        let a = Peers::new(Transport::bind(local, &identity("a")).expect("bind a"));
+        let b = Peers::new(Transport::bind(local, &identity("b")).expect("bind b"));
+        let router = Arc::new(Gated::new());
+        let as_router: Arc<dyn Router> = router.clone();
+        b.set_router(Arc::downgrade(&as_router));
+        tokio::spawn(b.clone().accept_loop());
+        let addr = b.transport().local_addr().to_string();
+        for chunk in 0..3u32 {
+            let data = Bytes::from(vec![chunk as u8; 100_000]);
+            let head = chunk_head(JobId(7), chunk, false, data.len());
+            a.send_parts("b", &addr, StreamKind::Control, head, data);
+        }
+
+        router.delivered_soon(1).await;
+        let early = tokio::time::timeout(Duration::from_millis(500), router.delivered(2)).await;
+        assert!(
+            early.is_err(),
+            "chunk 1 was delivered while chunk 0 was at work"
+        );
+        for n in 2..=3 {
+            router.gate.add_permits(1);
+            router.delivered_soon(n).await;
+        }
+        router.gate.add_permits(1);
+        assert_eq!(*lock(&router.order), [0, 1, 2]);
+        assert_eq!(router.most_at_work.load(Ordering::SeqCst), 1);
+    }
 
     /// A stream hands on its next message without waiting for the work the one before
     /// started (its reader reads on meanwhile), but delivers it only once that work is
