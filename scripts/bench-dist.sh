@@ -64,6 +64,8 @@ export TEESFS_CONFIG="$work/config"
 
 # Median of numbers on stdin.
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# Median of the arguments.
+med() { printf '%s\n' "$@" | median; }
 
 # Starts daemons n01..n$1 with fresh state under $work/run$2; writes $work/run$2/hosts.
 start_daemons() {
@@ -195,10 +197,10 @@ for r in $(seq "$RUNS"); do
     stop_daemons
     echo "run $r: raw ${raw[-1]} MiB/s, raw hashed and stored ${stored[-1]} MiB/s, push flat ${flat[-1]} MiB/s, 2-hop chain ${chain[-1]} MiB/s" >&2
 done
-raw_med=$(printf '%s\n' "${raw[@]}" | median)
-stored_med=$(printf '%s\n' "${stored[@]}" | median)
-flat_med=$(printf '%s\n' "${flat[@]}" | median)
-chain_med=$(printf '%s\n' "${chain[@]}" | median)
+raw_med=$(med "${raw[@]}")
+stored_med=$(med "${stored[@]}")
+flat_med=$(med "${flat[@]}")
+chain_med=$(med "${chain[@]}")
 # Ratios within each run (raw and teesfs measured seconds apart), then their median.
 flat_ratio=$(for i in "${!raw[@]}"; do echo "${flat[$i]} / ${raw[$i]}" | bc -l; done | median)
 chain_ratio=$(for i in "${!raw[@]}"; do echo "${chain[$i]} / ${raw[$i]}" | bc -l; done | median)
@@ -217,7 +219,7 @@ for i in "${!raw[@]}"; do
     t_min+=("$t")
     ceiling+=("$(echo "($PUSH_MIB / ${raw[$i]}) / $t" | bc -l)")
 done
-ceiling_med=$(printf '%s\n' "${ceiling[@]}" | median)
+ceiling_med=$(med "${ceiling[@]}")
 
 # Cut-through with links, not the CPU, as the bottleneck: on this loopback all processes share
 # the same cores, so an unlimited chain does twice the CPU work of a flat push. With the root
@@ -318,7 +320,6 @@ echo "runs (MiB/s): raw ${raw[*]}; hashed and stored ${stored[*]}; flat ${flat[*
 printf 'flat push ÷ raw hashed and stored (median of per-run ratios): %.2f\n' "$flat_floor"
 echo
 echo "CPU seconds per $PUSH_MIB MiB (medians of $RUNS runs; $cores cores shared by both ends)"
-med() { printf '%s\n' "$@" | median; }
 printf '| %-44s | %8s |\n' "" "CPU-s"
 printf '|%s|%s|\n' "----------------------------------------------" "---------:"
 printf '| %-44s | %8.3f |\n' "raw client (sends)" "$(med "${cpu_client[@]}")"
@@ -332,7 +333,7 @@ printf 'Ceiling for any verified, stored push here: at least %.3f s per %s MiB, 
 echo "  (per run: ${ceiling[*]})"
 printf 'Cut-through, root capped at %s/s: flat %s s, 2-hop chain %s s (all_complete_s per run)\n' \
     "$RATE" "${rflat[*]}" "${rchain[*]}"
-printf 'chain ÷ flat (medians): %.2f\n' "$(echo "$(printf '%s\n' "${rchain[@]}" | median) / $(printf '%s\n' "${rflat[@]}" | median)" | bc -l)"
+printf 'chain ÷ flat (medians): %.2f\n' "$(echo "$(med "${rchain[@]}") / $(med "${rflat[@]}")" | bc -l)"
 echo
 chunk_ms=$(echo "1000 / $raw_med" | bc -l)
 rtt_ms=$(echo "$rtt_us / 1000" | bc -l)

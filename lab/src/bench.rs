@@ -298,11 +298,7 @@ pub fn run(
                 }
                 _ => {
                     let (r, s) = one_run(lab, m, rep, &dir, &file)?;
-                    if let Some(s) = s {
-                        stored = s;
-                        lab.unpublish_all()?;
-                        lab.fresh_nodes()?;
-                    }
+                    stored = s.unwrap_or(stored);
                     r
                 }
             };
@@ -322,7 +318,8 @@ pub fn run(
 }
 
 /// One run of a BitTorrent or teesfs method on the payload in `dir`; for teesfs also the
-/// stored size of the published layer.
+/// stored size of the published layer, which is unpublished again, and the nodes start
+/// afresh, before this returns (see [`run`]).
 fn one_run(
     lab: &Lab,
     m: Method,
@@ -355,6 +352,8 @@ fn one_run(
         root_out_bytes: pr.root_link.tx,
         cpu_s: pr.cpu_s,
     };
+    lab.unpublish_all()?;
+    lab.fresh_nodes()?;
     Ok((run, Some(pr.report.total_bytes)))
 }
 
