@@ -64,6 +64,9 @@ struct Pending {
     done: Option<AppRun>,
 }
 
+/// How long the nodes may take to show the job's mount once the push has ended.
+const MOUNT_GRACE: Duration = Duration::from_secs(10);
+
 /// Pushes `o` (whole layer, urgent set first) and starts `app` on every compute node as
 /// soon as its mount of the job shows the `probe` path (relative to the layer root).
 pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun> {
@@ -91,6 +94,7 @@ pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun
     let mut o = o.clone();
     o.wait_all = true;
     let t0 = Instant::now();
+    let mut push_ended = None;
     std::thread::scope(|scope| {
         let pusher = scope.spawn(|| lab.push(&o));
         let deadline = t0 + o.timeout;
@@ -102,8 +106,12 @@ pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun
                 ));
             }
             if pusher.is_finished() && pending.iter().any(|p| p.started.is_none()) {
-                // The push ended without every node mounting: stop waiting.
-                break;
+                // A node mounts the job as its push ends, so for a small layer the push
+                // can end before every mount shows: give them a while, then stop waiting.
+                let ended = *push_ended.get_or_insert_with(Instant::now);
+                if ended.elapsed() > MOUNT_GRACE {
+                    break;
+                }
             }
             for (p, known) in pending.iter_mut().zip(&known) {
                 step(lab, p, known, app, probe, t0)?;
