@@ -176,6 +176,10 @@ pub struct BenchReport {
     pub runs: Vec<Run>,
     /// Per method.
     pub summary: Vec<Summary>,
+    /// The scale model the lab ran under (`None`: pooled).
+    pub model: Option<crate::scale::ScaleModel>,
+    /// The model in one line.
+    pub model_text: String,
 }
 
 /// Writes `bytes` of incompressible data (seeded, so runs differ) as `dir/payload.bin`.
@@ -405,6 +409,8 @@ fn report(
         min_uplink_bytes: min_up,
         runs,
         summary,
+        model: lab.model().cloned(),
+        model_text: lab.model_text(),
     }
 }
 

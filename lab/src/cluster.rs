@@ -13,11 +13,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
+use crate::cgroup::NodeCgroups;
 use crate::error::{LabError, Result};
 use crate::layout::{LabSpec, Layout, NodeSpec};
 use crate::net::{Counters, Network};
 use crate::proc::{self, NodeProc};
 use crate::report::PushReport;
+use crate::scale::{CpuModel, Reference, ScaleModel};
 use crate::{check_interrupt, require_root, sh};
 
 /// File that marks a directory as a lab work directory (for `teesfs lab clean`).
@@ -47,6 +49,11 @@ pub struct LabOptions {
     /// Chunk size of every layer the lab publishes, in bytes; `None`: `teesfs publish`'s
     /// own choice from the layer's size (`--chunk-size auto`).
     pub chunk_size: Option<u64>,
+    /// How the nodes share this machine's CPU: the scale model ([`CpuModel::Auto`]) by
+    /// default, so a node's work competes only with itself, as on separate machines.
+    pub cpu: CpuModel,
+    /// The reference node whose CPU-to-link ratio the scale model keeps.
+    pub reference: Reference,
 }
 
 /// Size of a node's state tmpfs: the daemon's default store (4 GiB) and copies (1 GiB)
@@ -63,6 +70,8 @@ impl LabOptions {
             keep_work: false,
             tmpfs_state: true,
             chunk_size: None,
+            cpu: CpuModel::Auto,
+            reference: Reference::default(),
         }
     }
 }
@@ -168,6 +177,10 @@ pub struct Lab {
     work: WorkDir,
     /// How the daemons were started (to restart one the same way).
     opts: LabOptions,
+    /// The scale model the lab runs under (`None`: pooled).
+    model: Option<ScaleModel>,
+    /// The nodes' CPU cgroups; dropped after the daemons and the network.
+    cgroups: Option<NodeCgroups>,
 }
 
 impl Lab {
@@ -175,7 +188,13 @@ impl Lab {
     /// compute node.
     pub fn up(spec: &LabSpec, opts: &LabOptions) -> Result<Self> {
         require_root()?;
-        let layout = Layout::new(&Layout::random_prefix(), spec)?;
+        let cores = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+        let planned = ScaleModel::plan(spec, opts.cpu, opts.reference, cores)?;
+        let (model, spec) = match planned {
+            Some((m, scaled)) => (Some(m), scaled),
+            None => (None, spec.clone()),
+        };
+        let layout = Layout::new(&Layout::random_prefix(), &spec)?;
         let path = std::env::temp_dir().join(&layout.prefix);
         std::fs::create_dir(&path).map_err(LabError::io(&path))?;
         let work = WorkDir {
@@ -187,12 +206,18 @@ impl Lab {
         let t = Instant::now();
         let net = Network::build(layout)?;
         tracing::info!("lab network up in {:.2} s", t.elapsed().as_secs_f64());
+        let cgroups = match &model {
+            Some(m) => Some(NodeCgroups::create(net.layout(), m)?),
+            None => None,
+        };
         let lab = Self {
             daemons: Mutex::new(Vec::new()),
             net,
             teesfs: opts.teesfs.clone(),
             work,
             opts: opts.clone(),
+            model,
+            cgroups,
         };
         lab.credentials()?;
         lab.start_daemons(opts)?;
@@ -203,6 +228,28 @@ impl Lab {
     /// The lab's shape.
     pub fn layout(&self) -> &Layout {
         self.net.layout()
+    }
+
+    /// The scale model the lab runs under; `None` when its nodes share every core.
+    pub fn model(&self) -> Option<&ScaleModel> {
+        self.model.as_ref()
+    }
+
+    /// The model in one line, for every report: CPU per node, link rates, the factor.
+    pub fn model_text(&self) -> String {
+        match &self.model {
+            Some(m) => format!(
+                "{}; slave links {:.0} Mbit/s",
+                m.describe(),
+                self.layout().spec.rates.slave as f64 / 1e6
+            ),
+            None => crate::scale::POOLED_TEXT.to_string(),
+        }
+    }
+
+    /// The nodes' CPU cgroups (throttling counters, pids); `None` when pooled.
+    pub fn cgroups(&self) -> Option<&NodeCgroups> {
+        self.cgroups.as_ref()
     }
 
     /// The network (for counters).

@@ -411,6 +411,7 @@ pub fn summary(title: &str, lab: &Lab, layer: &Path, run: &DemoRun) -> String {
         mib(r.total_bytes),
         mib(r.urgent_bytes)
     );
+    let _ = writeln!(text, "  {}", lab.model_text());
     let _ = writeln!(text, "  urgent set on every node:       {urgent_s:6.2} s");
     let _ = writeln!(
         text,

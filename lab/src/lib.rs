@@ -23,6 +23,7 @@
 //! killed run left. This crate never touches the host's own network namespace or mounts.
 
 pub mod bench;
+pub mod cgroup;
 pub mod cluster;
 pub mod demo;
 pub mod error;
@@ -33,6 +34,7 @@ pub mod net;
 pub mod plot;
 pub mod proc;
 pub mod report;
+pub mod scale;
 mod sh;
 pub mod slurm;
 pub mod soak;
@@ -92,6 +94,8 @@ pub struct Cleaned {
     pub processes: usize,
     /// Work directories removed.
     pub dirs: Vec<std::path::PathBuf>,
+    /// Node CPU cgroups of the scale model removed.
+    pub cgroups: Vec<std::path::PathBuf>,
 }
 
 /// Removes every lab resource on this machine: kills processes in lab namespaces, deletes
@@ -118,6 +122,7 @@ pub fn clean() -> Result<Cleaned> {
         sh::run("ip", &["netns", "del", &ns])?;
         done.namespaces.push(ns);
     }
+    done.cgroups = cgroup::clean(&done.namespaces);
     let tmp = std::env::temp_dir();
     if let Ok(rd) = std::fs::read_dir(&tmp) {
         for e in rd.flatten() {

@@ -290,6 +290,14 @@ pub fn bench(path: &Path, r: &BenchReport) -> Result<()> {
             ("sans-serif", 20),
         )
         .map_err(plot_err)?;
+    // The model the figures were measured under, as a footer.
+    let (root, foot) = root.split_vertically(500);
+    foot.draw_text(
+        &r.model_text,
+        &("sans-serif", 14).into_text_style(&foot),
+        (12, 8),
+    )
+    .map_err(plot_err)?;
     let panels = root.split_evenly((1, 2));
     const MIB: f64 = (1u64 << 20) as f64;
     bars(
@@ -362,6 +370,8 @@ mod tests {
             min_uplink_bytes: 64 << 20,
             runs,
             summary,
+            model: None,
+            model_text: crate::scale::POOLED_TEXT.into(),
         };
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("bench.svg");
@@ -373,6 +383,7 @@ mod tests {
             "sbcast",
             "link lower bound",
             "minimum",
+            "pooled: every node shares",
         ] {
             assert!(svg.contains(l), "plot lacks {l:?}");
         }

@@ -16,7 +16,7 @@ use nix::unistd::Pid;
 /// and `unshare --mount --propagation private` gives it mounts nobody else sees. Each tool
 /// execs the next, so the returned child's pid is the program's pid.
 pub fn in_new_mounts(netns: &str, program: &str) -> Command {
-    let mut c = Command::new("nsenter");
+    let mut c = crate::cgroup::nsenter(netns);
     c.arg(format!("--net=/run/netns/{netns}"))
         .args(["setpriv", "--pdeathsig", "KILL", "--"])
         .args(["unshare", "--mount", "--propagation", "private", "--"])
@@ -27,7 +27,7 @@ pub fn in_new_mounts(netns: &str, program: &str) -> Command {
 /// A command that runs `program` in `netns` and in the mount namespace of process `pid`
 /// (a node's daemon), so it sees that node's FUSE mounts.
 pub fn in_mounts_of(netns: &str, pid: u32, program: &str) -> Command {
-    let mut c = Command::new("nsenter");
+    let mut c = crate::cgroup::nsenter(netns);
     c.arg(format!("--net=/run/netns/{netns}"))
         .arg(format!("--mount=/proc/{pid}/ns/mnt"))
         .args(["setpriv", "--pdeathsig", "KILL", "--"])

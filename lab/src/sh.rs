@@ -50,7 +50,7 @@ pub fn sh_in(netns: &str, script: &str) -> Result<String> {
 
 /// A command that runs `program` inside `netns` (network only; the host's mounts).
 pub fn command_in(netns: &str, program: &str) -> Command {
-    let mut c = Command::new("nsenter");
+    let mut c = crate::cgroup::nsenter(netns);
     c.arg(format!("--net=/run/netns/{netns}")).arg(program);
     c
 }

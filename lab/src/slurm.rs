@@ -340,9 +340,14 @@ impl Slurm<'_> {
     /// A client command (`srun`, `sbatch`, `sbcast`, `scontrol`, ...) run on the login
     /// node: its network namespace, `SLURM_CONF` set, killed if the lab process dies.
     pub fn client(&self, program: &str) -> Command {
-        let login = self.lab.layout().node("login").map(|n| n.netns.clone());
-        let mut c = Command::new("nsenter");
-        c.arg(format!("--net=/run/netns/{}", login.unwrap_or_default()))
+        let login = self
+            .lab
+            .layout()
+            .node("login")
+            .map(|n| n.netns.clone())
+            .unwrap_or_default();
+        let mut c = crate::cgroup::nsenter(&login);
+        c.arg(format!("--net=/run/netns/{login}"))
             .args(["setpriv", "--pdeathsig", "KILL", "--"])
             .arg(program)
             .env("SLURM_CONF", &self.conf);
@@ -601,7 +606,7 @@ impl Slurm<'_> {
         let socket = mdir.join("munge.socket");
         let munged = which("munged").unwrap_or_else(|| "munged".into());
         let log = mdir.join("munged.log");
-        let mut cmd = Command::new("nsenter");
+        let mut cmd = crate::cgroup::nsenter(&login);
         cmd.arg(format!("--net=/run/netns/{login}"))
             .args(["setpriv", "--pdeathsig", "KILL", "--"])
             .arg(&munged)
@@ -776,7 +781,7 @@ fn in_node_uts(
     bind: Option<(PathBuf, PathBuf)>,
     exec: &str,
 ) -> Command {
-    let mut c = Command::new("nsenter");
+    let mut c = crate::cgroup::nsenter(netns);
     c.arg(format!("--net=/run/netns/{netns}"));
     if let Some(pid) = mounts_of {
         c.arg(format!("--mount=/proc/{pid}/ns/mnt"));

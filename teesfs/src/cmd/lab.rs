@@ -84,6 +84,17 @@ pub struct ShapeArgs {
     /// level of the tree (0.84 ms at 10 Gbit/s).
     #[arg(long, default_value = "auto", value_parser = util::parse_chunk_size, value_name = "SIZE|auto")]
     pub chunk_size: util::ChunkSize,
+    /// CPU of each lab node, in cores: `auto` (the scale model: each node in its own CPU
+    /// cgroup, with the CPU the reference node has per byte of its slave link, and link
+    /// rates lowered by the same factor when the machine cannot give every node that
+    /// much), a fraction such as `1/16` or `0.05` (links scaled to the reference ratio),
+    /// or `pooled` (every node shares every core: measures this machine, not a cluster).
+    #[arg(long, default_value = "auto", value_name = "auto|pooled|CORES")]
+    pub node_cpu: lab::scale::CpuModel,
+    /// The reference node the scale model stands for, as CORESxRATE: its cores and its
+    /// fabric link. The lab keeps its CPU-to-link ratio.
+    #[arg(long, default_value = "64x100gbit", value_name = "CORESxRATE")]
+    pub reference: lab::scale::Reference,
 }
 
 impl ShapeArgs {
@@ -112,18 +123,22 @@ impl ShapeArgs {
         opts.keep_work = self.keep;
         opts.tmpfs_state = !self.disk_stores;
         opts.chunk_size = self.chunk_size.fixed().map(u64::from);
+        opts.cpu = self.node_cpu;
+        opts.reference = self.reference;
         let spec = self.spec();
+        let t = std::time::Instant::now();
+        let lab = Lab::up(&spec, &opts)?;
+        let rates = &lab.layout().spec.rates;
         eprintln!(
             "lab: {} groups x {} nodes, slave links {}, uplinks {}, login {}, MTU {}",
             spec.groups,
             spec.group_size,
-            util::bit_rate(spec.rates.slave),
-            util::bit_rate(spec.rates.proxy_uplink),
-            util::bit_rate(spec.rates.login),
+            util::bit_rate(rates.slave),
+            util::bit_rate(rates.proxy_uplink),
+            util::bit_rate(rates.login),
             spec.mtu
         );
-        let t = std::time::Instant::now();
-        let lab = Lab::up(&spec, &opts)?;
+        eprintln!("lab: {}", lab.model_text());
         eprintln!(
             "lab {} up: {} daemons in {:.1} s (work dir {})",
             lab.layout().prefix,
@@ -178,10 +193,11 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
 fn clean() -> anyhow::Result<()> {
     let c = lab::clean()?;
     println!(
-        "removed {} namespace(s), killed {} process(es), removed {} work dir(s)",
+        "removed {} namespace(s), killed {} process(es), removed {} work dir(s), {} cgroup(s)",
         c.namespaces.len(),
         c.processes,
-        c.dirs.len()
+        c.dirs.len(),
+        c.cgroups.len()
     );
     for n in &c.namespaces {
         println!("  netns {n}");

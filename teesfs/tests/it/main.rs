@@ -21,6 +21,8 @@ mod lab;
 mod lab_baselines;
 mod lab_faults;
 mod lab_launch;
+mod lab_load;
+mod lab_model;
 mod lab_slurm;
 mod lab_soak;
 mod local_state;

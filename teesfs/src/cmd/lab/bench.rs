@@ -129,6 +129,7 @@ fn print_table(r: &BenchReport) {
         r.lower_bound_s,
         util::bytes(r.min_uplink_bytes)
     );
+    println!("{}", r.model_text);
     println!(
         "{:<16} {:>8} {:>8} {:>9} {:>11} {:>8} {:>9} {:>7}",
         "method", "all (s)", "vs topo", "vs bound", "uplink in", "vs min", "vs random", "cpu (s)"

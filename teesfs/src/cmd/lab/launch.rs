@@ -178,10 +178,11 @@ pub fn launch(
         );
     })?;
     let mut text = format!(
-        "{title}: {} nodes in {} groups, layer {}\n",
+        "{title}: {} nodes in {} groups, layer {}\n  {}\n",
         lab.layout().compute().count(),
         lab.layout().spec.groups,
-        l.layer.display()
+        l.layer.display(),
+        lab.model_text()
     );
     if let Some(run) = &rep.urgent_first {
         text = lab::demo::summary(title, lab, &l.layer, run);

@@ -1,0 +1,173 @@
+//! The scale model: every lab node runs in its own CPU cgroup, so a node that spins gets
+//! no more than its quota and another node's application starts as fast as with the
+//! machine idle; a node's application takes its CPU time over the quota; the cgroups are
+//! gone when the lab is.
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use lab::scale::CpuModel;
+use lab::{Lab, LabOptions, LabSpec};
+
+use crate::lab::can_lab;
+use crate::util::teesfs_bin;
+
+/// CPU of each node in this test: enough to measure quickly, little enough that two
+/// nodes' quotas and the login node's fit in this machine's two cores.
+const NODE_CPU: f64 = 0.1;
+
+/// Busy loops started on a node, killed when dropped.
+struct Spinners(Vec<Child>);
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spin(lab: &Lab, host: &str, n: usize) -> Spinners {
+    Spinners(
+        (0..n)
+            .map(|_| {
+                lab.command_on(host, "sh")
+                    .expect("node command")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("busy loop")
+            })
+            .collect(),
+    )
+}
+
+/// A fixed amount of CPU work on `host`: wall seconds and the CPU seconds it used.
+fn work(lab: &Lab, host: &str) -> (f64, f64) {
+    let t = Instant::now();
+    // `times` prints the shell's own user and system time: the work's CPU.
+    let out = lab
+        .command_on(host, "sh")
+        .expect("node command")
+        .args([
+            "-c",
+            "i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done; times",
+        ])
+        .output()
+        .expect("work");
+    let wall = t.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().expect("times output");
+    let cpu: f64 = first.split_whitespace().map(minutes_seconds).sum();
+    (wall, cpu)
+}
+
+/// `0m1.23s` as seconds.
+fn minutes_seconds(s: &str) -> f64 {
+    let (m, rest) = s.split_once('m').expect("NmN.NNs");
+    let sec = rest.trim_end_matches('s');
+    m.parse::<f64>().expect("minutes") * 60.0 + sec.parse::<f64>().expect("seconds")
+}
+
+fn cpu_of(spinners: &Spinners) -> f64 {
+    spinners
+        .0
+        .iter()
+        .map(|c| lab::proc::cpu_seconds(c.id()))
+        .sum()
+}
+
+#[test]
+fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
+    if !can_lab() {
+        return;
+    }
+    let spec = LabSpec {
+        groups: 1,
+        group_size: 3,
+        ..LabSpec::default()
+    };
+    let mut opts = LabOptions::new(teesfs_bin());
+    opts.cpu = CpuModel::Cores(NODE_CPU);
+    let lab = Lab::up(&spec, &opts).expect("lab up");
+    let model = lab.model().expect("a scale model").clone();
+    assert_eq!(model.node_cpu, NODE_CPU);
+    // 0.1 core at 1.5625 Gbit/s per core: links of 156 Mbit/s.
+    assert_eq!(lab.layout().spec.rates.slave, 156_250_000);
+    assert!(
+        lab.model_text().contains("0.1000 cores per node"),
+        "{}",
+        lab.model_text()
+    );
+    let dirs: Vec<_> = lab
+        .layout()
+        .nodes
+        .iter()
+        .filter_map(|n| lab::cgroup::dir_of(&n.netns))
+        .collect();
+    assert!(dirs.iter().all(|d| d.is_dir()), "{dirs:?}");
+
+    // Alone, the work takes its CPU time over the quota.
+    let (alone, cpu) = work(&lab, "n03");
+    let modelled = cpu / NODE_CPU;
+    assert!(
+        alone > 0.7 * modelled && alone < 1.5 * modelled + 0.3,
+        "alone {alone:.2} s for {cpu:.3} CPU-s: the model says {modelled:.2} s"
+    );
+
+    // Two busy loops on n02: together no more than n02's quota.
+    let spinners = spin(&lab, "n02", 2);
+    let in_cgroup = lab.cgroups().expect("cgroups").pids("n02");
+    for c in &spinners.0 {
+        assert!(
+            in_cgroup.contains(&c.id()),
+            "{} not in n02's cgroup {in_cgroup:?}",
+            c.id()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (c0, t0) = (cpu_of(&spinners), Instant::now());
+    let (beside, _) = work(&lab, "n03");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (used, wall) = (cpu_of(&spinners) - c0, t0.elapsed().as_secs_f64());
+    assert!(
+        used <= NODE_CPU * wall * 1.15 + 0.02,
+        "two busy loops used {used:.3} CPU-s in {wall:.2} s, over the quota {NODE_CPU}"
+    );
+    assert!(
+        used >= NODE_CPU * wall * 0.5,
+        "the busy loops barely ran: {used:.3} CPU-s"
+    );
+    let throttled = lab
+        .cgroups()
+        .expect("cgroups")
+        .throttling("n02")
+        .expect("cpu.stat");
+    assert!(throttled.throttled > 0, "{throttled:?}");
+    // n03's work is not slowed by n02 spinning.
+    assert!(
+        beside < alone * 1.3 + 0.1,
+        "n03's work took {beside:.2} s beside a spinning n02, {alone:.2} s alone"
+    );
+    drop(spinners);
+
+    lab.down().expect("lab down");
+    for d in &dirs {
+        assert!(!d.exists(), "cgroup {} left behind", d.display());
+    }
+}
+
+#[test]
+fn lab_model_refuses_more_cpu_than_the_machine_has_and_says_what_to_change() {
+    if !can_lab() {
+        return;
+    }
+    let mut opts = LabOptions::new(teesfs_bin());
+    opts.cpu = CpuModel::Cores(4.0);
+    let e = Lab::up(&LabSpec::default(), &opts)
+        .expect_err("32 nodes of 4 cores")
+        .to_string();
+    assert!(e.contains("--node-cpu"), "{e}");
+}
