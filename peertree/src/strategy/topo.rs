@@ -15,10 +15,11 @@
 //!   and leaders feed as many hosts as their links carry;
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
 //!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
-//!   receives once and feeds the rest of its group as a chain, so every group's uplink
-//!   carries the payload inbound exactly once. Leaders are taken in topology order and
-//!   laid out by recursive spans, so a leader's children are its neighbours (fewer hops
-//!   across super nodes and cabinets).
+//!   receives once and feeds the rest of its group, as a chain when the group is small
+//!   and as a binary tree when a chain would be deep ([`hang_orphans`]), so every group's
+//!   uplink carries the payload inbound exactly once. Leaders are taken in topology order
+//!   and laid out by recursive spans, so a leader's children are its neighbours (fewer
+//!   hops across super nodes and cabinets).
 
 use super::{Builder, Cursor};
 use crate::metrics::hops_between;
@@ -195,7 +196,8 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 /// - a group without its proxy borrows the proxy when it is idle and at least three of
 ///   its nodes are in the job (the paper: more than half), since a deputy would otherwise
 ///   feed two or more over one NIC; the remaining orphan groups get a deputy whose group
-///   hangs below it as a chain (one stream per NIC);
+///   hangs below it as a chain (one stream per NIC) or, beyond [`ORPHAN_CHAIN_MAX`] nodes,
+///   as a binary tree ([`hang_orphans`]);
 /// - leaders are taken in topology order and laid out by recursive spans;
 /// - with link rates ([`crate::rates`]), the fan-outs come from them instead: a leader
 ///   feeds `port / node` slaves and `uplink / node` groups, the login node `login / node`
@@ -303,14 +305,39 @@ pub(super) fn improved(b: &mut Builder<'_>) {
                 .get_or_insert_with(|| Cursor::new(b.bfs()))
                 .place(b, deputy),
         }
-        // The rest of the group as a chain below the deputy.
-        let mut tail = deputy;
-        for &m in rest {
-            b.attach(tail, m);
-            tail = m;
-        }
-        prev = Some(tail);
+        hang_orphans(b, deputy, rest);
+        prev = Some(rest.last().copied().unwrap_or(deputy));
     }
+}
+
+/// Orphan groups of at most this many nodes (the deputy included) hang below their deputy
+/// as a chain, at most 7 levels; larger ones as a binary tree ([`hang_orphans`]).
+const ORPHAN_CHAIN_MAX: usize = 8;
+
+/// Hangs the rest of an orphan group below its `deputy`, which is the group's only entry.
+///
+/// A member's NIC carries one stream at a node's rate, so a chain keeps every stream at
+/// that rate, but each of its `n - 1` levels costs the urgent set a chunk's
+/// store-and-forward, a round trip and part of a connection set-up, and a failure
+/// re-attaches everything below it. A group of more than [`ORPHAN_CHAIN_MAX`] nodes hangs
+/// as a binary tree instead, breadth first: `floor(log2 n)` levels (3 for the 12 or 13
+/// members of a 14-node group, where the chain had 11 or 12), each relaying member feeding
+/// two at half a node's rate. No tree entered once does both (a member that feeds two
+/// halves the rate of everything below it).
+///
+/// Measured in the simulator (BENCHMARKS.md, "Fragmented allocations"; `cargo run
+/// --release -p peertree --example sim_fragmented_groups`), 89 nodes in groups of 14 with
+/// two orphan groups of 12, the demo's 1.2 MiB urgent set in 256 KiB chunks, against the
+/// same job in whole groups: 0.93x on the lab's machine (2 shared cores; the chain 2.32x),
+/// 1.26x with 1/16 of a core per node (1.91x), 1.56x on Tianhe (2.28x). The price, where
+/// nodes are bound by their NIC: an urgent set of 16 MiB or more arrives up to 2x later
+/// than in whole groups along the tree, 1.0-1.5x along the chain, and so does a layer of
+/// that size. The threshold: over those machines and urgent sets the chain's worst case is
+/// the lower for orphan groups of up to 7 nodes, the tree's from 9.
+fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
+    let fan = if rest.len() < ORPHAN_CHAIN_MAX { 1 } else { 2 };
+    let fan = fan.min(b.width());
+    hang_relays(b, deputy, fan, fan, rest);
 }
 
 /// How many streams each kind of host feeds, from the link rates when the topology has

@@ -3,6 +3,7 @@
 
 mod common;
 mod hostlist;
+mod orphans;
 mod strategies;
 mod topo;
 mod topology;

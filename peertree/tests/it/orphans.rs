@@ -1,0 +1,211 @@
+//! Fragmented allocations (issue 28 item 7): a group whose proxy is not in the job and
+//! cannot be borrowed is entered once, through a deputy, and the rest of it hangs below the
+//! deputy in a bounded depth: a chain of at most 8 nodes, a binary tree beyond.
+
+use std::collections::BTreeMap;
+
+use peertree::topology::Topology;
+use peertree::{
+    Availability, GroupId, LinkRates, NodeId, Plan, PlanOptions, Strategy, measure, plan,
+};
+use proptest::prelude::*;
+use proptest::strategy::Strategy as _;
+
+use crate::common::{cluster, hosts};
+use crate::strategies::Case;
+
+/// Nodes an orphan group may have and still hang as a chain below its deputy.
+const CHAIN_MAX: usize = 8;
+
+/// Each orphan group of `p`: its deputy and every member of it in the plan (deputy first).
+fn orphan_groups(p: &Plan) -> BTreeMap<GroupId, (NodeId, Vec<NodeId>)> {
+    let mut by_group: BTreeMap<GroupId, Vec<NodeId>> = BTreeMap::new();
+    for &o in &p.orphans {
+        let g = p.group[o.index()].expect("orphans are in a group");
+        by_group.entry(g).or_default().push(o);
+    }
+    by_group
+        .into_iter()
+        .map(|(g, members)| {
+            let entries: Vec<NodeId> = members
+                .iter()
+                .copied()
+                .filter(|m| p.parent[m.index()].is_none_or(|q| p.group[q.index()] != Some(g)))
+                .collect();
+            assert_eq!(entries.len(), 1, "group {g:?} entered by {entries:?}");
+            (g, (entries[0], members))
+        })
+        .collect()
+}
+
+/// Levels of `group`'s members below `deputy`, counting only edges inside the group.
+fn depth_below(p: &Plan, deputy: NodeId, group: GroupId) -> u32 {
+    let mut deepest = 0;
+    let mut level = vec![deputy];
+    let mut d = 0;
+    while !level.is_empty() {
+        deepest = d;
+        level = level
+            .iter()
+            .flat_map(|n| p.children[n.index()].iter().copied())
+            .filter(|c| p.group[c.index()] == Some(group))
+            .collect();
+        d += 1;
+    }
+    deepest
+}
+
+/// The deepest an orphan group of `n` nodes may hang below its deputy.
+fn depth_bound(n: usize, width: usize) -> u32 {
+    if n <= CHAIN_MAX || width < 2 {
+        (n - 1) as u32
+    } else {
+        n.ilog2()
+    }
+}
+
+/// 8 groups of 14 (the first node the proxy). The fragmented job, 89 nodes: groups 1-4
+/// whole, groups 5 and 6 without their proxy and their last node (12 members each),
+/// group 7 its proxy and 8 members. The whole-group job: the first 89 nodes.
+fn fourteen() -> (Topology, Vec<String>, Vec<String>) {
+    let fragmented = hosts("cn[0001-0056,0058-0069,0072-0083,0085-0093]");
+    let whole = hosts("cn[0001-0089]");
+    (cluster(112, 14), fragmented, whole)
+}
+
+/// As `teesfs push` without --busy, --idle or --borrow-idle: no proxy outside the job is
+/// borrowed.
+fn no_borrowing() -> PlanOptions {
+    PlanOptions {
+        availability: Availability::Idle(Default::default()),
+        ..PlanOptions::default()
+    }
+}
+
+/// The job of issue 28 item 7 (89 nodes in 14-node groups, two groups of 12 without their
+/// proxy) was 15 levels deep with `topo`: each orphan group a 12-node chain below its
+/// deputy. Now each hangs as a binary tree, 3 levels below its deputy, the plan is at most
+/// two levels deeper than the same job in whole groups, every group's uplink still
+/// carries the payload in once, and every node is in the plan once.
+#[test]
+fn a_fragmented_job_of_14_node_groups_is_no_longer_15_levels_deep() {
+    let (bare, fragmented, whole) = fourteen();
+    let lab =
+        LinkRates::parse("node=100mbit,port=400mbit,uplink=400mbit,login=400mbit").expect("valid");
+    for topology in [bare.clone(), bare.with_links(Some(lab))] {
+        let rated = topology.links().is_some();
+        let p = plan(&topology, &fragmented, Strategy::Topo, &no_borrowing()).expect("ok");
+        let w = plan(&topology, &whole, Strategy::Topo, &no_borrowing()).expect("ok");
+        assert_eq!(p.check(), Ok(()));
+        assert!(p.borrowed.is_empty());
+        let mut job: Vec<&str> = p.job_nodes().map(|id| p.host(id)).collect();
+        job.sort_unstable();
+        assert_eq!(
+            job,
+            fragmented.iter().map(String::as_str).collect::<Vec<_>>()
+        );
+
+        let groups = orphan_groups(&p);
+        assert_eq!(groups.len(), 2, "rated {rated}");
+        for (g, (deputy, members)) in &groups {
+            assert_eq!(members.len(), 12);
+            assert_eq!(depth_below(&p, *deputy, *g), 3, "rated {rated}: {g:?}");
+            for m in members {
+                let kin = p.children[m.index()]
+                    .iter()
+                    .filter(|c| p.group[c.index()] == Some(*g))
+                    .count();
+                assert!(kin <= 2, "rated {rated}: {} feeds {kin}", p.host(*m));
+            }
+        }
+        // Before: 15 levels unrated, 14 rated (two chains of 12 from depth 3); now 7,
+        // against 5 and 7 in whole groups.
+        assert!(
+            p.depth() <= w.depth() + 2,
+            "rated {rated}: {} levels against {} in whole groups",
+            p.depth() + 1,
+            w.depth() + 1
+        );
+        let m = measure(&p, &topology, 1);
+        assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+        assert!(m.group_uplink.iter().all(|g| g.in_bytes == 1), "{m:?}");
+    }
+}
+
+/// A deputy whose group is mostly absent, or a group of at most 8 nodes, keeps the chain:
+/// every stream at a node's rate, and at most 7 levels.
+#[test]
+fn a_small_orphan_group_stays_a_chain() {
+    let topology = cluster(56, 14);
+    // Group 1 (cn1-14) without its proxy: 8 members, then 2, then 9.
+    for (expr, n) in [
+        ("cn[0002-0009,0015-0028]", 8),
+        ("cn[0002-0003,0015-0028]", 2),
+        ("cn[0002-0010,0015-0028]", 9),
+    ] {
+        let p = plan(&topology, &hosts(expr), Strategy::Topo, &no_borrowing()).expect("ok");
+        let groups = orphan_groups(&p);
+        let (g, (deputy, members)) = groups.iter().next().expect("one orphan group");
+        assert_eq!(members.len(), n);
+        let expect = if n <= CHAIN_MAX { n as u32 - 1 } else { 3 };
+        assert_eq!(depth_below(&p, *deputy, *g), expect, "{expr}");
+    }
+}
+
+/// Allocations on clusters of groups of up to 24 (`strategies::case` stops at 9, below
+/// the chain's limit): fragmented subsets, contiguous ranges and busy nodes.
+fn wide_groups() -> impl proptest::strategy::Strategy<Value = Case> {
+    (
+        1usize..8,
+        1usize..25,
+        any::<bool>(),
+        1usize..18,
+        proptest::option::of((1u64..10, 1u64..10, 1u64..10)),
+    )
+        .prop_flat_map(|(groups, group_size, levels, width, rates)| {
+            let n = groups * group_size;
+            let all: Vec<usize> = (0..n).collect();
+            let contiguous = (0..n, 1..=n)
+                .prop_map(move |(start, len)| (start..(start + len).min(n)).collect::<Vec<_>>());
+            let fragmented = proptest::sample::subsequence(all.clone(), 1..=n);
+            let job = prop_oneof![contiguous, fragmented];
+            let busy = proptest::sample::subsequence(all, 0..=n);
+            (job, busy).prop_map(move |(job, busy)| Case {
+                groups,
+                group_size,
+                levels,
+                job,
+                busy,
+                width,
+                seed: 0,
+                rates,
+            })
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// On any allocation (groups missing their proxy, busy proxies, 1..N members, rated or
+    /// not, any width): every orphan group is entered once, through its deputy, hangs
+    /// below it no deeper than [`depth_bound`], and every group's uplink carries the
+    /// payload in once.
+    #[test]
+    fn every_orphan_group_is_entered_once_and_hangs_shallow(case in wide_groups()) {
+        let topology = case.topology();
+        let nodes = case.nodes();
+        let p = plan(&topology, &nodes, Strategy::Topo, &case.options()).expect("ok");
+        prop_assert_eq!(p.check(), Ok(()));
+        prop_assert_eq!(p.job_nodes().count(), nodes.len());
+        for (g, (deputy, members)) in orphan_groups(&p) {
+            let under = p.subtree(deputy);
+            prop_assert!(members.iter().all(|m| under.contains(m)), "{:?}", case);
+            let bound = depth_bound(members.len(), case.width);
+            let depth = depth_below(&p, deputy, g);
+            prop_assert!(depth <= bound, "{:?}: {} nodes {} deep", case, members.len(), depth);
+        }
+        let m = measure(&p, &topology, 1);
+        prop_assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
+        prop_assert!(m.group_uplink.iter().all(|g| g.in_bytes <= 1), "{:?}", case);
+    }
+}
