@@ -249,9 +249,24 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         *c = (*c).max(kids.len());
     }
 
-    // Deputies: receive-only leaders of orphan groups, under the closest (fewest hops)
-    // of the root and the nearest leaders with room on either side in topology order.
     let order: Vec<NodeId> = leads.iter().map(|l| l.leader).collect();
+    // Stranded leaders (only when width 1 leaves leaders no slot) are proxies: first.
+    let deputies = stranded
+        .iter()
+        .copied()
+        .chain(orphan_groups.iter().map(|g| (g[0], &g[1..])));
+    hang_deputies(b, &cap, &order, deputies);
+}
+
+/// Deputies: receive-only leaders of orphan groups, each under the closest (fewest hops)
+/// of the root and the nearest leaders with room on either side in topology `order`, with
+/// the rest of its group below it ([`hang_orphans`]). `cap` is each host's fan-out.
+fn hang_deputies<'l>(
+    b: &mut Builder<'_>,
+    cap: &[usize],
+    order: &[NodeId],
+    deputies: impl Iterator<Item = (NodeId, &'l [NodeId])>,
+) {
     let group_of = |b: &Builder<'_>, id: NodeId| b.topo[id.index()].map(|t| b.topology.group_of(t));
     // Within its fan-out (`cap`), or merely within the width.
     let usable = |b: &Builder<'_>, id: NodeId| {
@@ -259,11 +274,6 @@ pub(super) fn improved(b: &mut Builder<'_>) {
     };
     let placed = |b: &Builder<'_>, id: NodeId| b.depth[id.index()] != u32::MAX && b.spare(id) > 0;
     let mut fallback: Option<Cursor> = None;
-    // Stranded leaders (only when width 1 leaves leaders no slot) are proxies: first.
-    let deputies = stranded
-        .iter()
-        .copied()
-        .chain(orphan_groups.iter().map(|g| (g[0], &g[1..])));
     let mut prev: Option<NodeId> = None;
     for (deputy, rest) in deputies {
         let g = group_of(b, deputy);
