@@ -2,11 +2,12 @@
 //! node by each launch method in turn, each on nodes that hold nothing yet
 //! ([`Lab::fresh_nodes`]), in one run:
 //!
-//! - **urgent-first** (teesfs): the urgent set streams first, the rest behind it, and the
-//!   application starts on a node as soon as its mount appears;
-//! - **urgent-polite** (teesfs): urgent-first with the hysteretic set held back while
-//!   the nodes' demand shows applications starting (`teesfs push --bulk-after
-//!   --bulk-quiet`);
+//! - **urgent-first** (teesfs, what `push`, `prefetch` and the Slurm prolog do without
+//!   flags): the urgent set streams first and the application starts on a node as soon as
+//!   its mount appears; the rest of the layer is held back while the nodes' demand shows
+//!   applications starting (`teesfs push --bulk-after --bulk-quiet`, 30 s and 2 s);
+//! - **urgent-eager** (teesfs `--bulk-after 0s`): the rest streams right behind the
+//!   urgent set, competing with the starting applications for links and CPU;
 //! - **urgent-only** (teesfs `--stream urgent`): only the urgent set is streamed, the
 //!   rest is fetched on demand by whoever reads it;
 //! - **copy-first** (teesfs): the whole layer reaches every node, then the application
@@ -39,10 +40,11 @@ use crate::error::{LabError, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
-    /// teesfs: urgent set first, application on mount.
+    /// teesfs as users get it: urgent set first, application on mount, the hysteretic
+    /// set held back while applications start.
     UrgentFirst,
-    /// teesfs: urgent-first, the hysteretic set held back while applications start.
-    Polite,
+    /// teesfs: urgent-first with the hysteretic set streaming at once.
+    Eager,
     /// teesfs: only the urgent set streamed, the rest on demand.
     UrgentOnly,
     /// teesfs: whole layer, then the application.
@@ -61,7 +63,7 @@ impl Method {
     /// Every method, in report order.
     pub const ALL: [Method; 8] = [
         Method::UrgentFirst,
-        Method::Polite,
+        Method::Eager,
         Method::UrgentOnly,
         Method::CopyFirst,
         Method::DemandOnly,
@@ -74,7 +76,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::UrgentFirst => "urgent-first",
-            Method::Polite => "urgent-polite",
+            Method::Eager => "urgent-eager",
             Method::UrgentOnly => "urgent-only",
             Method::CopyFirst => "copy-first",
             Method::DemandOnly => "demand-only",
@@ -86,6 +88,12 @@ impl Method {
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Method> {
+        // `urgent-polite` named the held push before it became the default.
+        let s = if s == "urgent-polite" {
+            "urgent-first"
+        } else {
+            s
+        };
         Self::ALL.into_iter().find(|m| m.name() == s)
     }
 
@@ -93,7 +101,7 @@ impl Method {
     fn streams(self) -> bool {
         matches!(
             self,
-            Method::UrgentFirst | Method::Polite | Method::UrgentOnly | Method::Learned
+            Method::UrgentFirst | Method::Eager | Method::UrgentOnly | Method::Learned
         )
     }
 }
@@ -111,7 +119,7 @@ pub struct Launch {
     pub app: App,
     /// The layer path whose appearance in a mount starts the application.
     pub probe: String,
-    /// Urgent-polite holds the hysteretic set back at most this long after the urgent
+    /// Urgent-first holds the hysteretic set back at most this long after the urgent
     /// set is on every node (`teesfs push --bulk-after`)...
     pub bulk_after: std::time::Duration,
     /// ... and lets it flow while no demand reached the root for this long
@@ -189,29 +197,35 @@ pub fn run(
             Method::UrgentFirst | Method::DemandOnly => {
                 let demand = m == Method::DemandOnly;
                 let stream = if demand { "none" } else { "all" };
-                let run = on_mount(lab, l, push_options(l, "login", "topo", stream))?;
+                let o = if demand {
+                    push_options(l, "login", "topo", stream)
+                } else {
+                    default_options(l)
+                };
+                let run = on_mount(lab, l, o)?;
                 if wants_learning && (!demand || learned.is_none()) {
                     learned = Some((m, learn(lab, &run.push.report.job)));
                 }
                 let detail = if demand {
-                    "every read through the tree"
+                    "every read through the tree".to_string()
                 } else {
-                    ""
+                    format!(
+                        "the default: the rest held while applications were active in the last {:.1} s (at most {:.0} s)",
+                        l.bulk_quiet.as_secs_f64(),
+                        l.bulk_after.as_secs_f64()
+                    )
                 };
-                let o = teesfs_outcome(m, &run, detail);
+                let o = teesfs_outcome(m, &run, &detail);
                 if !demand {
                     rep.urgent_first = Some(run);
                 }
                 o
             }
-            Method::Polite => {
-                let run = on_mount(lab, l, polite_options(l))?;
-                let detail = format!(
-                    "bulk held while applications were active in the last {:.1} s (at most {:.0} s)",
-                    l.bulk_quiet.as_secs_f64(),
-                    l.bulk_after.as_secs_f64()
-                );
-                teesfs_outcome(m, &run, &detail)
+            Method::Eager => {
+                let mut o = push_options(l, "login", "topo", "all");
+                o.extra.extend(["--bulk-after", "0s"].map(String::from));
+                let run = on_mount(lab, l, o)?;
+                teesfs_outcome(m, &run, "the rest streamed at once")
             }
             Method::UrgentOnly => {
                 let run = on_mount(lab, l, push_options(l, "login", "topo", "urgent"))?;
@@ -238,7 +252,7 @@ pub fn run(
                 let list = list?;
                 let mut again = l.clone();
                 again.urgent = demo::urgent_globs(&list);
-                let run = on_mount(lab, &again, push_options(&again, "login", "topo", "all"))?;
+                let run = on_mount(lab, &again, default_options(&again))?;
                 let files = demo::urgent_paths(&list).count();
                 teesfs_outcome(
                     m,
@@ -298,8 +312,9 @@ fn push_options(l: &Launch, root: &str, strategy: &str, stream: &str) -> PushOpt
     o
 }
 
-/// Urgent-first with the hysteretic set held back while applications start.
-fn polite_options(l: &Launch) -> PushOptions {
+/// The push users get (urgent-first, the hysteretic set held back while applications
+/// start), with the launch's hold.
+fn default_options(l: &Launch) -> PushOptions {
     let mut o = push_options(l, "login", "topo", "all");
     o.extra.extend([
         "--bulk-after".into(),
@@ -484,6 +499,63 @@ pub fn table(rep: &Report) -> String {
             ))
         );
     }
+    t.push_str(&goals(rep));
+    t
+}
+
+/// The default's goals (DESIGN.md, issue 28), judged on this run: each line gives the
+/// ratio, the goal, and where a ratio cannot reach its goal by construction the cap.
+pub fn goals(rep: &Report) -> String {
+    let find = |m: Method| rep.outcomes.iter().find(|o| o.method == m);
+    let Some(def) = find(Method::UrgentFirst) else {
+        return String::new();
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let mut t = String::from("  goals for the default (urgent-first):\n");
+    if let Some(local) = rep.local_s {
+        let r = def.app_s / local;
+        let _ = writeln!(
+            t,
+            "    start within 1.3x of local data:     {r:5.2}x  {}",
+            verdict(r <= 1.3)
+        );
+    }
+    let sooner = |m: Method, goal: f64, t: &mut String| {
+        let Some(o) = find(m) else { return };
+        let r = o.app_s / def.app_s;
+        // No method starts sooner than from local data, so (copy + start) / start caps it.
+        let cap = rep.local_s.map(|l| o.app_s / l);
+        let capped = cap
+            .filter(|c| *c < goal)
+            .map_or(String::new(), |c| format!(" (cap {c:.2}x)"));
+        let _ = writeln!(
+            t,
+            "    {:<36} {r:5.2}x  {}{capped}",
+            format!("{goal}x sooner than {}:", m.name()),
+            verdict(r >= goal)
+        );
+    };
+    sooner(Method::CopyFirst, 2.0, &mut t);
+    sooner(Method::Sbcast, 5.0, &mut t);
+    if let Some(d) = find(Method::DemandOnly) {
+        let r = def.app_s / d.app_s;
+        let _ = writeln!(
+            t,
+            "    never slower than demand-only:       {r:5.2}x  {}",
+            verdict(r <= 1.0)
+        );
+    }
+    if let Some(c) = find(Method::CopyFirst) {
+        let more = def.cpu_s / c.cpu_s - 1.0;
+        let _ = writeln!(
+            t,
+            "    CPU at most copy-first's + 10%:      {:+5.1}%  {} ({:.1} s against {:.1} s)",
+            more * 100.0,
+            verdict(more <= 0.10),
+            def.cpu_s,
+            c.cpu_s
+        );
+    }
     t
 }
 
@@ -522,5 +594,45 @@ mod tests {
         let t = table(&rep);
         assert!(t.contains("15.0x"), "{t}");
         assert!(t.contains("urgent-first: 2.00x of it"), "{t}");
+    }
+
+    #[test]
+    fn the_goals_judge_the_default_and_print_the_cap_where_the_start_bounds_a_ratio() {
+        let o = |method, app_s, cpu_s| Outcome {
+            method,
+            app_s,
+            urgent_s: None,
+            all_s: None,
+            ok: 4,
+            nodes: 4,
+            uplink_in_bytes: 0,
+            mounted_s: None,
+            push_wall_s: None,
+            cpu_s,
+            detail: String::new(),
+        };
+        let rep = Report {
+            outcomes: vec![
+                o(Method::UrgentFirst, 8.0, 23.5),
+                o(Method::CopyFirst, 18.0, 21.4),
+                o(Method::DemandOnly, 8.5, 10.0),
+                o(Method::Sbcast, 30.0, 40.0),
+            ],
+            local_s: Some(6.8),
+            urgent_first: None,
+        };
+        let g = goals(&rep);
+        assert!(g.contains("local data:      1.18x  met"), "{g}");
+        assert!(
+            g.contains("2x sooner than copy-first:            2.25x  met\n"),
+            "{g}"
+        );
+        // sbcast+untar: 30 / 8 = 3.75x, under 5x; the start caps it at 30 / 6.8 = 4.41x.
+        assert!(g.contains("3.75x  NOT met (cap 4.41x)"), "{g}");
+        assert!(g.contains("0.94x  met"), "{g}");
+        assert!(g.contains("+9.8%  met"), "{g}");
+        let mut worse = rep;
+        worse.outcomes[0].cpu_s = 30.0;
+        assert!(goals(&worse).contains("NOT met (30.0 s against 21.4 s)"));
     }
 }

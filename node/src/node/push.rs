@@ -105,7 +105,8 @@ pub async fn push(
     };
     let (id, timing, signed) = (spec.job, spec.timing, spec.signed_index);
     let (shared_store, owner, spec_serve) = (spec.shared_store, spec.owner, spec.serve);
-    let bulk_hold = spec.bulk_hold;
+    // Without an urgent set nothing starts before the whole layer is there: no hold.
+    let bulk_hold = spec.bulk_hold.filter(|_| schedule.urgent > 0);
     let nodes = spec.nodes.len();
     let mut session = RootSession::open(&endpoint, spec.nodes, job, |nodes, start| {
         let mut relay = Relay::new_root(id, nodes, signed.into(), schedule, timing, start)?;

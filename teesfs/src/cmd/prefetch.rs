@@ -134,8 +134,8 @@ fn push_args(
         wait,
         stream: super::push::Stream::All,
         serve: None,
-        bulk_after: duration(&net.bulk_after)?,
-        bulk_quiet: duration(&net.bulk_quiet)?,
+        bulk_after: duration(&net.bulk_after)?.unwrap_or(super::push::DEFAULT_BULK_AFTER),
+        bulk_quiet: duration(&net.bulk_quiet)?.unwrap_or(super::push::DEFAULT_BULK_QUIET),
         report: args.report.clone(),
         report_html: args.report_html.clone(),
         format: args.format,
@@ -289,8 +289,8 @@ mod tests {
         let (nodes, _, plan) = push.job.plan().expect("the README's job plans");
         assert_eq!(nodes.len(), 128);
         assert_eq!(plan.strategy, peertree::Strategy::Topo);
-        assert_eq!(push.bulk_after, Some(Duration::from_secs(30)));
-        assert_eq!(push.bulk_quiet, Some(Duration::from_secs(2)));
+        assert_eq!(push.bulk_after, Duration::from_secs(30));
+        assert_eq!(push.bulk_quiet, Duration::from_secs(2));
     }
 
     /// A user's spec names only the layer and the urgent globs; the site configuration

@@ -17,6 +17,11 @@ use teesfs::node::report::PushReport;
 use super::jobspec::{JobArgs, RootArgs, RootContact};
 use super::util;
 
+/// How long a push holds the rest of the layer back by default (`--bulk-after`).
+pub const DEFAULT_BULK_AFTER: Duration = Duration::from_secs(30);
+/// How quiet the nodes must be for the held rest to flow by default (`--bulk-quiet`).
+pub const DEFAULT_BULK_QUIET: Duration = Duration::from_secs(2);
+
 /// What to wait for before returning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Wait {
@@ -81,21 +86,19 @@ pub struct PushArgs {
     pub serve: Option<Duration>,
     /// Hold the rest of the layer (the hysteretic set) back after the urgent set is on
     /// every node, at most this long: applications starting then fetch what else they
-    /// read on demand, without bulk traffic competing for links and CPUs (see
-    /// --bulk-quiet).
-    #[arg(help_heading = "Timing", long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub bulk_after: Option<Duration>,
-    /// With --bulk-after: within the hold, let the rest flow while no sign of applications
-    /// starting (files opened in the nodes' mounts, reads fetched on demand) has reached
-    /// this command for this long. New signs pause it again until the hold is over. Set it
-    /// above the heartbeat times the tree's depth (the nodes' reports carry the signs).
-    #[arg(help_heading = "Timing", 
-        long,
-        value_name = "DURATION",
-        requires = "bulk_after",
-        value_parser = humantime::parse_duration
-    )]
-    pub bulk_quiet: Option<Duration>,
+    /// read on demand, without bulk traffic competing for their node's links and CPU (see
+    /// --bulk-quiet). The default: in the scale-model lab, where each node has its own
+    /// CPU, the application started everywhere about twice as soon with it as with the rest
+    /// streaming at once (BENCHMARKS.md, issue 28). `0s` streams the rest at once. A push
+    /// without an urgent set never holds: nothing can start before the whole layer is there.
+    #[arg(help_heading = "Timing", long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub bulk_after: Duration,
+    /// Within the hold, let the rest flow while no sign of applications starting (files
+    /// opened in the nodes' mounts, reads fetched on demand) has reached this command for
+    /// this long. New signs pause it again until the hold is over. Keep it above the
+    /// heartbeat times the tree's depth (the nodes' reports carry the signs).
+    #[arg(help_heading = "Timing", long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub bulk_quiet: Duration,
     /// Also write the report as JSON to FILE (the document of --format json).
     #[arg(help_heading = "Output", long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -207,9 +210,9 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             (!me.is_root()).then(|| me.as_raw())
         }),
         serve: args.serve,
-        bulk_hold: args.bulk_after.map(|max| BulkHold {
-            max,
-            quiet: args.bulk_quiet,
+        bulk_hold: (!args.bulk_after.is_zero()).then_some(BulkHold {
+            max: args.bulk_after,
+            quiet: Some(args.bulk_quiet),
         }),
     };
     let n = plan.len() - 1;
@@ -512,5 +515,26 @@ mod tests {
         assert!(e.to_string().contains("6 of the layer's 6 chunks"), "{e}");
         let e = streamed(order, Stream::All, hour).expect_err("--serve without --stream");
         assert!(e.to_string().contains("--stream urgent or none"), "{e}");
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        push: PushArgs,
+    }
+
+    /// The default launch is the one that won in the scale-model lab (issue 28): the rest
+    /// of the layer held back while applications start; `--bulk-after 0s` streams it at once.
+    #[test]
+    fn a_push_holds_the_rest_back_while_applications_start_unless_told_not_to() {
+        use clap::Parser;
+        let base = ["push", "--store", "/s", "--index", "abcd", "--nodes", "n[1-4]"];
+        let p = Cli::try_parse_from(base).expect("defaults").push;
+        assert_eq!(p.bulk_after, DEFAULT_BULK_AFTER);
+        assert_eq!(p.bulk_quiet, DEFAULT_BULK_QUIET);
+        let eager = Cli::try_parse_from(base.iter().chain(&["--bulk-after", "0s"]))
+            .expect("0s")
+            .push;
+        assert!(eager.bulk_after.is_zero());
     }
 }

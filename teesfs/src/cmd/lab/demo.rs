@@ -56,7 +56,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         };
         let methods = [
             Method::UrgentFirst,
-            Method::Polite,
+            Method::Eager,
             Method::CopyFirst,
             Method::DemandOnly,
             Method::SharedStorage,

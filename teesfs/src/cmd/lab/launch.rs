@@ -48,15 +48,15 @@ pub struct LaunchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "urgent-first,urgent-polite,urgent-only,copy-first,demand-only,shared-storage,sbcast+untar,urgent-learned",
+        default_value = "urgent-first,urgent-eager,urgent-only,copy-first,demand-only,shared-storage,sbcast+untar,urgent-learned",
         value_parser = parse_method
     )]
     methods: Vec<Method>,
-    /// urgent-polite: hold the rest of the layer back at most this long after the urgent
+    /// urgent-first (the default push): hold the rest of the layer back at most this long after the urgent
     /// set is on every node (`teesfs push --bulk-after`).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     bulk_after: std::time::Duration,
-    /// urgent-polite: let it flow while no sign of applications starting (files opened,
+    /// urgent-first: let it flow while no sign of applications starting (files opened,
     /// reads fetched on demand) reached the root for this long (`teesfs push --bulk-quiet`).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     bulk_quiet: std::time::Duration,
