@@ -618,6 +618,9 @@ impl Lab {
             .args(["--index", &o.index, "--nodes"])
             .arg(o.nodes.clone().unwrap_or_else(|| self.layout().hostlist()))
             .args(["--group-size", &self.layout().spec.group_size.to_string()])
+            // The groups are the lab's, whatever part of it the job has: a push to some of
+            // the nodes must not cut its own nodes into new groups.
+            .args(["--cluster", &self.layout().hostlist()])
             .args(["--identity", &self.path_str("cluster")])
             .args(["--hosts", &self.path_str("hosts")])
             // Port 0: pushes from one root may run at once (two jobs' prologs); each

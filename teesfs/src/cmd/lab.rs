@@ -164,6 +164,11 @@ struct UpArgs {
     /// when every node held it.
     #[arg(long, value_name = "GLOB")]
     urgent: Vec<String>,
+    /// Push to these nodes only (a Slurm hostlist, e.g. `n[01-28,30-41]`): a job whose
+    /// allocation is a part of the lab, possibly missing some groups' proxies. The plan
+    /// still knows the whole lab's groups. Default: every compute node.
+    #[arg(long, value_name = "HOSTLIST")]
+    nodes: Option<String>,
     /// Tear down right after the push instead of waiting for Ctrl-C.
     #[arg(long)]
     exit: bool,
@@ -225,6 +230,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         let mut o = PushOptions::new(&index);
         o.strategy = a.strategy.clone();
         o.urgent = a.urgent.clone();
+        o.nodes = a.nodes.clone();
         let run = lab.push(&o)?;
         let r = &run.report;
         if let Some(path) = &a.report {
