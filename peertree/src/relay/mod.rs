@@ -17,9 +17,10 @@
 //! - answers demand requests (`Want`) at once, or asks its own parent once however many
 //!   children want the same chunk;
 //! - reports completion facts, failed edges, liars and re-attachments up to the root;
-//! - declares a silent child failed after the deadline; a node whose parent is silent or
-//!   lied attaches to its nearest live ancestor, telling it what it already holds so
-//!   nothing is sent twice;
+//! - declares a child failed once it is silent past the deadline, in its messages and in
+//!   the transport's signs of life (a starved node's QUIC stack still answers); a node
+//!   whose parent is silent or lied attaches to its nearest live ancestor, telling it
+//!   what it already holds so nothing is sent twice;
 //! - measures each edge's round trip (its child's `Start` handed to the transport, to the
 //!   child's first message back) and reports it up, so a health probe ([`Relay::new_probe_root`],
 //!   a job with no chunks) tells the root every edge's latency and every dead edge.
@@ -31,9 +32,9 @@
 //! The code is split by concern, each part an `impl Relay` block over the state defined
 //! here: `schedule.rs` (the push order), `subtree.rs` (children, their part of the plan,
 //! the push down to them), `chunks.rs` (what this node holds), `demand.rs` (`Want`s),
-//! `recovery.rs` (failed edges, re-attaching, adoption), `timers.rs` (heartbeats and
-//! deadlines), `pace.rs` (a bulk stream's pacing), `root.rs` (the root's job-wide view)
-//! and `msg.rs` (the wire). This file keeps the state, the constructors, the accessors and
+//! `recovery.rs` (failed edges, re-attaching, adoption), `timers.rs` (heartbeats,
+//! deadlines, and a starved peer told from a dead one), `pace.rs` (a bulk stream's
+//! pacing), `root.rs` (the root's job-wide view) and `msg.rs` (the wire). This file keeps the state, the constructors, the accessors and
 //! the dispatch of messages and outputs.
 
 mod chunks;
@@ -75,6 +76,7 @@ pub struct BulkHold {
     pub quiet: Option<Duration>,
 }
 pub use subtree::{forward_prepare, plan_nodes, prepares_for};
+pub use timers::STARVED_DEADLINES;
 
 use crate::error::{Error, Result};
 use crate::plan::NodeId;
@@ -153,6 +155,9 @@ pub struct RelayStats {
     pub demand_served: u64,
     /// Chunks this node held and then lost from its store (evicted or unreadable).
     pub lost: u64,
+    /// Times a peer stayed silent past its deadline while its transport still answered
+    /// ([`Relay::handle_transport_alive`]): a starved peer kept instead of declared failed.
+    pub starved: u64,
 }
 
 /// One node's relay state for one job.
@@ -175,6 +180,10 @@ pub struct Relay {
     ancestors: Vec<NodeInfo>,
     parent: Option<NodeId>,
     parent_heard: Instant,
+    /// When the transport last heard from the parent ([`Relay::handle_transport_alive`]).
+    parent_transport: Instant,
+    /// The parent is silent past its deadline and kept only because its transport answers.
+    parent_starved: bool,
     last_sent_parent: Instant,
     attaching: Option<Attaching>,
     children: BTreeMap<NodeId, Child>,
@@ -379,6 +388,8 @@ impl Relay {
             ancestors,
             parent: None,
             parent_heard: now,
+            parent_transport: now,
+            parent_starved: false,
             last_sent_parent: now,
             attaching: None,
             children: BTreeMap::new(),
@@ -557,9 +568,11 @@ impl Relay {
     fn touch(&mut self, from: NodeId, now: Instant) {
         if Some(from) == self.parent {
             self.parent_heard = now;
+            self.parent_starved = false;
         }
         if let Some(c) = self.children.get_mut(&from) {
             c.last_heard = now;
+            c.starved = false;
             // The child has its Start (it speaks to us), so chunks sent now will not race
             // ahead of it on another stream.
             if !c.ready {

@@ -213,6 +213,8 @@ impl Relay {
                     started: true,
                     ready: true,
                     last_heard: now,
+                    transport_heard: now,
+                    starved: false,
                     last_sent: now,
                     bytes: 0,
                     restarted: false,
@@ -244,6 +246,8 @@ impl Relay {
             self.attaching = None;
             self.parent = Some(from);
             self.parent_heard = now;
+            self.parent_transport = now;
+            self.parent_starved = false;
             self.events.push_back(Event::Reattached(from));
             // The old parent may have died before passing these on. The adoptions in my
             // subtree (mine and those reported through me) are announced again first, so

@@ -29,6 +29,11 @@ pub(super) struct Child {
     pub(super) ready: bool,
     /// The child's last message, for its deadline.
     pub(super) last_heard: Instant,
+    /// When the transport last heard from the child ([`Relay::handle_transport_alive`]).
+    pub(super) transport_heard: Instant,
+    /// Silent past its deadline and kept only because its transport answers (counted once
+    /// per silence in [`super::RelayStats::starved`]).
+    pub(super) starved: bool,
     /// Our last message to it, for the heartbeat.
     pub(super) last_sent: Instant,
     /// Chunk bytes sent to it, pushed or demanded.
@@ -57,6 +62,8 @@ impl Child {
             started: false,
             ready: false,
             last_heard: now,
+            transport_heard: now,
+            starved: false,
             last_sent: now,
             bytes: 0,
             restarted,

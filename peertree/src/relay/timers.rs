@@ -2,6 +2,16 @@
 //! peer counts as failed, and when the caller should next call
 //! [`Relay::handle_timeout`]. The relay never reads a clock; every instant comes from the
 //! caller.
+//!
+//! A peer can be silent because it is dead or because it is starved: a node whose CPU is
+//! saturated (its applications, a quota) answers late, and its relay messages come seconds
+//! behind while its transport (QUIC acknowledging our data and heartbeats, which costs it
+//! next to nothing) still answers. So a peer counts as failed only once both are silent
+//! for the deadline: its relay messages and, as the caller reports them
+//! ([`Relay::handle_transport_alive`]), its transport. A dead peer (killed, stopped,
+//! cut off) answers nothing and is declared failed within its deadline as before; a
+//! peer that is alive but no longer runs the job (its transport is shared by every job)
+//! is declared failed after [`STARVED_DEADLINES`] deadlines.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +22,44 @@ use crate::plan::NodeId;
 /// Milliseconds of a [`super::Timing`] field as a duration.
 pub(super) fn ms(v: u32) -> Duration {
     Duration::from_millis(u64::from(v))
+}
+
+/// How many deadlines a peer whose transport still answers may stay silent in the relay
+/// before it is declared failed anyway: its process lives, but the job may not (a daemon
+/// that dropped the job, or whose job is wedged, still acknowledges packets of others).
+pub const STARVED_DEADLINES: u32 = 4;
+
+/// How a peer's silence stands against its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Silence {
+    /// Heard from within the deadline.
+    Heard,
+    /// Silent in the relay past the deadline, but its transport answers: starved.
+    Starved,
+    /// Silent past the deadline in the relay and the transport (or for
+    /// [`STARVED_DEADLINES`]): failed.
+    Lapsed,
+}
+
+/// Where a peer last heard from in the relay at `heard` and by its transport at
+/// `transport` stands at `now` against `deadline`.
+fn silence(now: Instant, heard: Instant, transport: Instant, deadline: Duration) -> Silence {
+    let quiet = now.saturating_duration_since(heard);
+    if quiet <= deadline {
+        Silence::Heard
+    } else if now.saturating_duration_since(transport) <= deadline
+        && quiet <= deadline * STARVED_DEADLINES
+    {
+        Silence::Starved
+    } else {
+        Silence::Lapsed
+    }
+}
+
+/// When [`silence`] turns to [`Silence::Lapsed`] if nothing is heard meanwhile.
+fn lapses_at(heard: Instant, transport: Instant, deadline: Duration) -> Instant {
+    let starved_limit = heard + deadline * STARVED_DEADLINES;
+    (heard + deadline).max((transport + deadline).min(starved_limit)) + Duration::from_millis(1)
 }
 
 impl Relay {
@@ -32,23 +80,8 @@ impl Relay {
         if self.finished {
             return;
         }
-        let deadline = ms(self.timing.deadline_ms);
+        self.check_deadlines(now);
         let heartbeat = ms(self.timing.heartbeat_ms);
-        if self.root.is_none()
-            && self.attaching.is_none()
-            && now.saturating_duration_since(self.parent_heard) > deadline
-        {
-            self.lose_parent(now);
-        }
-        let silent: Vec<NodeId> = self
-            .children
-            .iter()
-            .filter(|(_, c)| now.saturating_duration_since(c.last_heard) > deadline)
-            .map(|(&id, _)| id)
-            .collect();
-        for c in silent {
-            self.fail_child(now, c);
-        }
         for (&id, c) in self.children.iter_mut() {
             if c.started && now.saturating_duration_since(c.last_sent) >= heartbeat {
                 c.last_sent = now;
@@ -67,6 +100,69 @@ impl Relay {
         }
         if self.root.is_some() {
             self.root_check(now);
+        }
+    }
+
+    /// The transport heard from `peer` at `now` (a packet on a connection to it: an
+    /// acknowledgement of our data or heartbeats, its own data): its process is alive and
+    /// running, even if its relay is too starved to speak. A parent or child silent in the
+    /// relay is not declared failed while this keeps coming, up to [`STARVED_DEADLINES`]
+    /// deadlines. Call it for the peers whose connections received anything since the
+    /// last call; peers that are neither parent nor child are ignored.
+    pub fn handle_transport_alive(&mut self, now: Instant, peer: NodeId) {
+        if self.attaching.is_none() && Some(peer) == self.parent {
+            self.parent_transport = self.parent_transport.max(now);
+        }
+        if let Some(c) = self.children.get_mut(&peer) {
+            c.transport_heard = c.transport_heard.max(now);
+        }
+    }
+
+    /// This node did not run for `stalled` up to `now` (its timer fired that late: its own
+    /// CPU was starved, or its task busy): whatever its peers sent meanwhile has not been
+    /// taken in yet, so their silence over that time is no evidence against them. Every
+    /// deadline moves on by `stalled`; a peer that stays silent once this node listens
+    /// again is declared failed a full deadline later. Call it before
+    /// [`Relay::handle_timeout`] on a late timer.
+    pub fn handle_stall(&mut self, now: Instant, stalled: Duration) {
+        let credit = |t: &mut Instant| *t = (*t + stalled).min(now).max(*t);
+        credit(&mut self.parent_heard);
+        credit(&mut self.parent_transport);
+        for c in self.children.values_mut() {
+            credit(&mut c.last_heard);
+            credit(&mut c.transport_heard);
+        }
+    }
+
+    /// Declares failed the children, and lost the parent, silent past their deadline in the
+    /// relay and the transport; counts those kept because their transport answers.
+    fn check_deadlines(&mut self, now: Instant) {
+        let deadline = ms(self.timing.deadline_ms);
+        if self.root.is_none() && self.attaching.is_none() {
+            match silence(now, self.parent_heard, self.parent_transport, deadline) {
+                Silence::Heard => {}
+                Silence::Starved => {
+                    if !std::mem::replace(&mut self.parent_starved, true) {
+                        self.stats.starved += 1;
+                    }
+                }
+                Silence::Lapsed => self.lose_parent(now),
+            }
+        }
+        let mut lapsed = Vec::new();
+        for (&id, c) in self.children.iter_mut() {
+            match silence(now, c.last_heard, c.transport_heard, deadline) {
+                Silence::Heard => {}
+                Silence::Starved => {
+                    if !std::mem::replace(&mut c.starved, true) {
+                        self.stats.starved += 1;
+                    }
+                }
+                Silence::Lapsed => lapsed.push(id),
+            }
+        }
+        for c in lapsed {
+            self.fail_child(now, c);
         }
     }
 
@@ -90,11 +186,15 @@ impl Relay {
             return t;
         }
         if self.root.is_none() && self.attaching.is_none() {
-            consider(self.parent_heard + deadline + Duration::from_millis(1));
+            consider(lapses_at(
+                self.parent_heard,
+                self.parent_transport,
+                deadline,
+            ));
             consider(self.last_sent_parent + heartbeat);
         }
         for c in self.children.values() {
-            consider(c.last_heard + deadline + Duration::from_millis(1));
+            consider(lapses_at(c.last_heard, c.transport_heard, deadline));
             if c.started {
                 consider(c.last_sent + heartbeat);
             }
@@ -102,3 +202,7 @@ impl Relay {
         t
     }
 }
+
+#[cfg(test)]
+#[path = "timers_tests.rs"]
+mod tests;
