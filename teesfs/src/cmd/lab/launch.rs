@@ -189,7 +189,7 @@ pub fn launch(
     }
     text.push_str(&lab::launch::table(&rep));
     print!("{text}");
-    write_report(&rep, &text, report, title)?;
+    write_report(lab, &rep, &text, report, title)?;
     let failed: usize = rep.outcomes.iter().map(|o| o.nodes - o.ok).sum();
     if failed > 0 {
         bail!("the application failed {failed} time(s); see the table above");
@@ -198,6 +198,7 @@ pub fn launch(
 }
 
 fn write_report(
+    lab: &Lab,
     rep: &lab::launch::Report,
     text: &str,
     report: &Path,
@@ -207,7 +208,15 @@ fn write_report(
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let json_path = report.with_extension("json");
-    std::fs::write(&json_path, serde_json::to_vec_pretty(&rep.outcomes)?)
+    // The figures with the model they were measured under (`model` is null when pooled).
+    let doc = serde_json::json!({
+        "version": 2,
+        "model": lab.model(),
+        "model_text": lab.model_text(),
+        "local_s": rep.local_s,
+        "outcomes": rep.outcomes,
+    });
+    std::fs::write(&json_path, serde_json::to_vec_pretty(&doc)?)
         .with_context(|| format!("writing {}", json_path.display()))?;
     let Some(run) = &rep.urgent_first else {
         println!("figures: {}", json_path.display());
