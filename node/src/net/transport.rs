@@ -36,10 +36,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection with no packets for this long is closed. There are no QUIC keep-alives: a
 /// job's relay sends its own heartbeats over its connections while it runs (and judges
-/// liveness on them), and a connection no job uses any more must go, or a daemon that
-/// runs thousands of jobs keeps every connection it ever made (each job starts on fresh
-/// ones; see the soak, `teesfs lab soak`). A message for a peer whose connection closed
-/// opens a new one.
+/// liveness on them and on the acknowledgements they draw, `Peers::heard_from`), and a
+/// connection no job uses any more must go, or a daemon that runs thousands of jobs keeps
+/// every connection it ever made (each job starts on fresh ones; see the soak, `teesfs lab
+/// soak`). A message for a peer whose connection closed opens a new one. So a job's bulk
+/// stream must share its connection with the job's heartbeats: alone on a connection it
+/// fell silent while a push held the rest of the layer back, and this timeout closed it
+/// (issue 28; a node answers its parent on the connection its `Start` came on).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest per-stream receive window: several 1 MiB chunk frames in flight per stream.
 const STREAM_WINDOW: u32 = 16 << 20;

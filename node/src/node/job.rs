@@ -5,9 +5,11 @@
 //!   chunks, unreachable peers, local reads, store losses, pumps asking for work) and by the
 //!   relay's own timer, applies them, then sends what the relay queued, hands out its
 //!   events, starts pumps for new children, wakes the pumps that have work and publishes a
-//!   [`JobView`] for status and reports;
-//! - one **pump** task per child asks the job's task for the next chunk and writes it to the
-//!   child's bulk stream, so QUIC flow control is the back-pressure;
+//!   [`JobView`] for status and reports; on the timer it first gathers what tells a
+//!   starved peer from a dead one (its own lateness, the transport's signs of life:
+//!   `liveness.rs`) before the relay checks its deadlines;
+//! - one **pump** task per child (`pump.rs`) asks the job's task for the next chunk and
+//!   writes it to the child's bulk stream, so QUIC flow control is the back-pressure;
 //! - incoming chunks are verified against the index and stored on the blocking pool, never
 //!   on a task that carries messages, before the relay hears of them; what is sent on comes
 //!   from the store's memory of recent chunks when it can, else from a read on the blocking
@@ -29,6 +31,11 @@ use peertree::NodeId;
 use peertree::relay::{Event, JobId, Msg, Pacer, Phase, Relay, RelayMsg, Transmit};
 use seeder::{ChunkStore, StoredChunk};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+mod liveness;
+mod pump;
+
+use liveness::TransportSeen;
 
 use super::peers::{Peers, chunk_head, frame};
 use crate::Error;
@@ -66,6 +73,10 @@ pub struct JobCounters {
     pub duplicates: u64,
     /// Chunks held once and then dropped by the store (evicted or unreadable).
     pub lost: u64,
+    /// Times a parent or child stayed silent past its deadline while its transport still
+    /// answered: starved, kept instead of declared failed.
+    #[serde(default)]
+    pub starved: u64,
 }
 
 /// Per-job behaviour knobs.
@@ -279,9 +290,13 @@ impl JobCore {
     /// when it is due), then carries out what the relay asked for, until the job closes.
     async fn run(self: Arc<Self>, mut relay: Relay, mut inputs: mpsc::UnboundedReceiver<Input>) {
         let mut pumps = Pumps::default();
+        let mut transport = TransportSeen::default();
         let mut closing = self.closing.subscribe();
         let mut active = 0;
-        self.carry_out(&mut relay, &mut pumps, Instant::now());
+        // What the transport heard before the job counts as no sign of life in it: a
+        // connection made for the job counts from its handshake on.
+        self.tell_transport(&mut relay, &mut transport, Instant::now());
+        self.carry_out(&mut relay, &mut pumps, &transport, Instant::now());
         loop {
             let due = relay.poll_timeout();
             let timer = async {
@@ -308,16 +323,20 @@ impl JobCore {
                 relay.note_activity(now, n);
                 active = seen;
             }
-            match input {
-                Some(i) => self.apply(&mut relay, &mut pumps, now, i),
-                None => relay.handle_timeout(now),
+            if let Some(i) = input {
+                self.apply(&mut relay, &mut pumps, now, i);
             }
             // Take in what else has queued up before sending, so a burst costs one pass.
             for _ in 0..64 {
                 let Ok(i) = inputs.try_recv() else { break };
                 self.apply(&mut relay, &mut pumps, now, i);
             }
-            self.carry_out(&mut relay, &mut pumps, now);
+            // The timer runs when due even while inputs keep coming: a busy node still
+            // sends its heartbeats.
+            if let Some(due) = due.filter(|&d| d <= now) {
+                self.on_timer(&mut relay, &mut transport, due, now);
+            }
+            self.carry_out(&mut relay, &mut pumps, &transport, now);
         }
     }
 
@@ -368,7 +387,13 @@ impl JobCore {
     /// Sends what the relay queued, hands out its events, starts pumps for new children,
     /// wakes the pumps that have a chunk to send (or no child any more) and publishes the
     /// job's view. Messages go to the links before events are handed out.
-    fn carry_out(self: &Arc<Self>, r: &mut Relay, pumps: &mut Pumps, now: Instant) {
+    fn carry_out(
+        self: &Arc<Self>,
+        r: &mut Relay,
+        pumps: &mut Pumps,
+        transport: &TransportSeen,
+        now: Instant,
+    ) {
         while let Some(t) = r.poll_transmit(now) {
             self.transmit(r, t);
         }
@@ -377,6 +402,7 @@ impl JobCore {
             if let Event::ChildFailed(peer) | Event::ParentLost(peer) = e
                 && let Some((host, _)) = self.peer_addr(r, peer)
             {
+                transport.gave_up(&host, peer, now);
                 self.peers.forget(&host);
             }
             let _ = self.events.send((now, e));
@@ -478,6 +504,7 @@ impl JobCore {
         c.demand_served = stats.demand_served;
         c.duplicates = stats.duplicates;
         c.lost = stats.lost;
+        c.starved = stats.starved;
         c
     }
 
@@ -586,85 +613,6 @@ impl JobCore {
         c.chunks_out += 1;
         c.bytes_out += data.len() as u64;
         data
-    }
-
-    /// Pushes chunks to one child on its bulk stream, one at a time as the job's task hands
-    /// them out, so QUIC flow control is the back-pressure. Ends when the child is no
-    /// longer a child, cannot be reached, or the job closes.
-    async fn pump(
-        self: Arc<Self>,
-        child: NodeId,
-        host: String,
-        addr: String,
-        rate: Option<u64>,
-        wake: Arc<Notify>,
-    ) {
-        self.pump_chunks(child, &host, &addr, Pacer::new(rate), &wake)
-            .await;
-        self.tell(Input::PumpDone(child));
-    }
-
-    async fn pump_chunks(
-        &self,
-        child: NodeId,
-        host: &str,
-        addr: &str,
-        mut pacer: Option<Pacer>,
-        wake: &Notify,
-    ) {
-        let mut closing = self.closing.subscribe();
-        let opened = match self.peers.conn(host, addr).await {
-            Ok(conn) => conn.open(StreamKind::Bulk).await,
-            Err(e) => Err(e),
-        };
-        let mut tx = match opened {
-            Ok(tx) => tx,
-            Err(e) => {
-                tracing::warn!(error = %e, "child unreachable");
-                self.tell(Input::Unreachable(child));
-                return;
-            }
-        };
-        loop {
-            let (reply, next) = oneshot::channel();
-            self.tell(Input::NextBulk { child, reply });
-            let chunk = match next.await {
-                Ok(Some(Some(chunk))) => chunk,
-                Ok(Some(None)) => {
-                    tokio::select! {
-                        () = wake.notified() => continue,
-                        _ = closing.wait_for(|&c| c) => return,
-                    }
-                }
-                // No longer a child, or the job's task has ended.
-                Ok(None) | Err(_) => return,
-            };
-            let Some(data) = self.chunk_bytes(chunk).await else {
-                tracing::warn!(
-                    chunk,
-                    "a chunk to forward is no longer in the store; fetching it again for the child"
-                );
-                self.tell(Input::Unsent { child, chunk });
-                continue;
-            };
-            // The stored bytes go out as they are, shared with the store's memory and the
-            // other children's pumps: nothing copies them before quinn does.
-            let head = chunk_head(self.job, chunk, false, data.len());
-            let len = head.len() + data.len();
-            let handed = Instant::now();
-            if let Err(e) = tx.send_parts(&head, data).await {
-                tracing::debug!(error = %e, "bulk send failed");
-                self.tell(Input::Unreachable(child));
-                return;
-            }
-            if let Some(until) = pacer.as_mut().and_then(|p| p.sent(handed, len as u64)) {
-                // Pacing to the child's rate, not waiting for a message.
-                tokio::time::sleep_until(until.into()).await;
-            }
-            if self.is_closed() {
-                return;
-            }
-        }
     }
 
     /// The job's node id of the peer named `from_host`, if it is in the job's tree.

@@ -142,10 +142,35 @@ struct Link {
     senders: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// What the transport heard from one peer host: its connections with the datagrams seen
+/// on each so far, and the sum over every connection it had here, which only grows.
+#[derive(Default)]
+struct Heard {
+    conns: Vec<(Conn, u64)>,
+    total: u64,
+}
+
+impl Heard {
+    /// Adds what each connection received since the last count, forgets the closed ones
+    /// and returns the sum.
+    fn count(&mut self) -> u64 {
+        for (conn, seen) in &mut self.conns {
+            let received = conn.path().received;
+            self.total += received.saturating_sub(*seen);
+            *seen = received;
+        }
+        self.conns.retain(|(c, _)| !c.is_closed());
+        self.total
+    }
+}
+
 /// The connection manager.
 pub struct Peers {
     transport: Transport,
     links: Mutex<HashMap<LinkKey, Link>>,
+    /// Every connection whose streams are read, by peer host: the transport's signs of
+    /// life ([`Peers::heard_from`]).
+    heard: Mutex<HashMap<String, Heard>>,
     router: Mutex<Option<Weak<dyn Router>>>,
     rt: tokio::runtime::Handle,
 }
@@ -171,6 +196,7 @@ impl Peers {
         Arc::new(Self {
             transport,
             links: Mutex::new(HashMap::new()),
+            heard: Mutex::new(HashMap::new()),
             router: Mutex::new(None),
             rt: tokio::runtime::Handle::current(),
         })
@@ -214,7 +240,31 @@ impl Peers {
         }
     }
 
+    /// UDP datagrams received from `host` so far, over every connection to it (both ways,
+    /// whoever opened it, this job's or another's): a count that grows while the peer's
+    /// process answers, whether with data, its own heartbeats or QUIC's acknowledgements
+    /// of ours, which its QUIC stack sends however starved its jobs are. It stops when the
+    /// peer is dead, stopped or cut off. Compare two counts; the first is no sign by itself.
+    pub fn heard_from(&self, host: &str) -> u64 {
+        lock(&self.heard).get_mut(host).map_or(0, Heard::count)
+    }
+
+    /// Counts what `conn` receives in [`Peers::heard_from`]; closed connections of every
+    /// host are forgotten meanwhile (their datagrams stay counted).
+    fn watch(&self, conn: &Conn) {
+        let mut heard = lock(&self.heard);
+        for h in heard.values_mut() {
+            h.count();
+        }
+        heard
+            .entry(conn.peer_host().to_string())
+            .or_default()
+            .conns
+            .push((conn.clone(), 0));
+    }
+
     fn spawn_readers(&self, conn: Conn) {
+        self.watch(&conn);
         let weak_router = lock(&self.router).clone();
         self.rt.spawn(async move {
             let host = conn.peer_host().to_string();
@@ -613,6 +663,58 @@ mod tests {
         let (_, ping) = unframe(frame(JobId(5), &Msg::Ping).into()).expect("valid");
         assert_eq!(ping, Routed::Relay(peertree::relay::RelayMsg::Ping));
         assert!(unframe(received.slice(..received.len() - 1)).is_err());
+    }
+
+    /// A router that takes every message and does nothing.
+    struct Sink;
+
+    impl Router for Sink {
+        fn deliver(&self, _from_host: &str, _job: JobId, _msg: Routed) -> Option<Pending> {
+            None
+        }
+        fn unreachable(&self, _host: &str) {}
+    }
+
+    /// Polls `f` until it holds, for at most 10 s.
+    async fn soon(what: &str, f: impl Fn() -> bool) {
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(tokio::time::Instant::now() < until, "{what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Over real QUIC: what a peer's QUIC stack sends back (here only acknowledgements of
+    /// our frames: it sends no message) is counted as heard from it, and the count never
+    /// goes back, also once the connection is gone; afterwards it stands still.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn acknowledgements_count_as_heard_and_the_count_outlives_the_connection() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::net::make_cluster(dir.path(), &["a".to_owned(), "b".to_owned()])
+            .expect("make_cluster");
+        let identity = |h| crate::net::Identity::load(dir.path(), h).expect("identity");
+        let local: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, 0).into();
+        let a = Peers::new(Transport::bind(local, &identity("a")).expect("bind a"));
+        let b = Peers::new(Transport::bind(local, &identity("b")).expect("bind b"));
+        let sink: Arc<dyn Router> = Arc::new(Sink);
+        b.set_router(Arc::downgrade(&sink));
+        tokio::spawn(b.clone().accept_loop());
+        let addr = b.transport().local_addr().to_string();
+        assert_eq!(a.heard_from("b"), 0, "nothing before a connection");
+        a.send("b", &addr, StreamKind::Control, frame(JobId(1), &Msg::Ping));
+        soon("b's acknowledgements counted", || a.heard_from("b") > 0).await;
+        let before = a.heard_from("b");
+        for _ in 0..5 {
+            a.send("b", &addr, StreamKind::Control, frame(JobId(1), &Msg::Ping));
+        }
+        soon("more acknowledgements", || a.heard_from("b") > before).await;
+        let conn = a.conn("b", &addr).await.expect("connected");
+        b.close();
+        soon("the connection closed", || conn.is_closed()).await;
+        let last = a.heard_from("b");
+        assert!(last > before);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(a.heard_from("b"), last, "nothing from a closed peer");
     }
 
     #[test]

@@ -442,11 +442,16 @@ impl Daemon {
         // The children's links were made afresh by the job's `Prepare`, when one came.
         let prepared = lock(&self.prepared).contains(&job);
         let children = start.subtree.iter().skip(1).filter(|_| !prepared);
+        // The connection the `Start` came on is live and its peer is no stale process: the
+        // job's messages to the sender go on it. Made afresh, it would carry only the
+        // sender's bulk stream, which falls silent while the sender holds the rest of the
+        // layer back (`push --bulk-after`) and was closed by QUIC's idle timeout under
+        // it: every edge of the tree failed at the hold's end (issue 28).
         self.fresh_links(
             children
                 .chain(&start.ancestors)
                 .map(|n| n.host.as_str())
-                .filter(|h| *h != self.cfg.host),
+                .filter(|h| *h != self.cfg.host && *h != from_host),
         );
         // Shared-storage mode reads straight from the parallel file system.
         let shared = match &start.shared_store {
