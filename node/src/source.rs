@@ -32,20 +32,51 @@ pub trait ChunkSource: Send + Sync + 'static {
 
     /// Whether the chunk is available without waiting (decides passthrough eligibility).
     fn is_local(&self, id: &ChunkId) -> bool;
+
+    /// The chunk at once, on the caller's thread, if this source holds it on this machine
+    /// (in memory or in a file on a local file system): the caller may block on local I/O
+    /// for it, never on the network. `None`: not here now; use [`ChunkSource::fetch`].
+    /// A FUSE thread answers reads of local chunks this way, without handing them to
+    /// another thread.
+    fn fetch_local(&self, _at: u32, _chunk: ChunkInfo) -> Option<Result<Fetched, crate::Error>> {
+        None
+    }
 }
 
 /// Chunks from a [`DirStore`] on a local or shared file system.
 pub struct StoreSource {
     store: Arc<DirStore>,
+    /// The store is on a local file system, so reading it never waits on a network.
+    local: bool,
 }
 
 impl StoreSource {
     /// A source reading from `store`.
     pub fn new(store: DirStore) -> Self {
+        let local = on_local_fs(store.root());
         Self {
             store: Arc::new(store),
+            local,
         }
     }
+}
+
+/// Whether `path` is on a file system of this machine's memory or disks, by its type:
+/// anything else (NFS, Lustre, GPFS, CIFS, FUSE, unknown) may wait on a network.
+pub fn on_local_fs(path: &std::path::Path) -> bool {
+    use nix::sys::statfs::{
+        BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, F2FS_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC, statfs,
+    };
+    statfs(path).is_ok_and(|s| {
+        [
+            TMPFS_MAGIC,
+            EXT4_SUPER_MAGIC,
+            F2FS_SUPER_MAGIC,
+            XFS_SUPER_MAGIC,
+            BTRFS_SUPER_MAGIC,
+        ]
+        .contains(&s.filesystem_type())
+    })
 }
 
 impl ChunkSource for StoreSource {
@@ -59,5 +90,16 @@ impl ChunkSource for StoreSource {
 
     fn is_local(&self, id: &ChunkId) -> bool {
         self.store.chunk_path(id).exists()
+    }
+
+    fn fetch_local(&self, _at: u32, chunk: ChunkInfo) -> Option<Result<Fetched, crate::Error>> {
+        if !self.local {
+            return None;
+        }
+        match self.store.get_chunk(&chunk.id) {
+            Ok(stored) => Some(Ok(Fetched::Stored(stored.into()))),
+            Err(seeder::Error::MissingChunk(_)) => None,
+            Err(e) => Some(Err(e.into())),
+        }
     }
 }

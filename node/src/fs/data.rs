@@ -12,6 +12,7 @@
 //! mount first uses it.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +46,8 @@ pub struct DataStats {
     /// Chunks this reader decoded and checked itself (a source's already verified chunks
     /// are not counted: they are not checked twice).
     pub decoded: u64,
+    /// Of the fetches, those of local chunks read on the reader's own thread.
+    pub local: u64,
 }
 
 /// The content side of a mounted layer.
@@ -170,20 +173,42 @@ impl Data {
         lock(&self.cache).map.get(&ci).cloned()
     }
 
-    /// Answers a read from memory if every chunk it needs is cached; `None` means the caller
-    /// must go the slow way ([`Data::read`]) on a task.
-    pub fn read_now(&self, file: EntryIdx, off: u64, len: u32) -> Option<Result<Vec<u8>, FsError>> {
-        self.read_cached(file, off, len)
-            .map(|r| r.map(ReadBytes::into_vec))
+    /// Answers a read at once, on the caller's thread, if every chunk it needs is cached
+    /// or local to the source (read, decoded and verified here, each chunk once); `None`
+    /// means the caller must go the slow way ([`Data::read`]) on a task: a chunk is to be
+    /// fetched from elsewhere, or another reader is fetching it now. A read inside one
+    /// chunk borrows the chunk instead of copying it.
+    ///
+    /// A chunk read whole is not kept in the cache: the kernel's page cache now holds its
+    /// bytes (mounts keep it across opens), so keeping it would only take fresh memory
+    /// for every chunk read. A chunk read in part is kept for the reads of the rest.
+    pub fn read_now(
+        &self,
+        file: EntryIdx,
+        off: u64,
+        len: u32,
+    ) -> Option<Result<ReadBytes, FsError>> {
+        self.read_with(file, off, len, |ci, whole| self.chunk_now(ci, !whole))
     }
 
-    /// Like [`Data::read_now`], but a read inside one chunk borrows the cached chunk
-    /// instead of copying it.
+    /// Answers a read from memory if every chunk it needs is cached.
     pub fn read_cached(
         &self,
         file: EntryIdx,
         off: u64,
         len: u32,
+    ) -> Option<Result<ReadBytes, FsError>> {
+        self.read_with(file, off, len, |ci, _| self.cached(ci).map(Ok))
+    }
+
+    /// A read assembled from the chunks `get(chunk, whole)` gives, `whole` when the read
+    /// takes all of the chunk (`None` from it: not now).
+    fn read_with(
+        &self,
+        file: EntryIdx,
+        off: u64,
+        len: u32,
+        mut get: impl FnMut(u32, bool) -> Option<Result<Bytes, FsError>>,
     ) -> Option<Result<ReadBytes, FsError>> {
         let (size, data) = match self.file(file) {
             Ok(x) => x,
@@ -196,14 +221,18 @@ impl Data {
             ))),
             FileData::Chunks(slots) => {
                 let cs = u64::from(self.tree.index().chunk_size);
+                let whole = |slot: usize, range: &std::ops::Range<usize>| {
+                    range.start == 0 && range.end as u64 == (size - slot as u64 * cs).min(cs)
+                };
                 if span.start < span.end && span.start / cs == (span.end - 1) / cs {
+                    let slot = (span.start / cs) as usize;
                     let in_chunk = (span.start % cs) as usize;
                     let range = in_chunk..in_chunk + (span.end - span.start) as usize;
-                    return match slots[(span.start / cs) as usize].chunk_index() {
-                        Some(ci) => {
-                            let chunk = self.cached(ci as u32)?;
-                            Some(Ok(ReadBytes::Shared(chunk.slice(range))))
-                        }
+                    return match slots[slot].chunk_index() {
+                        Some(ci) => Some(
+                            get(ci as u32, whole(slot, &range))?
+                                .map(|c| ReadBytes::Shared(c.slice(range))),
+                        ),
                         None => Some(Ok(ReadBytes::Owned(vec![0; range.len()]))),
                     };
                 }
@@ -211,7 +240,10 @@ impl Data {
                 for (slot, range) in pieces(&span, cs) {
                     match slots[slot].chunk_index() {
                         None => out.resize(out.len() + range.len(), 0),
-                        Some(ci) => out.extend_from_slice(&self.cached(ci as u32)?[range]),
+                        Some(ci) => match get(ci as u32, whole(slot, &range))? {
+                            Ok(chunk) => out.extend_from_slice(&chunk[range]),
+                            Err(e) => return Some(Err(e)),
+                        },
                     }
                 }
                 Some(Ok(ReadBytes::Owned(out)))
@@ -322,18 +354,76 @@ impl Data {
             })
             .await
             .clone();
-        // Cached before the flight ends: a reader arriving in between finds one or the
-        // other, never neither (which would fetch the chunk a second time).
-        if let Ok(chunk) = &result {
+        self.land(ci, &cell, &result, true);
+        result
+    }
+
+    /// One verified chunk now, on this thread, if it is cached or local to the source;
+    /// `None` if it is not local, or if another reader is fetching it (then
+    /// [`Data::chunk`] joins that flight). Shares the single flight of [`Data::chunk`]:
+    /// the flight is claimed, run to its end at once, or left to its owner.
+    fn chunk_now(&self, ci: u32, keep: bool) -> Option<Result<Bytes, FsError>> {
+        use std::task::{Context, Poll, Waker};
+        if let Some(c) = self.cached(ci) {
+            return Some(Ok(c));
+        }
+        let info = *self.tree.index().chunks.get(ci as usize)?;
+        let cell = lock(&self.inflight).entry(ci).or_default().clone();
+        /// The source does not hold the chunk here: the flight is left unclaimed.
+        struct NotLocal;
+        let init = cell.get_or_try_init(|| async {
+            let fetched = self.source.fetch_local(ci, info).ok_or(NotLocal)?;
+            {
+                let mut st = lock(&self.stats);
+                st.fetches += 1;
+                st.local += 1;
+            }
+            Ok(fetched
+                .map_err(|e| FsError::Unavailable(e.to_string()))
+                .and_then(|f| self.check(info, f)))
+        });
+        // The flight's work is all synchronous, so one poll runs it to its end; it stays
+        // pending only while another reader owns the flight.
+        let polled = std::pin::pin!(init).poll(&mut Context::from_waker(Waker::noop()));
+        let result = match polled {
+            Poll::Ready(Ok(r)) => r.clone(),
+            Poll::Ready(Err(NotLocal)) | Poll::Pending => return None,
+        };
+        self.land(ci, &cell, &result, keep);
+        Some(result)
+    }
+
+    /// A chunk's plain bytes now if cached or local, else `None`; without caching it
+    /// (a copy is being made of it, whose reads the kernel serves) nor joining a flight.
+    fn plain_now(&self, ci: u32) -> Option<Result<Bytes, FsError>> {
+        if let Some(c) = self.cached(ci) {
+            return Some(Ok(c));
+        }
+        let info = *self.tree.index().chunks.get(ci as usize)?;
+        let fetched = self.source.fetch_local(ci, info)?;
+        {
+            let mut st = lock(&self.stats);
+            st.fetches += 1;
+            st.local += 1;
+        }
+        Some(
+            fetched
+                .map_err(|e| FsError::Unavailable(e.to_string()))
+                .and_then(|f| self.check(info, f)),
+        )
+    }
+
+    /// Ends a flight: caches its chunk (if `keep`), then removes the flight (if it is
+    /// still `cell`). Cached before the flight ends: a reader arriving in between finds
+    /// one or the other, never neither (which would fetch the chunk a second time).
+    fn land(&self, ci: u32, cell: &Shared, result: &Result<Bytes, FsError>, keep: bool) {
+        if let (Ok(chunk), true) = (result, keep) {
             self.insert(ci, chunk.clone());
         }
-        {
-            let mut inflight = lock(&self.inflight);
-            if inflight.get(&ci).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                inflight.remove(&ci);
-            }
+        let mut inflight = lock(&self.inflight);
+        if inflight.get(&ci).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            inflight.remove(&ci);
         }
-        result
     }
 
     fn insert(&self, ci: u32, chunk: Bytes) {
@@ -379,7 +469,13 @@ impl Data {
                 });
             }
         };
-        let stored = match stored {
+        self.check(info, stored)
+    }
+
+    /// The plain bytes of a fetched chunk: verified ones as they are, stored ones decoded
+    /// and checked against the chunk's id first.
+    fn check(&self, info: manifest::ChunkInfo, fetched: Fetched) -> Result<Bytes, FsError> {
+        let stored = match fetched {
             Fetched::Verified(plain) => return Ok(plain.into_bytes()),
             Fetched::Stored(stored) => stored,
         };
@@ -460,7 +556,8 @@ impl Data {
         let unavailable = |e: std::io::Error| FsError::Unavailable(format!("materialising: {e}"));
         let tmp = tempfile::NamedTempFile::new_in(copies.dir()).map_err(unavailable)?;
         tmp.as_file().set_len(size).map_err(unavailable)?;
-        // Fetch and verify a window of chunks at once so every core decodes and reads
+        // Local chunks are decoded here, one after the other, without a task each. Others
+        // are fetched and verified a window at once so every core decodes and reads
         // overlap decoding; this file is written by this task alone, as chunks complete.
         // Returning early (an error) drops the set, which cancels the fetches left.
         let mut todo = slots
@@ -471,9 +568,9 @@ impl Data {
         loop {
             while running.len() < MATERIALIZE_WINDOW {
                 let Some((at, ci)) = todo.next() else { break };
-                if let Some(plain) = self.cached(ci) {
+                if let Some(plain) = self.plain_now(ci) {
                     tmp.as_file()
-                        .write_all_at(&plain, at)
+                        .write_all_at(&plain?, at)
                         .map_err(unavailable)?;
                     continue;
                 }
@@ -512,195 +609,5 @@ fn pieces(span: &Span, cs: u64) -> impl Iterator<Item = (usize, std::ops::Range<
 }
 
 #[cfg(test)]
-mod tests {
-    //! The single flight and the read bound, without a mount: a source that counts its
-    //! fetches and answers when the test lets it.
-
-    use super::*;
-    use manifest::build::{BuildOptions, ChunkSink, NoProgress, build};
-    use manifest::{ChunkId, ChunkInfo};
-
-    /// Chunks kept in memory by the build.
-    #[derive(Default)]
-    struct Mem(Mutex<HashMap<ChunkId, Vec<u8>>>);
-
-    impl ChunkSink for Mem {
-        fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
-            None
-        }
-        fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
-            lock(&self.0).insert(*id, stored.to_vec());
-            Ok(())
-        }
-    }
-
-    /// How the test source answers.
-    #[derive(Clone, Copy, PartialEq)]
-    enum Mode {
-        /// The stored bytes, once the gate opens.
-        Honest,
-        /// The stored bytes with one byte flipped: a lying peer.
-        Corrupt,
-        /// Never.
-        Silent,
-        /// Plain bytes it verified itself, as a node hands over a chunk that just arrived.
-        Verified,
-    }
-
-    struct Source {
-        chunks: HashMap<ChunkId, Vec<u8>>,
-        fetches: std::sync::atomic::AtomicUsize,
-        gate: tokio::sync::watch::Receiver<bool>,
-        mode: Mutex<Mode>,
-    }
-
-    impl ChunkSource for Source {
-        fn fetch(&self, _at: u32, chunk: ChunkInfo) -> crate::source::ChunkFuture {
-            self.fetches.fetch_add(1, Ordering::SeqCst);
-            let mut bytes = self.chunks.get(&chunk.id).cloned().unwrap_or_default();
-            let mode = *lock(&self.mode);
-            if mode == Mode::Corrupt
-                && let Some(b) = bytes.last_mut()
-            {
-                *b ^= 0x5a;
-            }
-            let mut gate = self.gate.clone();
-            let verified = (mode == Mode::Verified)
-                .then(|| manifest::verify_chunk(bytes.clone().into(), &chunk.id, chunk.plain_len));
-            Box::pin(async move {
-                if mode == Mode::Silent {
-                    std::future::pending::<()>().await;
-                }
-                let _ = gate.wait_for(|open| *open).await;
-                Ok(match verified {
-                    Some(v) => Fetched::Verified(v?.1),
-                    None => Fetched::Stored(bytes.into()),
-                })
-            })
-        }
-        fn is_local(&self, _id: &ChunkId) -> bool {
-            false
-        }
-    }
-
-    /// A one-file layer of three 64 KiB chunks; the data, its source, and the gate.
-    fn setup(mode: Mode) -> (Arc<Data>, Arc<Source>, tokio::sync::watch::Sender<bool>) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let content: Vec<u8> = (0..3 * 65536u32).map(|i| (i * 7 % 251) as u8).collect();
-        std::fs::write(dir.path().join("f"), &content).expect("write");
-        let sink = Mem::default();
-        let opts = BuildOptions {
-            chunk_size: 65536,
-            ..BuildOptions::default()
-        };
-        let (index, _) = build(dir.path(), &opts, &sink, &NoProgress).expect("build");
-        assert_eq!(index.chunks.len(), 3);
-        let (open, gate) = tokio::sync::watch::channel(false);
-        let source = Arc::new(Source {
-            chunks: sink.0.into_inner().expect("sink"),
-            fetches: Default::default(),
-            gate,
-            mode: Mutex::new(mode),
-        });
-        let data = Data::new(Arc::new(Tree::new(index)), source.clone(), 1 << 20)
-            .with_read_timeout(Duration::from_millis(300));
-        (Arc::new(data), source, open)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_readers_of_a_chunk_share_one_fetch() {
-        let (data, source, open) = setup(Mode::Honest);
-        let readers: Vec<_> = (0..8)
-            .map(|_| tokio::spawn(data.clone().chunk(1)))
-            .collect();
-        // Every reader is waiting on the one fetch before it is answered.
-        while lock(&data.inflight).is_empty() {
-            tokio::task::yield_now().await;
-        }
-        open.send_replace(true);
-        let mut got = Vec::new();
-        for r in readers {
-            got.push(r.await.expect("reader").expect("chunk"));
-        }
-        assert_eq!(
-            source.fetches.load(Ordering::SeqCst),
-            1,
-            "one fetch for eight readers"
-        );
-        assert!(got.iter().all(|c| c[..] == got[0][..]));
-        assert_eq!(got[0].len(), 65536);
-        // Cached now: no further fetch.
-        data.clone().chunk(1).await.expect("cached");
-        assert_eq!(source.fetches.load(Ordering::SeqCst), 1);
-        assert!(lock(&data.inflight).is_empty(), "the flight is over");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_read_must_wait_only_for_chunks_neither_cached_nor_local() {
-        let (data, _source, open) = setup(Mode::Honest);
-        let file = EntryIdx(1);
-        assert!(data.must_wait(file, 0, 100), "nothing is here yet");
-        open.send_replace(true);
-        data.clone().chunk(0).await.expect("chunk");
-        assert!(!data.must_wait(file, 0, 100), "cached");
-        assert!(
-            data.must_wait(file, 65536 - 10, 20),
-            "straddles into chunk 1"
-        );
-        assert!(
-            !data.must_wait(file, 4 * 65536, 100),
-            "past the end: nothing to wait for"
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_corrupt_chunk_is_refused_not_cached_and_fetched_again() {
-        let (data, source, open) = setup(Mode::Corrupt);
-        open.send_replace(true);
-        let err = data.clone().chunk(0).await.expect_err("corrupt");
-        assert!(matches!(err, FsError::Corrupt(_)), "{err}");
-        assert_eq!(data.stats().corrupt, 1);
-        *lock(&source.mode) = Mode::Honest;
-        let chunk = data.clone().chunk(0).await.expect("honest now");
-        assert_eq!(chunk.len(), 65536);
-        assert_eq!(
-            source.fetches.load(Ordering::SeqCst),
-            2,
-            "the bad bytes were not kept"
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_chunk_verified_by_its_source_is_not_decoded_again() {
-        let (data, _source, open) = setup(Mode::Verified);
-        open.send_replace(true);
-        let a = data.clone().chunk(0).await.expect("verified by the source");
-        assert_eq!(data.stats().decoded, 0, "checked once, by the source");
-        let (stored, _, open) = setup(Mode::Honest);
-        open.send_replace(true);
-        let b = stored.clone().chunk(0).await.expect("stored bytes");
-        assert_eq!(
-            stored.stats().decoded,
-            1,
-            "stored bytes are checked by the reader"
-        );
-        assert_eq!(a[..], b[..]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_chunk_that_never_comes_fails_within_the_read_bound() {
-        let (data, _source, _open) = setup(Mode::Silent);
-        let t0 = std::time::Instant::now();
-        let err = data.clone().chunk(2).await.expect_err("never answered");
-        assert!(matches!(err, FsError::TimedOut { .. }), "{err}");
-        let waited = t0.elapsed();
-        assert!(
-            waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
-            "{waited:?}"
-        );
-        assert!(
-            lock(&data.inflight).is_empty(),
-            "a failed flight is not left behind"
-        );
-    }
-}
+#[path = "data_tests.rs"]
+mod tests;

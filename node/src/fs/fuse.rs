@@ -21,6 +21,7 @@ use manifest::{EntryKind, FileData};
 
 use super::FsError;
 use super::copies::{Copies, Lease};
+use super::counters::{FsCounters, Op};
 use super::data::Data;
 use super::record::{Access, Recorder};
 use super::tree::{Attr, Ino, NodeKind, Tree};
@@ -54,6 +55,7 @@ pub struct LayerFs {
     ttl: Duration,
     recorder: Option<Arc<Recorder>>,
     read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
+    counters: Arc<FsCounters>,
 }
 
 fn err(e: &FsError) -> Errno {
@@ -146,7 +148,13 @@ impl LayerFs {
             ttl: Duration::from_secs(365 * 24 * 3600),
             recorder: None,
             read_waits: None,
+            counters: Arc::default(),
         }
+    }
+
+    /// The requests this filesystem answered so far, by kind.
+    pub fn counters(&self) -> Arc<FsCounters> {
+        self.counters.clone()
     }
 
     /// Records opens, failed lookups and reads that wait for a chunk into `recorder`
@@ -206,8 +214,12 @@ impl Filesystem for LayerFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.tree.lookup(Ino(parent.0), name.as_bytes()) {
-            Ok(a) => reply.entry(&self.ttl, &to_fuse(&a), Generation(0)),
+            Ok(a) => {
+                self.counters.count(Op::Lookup);
+                reply.entry(&self.ttl, &to_fuse(&a), Generation(0));
+            }
             Err(FsError::NotFound) => {
+                self.counters.count(Op::LookupAbsent);
                 if let Some(r) = &self.recorder {
                     r.note(Access::Absent(Ino(parent.0), name.as_bytes().into()));
                 }
@@ -221,6 +233,7 @@ impl Filesystem for LayerFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counters.count(Op::Getattr);
         match self.tree.getattr(Ino(ino.0)) {
             Ok(a) => reply.attr(&self.ttl, &to_fuse(&a)),
             Err(e) => reply.error(err(&e)),
@@ -228,6 +241,7 @@ impl Filesystem for LayerFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counters.count(Op::Readlink);
         match self.tree.readlink(Ino(ino.0)) {
             Ok(t) => reply.data(t),
             Err(e) => reply.error(err(&e)),
@@ -251,8 +265,10 @@ impl Filesystem for LayerFs {
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let Some(cfg) = self.passthrough_candidate(ino) else {
+            self.counters.count(Op::Open);
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
         };
+        self.counters.count(Op::OpenPassthrough);
         if let Some((id, count, _)) = lock(&self.backing).get_mut(&ino.0) {
             *count += 1;
             return reply.opened_passthrough(
@@ -316,9 +332,15 @@ impl Filesystem for LayerFs {
             Ok(e) => e,
             Err(e) => return reply.error(err(&e)),
         };
-        if let Some(r) = self.data.read_cached(entry, offset, size) {
+        // Cached or local chunks are served here: decoding a chunk is a millisecond of
+        // work on this thread, less than handing the read to another thread and back.
+        if let Some(r) = self.data.read_now(entry, offset, size) {
+            self.counters.count(Op::ReadNow);
             return match r {
-                Ok(bytes) => reply.data(&bytes),
+                Ok(bytes) => {
+                    self.counters.read_bytes(bytes.len());
+                    reply.data(&bytes);
+                }
                 Err(e) => reply.error(err(&e)),
             };
         }
@@ -333,13 +355,18 @@ impl Filesystem for LayerFs {
             .filter(|_| waits)
             .map(|h| (h, std::time::Instant::now()));
         let data = self.data.clone();
+        self.counters.count(Op::ReadSlow);
+        let counters = self.counters.clone();
         self.rt.spawn(async move {
             let read = data.read_shared(entry, offset, size).await;
             if let Some((h, t0)) = waited {
                 h.observe(t0.elapsed().as_secs_f64());
             }
             match read {
-                Ok(bytes) => reply.data(&bytes),
+                Ok(bytes) => {
+                    counters.read_bytes(bytes.len());
+                    reply.data(&bytes);
+                }
                 Err(e) => reply.error(err(&e)),
             }
         });
@@ -355,6 +382,7 @@ impl Filesystem for LayerFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.counters.count(Op::Release);
         if fh.0 & PASSTHROUGH_FH != 0 {
             let mut map = lock(&self.backing);
             if let Some((_, count, _)) = map.get_mut(&ino.0) {
@@ -375,11 +403,14 @@ impl Filesystem for LayerFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Nothing is ever written, so there is nothing to flush.
-        reply.ok();
+        // Nothing is ever written, so there is nothing to flush. ENOSYS tells the kernel to
+        // stop sending flushes for good (one round trip per close() saved).
+        self.counters.count(Op::Flush);
+        reply.error(Errno::ENOSYS);
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counters.count(Op::Other);
         // Directories need no open state. ENOSYS tells the kernel to stop sending
         // OPENDIR/RELEASEDIR altogether and to keep and cache listings (it then treats
         // every directory as FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR), so a cached walk asks
@@ -395,6 +426,7 @@ impl Filesystem for LayerFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.counters.count(Op::Readdir);
         match self.tree.readdir(Ino(ino.0), offset) {
             Ok(items) => {
                 for (next, e) in items {
@@ -421,6 +453,7 @@ impl Filesystem for LayerFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.counters.count(Op::Readdir);
         match self.tree.readdir(Ino(ino.0), offset) {
             Ok(items) => {
                 for (next, e) in items {
@@ -457,16 +490,25 @@ impl Filesystem for LayerFs {
         reply: fuser::ReplyIoctl,
     ) {
         // Regular files answer no ioctls; isatty() probes (TCGETS) expect exactly ENOTTY.
+        self.counters.count(Op::Ioctl);
         reply.error(Errno::ENOTTY);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counters.count(Op::Other);
         let idx = self.tree.index();
         let blocks = idx.total_file_bytes().div_ceil(4096);
         reply.statfs(blocks, 0, 0, idx.entries.len() as u64, 0, 4096, 255, 4096);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.counters.count(Op::Xattr);
+        if !self.tree.has_xattrs() {
+            // No entry has any: ENOSYS makes the kernel answer every later getxattr itself
+            // (EOPNOTSUPP). An overlay over the mount asks for its own attributes of every
+            // file it opens, and a job's programs start through one.
+            return reply.error(Errno::ENOSYS);
+        }
         let found = match self.tree.xattrs(Ino(ino.0)) {
             Ok(list) => list.iter().find(|(n, _)| name.as_bytes() == n.as_bytes()),
             Err(e) => return reply.error(err(&e)),
@@ -478,6 +520,10 @@ impl Filesystem for LayerFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.counters.count(Op::Xattr);
+        if !self.tree.has_xattrs() {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.tree.xattrs(Ino(ino.0)) {
             Ok(list) => {
                 let mut names = Vec::new();
@@ -492,6 +538,7 @@ impl Filesystem for LayerFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.counters.count(Op::Access);
         match self.tree.getattr(Ino(ino.0)) {
             Ok(_) if mask.contains(AccessFlags::W_OK) => reply.error(err(&FsError::ReadOnly)),
             Ok(_) => reply.ok(),

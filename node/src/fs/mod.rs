@@ -6,11 +6,13 @@
 //! - [`data`]: file contents: chunk fetch through a [`crate::source::ChunkSource`], verify,
 //!   cache, one in-flight fetch per chunk, and materialised files for passthrough.
 //! - [`fuse`]: the thin fuser adapter; the only place that speaks errno.
+//! - [`counters`]: the requests a mount answered, by kind (tests, the read-path benchmark).
 //! - [`mount`](mod@mount): mounting, options, and clean unmount on signals.
 //! - [`record`]: what a program opens, probes and waits for, for `teesfs record` and the
 //!   daemon's record of each job's start.
 
 pub mod copies;
+pub mod counters;
 pub mod data;
 pub mod fuse;
 pub mod mount;

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 use fuser::{Config, MountOption, SessionACL};
 use manifest::{Index, IndexId};
 
+use super::counters::{FsCount, FsCounters};
 use super::data::Data;
 use super::fuse::{LayerFs, PassthroughConfig};
 use super::tree::Tree;
@@ -57,12 +58,18 @@ pub struct Mounted {
     passthrough_on: Arc<AtomicBool>,
     passthrough: Option<PassthroughConfig>,
     rt: Option<tokio::runtime::Runtime>,
+    counters: Arc<FsCounters>,
 }
 
 impl Mounted {
     /// The content layer (for statistics).
     pub fn data(&self) -> &Arc<Data> {
         &self.data
+    }
+
+    /// The requests the mount answered so far, by kind.
+    pub fn counters(&self) -> FsCount {
+        self.counters.snapshot()
     }
 
     /// Where it is mounted.
@@ -87,6 +94,7 @@ impl Mounted {
     }
 
     fn shutdown(&mut self) -> Result<(), Error> {
+        let mounted = self.session.is_some();
         let result = match self.session.take() {
             Some(s) => s.umount_and_join().or_else(|e| {
                 // Busy (a process still has a file open): detach so the mount disappears
@@ -99,6 +107,10 @@ impl Mounted {
         };
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
+        }
+        if mounted {
+            let (c, d) = (self.counters.snapshot(), self.data.stats());
+            tracing::info!(mountpoint = %self.mountpoint.display(), requests = c.requests(), counts = ?c, chunks = ?d, "unmounted");
         }
         // The mount is gone (or detached with files still open, whose copies stay until
         // closed): its copies go unless another mount uses them.
@@ -154,6 +166,7 @@ pub fn mount(
     )
     .with_recorder(cfg.recorder.clone())
     .with_read_waits(cfg.read_waits.clone());
+    let counters = fs.counters();
     let root = nix::unistd::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![
@@ -186,6 +199,7 @@ pub fn mount(
         passthrough_on,
         passthrough: cfg.passthrough.clone(),
         rt: Some(rt),
+        counters,
     })
 }
 

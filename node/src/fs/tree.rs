@@ -86,6 +86,8 @@ pub struct Tree {
     nlink: Vec<u32>,
     /// See [`Tree::set_root_owner`].
     root_owner: Option<u32>,
+    /// Whether any entry has extended attributes (see [`Tree::has_xattrs`]).
+    xattrs: bool,
 }
 
 impl Tree {
@@ -127,13 +129,21 @@ impl Tree {
                 });
             }
         }
+        let xattrs = index.entries.iter().any(|e| e.flags.opaque());
         Self {
             index,
             start,
             children,
             nlink,
             root_owner: None,
+            xattrs,
         }
+    }
+
+    /// Whether any inode has extended attributes ([`Tree::xattrs`]): a layer without
+    /// opaque directories has none at all.
+    pub fn has_xattrs(&self) -> bool {
+        self.xattrs
     }
 
     /// The underlying index.
@@ -375,6 +385,21 @@ mod tests {
         let rest: Vec<_> = t.readdir(Ino::ROOT, next).expect("dir").collect();
         assert_eq!(rest.len(), 2);
         assert_eq!(rest[0].1.name, b"ln");
+    }
+
+    #[test]
+    fn only_a_layer_with_an_opaque_directory_has_xattrs() {
+        assert!(!tree().has_xattrs());
+        let mut opaque = e(0, "o", EntryKind::Dir);
+        opaque.flags = EntryFlags(EntryFlags::OPAQUE);
+        let t = Tree::new(Index {
+            chunk_size: 4096,
+            chunks: vec![],
+            entries: vec![e(0, "", EntryKind::Dir), opaque],
+            urgent: vec![],
+        });
+        assert!(t.has_xattrs());
+        assert_eq!(t.xattrs(Ino(2)).expect("dir").len(), 2);
     }
 
     #[test]

@@ -66,16 +66,46 @@ pub fn advertised(advertise: Option<&str>, host: &str, bound: SocketAddr) -> Str
 }
 
 /// Chunks for a mounted job: from the node's store, or from the tree on demand.
-pub struct JobSource(pub Arc<JobCore>);
+pub struct JobSource {
+    core: Arc<JobCore>,
+    /// The node's store, which the job keeps its chunks in: always on this node (memory
+    /// or local disk), so a reader may read it on its own thread.
+    store: Arc<dyn seeder::ChunkStore>,
+}
+
+impl JobSource {
+    /// Chunks of `core`'s job, held in `store` (the store the job writes them to).
+    pub fn new(core: Arc<JobCore>, store: Arc<dyn seeder::ChunkStore>) -> Self {
+        Self { core, store }
+    }
+}
 
 impl ChunkSource for JobSource {
     fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture {
-        let core = self.0.clone();
+        let core = self.core.clone();
         Box::pin(async move { core.want(at, &chunk.id).await })
     }
 
     fn is_local(&self, id: &ChunkId) -> bool {
-        self.0.has(id)
+        self.core.has(id)
+    }
+
+    fn fetch_local(
+        &self,
+        _at: u32,
+        chunk: ChunkInfo,
+    ) -> Option<Result<crate::source::Fetched, crate::Error>> {
+        use crate::source::Fetched;
+        use seeder::StoredChunk;
+        // Checked bytes from memory are decoded without hashing them again; bytes read
+        // from a file are verified by the reader, as `JobCore::want` hands them out.
+        Some(Ok(match self.store.get(&chunk.id)? {
+            StoredChunk::Checked(c) => match c.plain() {
+                Ok(plain) => Fetched::Verified(plain),
+                Err(_) => Fetched::Stored(c.stored().clone()),
+            },
+            StoredChunk::Unchecked(b) => Fetched::Stored(b),
+        }))
     }
 }
 

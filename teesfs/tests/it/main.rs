@@ -28,6 +28,7 @@ mod lab_soak;
 mod local_state;
 mod metrics;
 mod packaging;
+mod read_path;
 mod record_job;
 mod report;
 mod roundtrip;

@@ -524,7 +524,7 @@ impl Daemon {
         if self.cfg.mount {
             let source: Arc<dyn crate::source::ChunkSource> = match shared {
                 Some(s) => Arc::new(crate::source::StoreSource::new(s)),
-                None => Arc::new(JobSource(core)),
+                None => Arc::new(JobSource::new(core, self.store.clone())),
             };
             self.spawn_mount(nj, (*index).clone(), signed.id(), source, owner);
         }
