@@ -528,7 +528,9 @@ mod tests {
     #[test]
     fn a_push_holds_the_rest_back_while_applications_start_unless_told_not_to() {
         use clap::Parser;
-        let base = ["push", "--store", "/s", "--index", "abcd", "--nodes", "n[1-4]"];
+        let base = [
+            "push", "--store", "/s", "--index", "abcd", "--nodes", "n[1-4]",
+        ];
         let p = Cli::try_parse_from(base).expect("defaults").push;
         assert_eq!(p.bulk_after, DEFAULT_BULK_AFTER);
         assert_eq!(p.bulk_quiet, DEFAULT_BULK_QUIET);
