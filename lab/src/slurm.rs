@@ -606,7 +606,7 @@ impl Slurm<'_> {
         let socket = mdir.join("munge.socket");
         let munged = which("munged").unwrap_or_else(|| "munged".into());
         let log = mdir.join("munged.log");
-        let mut cmd = crate::cgroup::nsenter(&login);
+        let mut cmd = crate::cgroup::nsenter(login);
         cmd.arg(format!("--net=/run/netns/{login}"))
             .args(["setpriv", "--pdeathsig", "KILL", "--"])
             .arg(&munged)
