@@ -153,6 +153,15 @@ pub async fn push(
         serve_demand(&mut session, serve, &mut out).await;
     }
     // Edge byte counts of the root's own children, which the relay keeps itself.
+    let starved = session.core().counters().starved;
+    if starved > 0 {
+        // Kept, not failed: the deadline is tight for the nodes' load, and a node slower
+        // still (its transport silent too) would have been given up.
+        tracing::info!(
+            starved,
+            "children stayed silent past the deadline while their transport answered"
+        );
+    }
     let root_edges = session.core().view().child_bytes;
     let now = session.start.elapsed().as_secs_f64();
     for (p, c, b) in root_edges {
