@@ -8,8 +8,8 @@
 //!   second connection, the parent's own one carried only the held bulk stream, QUIC
 //!   closed it as idle, and every edge of the tree failed at the hold's end.
 //! - A daemon killed mid-push under the same load is reported with its edge, and its
-//!   parent gives up on it within the deadline (plus a second for the load and the
-//!   status polls).
+//!   parent gives up on it within the deadline (plus 1.5 s for the load and the status
+//!   polls; a dead peer taken for a starved one would last 4 deadlines).
 //!
 //! Lab: 2 groups of 3 (`n01` proxies `n02`-`n03`, `n04` proxies `n05`-`n06`), a 9 MiB
 //! layer (a 1 MiB application, the urgent set, and 8 MiB of data), a 1 s deadline with
@@ -224,8 +224,10 @@ fn lab_a_daemon_killed_under_full_load_is_reported_with_its_edge_within_its_dead
         .map(|f| (f.kind.as_str(), f.parent.as_str(), f.child.as_str()))
         .collect();
     assert_eq!(failures, [("failed", "n01", "n03")]);
+    // Within the deadline, plus what the load and the status polls add; a killed peer
+    // taken for a starved one would be given up only at 4 deadlines.
     assert!(
-        noticed <= DEADLINE + Duration::from_secs(1),
+        noticed <= DEADLINE + Duration::from_millis(1500),
         "the killed daemon was given up after {noticed:?}"
     );
     let r = &end.report;
