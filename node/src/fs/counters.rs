@@ -48,6 +48,7 @@ const OPS: usize = 15;
 pub struct FsCounters {
     ops: [AtomicU64; OPS],
     read_bytes: AtomicU64,
+    prefilled: AtomicU64,
 }
 
 /// A snapshot of [`FsCounters`].
@@ -71,6 +72,9 @@ pub struct FsCount {
     pub read_slow: u64,
     /// Bytes the daemon returned to reads.
     pub read_bytes: u64,
+    /// Files put into the page cache as they were opened (not requests: their reads
+    /// that never came).
+    pub prefilled: u64,
     /// Releases.
     pub release: u64,
     /// Flushes.
@@ -118,6 +122,11 @@ impl FsCounters {
         self.ops[op as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a file put into the page cache at its open.
+    pub fn prefilled(&self) {
+        self.prefilled.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts bytes returned to a read.
     pub fn read_bytes(&self, n: usize) {
         self.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -136,6 +145,7 @@ impl FsCounters {
             read_now: g(Op::ReadNow),
             read_slow: g(Op::ReadSlow),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            prefilled: self.prefilled.load(Ordering::Relaxed),
             release: g(Op::Release),
             flush: g(Op::Flush),
             ioctl: g(Op::Ioctl),

@@ -2,6 +2,10 @@
 //! before a byte is used, caching plain chunks in a byte-bounded LRU, and keeping at most
 //! one fetch in flight per chunk however many readers wait for it.
 //!
+//! A read whose chunks are cached or held on this machine is answered on the caller's
+//! thread ([`Data::read_now`]): decoding a chunk costs less than handing the read to a task
+//! and back. Only a read that must wait for a chunk from elsewhere goes to a task.
+//!
 //! Every fetch is bounded in time ([`Data::with_read_timeout`]): a chunk that cannot be
 //! had within the bound fails the read with EIO and an error line, so no reader waits for
 //! ever inside FUSE (fuser answers the kernel's interrupts with ENOSYS, so a waiting read
@@ -373,11 +377,7 @@ impl Data {
         struct NotLocal;
         let init = cell.get_or_try_init(|| async {
             let fetched = self.source.fetch_local(ci, info).ok_or(NotLocal)?;
-            {
-                let mut st = lock(&self.stats);
-                st.fetches += 1;
-                st.local += 1;
-            }
+            self.count_local();
             Ok(fetched
                 .map_err(|e| FsError::Unavailable(e.to_string()))
                 .and_then(|f| self.check(info, f)))
@@ -401,16 +401,18 @@ impl Data {
         }
         let info = *self.tree.index().chunks.get(ci as usize)?;
         let fetched = self.source.fetch_local(ci, info)?;
-        {
-            let mut st = lock(&self.stats);
-            st.fetches += 1;
-            st.local += 1;
-        }
+        self.count_local();
         Some(
             fetched
                 .map_err(|e| FsError::Unavailable(e.to_string()))
                 .and_then(|f| self.check(info, f)),
         )
+    }
+
+    fn count_local(&self) {
+        let mut st = lock(&self.stats);
+        st.fetches += 1;
+        st.local += 1;
     }
 
     /// Ends a flight: caches its chunk (if `keep`), then removes the flight (if it is

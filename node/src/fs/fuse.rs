@@ -4,11 +4,11 @@
 //! A read whose chunks are cached is answered on the FUSE thread; any other read moves its
 //! reply into a task on the runtime, so a slow fetch never blocks other requests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
@@ -28,6 +28,11 @@ use super::tree::{Attr, Ino, NodeKind, Tree};
 
 /// File handles with this bit set were opened for passthrough.
 const PASSTHROUGH_FH: u64 = 1 << 63;
+
+/// Files up to this size are put into the page cache at their first open ([`LayerFs`]'s
+/// prefill): the kernel reads them whole in one request anyway (its readahead is at least
+/// this), and a program that opens a file reads it.
+const PREFILL_MAX: u64 = 128 << 10;
 
 /// Open passthrough backing files by inode, with their open counts and the lease that keeps
 /// their copy from eviction: the kernel requires one backing id per inode for as long as
@@ -56,6 +61,10 @@ pub struct LayerFs {
     recorder: Option<Arc<Recorder>>,
     read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
     counters: Arc<FsCounters>,
+    /// Where to put file contents into the kernel's page cache, once the session exists.
+    notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// Inodes whose contents were put into the page cache (or tried).
+    prefilled: Mutex<HashSet<u64>>,
 }
 
 fn err(e: &FsError) -> Errno {
@@ -149,6 +158,36 @@ impl LayerFs {
             recorder: None,
             read_waits: None,
             counters: Arc::default(),
+            notifier: Arc::default(),
+            prefilled: Mutex::default(),
+        }
+    }
+
+    /// Where the mount puts the session's notifier once it runs, which lets small files be
+    /// put into the page cache as they are opened.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Puts a small file's bytes into the kernel's page cache at its first open here, if its
+    /// chunks are held on this machine: reading it then costs no round trip to the daemon
+    /// (the open keeps the cache). Otherwise, or if the kernel drops the pages, reads come
+    /// as usual. Before the open is answered, so the bytes are there when it returns.
+    fn prefill(&self, ino: Ino, size: u64) {
+        if size == 0 || size > PREFILL_MAX {
+            return;
+        }
+        let (Some(notifier), Ok(entry)) = (self.notifier.get(), self.tree.entry(ino)) else {
+            return;
+        };
+        if !lock(&self.prefilled).insert(ino.0) {
+            return;
+        }
+        if let Some(Ok(bytes)) = self.data.read_now(entry, 0, size as u32) {
+            match notifier.store(INodeNo(ino.0), 0, &bytes) {
+                Ok(()) => self.counters.prefilled(),
+                Err(e) => tracing::debug!(error = %e, "the kernel refused a file's contents"),
+            }
         }
     }
 
@@ -266,6 +305,7 @@ impl Filesystem for LayerFs {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let Some(cfg) = self.passthrough_candidate(ino) else {
             self.counters.count(Op::Open);
+            self.prefill(ino, attr.size);
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
         };
         self.counters.count(Op::OpenPassthrough);

@@ -167,6 +167,7 @@ pub fn mount(
     .with_recorder(cfg.recorder.clone())
     .with_read_waits(cfg.read_waits.clone());
     let counters = fs.counters();
+    let notifier = fs.notifier_slot();
     let root = nix::unistd::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![
@@ -191,6 +192,7 @@ pub fn mount(
         mountpoint: mountpoint.to_path_buf(),
         source,
     })?;
+    let _ = notifier.set(session.notifier());
     raise_readahead(mountpoint, (4 * chunk_size).clamp(1 << 20, 16 << 20));
     Ok(Mounted {
         session: Some(session),
