@@ -182,17 +182,13 @@ impl Data {
     /// means the caller must go the slow way ([`Data::read`]) on a task: a chunk is to be
     /// fetched from elsewhere, or another reader is fetching it now. A read inside one
     /// chunk borrows the chunk instead of copying it.
-    ///
-    /// A chunk read whole is not kept in the cache: the kernel's page cache now holds its
-    /// bytes (mounts keep it across opens), so keeping it would only take fresh memory
-    /// for every chunk read. A chunk read in part is kept for the reads of the rest.
     pub fn read_now(
         &self,
         file: EntryIdx,
         off: u64,
         len: u32,
     ) -> Option<Result<ReadBytes, FsError>> {
-        self.read_with(file, off, len, |ci, whole| self.chunk_now(ci, !whole))
+        self.read_with(file, off, len, |ci| self.chunk_now(ci))
     }
 
     /// Answers a read from memory if every chunk it needs is cached.
@@ -202,17 +198,16 @@ impl Data {
         off: u64,
         len: u32,
     ) -> Option<Result<ReadBytes, FsError>> {
-        self.read_with(file, off, len, |ci, _| self.cached(ci).map(Ok))
+        self.read_with(file, off, len, |ci| self.cached(ci).map(Ok))
     }
 
-    /// A read assembled from the chunks `get(chunk, whole)` gives, `whole` when the read
-    /// takes all of the chunk (`None` from it: not now).
+    /// A read assembled from the chunks `get` gives (`None` from it: not now).
     fn read_with(
         &self,
         file: EntryIdx,
         off: u64,
         len: u32,
-        mut get: impl FnMut(u32, bool) -> Option<Result<Bytes, FsError>>,
+        mut get: impl FnMut(u32) -> Option<Result<Bytes, FsError>>,
     ) -> Option<Result<ReadBytes, FsError>> {
         let (size, data) = match self.file(file) {
             Ok(x) => x,
@@ -225,18 +220,14 @@ impl Data {
             ))),
             FileData::Chunks(slots) => {
                 let cs = u64::from(self.tree.index().chunk_size);
-                let whole = |slot: usize, range: &std::ops::Range<usize>| {
-                    range.start == 0 && range.end as u64 == (size - slot as u64 * cs).min(cs)
-                };
                 if span.start < span.end && span.start / cs == (span.end - 1) / cs {
                     let slot = (span.start / cs) as usize;
                     let in_chunk = (span.start % cs) as usize;
                     let range = in_chunk..in_chunk + (span.end - span.start) as usize;
                     return match slots[slot].chunk_index() {
-                        Some(ci) => Some(
-                            get(ci as u32, whole(slot, &range))?
-                                .map(|c| ReadBytes::Shared(c.slice(range))),
-                        ),
+                        Some(ci) => {
+                            Some(get(ci as u32)?.map(|c| ReadBytes::Shared(c.slice(range))))
+                        }
                         None => Some(Ok(ReadBytes::Owned(vec![0; range.len()]))),
                     };
                 }
@@ -244,7 +235,7 @@ impl Data {
                 for (slot, range) in pieces(&span, cs) {
                     match slots[slot].chunk_index() {
                         None => out.resize(out.len() + range.len(), 0),
-                        Some(ci) => match get(ci as u32, whole(slot, &range))? {
+                        Some(ci) => match get(ci as u32)? {
                             Ok(chunk) => out.extend_from_slice(&chunk[range]),
                             Err(e) => return Some(Err(e)),
                         },
@@ -358,7 +349,7 @@ impl Data {
             })
             .await
             .clone();
-        self.land(ci, &cell, &result, true);
+        self.land(ci, &cell, &result);
         result
     }
 
@@ -366,7 +357,7 @@ impl Data {
     /// `None` if it is not local, or if another reader is fetching it (then
     /// [`Data::chunk`] joins that flight). Shares the single flight of [`Data::chunk`]:
     /// the flight is claimed, run to its end at once, or left to its owner.
-    fn chunk_now(&self, ci: u32, keep: bool) -> Option<Result<Bytes, FsError>> {
+    fn chunk_now(&self, ci: u32) -> Option<Result<Bytes, FsError>> {
         use std::task::{Context, Poll, Waker};
         if let Some(c) = self.cached(ci) {
             return Some(Ok(c));
@@ -389,7 +380,7 @@ impl Data {
             Poll::Ready(Ok(r)) => r.clone(),
             Poll::Ready(Err(NotLocal)) | Poll::Pending => return None,
         };
-        self.land(ci, &cell, &result, keep);
+        self.land(ci, &cell, &result);
         Some(result)
     }
 
@@ -415,11 +406,11 @@ impl Data {
         st.local += 1;
     }
 
-    /// Ends a flight: caches its chunk (if `keep`), then removes the flight (if it is
-    /// still `cell`). Cached before the flight ends: a reader arriving in between finds
-    /// one or the other, never neither (which would fetch the chunk a second time).
-    fn land(&self, ci: u32, cell: &Shared, result: &Result<Bytes, FsError>, keep: bool) {
-        if let (Ok(chunk), true) = (result, keep) {
+    /// Ends a flight: caches its chunk, then removes the flight (if it is still `cell`).
+    /// Cached before the flight ends: a reader arriving in between finds one or the other,
+    /// never neither (which would fetch the chunk a second time).
+    fn land(&self, ci: u32, cell: &Shared, result: &Result<Bytes, FsError>) {
+        if let Ok(chunk) = result {
             self.insert(ci, chunk.clone());
         }
         let mut inflight = lock(&self.inflight);
