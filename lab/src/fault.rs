@@ -152,14 +152,16 @@ impl Lab {
         })
     }
 
-    /// FUSE mounts in the mount namespace of `host`'s daemon.
+    /// This lab's FUSE mounts in the mount namespace of `host`'s daemon.
     pub fn fuse_mounts(&self, host: &str) -> Result<Vec<PathBuf>> {
         let pid = self.with_daemon(host, |d| d.pid().unwrap_or(0))?;
         let path = PathBuf::from(format!("/proc/{pid}/mountinfo"));
         let mounts = teesfs::sys::mountinfo::read(Some(pid)).map_err(LabError::io(&path))?;
         Ok(mounts
             .into_iter()
-            .filter(|m| m.fs_type.starts_with("fuse"))
+            // The daemon's mount namespace began as a copy of the host's: FUSE mounts
+            // made on the host by anything else are not the node's.
+            .filter(|m| m.fs_type.starts_with("fuse") && m.mount_point.starts_with(self.work()))
             .map(|m| m.mount_point)
             .collect())
     }
