@@ -63,7 +63,7 @@ pub struct LayerFs {
     counters: Arc<FsCounters>,
     /// Where to put file contents into the kernel's page cache, once the session exists.
     notifier: Arc<OnceLock<fuser::Notifier>>,
-    /// Inodes whose contents were put into the page cache (or tried).
+    /// Inodes whose contents were put into the page cache (or tried); locked while one is.
     prefilled: Mutex<HashSet<u64>>,
 }
 
@@ -180,7 +180,12 @@ impl LayerFs {
         let (Some(notifier), Ok(entry)) = (self.notifier.get(), self.tree.entry(ino)) else {
             return;
         };
-        if !lock(&self.prefilled).insert(ino.0) {
+        // Held until the bytes are in: an open of the same file on another thread waits
+        // here, so no read of it can hold a page the kernel's store must lock (a read
+        // waits for this daemon's answer with its pages locked). The work is a decode of
+        // at most one small file, never a wait for the network.
+        let mut prefilled = lock(&self.prefilled);
+        if !prefilled.insert(ino.0) {
             return;
         }
         if let Some(Ok(bytes)) = self.data.read_now(entry, 0, size as u32) {

@@ -319,3 +319,27 @@ fn an_opaque_directory_keeps_its_mark() {
     let none = xattr::get(f.mp.join(small(0)), "user.overlay.opaque").expect("getxattr");
     assert_eq!(none, None);
 }
+
+#[test]
+fn concurrent_first_opens_of_small_files_read_the_right_bytes() {
+    if !can_mount() {
+        return;
+    }
+    let f = Arc::new(fixture(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    for t in 0..8 {
+        let (f, tx) = (f.clone(), tx.clone());
+        std::thread::spawn(move || {
+            for k in 0..20 {
+                f.same(&small((k + t * 3) % 20));
+            }
+            let _ = tx.send(t);
+        });
+    }
+    for _ in 0..8 {
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("every reader finishes: an open never waits on a read of its own file");
+    }
+    let c = f.mounted().counters();
+    assert_eq!(c.prefilled, 20, "each file put in once: {c:?}");
+}
