@@ -563,6 +563,22 @@ pub fn goals(rep: &Report) -> String {
 mod tests {
     use super::*;
 
+    fn outcome(method: Method, app_s: f64, cpu_s: f64) -> Outcome {
+        Outcome {
+            method,
+            app_s,
+            urgent_s: None,
+            all_s: None,
+            ok: 4,
+            nodes: 4,
+            uplink_in_bytes: 0,
+            mounted_s: None,
+            push_wall_s: None,
+            cpu_s,
+            detail: String::new(),
+        }
+    }
+
     #[test]
     fn method_names_round_trip() {
         for m in Method::ALL {
@@ -573,19 +589,7 @@ mod tests {
 
     #[test]
     fn the_table_compares_every_method_with_urgent_first() {
-        let o = |method, app_s| Outcome {
-            method,
-            app_s,
-            urgent_s: None,
-            all_s: None,
-            ok: 4,
-            nodes: 4,
-            uplink_in_bytes: 0,
-            mounted_s: None,
-            push_wall_s: None,
-            cpu_s: 0.0,
-            detail: String::new(),
-        };
+        let o = |method, app_s| outcome(method, app_s, 0.0);
         let rep = Report {
             outcomes: vec![o(Method::UrgentFirst, 2.0), o(Method::Sbcast, 30.0)],
             local_s: Some(1.0),
@@ -598,19 +602,7 @@ mod tests {
 
     #[test]
     fn the_goals_judge_the_default_and_print_the_cap_where_the_start_bounds_a_ratio() {
-        let o = |method, app_s, cpu_s| Outcome {
-            method,
-            app_s,
-            urgent_s: None,
-            all_s: None,
-            ok: 4,
-            nodes: 4,
-            uplink_in_bytes: 0,
-            mounted_s: None,
-            push_wall_s: None,
-            cpu_s,
-            detail: String::new(),
-        };
+        let o = outcome;
         let rep = Report {
             outcomes: vec![
                 o(Method::UrgentFirst, 8.0, 23.5),
