@@ -55,7 +55,7 @@ impl Router for RootRouter {
         match msg {
             Routed::Relay(m) => self.0.on_relay_msg(from_host, m),
             Routed::Chunk { chunk, data, .. } => {
-                return self.0.on_chunk_msg(from_host, chunk, data);
+                return self.0.on_chunk_msg(from_host, chunk, data).pending();
             }
             // Nobody starts or prepares a job at its root.
             Routed::Start(_) | Routed::Prepare(_) => {

@@ -30,7 +30,7 @@ use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Routed, Start};
 use super::JobSource;
 use super::admit::Admitted;
 use super::control::{JobRecord, LayerPath};
-use super::job::JobCore;
+use super::job::{ChunkTaken, JobCore};
 use super::peers::{Peers, Pending, Router};
 use super::store::NodeStore;
 use crate::Error;
@@ -727,11 +727,13 @@ impl Router for Daemon {
             Routed::Chunk { chunk, data, .. } => {
                 let taken = self
                     .running(job, from_host)
-                    .and_then(|j| j.core.on_chunk_msg(from_host, chunk, data));
-                if taken.is_none() {
+                    .map_or(ChunkTaken::Refused, |j| {
+                        j.core.on_chunk_msg(from_host, chunk, data)
+                    });
+                if matches!(taken, ChunkTaken::Refused) {
                     self.metrics.chunk_refused();
                 }
-                return taken;
+                return taken.pending();
             }
             Routed::Relay(m) => {
                 if let Some(j) = self.running(job, from_host) {
