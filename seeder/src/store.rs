@@ -228,6 +228,12 @@ pub trait ChunkStore: ChunkSink + Send + Sync + 'static {
     /// The stored bytes of a chunk, if held and readable. May read a file: call it where
     /// blocking is allowed, unless [`ChunkStore::get_cached`] had it.
     fn get(&self, id: &ChunkId) -> Option<StoredChunk>;
+    /// Whether reading a small chunk from this store costs less than handing the read to
+    /// another thread and back: true for a node's own store (its files live in memory or
+    /// a local page cache), false where a read may wait on a disk or a network file system.
+    fn small_reads_are_cheap(&self) -> bool {
+        false
+    }
     /// The stored bytes of a chunk if the store has them in memory (no I/O), else `None`.
     fn get_cached(&self, _id: &ChunkId) -> Option<StoredChunk> {
         None

@@ -26,14 +26,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use manifest::{ChunkId, Index, IndexId, Verified, verify_chunk};
+use manifest::{ChunkId, Index, IndexId, Verified};
 use peertree::NodeId;
 use peertree::relay::{Event, JobId, Msg, Pacer, Phase, Relay, RelayMsg, Transmit};
 use seeder::{ChunkStore, StoredChunk};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
+mod chunks;
 mod liveness;
 mod pump;
+
+pub use chunks::{ChunkTaken, INLINE_CHUNK_MAX};
 
 use liveness::TransportSeen;
 
@@ -104,32 +107,6 @@ impl JobKnobs {
             corrupt_outgoing: false,
             #[cfg(feature = "fault-injection")]
             slow_store: std::time::Duration::ZERO,
-        }
-    }
-}
-
-/// Chunks of at most this many stored bytes are verified and kept on the task that read
-/// them: tens of microseconds of work, less than a hand-off to another thread and back
-/// (four context switches each, 40% of the daemon's CPU on a many-file layer).
-pub const INLINE_CHUNK_MAX: usize = 64 << 10;
-
-/// What became of a chunk handed to a job.
-#[derive(Debug)]
-pub enum ChunkTaken {
-    /// Refused: its sender is not in the job's tree.
-    Refused,
-    /// Verified, kept and handed on already.
-    Done,
-    /// Being verified and kept on the blocking pool.
-    Working(tokio::task::JoinHandle<()>),
-}
-
-impl ChunkTaken {
-    /// The work still running for the chunk, if any.
-    pub fn pending(self) -> Option<tokio::task::JoinHandle<()>> {
-        match self {
-            ChunkTaken::Working(w) => Some(w),
-            ChunkTaken::Refused | ChunkTaken::Done => None,
         }
     }
 }
@@ -598,24 +575,10 @@ impl JobCore {
             .send_parts(host, addr, StreamKind::Demand, head, data);
     }
 
-    /// A chunk's stored bytes (touching it in the store's LRU), without blocking this task:
-    /// from the store's memory of recent chunks, else read on the blocking pool.
-    async fn stored(&self, id: &ChunkId) -> Option<StoredChunk> {
-        if let Some(s) = self.bytes.get_cached(id) {
-            return Some(s);
-        }
-        let (bytes, id) = (self.bytes.clone(), *id);
-        self.rt
-            .spawn_blocking(move || bytes.get(&id))
-            .await
-            .ok()
-            .flatten()
-    }
-
     /// A chunk's stored bytes to send, or `None` if the store no longer holds it.
     async fn chunk_bytes(&self, chunk: u32) -> Option<Bytes> {
         let info = self.index.chunks.get(chunk as usize)?;
-        let stored = self.stored(&info.id).await?;
+        let stored = self.stored(&info.id, info.stored_len).await?;
         Some(self.outgoing(stored))
     }
 
@@ -657,82 +620,6 @@ impl JobCore {
         }
     }
 
-    /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
-    /// the waiting readers before the relay hears of it. A small chunk (see
-    /// [`INLINE_CHUNK_MAX`]) is taken on the caller's task; a larger one (hashing a MiB,
-    /// writing a file) on the blocking pool, while the stream's reader reads the next frame
-    /// and awaits the returned task before it delivers that frame. So one stream's chunks
-    /// are taken in order, and a sender faster than verification is held back by QUIC flow
-    /// control instead of queueing chunks here without bound.
-    pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: Bytes) -> ChunkTaken {
-        let Some(from) = self.sender(from_host) else {
-            return ChunkTaken::Refused;
-        };
-        if data.len() <= INLINE_CHUNK_MAX && self.store_is_fast() {
-            self.on_chunk(from, chunk, data);
-            return ChunkTaken::Done;
-        }
-        let this = self.clone();
-        ChunkTaken::Working(
-            self.rt
-                .spawn_blocking(move || this.on_chunk(from, chunk, data)),
-        )
-    }
-
-    /// Whether chunks may be written on a runtime thread: not on the lab's slow disk.
-    fn store_is_fast(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.knobs.slow_store.is_zero();
-        #[cfg(not(feature = "fault-injection"))]
-        true
-    }
-
-    fn on_chunk(&self, from: NodeId, chunk: u32, data: Bytes) {
-        let Some(info) = self.index.chunks.get(chunk as usize).copied() else {
-            return;
-        };
-        let len = data.len() as u64;
-        let (checked, plain) = match verify_chunk(data, &info.id, info.plain_len) {
-            Ok(v) => v,
-            Err(_) => {
-                lock(&self.counters).bad_chunks += 1;
-                tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
-                self.tell(Input::Chunk {
-                    from,
-                    chunk,
-                    valid: false,
-                });
-                return;
-            }
-        };
-        if let Err(e) = self.bytes.put_checked(&checked) {
-            tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
-            // Readers waiting for it still get it; the relay does not count it as held.
-            self.wake(chunk, &plain);
-            return;
-        }
-        {
-            let mut c = lock(&self.counters);
-            c.chunks_in += 1;
-            c.bytes_in += len;
-        }
-        self.tell(Input::Chunk {
-            from,
-            chunk,
-            valid: true,
-        });
-        self.wake(chunk, &plain);
-    }
-
-    /// Hands a verified chunk to the readers waiting for it.
-    fn wake(&self, chunk: u32, plain: &Verified) {
-        if let Some(ws) = lock(&self.waiters).remove(&chunk) {
-            for w in ws {
-                let _ = w.send(plain.clone());
-            }
-        }
-    }
-
     /// The peer could not be reached.
     pub fn on_unreachable(self: &Arc<Self>, host: &str) {
         if let Some(&id) = self.hosts.get(host) {
@@ -748,13 +635,18 @@ impl JobCore {
     /// instead of awaited for ever. The caller bounds the wait (dropping the future gives
     /// up).
     pub async fn want(self: &Arc<Self>, chunk: u32, id: &ChunkId) -> Result<Fetched, Error> {
-        if self.index.chunks.get(chunk as usize).map(|c| &c.id) != Some(id) {
+        let Some(info) = self
+            .index
+            .chunks
+            .get(chunk as usize)
+            .filter(|c| &c.id == id)
+        else {
             return Err(Error::ChunkNotInJob {
                 chunk: *id,
                 job: self.job,
             });
-        }
-        if let Some(s) = self.stored(id).await {
+        };
+        if let Some(s) = self.stored(id, info.stored_len).await {
             return Ok(fetched(s));
         }
         let (tx, rx) = oneshot::channel();
@@ -766,7 +658,7 @@ impl JobCore {
             list.push(tx);
         }
         // It may have arrived between the check and the registration.
-        if let Some(s) = self.stored(id).await {
+        if let Some(s) = self.stored(id, info.stored_len).await {
             return Ok(fetched(s));
         }
         self.tell(Input::Want(chunk));

@@ -283,6 +283,9 @@ impl seeder::ChunkStore for NodeStore {
     fn get_cached(&self, id: &ChunkId) -> Option<StoredChunk> {
         NodeStore::get_cached(self, id)
     }
+    fn small_reads_are_cheap(&self) -> bool {
+        true
+    }
     fn contains(&self, id: &ChunkId) -> bool {
         NodeStore::contains(self, id)
     }

@@ -1,0 +1,135 @@
+//! A chunk's arrival at a job (verified, kept, handed to waiting readers, told to the
+//! relay) and the reading of a chunk's stored bytes to send on or to read, each on the
+//! task that needs it when the work is small, else on the blocking pool.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use manifest::{ChunkId, Verified, verify_chunk};
+use peertree::NodeId;
+use seeder::StoredChunk;
+
+use super::{Input, JobCore, lock};
+
+/// Chunks of at most this many stored bytes are verified and kept (or read from a node's
+/// store) on the task that needs them: tens of microseconds of work, less than a hand-off
+/// to another thread and back (four context switches each, 40% of the daemon's CPU on a
+/// many-file layer).
+pub const INLINE_CHUNK_MAX: usize = 64 << 10;
+
+/// What became of a chunk handed to a job.
+#[derive(Debug)]
+pub enum ChunkTaken {
+    /// Refused: its sender is not in the job's tree.
+    Refused,
+    /// Verified, kept and handed on already.
+    Done,
+    /// Being verified and kept on the blocking pool.
+    Working(tokio::task::JoinHandle<()>),
+}
+
+impl ChunkTaken {
+    /// The work still running for the chunk, if any.
+    pub fn pending(self) -> Option<tokio::task::JoinHandle<()>> {
+        match self {
+            ChunkTaken::Working(w) => Some(w),
+            ChunkTaken::Refused | ChunkTaken::Done => None,
+        }
+    }
+}
+
+impl JobCore {
+    /// A chunk's stored bytes (touching it in the store's LRU), without blocking this task
+    /// for long: from the store's memory of recent chunks, else read here if it is small
+    /// and the store's reads are cheap (a node's own store), else on the blocking pool.
+    pub(super) async fn stored(&self, id: &ChunkId, stored_len: u32) -> Option<StoredChunk> {
+        if let Some(s) = self.bytes.get_cached(id) {
+            return Some(s);
+        }
+        if stored_len as usize <= INLINE_CHUNK_MAX && self.bytes.small_reads_are_cheap() {
+            return self.bytes.get(id);
+        }
+        let (bytes, id) = (self.bytes.clone(), *id);
+        self.rt
+            .spawn_blocking(move || bytes.get(&id))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
+    /// the waiting readers before the relay hears of it. A small chunk (see
+    /// [`INLINE_CHUNK_MAX`]) is taken on the caller's task; a larger one (hashing a MiB,
+    /// writing a file) on the blocking pool, while the stream's reader reads the next frame
+    /// and awaits the returned task before it delivers that frame. So one stream's chunks
+    /// are taken in order, and a sender faster than verification is held back by QUIC flow
+    /// control instead of queueing chunks here without bound.
+    pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: Bytes) -> ChunkTaken {
+        let Some(from) = self.sender(from_host) else {
+            return ChunkTaken::Refused;
+        };
+        if data.len() <= INLINE_CHUNK_MAX && self.store_is_fast() {
+            self.on_chunk(from, chunk, data);
+            return ChunkTaken::Done;
+        }
+        let this = self.clone();
+        ChunkTaken::Working(
+            self.rt
+                .spawn_blocking(move || this.on_chunk(from, chunk, data)),
+        )
+    }
+
+    /// Whether chunks may be written on a runtime thread: not on the lab's slow disk.
+    fn store_is_fast(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.knobs.slow_store.is_zero();
+        #[cfg(not(feature = "fault-injection"))]
+        true
+    }
+
+    pub(super) fn on_chunk(&self, from: NodeId, chunk: u32, data: Bytes) {
+        let Some(info) = self.index.chunks.get(chunk as usize).copied() else {
+            return;
+        };
+        let len = data.len() as u64;
+        let (checked, plain) = match verify_chunk(data, &info.id, info.plain_len) {
+            Ok(v) => v,
+            Err(_) => {
+                lock(&self.counters).bad_chunks += 1;
+                tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
+                self.tell(Input::Chunk {
+                    from,
+                    chunk,
+                    valid: false,
+                });
+                return;
+            }
+        };
+        if let Err(e) = self.bytes.put_checked(&checked) {
+            tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
+            // Readers waiting for it still get it; the relay does not count it as held.
+            self.wake(chunk, &plain);
+            return;
+        }
+        {
+            let mut c = lock(&self.counters);
+            c.chunks_in += 1;
+            c.bytes_in += len;
+        }
+        self.tell(Input::Chunk {
+            from,
+            chunk,
+            valid: true,
+        });
+        self.wake(chunk, &plain);
+    }
+
+    /// Hands a verified chunk to the readers waiting for it.
+    pub(super) fn wake(&self, chunk: u32, plain: &Verified) {
+        if let Some(ws) = lock(&self.waiters).remove(&chunk) {
+            for w in ws {
+                let _ = w.send(plain.clone());
+            }
+        }
+    }
+}
