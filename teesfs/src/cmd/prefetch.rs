@@ -289,7 +289,7 @@ mod tests {
         let (nodes, _, plan) = push.job.plan().expect("the README's job plans");
         assert_eq!(nodes.len(), 128);
         assert_eq!(plan.strategy, peertree::Strategy::Topo);
-        assert_eq!(push.bulk_after, Duration::from_secs(30));
+        assert_eq!(push.bulk_after, Duration::from_secs(120));
         assert_eq!(push.bulk_quiet, Duration::from_secs(2));
     }
 

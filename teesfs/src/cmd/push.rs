@@ -18,7 +18,7 @@ use super::jobspec::{JobArgs, RootArgs, RootContact};
 use super::util;
 
 /// How long a push holds the rest of the layer back by default (`--bulk-after`).
-pub const DEFAULT_BULK_AFTER: Duration = Duration::from_secs(30);
+pub const DEFAULT_BULK_AFTER: Duration = Duration::from_secs(120);
 /// How quiet the nodes must be for the held rest to flow by default (`--bulk-quiet`).
 pub const DEFAULT_BULK_QUIET: Duration = Duration::from_secs(2);
 
@@ -89,9 +89,11 @@ pub struct PushArgs {
     /// read on demand, without bulk traffic competing for their node's links and CPU (see
     /// --bulk-quiet). The default: in the scale-model lab, where each node has its own
     /// CPU, the application started everywhere about twice as soon with it as with the rest
-    /// streaming at once (BENCHMARKS.md, issue 28). `0s` streams the rest at once. A push
-    /// without an urgent set never holds: nothing can start before the whole layer is there.
-    #[arg(help_heading = "Timing", long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    /// streaming at once (BENCHMARKS.md, issue 28). Two minutes outlast the start of a large
+    /// Python stack; a shorter hold let the rest stream into applications still starting.
+    /// `0s` streams the rest at once. A push without an urgent set never holds: nothing can
+    /// start before the whole layer is there.
+    #[arg(help_heading = "Timing", long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration)]
     pub bulk_after: Duration,
     /// Within the hold, let the rest flow while no sign of applications starting (files
     /// opened in the nodes' mounts, reads fetched on demand) has reached this command for

@@ -54,7 +54,7 @@ pub struct LaunchArgs {
     methods: Vec<Method>,
     /// urgent-first (the default push): hold the rest of the layer back at most this long after the urgent
     /// set is on every node (`teesfs push --bulk-after`).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration)]
     bulk_after: std::time::Duration,
     /// urgent-first: let it flow while no sign of applications starting (files opened,
     /// reads fetched on demand) reached the root for this long (`teesfs push --bulk-quiet`).
