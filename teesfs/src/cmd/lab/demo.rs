@@ -51,8 +51,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             urgent: built.urgent.clone(),
             app: lab::demo::python_app(&built.python),
             probe: "app/main.py".into(),
-            bulk_after: std::time::Duration::from_secs(30),
-            bulk_quiet: std::time::Duration::from_secs(2),
+            // What users get: the push's own defaults.
+            bulk_after: crate::cmd::push::DEFAULT_BULK_AFTER,
+            bulk_quiet: crate::cmd::push::DEFAULT_BULK_QUIET,
         };
         let methods = [
             Method::UrgentFirst,
