@@ -36,7 +36,7 @@ pub use index::{
 };
 pub use jobspec::JobSpec;
 pub use sign::{PublicKey, SecretKey, SignedIndex};
-pub use site::SiteConfig;
+pub use site::{Problem as SiteProblemKind, SiteConfig, SiteProblem};
 pub use urgent::push_order;
 
 /// Result type of this crate.

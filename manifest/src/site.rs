@@ -34,9 +34,13 @@
 //!
 //! The configuration is `/etc/teesfs/teesfs.toml`, then every `teesfs.d/*.toml` beside it
 //! in name order, then `teesfs.toml.local`; a key set in a later file replaces the earlier
-//! value ([`SiteConfig::overlay`]). Unknown keys are errors naming the file, line and key,
-//! so a typo never silently changes every job of a site. Parsing only: the caller reads the
-//! files and resolves what is missing.
+//! value ([`SiteConfig::overlay`]). A mistake is contained to the key it is in
+//! ([`SiteConfig::from_toml_lenient`]): an unknown key is a warning naming the file, line
+//! and key, and a bad value is left out and reported, so that only the commands that use
+//! that key refuse to run (a login-side typo must not stop `release` on every node, nor a
+//! key added by a newer release an older node). [`SiteConfig::from_toml`] refuses any
+//! mistake (`teesfs config check`). Parsing only: the caller reads the files and resolves
+//! what is missing.
 
 use std::path::PathBuf;
 
@@ -123,6 +127,114 @@ pub struct NetworkSection {
     pub trust: Option<Vec<PathBuf>>,
 }
 
+/// Every section and its keys.
+const SECTIONS: [(&str, &[&str]); 5] = [
+    ("store", &["path", "shared"]),
+    ("root", &["host"]),
+    ("topology", &["file", "cluster", "group_size", "links"]),
+    ("tree", &["strategy", "width", "threshold"]),
+    ("network", &["identity", "hosts", "port", "trust"]),
+];
+
+/// Whether `key = value` alone parses as its section; the parser's message if not.
+fn one_key(section: &str, key: &str, value: &toml::Value) -> Result<(), String> {
+    let mut fields = toml::Table::new();
+    fields.insert(key.to_string(), value.clone());
+    let mut one = toml::Table::new();
+    one.insert(section.to_string(), toml::Value::Table(fields));
+    toml::Value::Table(one)
+        .try_into::<SiteConfig>()
+        .map(drop)
+        .map_err(|e| e.message().to_string())
+}
+
+/// What is wrong with a key of a site file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// No such section or key (a typo, or one a newer release knows).
+    Unknown,
+    /// The value is of the wrong kind or contradicts another key.
+    Invalid(String),
+}
+
+/// A key of a site file left out, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteProblem {
+    /// The file.
+    pub origin: String,
+    /// Its line, where the key is found in the text.
+    pub line: Option<usize>,
+    /// The section (`tree`).
+    pub section: String,
+    /// The key (`width`); `None` for a whole section.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+impl SiteProblem {
+    fn new(text: &str, origin: &str, section: &str, key: Option<&str>, problem: Problem) -> Self {
+        Self {
+            origin: origin.to_string(),
+            line: line_of(text, section, key),
+            section: section.to_string(),
+            key: key.map(str::to_string),
+            problem,
+        }
+    }
+
+    /// The key as the file writes it: `[tree] width`, or `[daemon]`.
+    pub fn key_name(&self) -> String {
+        match &self.key {
+            Some(k) => format!("[{}] {k}", self.section),
+            None => format!("[{}]", self.section),
+        }
+    }
+
+    /// Whether a bad value (not just an unknown key) makes the key unusable.
+    pub fn is_invalid(&self) -> bool {
+        matches!(self.problem, Problem::Invalid(_))
+    }
+}
+
+impl std::fmt::Display for SiteProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.origin)?;
+        if let Some(l) = self.line {
+            write!(f, ", line {l}")?;
+        }
+        match &self.problem {
+            Problem::Unknown => write!(
+                f,
+                ": unknown key {}, ignored (a typo, or a key of a newer release; `teesfs config check` lists the known ones)",
+                self.key_name()
+            ),
+            Problem::Invalid(why) => write!(f, ": {} {why}", self.key_name()),
+        }
+    }
+}
+
+/// The line of `[section]`'s `key` in `text` (or of the section's header), 1-based.
+fn line_of(text: &str, section: &str, key: Option<&str>) -> Option<usize> {
+    let mut in_section = false;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_section = t.trim_start_matches('[').trim_end_matches(']').trim() == section;
+            if in_section && key.is_none() {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        let Some(k) = key else { continue };
+        let name = t.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if in_section && t.contains('=') && name == k {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// `later.or(earlier)` for every field of a section.
 macro_rules! overlay_fields {
     ($earlier:expr, $later:expr, $($f:ident),+) => {
@@ -131,37 +243,100 @@ macro_rules! overlay_fields {
 }
 
 impl SiteConfig {
-    /// Parses one file's text; `origin` (its path) names it in errors, with the line and
-    /// the offending key, never quoting other content of the file.
+    /// Parses one file's text and refuses any mistake in it; `origin` (its path) names it
+    /// in errors, with the line and the offending key, never quoting other content of the
+    /// file.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, Error> {
-        let cfg: SiteConfig = toml::from_str(text).map_err(|e| {
+        let (cfg, problems) = Self::from_toml_lenient(text, origin)?;
+        match problems.into_iter().next() {
+            Some(p) => Err(Error::SiteConfig(p.to_string())),
+            None => Ok(cfg),
+        }
+    }
+
+    /// Parses one file's text, leaving out what is wrong: every unknown key and every key
+    /// whose value is bad or contradicts another is reported as a [`SiteProblem`] and not
+    /// set. Only text that is not TOML at all is an error.
+    pub fn from_toml_lenient(text: &str, origin: &str) -> Result<(Self, Vec<SiteProblem>), Error> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| {
             Error::SiteConfig(format!(
                 "{origin}, {}",
                 crate::jobspec::toml_error(text, &e)
             ))
         })?;
-        cfg.check(origin)?;
-        Ok(cfg)
+        let mut problems = Vec::new();
+        let mut kept = toml::Table::new();
+        for (section, value) in table {
+            let Some(&(_, keys)) = SECTIONS.iter().find(|(name, _)| *name == section) else {
+                problems.push(SiteProblem::new(
+                    text,
+                    origin,
+                    &section,
+                    None,
+                    Problem::Unknown,
+                ));
+                continue;
+            };
+            let Some(fields) = value.as_table() else {
+                let why = Problem::Invalid("must be a table".into());
+                problems.push(SiteProblem::new(text, origin, &section, None, why));
+                continue;
+            };
+            let mut good = toml::Table::new();
+            for (key, v) in fields {
+                let problem = if !keys.contains(&key.as_str()) {
+                    Some(Problem::Unknown)
+                } else {
+                    one_key(&section, key, v).err().map(Problem::Invalid)
+                };
+                match problem {
+                    Some(p) => {
+                        problems.push(SiteProblem::new(text, origin, &section, Some(key), p))
+                    }
+                    None => {
+                        good.insert(key.clone(), v.clone());
+                    }
+                }
+            }
+            kept.insert(section, toml::Value::Table(good));
+        }
+        let mut cfg: SiteConfig =
+            toml::Value::Table(kept)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    Error::SiteConfig(format!("{origin}: {}", e.message()))
+                })?;
+        cfg.check(text, origin, &mut problems);
+        Ok((cfg, problems))
     }
 
-    fn check(&self, origin: &str) -> Result<(), Error> {
-        let bad = |key: &str, why: &str| Err(Error::SiteConfig(format!("{origin}: {key} {why}")));
+    /// Leaves out values that contradict the rest, reporting each.
+    fn check(&mut self, text: &str, origin: &str, problems: &mut Vec<SiteProblem>) {
+        let mut bad = |section: &str, key: &str, why: &str| {
+            let why = Problem::Invalid(why.into());
+            problems.push(SiteProblem::new(text, origin, section, Some(key), why));
+        };
         if self.tree.width == Some(0) {
-            return bad("[tree] width", "must be at least 1");
+            bad("tree", "width", "must be at least 1");
+            self.tree.width = None;
         }
         if self.topology.group_size == Some(0) {
-            return bad("[topology] group_size", "must be at least 1");
+            bad("topology", "group_size", "must be at least 1");
+            self.topology.group_size = None;
         }
         if self.topology.file.is_some() && self.topology.cluster.is_some() {
-            return bad(
-                "[topology] file",
+            bad(
+                "topology",
+                "file",
                 "and [topology] cluster are alternatives: keep one",
             );
+            self.topology.file = None;
+            self.topology.cluster = None;
         }
         if self.topology.cluster.is_some() && self.topology.group_size.is_none() {
-            return bad("[topology] cluster", "needs [topology] group_size");
+            bad("topology", "cluster", "needs [topology] group_size");
+            self.topology.cluster = None;
         }
-        Ok(())
     }
 
     /// This configuration with every key `later` sets replaced by `later`'s value.
@@ -257,5 +432,41 @@ mod tests {
             let e = SiteConfig::from_toml(text, "x").expect_err(text);
             assert!(e.to_string().contains(key), "{e}");
         }
+    }
+
+    /// A mistake is contained to its key: the rest of the file still applies, an unknown
+    /// key or section is reported with its line, and a bad value is left out.
+    #[test]
+    fn a_mistake_is_left_out_and_reported_and_the_rest_applies() {
+        let text = "[daemon]\nstore_budget = \"8GiB\"\n[tree]\nwidht = 4\nthreshold = 64\n\
+                    [network]\nport = \"seventy\"\nidentity = \"/etc/teesfs/cluster\"\n";
+        let (cfg, problems) =
+            SiteConfig::from_toml_lenient(text, "/etc/teesfs/teesfs.toml").expect("TOML");
+        assert_eq!(cfg.tree.threshold, Some(64));
+        assert_eq!(cfg.network.port, None);
+        assert_eq!(
+            cfg.network.identity,
+            Some(PathBuf::from("/etc/teesfs/cluster"))
+        );
+        let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 3, "{shown:?}");
+        assert!(
+            shown[0].contains("line 1") && shown[0].contains("unknown key [daemon]"),
+            "{shown:?}"
+        );
+        assert!(
+            shown
+                .iter()
+                .any(|p| p.contains("line 4") && p.contains("[tree] widht")),
+            "{shown:?}"
+        );
+        let port = problems
+            .iter()
+            .find(|p| p.key.as_deref() == Some("port"))
+            .expect("port");
+        assert!(port.is_invalid() && port.line == Some(7), "{port}");
+        assert!(!problems[0].is_invalid());
+        let e = SiteConfig::from_toml_lenient("[tree\nwidth = 3\n", "f").expect_err("not TOML");
+        assert!(e.to_string().contains("line 1"), "{e}");
     }
 }
