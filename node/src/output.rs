@@ -232,4 +232,7 @@ pub struct GcRemovedIndex {
     pub published: u64,
     /// Size of its file.
     pub bytes: u64,
+    /// Size of its learned urgent list (`learned/<id>.list`), removed with it; 0 without one.
+    #[serde(default)]
+    pub learned_bytes: u64,
 }

@@ -5,8 +5,9 @@
 //! tags and the [`Policy`]. The sweep ([`collect`]) holds the store's lock exclusive
 //! ([`crate::lock`]) so no publish is between its chunks and its index, and, for
 //! publishers the lock cannot reach (a filesystem without flock), never deletes a chunk
-//! written within the grace period. It deletes only `indexes/<id>.idx`, tags of the
-//! indexes it deletes, and `chunks/<xx>/<id>` entries whose names are ids; it never follows
+//! written within the grace period. It deletes only `indexes/<id>.idx`, tags and learned
+//! lists (`learned/<id>.list`, [`crate::learned`]) of the indexes it deletes, and
+//! `chunks/<xx>/<id>` entries whose names are ids; it never follows
 //! a symlink (one planted there is removed as a link) and never leaves the store.
 
 use std::collections::{BTreeMap, HashSet};
@@ -79,6 +80,8 @@ pub struct RemovedIndex {
     pub tags: Vec<TagName>,
     /// Size of its file.
     pub bytes: u64,
+    /// Size of its learned urgent list (removed with it), 0 without one.
+    pub learned_bytes: u64,
     /// When it was last published.
     pub published: SystemTime,
 }
@@ -119,7 +122,11 @@ impl Report {
     pub fn freed_bytes(&self) -> u64 {
         self.removed_chunk_bytes
             + self.removed_temp_bytes
-            + self.removed_indexes.iter().map(|i| i.bytes).sum::<u64>()
+            + self
+                .removed_indexes
+                .iter()
+                .map(|i| i.bytes + i.learned_bytes)
+                .sum::<u64>()
     }
 }
 
@@ -179,12 +186,18 @@ pub fn collect(
             for t in &names {
                 store.remove_tag(t)?;
             }
+        }
+        // The learned list first: an index without its list is usable, a list whose
+        // index is gone is not.
+        let learned_bytes = crate::learned::remove_learned(store, &a.id, dry_run)?.unwrap_or(0);
+        if !dry_run {
             std::fs::remove_file(&path).map_err(io(&path))?;
         }
         report.removed_indexes.push(RemovedIndex {
             id: a.id,
             tags: names,
             bytes,
+            learned_bytes,
             published: a.published,
         });
     }
