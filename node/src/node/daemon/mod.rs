@@ -3,7 +3,8 @@
 //! arrives, forwards to children, answers demand requests, and reports its state on a
 //! Unix control socket. Every mounted job is recorded ([`crate::fs::record`]): the files it
 //! opens until this node holds the whole layer, and those whose reads wait for a chunk, for
-//! `teesfs record --from-job`; releasing the job forgets its record. A health probe
+//! `teesfs record --from-job` and `teesfs learn`; releasing the job keeps its record among
+//! those of the last few released jobs (`records`). A health probe
 //! (`teesfs health`) is a job without index or chunks: it is answered and forwarded, never
 //! mounted, and dropped once the root finishes it.
 //!
@@ -15,6 +16,7 @@
 //! because of the control path.
 //!
 //! By concern: `control` serves the control socket, `probe` answers health probes,
+//! `records` keeps released jobs' records and answers a login node asking for them,
 //! `host` is what the daemon does to its host at start (state lock, stale mounts, file
 //! limit); job admission is decided in [`super::admit`].
 
@@ -129,6 +131,8 @@ pub struct Daemon {
     clock_skew_ms: Mutex<Option<i64>>,
     /// Where `--metrics` is served, once it is.
     metrics_addr: Mutex<Option<std::net::SocketAddr>>,
+    /// The records of the last jobs released here, for `teesfs learn`.
+    released: Mutex<records::Released>,
 }
 
 /// How many passed-on `Prepare`s a daemon remembers.
@@ -185,6 +189,7 @@ impl Daemon {
             metrics: Arc::default(),
             clock_skew_ms: Mutex::new(None),
             metrics_addr: Mutex::new(None),
+            released: Mutex::new(records::Released::default()),
         });
         let router: Weak<dyn Router> = Arc::downgrade(&daemon) as Weak<dyn Router>;
         peers.set_router(router);
@@ -278,6 +283,7 @@ impl Daemon {
     async fn stop_job(&self, job: JobId) {
         let j = lock(&self.jobs).remove(&job);
         if let Some(j) = j {
+            self.keep_record(&j).await;
             Self::teardown(j).await;
         }
     }
@@ -708,6 +714,7 @@ impl Daemon {
 mod control;
 mod host;
 mod probe;
+mod records;
 
 use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};
 
@@ -739,6 +746,15 @@ impl Router for Daemon {
                 if let Some(j) = self.running(job, from_host) {
                     j.core.on_relay_msg(from_host, m);
                 }
+            }
+            Routed::AskRecord { reply } => {
+                if let Some(d) = self.me.upgrade() {
+                    self.rt
+                        .spawn(d.answer_record(from_host.to_string(), job, reply));
+                }
+            }
+            Routed::Record { .. } => {
+                tracing::debug!(%job, peer = %from_host, "a record this daemon did not ask for; ignored")
             }
         }
         None
@@ -793,6 +809,7 @@ fn job_record(j: &NodeJob, host: String) -> JobRecord {
         file_bytes: rec.opened_bytes,
         absent: paths(rec.absent),
         dropped: rec.dropped,
+        released: false,
     }
 }
 
