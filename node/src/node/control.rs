@@ -437,6 +437,7 @@ mod tests {
             file_bytes: 12,
             absent: vec![LayerPath("opt/ü".as_bytes().to_vec())],
             dropped: 0,
+            released: false,
         };
         let json = serde_json::to_string(&rec).expect("serialize");
         assert!(json.contains(r#""usr/lib/libc.so.6""#), "{json}");
