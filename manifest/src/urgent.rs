@@ -73,13 +73,18 @@ pub fn push_order_hinted(
 pub fn entries_named(index: &Index, paths: &[Vec<u8>]) -> (Vec<EntryIdx>, usize) {
     let mut children: HashMap<(u32, &[u8]), u32> = HashMap::with_capacity(index.entries.len());
     for (i, e) in index.entries.iter().enumerate().skip(1) {
-        children.entry((e.parent.0, &e.name[..])).or_insert(i as u32);
+        children
+            .entry((e.parent.0, &e.name[..]))
+            .or_insert(i as u32);
     }
     let mut seen = vec![false; index.entries.len()];
     let (mut found, mut missing) = (Vec::new(), 0);
     for path in paths {
         let mut cur = Some(0u32);
-        for name in path.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
+        for name in path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
             cur = cur.filter(|&c| matches!(index.entries[c as usize].kind, EntryKind::Dir));
             cur = cur.and_then(|c| children.get(&(c, name)).copied());
         }
@@ -166,6 +171,9 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), index.chunks.len(), "each chunk once");
         let out_of_range = [EntryIdx(999)];
-        assert_eq!(push_order_hinted(&index, &out_of_range, &|_| false).0, plain);
+        assert_eq!(
+            push_order_hinted(&index, &out_of_range, &|_| false).0,
+            plain
+        );
     }
 }

@@ -180,14 +180,17 @@ pub fn write_learned(
     let dir = store.root().join(LEARNED_DIR);
     match std::fs::symlink_metadata(&dir) {
         Ok(md) if md.is_dir() => {}
-        Ok(_) => return Err(bad(&dir, "is not a directory (a symlink is never followed)")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            match std::fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io(&dir)(e)),
-            }
+        Ok(_) => {
+            return Err(bad(
+                &dir,
+                "is not a directory (a symlink is never followed)",
+            ));
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(&dir)(e)),
+        },
         Err(e) => return Err(io(&dir)(e)),
     }
     let mut header = vec![learned_header(id)];
@@ -285,15 +288,30 @@ mod tests {
     #[test]
     fn merge_ranks_by_earliest_use_then_by_nodes_that_used_it() {
         let m = merge(&[
-            rec("n1", &["bin/app", "lib/a.so", "lib/b.so", "data/x"], &["lib/none.so"]),
-            rec("n2", &["bin/app", "lib/b.so", "lib/a.so", "etc/only-n2"], &[]),
+            rec(
+                "n1",
+                &["bin/app", "lib/a.so", "lib/b.so", "data/x"],
+                &["lib/none.so"],
+            ),
+            rec(
+                "n2",
+                &["bin/app", "lib/b.so", "lib/a.so", "etc/only-n2"],
+                &[],
+            ),
             rec("n3", &["lib/c.so", "bin/app"], &["lib/none.so", "etc/gone"]),
         ]);
         // bin/app and lib/c.so are both first somewhere; bin/app was used by three nodes.
         // a.so and b.so are both second somewhere and used by two nodes: by name.
         assert_eq!(
             names(&m.files),
-            ["bin/app", "lib/c.so", "lib/a.so", "lib/b.so", "data/x", "etc/only-n2"]
+            [
+                "bin/app",
+                "lib/c.so",
+                "lib/a.so",
+                "lib/b.so",
+                "data/x",
+                "etc/only-n2"
+            ]
         );
         assert_eq!(names(&m.absent), ["lib/none.so", "etc/gone"]);
     }
@@ -347,9 +365,17 @@ mod tests {
         };
         let (path, left_out) = write_learned(&s, &id, &list).expect("write");
         assert_eq!(left_out, 0);
-        assert_eq!(path, s.root().join("learned").join(format!("{}.list", id.to_hex())));
+        assert_eq!(
+            path,
+            s.root()
+                .join("learned")
+                .join(format!("{}.list", id.to_hex()))
+        );
         let back = read_learned(&s, &id).expect("read").expect("some");
-        assert_eq!(back.header, [learned_header(&id), "3 files from 2 nodes".into()]);
+        assert_eq!(
+            back.header,
+            [learned_header(&id), "3 files from 2 nodes".into()]
+        );
         assert_eq!((back.files, back.absent), (list.files.clone(), list.absent));
         let leftovers: Vec<_> = std::fs::read_dir(s.root().join("learned"))
             .expect("dir")

@@ -161,7 +161,10 @@ mod tests {
             recording,
             mounted: false,
             whole_layer: true,
-            files: files.iter().map(|f| LayerPath(f.as_bytes().to_vec())).collect(),
+            files: files
+                .iter()
+                .map(|f| LayerPath(f.as_bytes().to_vec()))
+                .collect(),
             file_bytes: 1,
             absent: Vec::new(),
             dropped: 0,
@@ -179,7 +182,10 @@ mod tests {
         let answers = BTreeMap::from([
             ("n01".to_string(), Ok(record("n01", &["bin/app"], true))),
             ("n02".to_string(), Err("unreachable".to_string())),
-            ("n04".to_string(), Ok(serde_json::to_vec(&missing).expect("json"))),
+            (
+                "n04".to_string(),
+                Ok(serde_json::to_vec(&missing).expect("json")),
+            ),
             ("n05".to_string(), Ok(record("n05", &[], true))),
             ("n06".to_string(), Ok(record("n06", &["x"], false))),
             ("n07".to_string(), Ok(b"garbage".to_vec())),

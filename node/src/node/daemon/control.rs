@@ -107,9 +107,10 @@ impl Daemon {
                         }
                         (Ok(()), Request::Record(id), _) => match self.record_of(id).await {
                             Some((_, rec)) => {
-                                let line =
-                                    tokio::task::spawn_blocking(move || serde_json::to_string(&*rec))
-                                        .await;
+                                let line = tokio::task::spawn_blocking(move || {
+                                    serde_json::to_string(&*rec)
+                                })
+                                .await;
                                 match line {
                                     Ok(Ok(line)) => line,
                                     Ok(Err(e)) => error(&e),

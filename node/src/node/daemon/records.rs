@@ -28,7 +28,11 @@ pub struct Released {
 }
 
 fn path_bytes(r: &JobRecord) -> usize {
-    r.files.iter().chain(&r.absent).map(|p| p.0.len() + 16).sum()
+    r.files
+        .iter()
+        .chain(&r.absent)
+        .map(|p| p.0.len() + 16)
+        .sum()
 }
 
 impl Released {
@@ -103,7 +107,12 @@ impl Daemon {
     /// Answers a [`Msg::AskRecord`] from `from_host`: its record of `job` (or why there is
     /// none) to `reply`. Any peer with a cluster certificate may ask, as any may push a job
     /// here; the record names only layer paths.
-    pub(super) async fn answer_record(self: Arc<Self>, from_host: String, job: JobId, reply: String) {
+    pub(super) async fn answer_record(
+        self: Arc<Self>,
+        from_host: String,
+        job: JobId,
+        reply: String,
+    ) {
         let answer = match self.record_of(job).await {
             Some((_, rec)) => RecordAnswer::Record(Box::new((*rec).clone())),
             None => RecordAnswer::Missing {
@@ -166,6 +175,9 @@ mod tests {
         assert!(r.bytes <= RELEASED_BYTES);
         r.keep(JobId(102), None, rec(102, big + 1, (1 << 16) - 16));
         assert!(r.get(JobId(102)).is_none());
-        assert!(r.get(JobId(101)).is_some(), "a refused record evicts nothing");
+        assert!(
+            r.get(JobId(101)).is_some(),
+            "a refused record evicts nothing"
+        );
     }
 }

@@ -1,0 +1,252 @@
+//! `teesfs learn`: after a job, ask each of its nodes' daemons for what the job used while
+//! it started (they keep the records of their last released jobs), merge the records in
+//! first-use order across nodes (`seeder::learned::merge`) and keep the result in the store
+//! beside the index (`<store>/learned/<index id>.list`), where the next `push` or
+//! `prefetch` of that index finds it and pushes those files first. Run by the Slurm
+//! EpilogSlurmctld (packaging/slurm/epilog-slurmctld.sh) or by hand on the login node.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use peertree::relay::JobId;
+use seeder::DirStore;
+use seeder::learned::{NodeRecord, UrgentList, merge, write_learned};
+use teesfs::node::control::JobRecord;
+use teesfs::node::learn::{AskSpec, Gathered, gather};
+
+use super::jobspec::RootArgs;
+use super::util;
+
+/// Arguments of `teesfs learn`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  # what the EpilogSlurmctld does (packaging/slurm/epilog-slurmctld.sh) when job 1234 ends
+  teesfs learn --job 1234 --nodes 'cn[0001-0128]' --store /shared/teesfs
+  # by hand on the login node, after the job; also keep a copy of the merged list
+  teesfs learn --job 1234 --nodes 'cn[01-32]' --store /shared/teesfs -o urgent.list
+
+Every node's daemon records each job it mounts: the files opened through the mount until the
+node held the whole layer, and any file a read of which had to wait for data, in the order of
+first use. It keeps the records of its last 16 released jobs, so the Slurm epilog's `teesfs
+release` does not lose them. `learn` asks each node for its record over the network (the
+daemons' port, the login node's cluster credentials, as `push` does), merges them (a file
+ranks by the earliest position at which any node used it, ties by how many nodes used it)
+and writes STORE/learned/<index id>.list atomically. The next `teesfs push` or `prefetch`
+of that index (the Slurm prolog) pushes those files first, before the index's own urgent
+list, with no republish and no flag (`push --no-learned` ignores it); every chunk is still
+verified, so the list is only ever a hint. `teesfs gc` removes it with its index.
+
+A node that is down, unreachable or holds no record of the job is named and skipped; the
+others are merged. Exit status 0 when a list was written, 1 when no node had a record.")]
+pub struct LearnArgs {
+    /// The job: the Slurm job id in decimal as pushed (`push --job`; default: $TEESFS_JOB,
+    /// else $SLURM_JOB_ID), its 16 hex digits as `teesfs status` shows them, or hex with 0x.
+    #[arg(long, value_name = "ID")]
+    job: Option<String>,
+    /// The job's nodes (a hostlist; default: $SLURM_JOB_NODELIST).
+    #[arg(long, value_name = "EXPR")]
+    nodes: Option<String>,
+    /// The store the job's layer was pushed from; the learned list is written into it.
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// The job spec (manifest.toml) the job was pushed with: its [layer] store, when
+    /// --store is not given.
+    #[arg(long, value_name = "FILE")]
+    spec: Option<PathBuf>,
+    /// Learn only from nodes that ran this index (a tag or at least 4 hex characters of its
+    /// id). Default: the index most of the job's nodes ran.
+    #[arg(long, value_name = "TAG|ID")]
+    index: Option<String>,
+    /// The login node's name (its credentials are <identity>/<login>.crt).
+    #[arg(long, default_value = "login")]
+    login: String,
+    #[command(flatten)]
+    root: RootArgs,
+    /// Give up on nodes that have not answered by then.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Also write the merged list to FILE (the format of `teesfs record`).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Runs `teesfs learn`.
+pub fn run(args: LearnArgs) -> anyhow::Result<()> {
+    let job = match &args.job {
+        Some(j) => j.parse::<JobId>()?,
+        None => util::job_from_env()?.context("which job? pass --job ID or set $SLURM_JOB_ID")?,
+    };
+    let store_dir = store_dir(&args)?;
+    let store = DirStore::open(&store_dir)?;
+    let wanted = match &args.index {
+        Some(i) => Some(store.resolve_index(i)?),
+        None => None,
+    };
+    let expr = match &args.nodes {
+        Some(e) => e.clone(),
+        None => std::env::var("SLURM_JOB_NODELIST")
+            .context("no job nodes: pass --nodes EXPR or set $SLURM_JOB_NODELIST")?,
+    };
+    let hosts = peertree::hostlist::expand(&expr)
+        .map_err(super::jobspec::explain)
+        .context("reading --nodes")?;
+    let (nodes, identity, advertise) = args.root.addresses(&hosts, &args.login)?;
+    let spec = AskSpec {
+        job,
+        nodes,
+        identity,
+        listen: args.root.listen,
+        advertise,
+        deadline: args.timeout,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let gathered = rt.block_on(gather(spec))?;
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let asked = hosts.len();
+    let (index, mut records, mut skipped) = pick_index(gathered, wanted)?;
+    let Some(index) = index else {
+        for (h, why) in &skipped {
+            eprintln!("skipped {h}: {why}");
+        }
+        bail!("nothing learned from job {job}: none of its {asked} node(s) had a record of it");
+    };
+    if !store.has_index(&index) {
+        bail!(
+            "job {job} ran index {}, which store {} does not hold: pass the store it was pushed \
+             from (--store)",
+            index.short(),
+            store_dir.display()
+        );
+    }
+    records.sort_by(|a, b| a.host.cmp(&b.host));
+    skipped.sort();
+    let list = merged_list(job, &records, &skipped);
+    let (path, left_out) = write_learned(&store, &index, &list)?;
+    if let Some(out) = &args.output {
+        let (bytes, _) = list.render();
+        std::fs::write(out, bytes).with_context(|| format!("writing {}", out.display()))?;
+    }
+    for (h, why) in &skipped {
+        eprintln!("skipped {h}: {why}");
+    }
+    if left_out > 0 {
+        tracing::warn!(left_out, "names with a newline cannot be listed; left out");
+    }
+    println!(
+        "learned {} files and {} names that exist nowhere from {} of {asked} nodes of job {job} \
+         (index {}) -> {}",
+        list.files.len(),
+        list.absent.len(),
+        records.len(),
+        index.short(),
+        path.display()
+    );
+    Ok(())
+}
+
+/// `--store`, else the job spec's `[layer] store` (relative to the spec).
+fn store_dir(args: &LearnArgs) -> anyhow::Result<PathBuf> {
+    if let Some(s) = &args.store {
+        return Ok(s.clone());
+    }
+    let Some(spec_path) = &args.spec else {
+        bail!("no store: pass --store DIR (or --spec manifest.toml naming one in [layer] store)");
+    };
+    let text = util::read_text(spec_path, "job spec")?;
+    let spec = manifest::JobSpec::from_toml(&text)
+        .with_context(|| format!("in {}", spec_path.display()))?;
+    let Some(store) = spec.layer.store else {
+        bail!(
+            "{} names no [layer] store: pass --store DIR",
+            spec_path.display()
+        );
+    };
+    Ok(match spec_path.parent() {
+        Some(dir) if store.is_relative() => dir.join(store),
+        _ => store,
+    })
+}
+
+/// The index to learn for: `wanted`, else the one most records name (ties: the smaller
+/// id). Records of other indexes are skipped. `None` when there is no record.
+fn pick_index(
+    g: Gathered,
+    wanted: Option<manifest::IndexId>,
+) -> anyhow::Result<(
+    Option<manifest::IndexId>,
+    Vec<JobRecord>,
+    Vec<(String, String)>,
+)> {
+    let Gathered {
+        records,
+        mut skipped,
+    } = g;
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &records {
+        *count.entry(r.index.clone()).or_default() += 1;
+    }
+    let best = count
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(i, _)| i.clone());
+    let chosen = match (wanted, best) {
+        (Some(w), _) => Some(w.to_hex()),
+        (None, b) => b,
+    };
+    let Some(chosen) = chosen else {
+        return Ok((None, records, skipped));
+    };
+    let (keep, other): (Vec<JobRecord>, Vec<JobRecord>) =
+        records.into_iter().partition(|r| r.index == chosen);
+    for r in other {
+        let short = r.index.get(..16).unwrap_or(&r.index).to_string();
+        skipped.push((r.host, format!("ran another index, {short}")));
+    }
+    if keep.is_empty() {
+        return Ok((None, keep, skipped));
+    }
+    let id = chosen
+        .parse()
+        .map_err(|e| anyhow::anyhow!("a node named index {chosen:?}, not an index id: {e}"))?;
+    Ok((Some(id), keep, skipped))
+}
+
+/// The merged list with a header saying where it came from.
+fn merged_list(job: JobId, records: &[JobRecord], skipped: &[(String, String)]) -> UrgentList {
+    let nodes: Vec<NodeRecord> = records
+        .iter()
+        .map(|r| NodeRecord {
+            host: r.host.clone(),
+            files: r.files.iter().map(|p| p.0.clone()).collect(),
+            absent: r.absent.iter().map(|p| p.0.clone()).collect(),
+        })
+        .collect();
+    let merged = merge(&nodes);
+    let hosts: Vec<String> = records.iter().map(|r| r.host.clone()).collect();
+    let mut header = vec![format!(
+        "learned from job {job}: {} files from {} node(s) ({}), in first-use order across them",
+        merged.files.len(),
+        records.len(),
+        peertree::hostlist::compress(&hosts)
+    )];
+    if !skipped.is_empty() {
+        let names: Vec<String> = skipped.iter().map(|(h, _)| h.clone()).collect();
+        header.push(format!(
+            "skipped {} node(s) without a record: {}",
+            skipped.len(),
+            peertree::hostlist::compress(&names)
+        ));
+    }
+    header.push("then `!` names the job looked up that exist nowhere".into());
+    UrgentList {
+        header,
+        files: merged.files,
+        absent: merged.absent,
+    }
+}
