@@ -241,6 +241,16 @@ pub struct RootContact {
     pub advertise: Option<String>,
 }
 
+/// What the login node needs to reach nodes outside a tree ([`RootArgs::addresses`]).
+pub struct Addresses {
+    /// Each node's host name and daemon address.
+    pub nodes: Vec<(String, String)>,
+    /// The login node's credentials.
+    pub identity: Identity,
+    /// How nodes reach the login node.
+    pub advertise: Option<String>,
+}
+
 impl RootArgs {
     /// Addresses for the plan's nodes and the login node's (`login`) credentials.
     pub fn contact(&self, plan: &Plan, login: &str) -> anyhow::Result<RootContact> {
@@ -255,17 +265,16 @@ impl RootArgs {
 
     /// The daemon address of each of `nodes`, the login node's (`login`) credentials and
     /// how the nodes reach it: what `teesfs learn` needs to ask nodes outside a tree.
-    pub fn addresses(
-        &self,
-        nodes: &[String],
-        login: &str,
-    ) -> anyhow::Result<(Vec<(String, String)>, Identity, Option<String>)> {
+    pub fn addresses(&self, nodes: &[String], login: &str) -> anyhow::Result<Addresses> {
         let hosts = self.hosts_map()?;
-        let addrs = nodes
-            .iter()
-            .map(|h| (h.clone(), self.address(&hosts, h)))
-            .collect();
-        Ok((addrs, self.identity(login)?, self.advertise(&hosts, login)))
+        Ok(Addresses {
+            nodes: nodes
+                .iter()
+                .map(|h| (h.clone(), self.address(&hosts, h)))
+                .collect(),
+            identity: self.identity(login)?,
+            advertise: self.advertise(&hosts, login),
+        })
     }
 
     fn hosts_map(&self) -> anyhow::Result<HashMap<String, String>> {

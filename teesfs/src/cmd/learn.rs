@@ -93,13 +93,13 @@ pub fn run(args: LearnArgs) -> anyhow::Result<()> {
     let hosts = peertree::hostlist::expand(&expr)
         .map_err(super::jobspec::explain)
         .context("reading --nodes")?;
-    let (nodes, identity, advertise) = args.root.addresses(&hosts, &args.login)?;
+    let to = args.root.addresses(&hosts, &args.login)?;
     let spec = AskSpec {
         job,
-        nodes,
-        identity,
+        nodes: to.nodes,
+        identity: to.identity,
         listen: args.root.listen,
-        advertise,
+        advertise: to.advertise,
         deadline: args.timeout,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -109,7 +109,11 @@ pub fn run(args: LearnArgs) -> anyhow::Result<()> {
     let gathered = rt.block_on(gather(spec))?;
     rt.shutdown_timeout(Duration::from_secs(1));
     let asked = hosts.len();
-    let (index, mut records, mut skipped) = pick_index(gathered, wanted)?;
+    let Picked {
+        index,
+        mut records,
+        mut skipped,
+    } = pick_index(gathered, wanted)?;
     let Some(index) = index else {
         for (h, why) in &skipped {
             eprintln!("skipped {h}: {why}");
@@ -173,16 +177,19 @@ fn store_dir(args: &LearnArgs) -> anyhow::Result<PathBuf> {
     })
 }
 
+/// The records of one index, and every node left out.
+struct Picked {
+    /// The index; `None` when no record is left.
+    index: Option<manifest::IndexId>,
+    /// The records of that index.
+    records: Vec<JobRecord>,
+    /// Nodes without one, and why.
+    skipped: Vec<(String, String)>,
+}
+
 /// The index to learn for: `wanted`, else the one most records name (ties: the smaller
 /// id). Records of other indexes are skipped. `None` when there is no record.
-fn pick_index(
-    g: Gathered,
-    wanted: Option<manifest::IndexId>,
-) -> anyhow::Result<(
-    Option<manifest::IndexId>,
-    Vec<JobRecord>,
-    Vec<(String, String)>,
-)> {
+fn pick_index(g: Gathered, wanted: Option<manifest::IndexId>) -> anyhow::Result<Picked> {
     let Gathered {
         records,
         mut skipped,
@@ -200,7 +207,11 @@ fn pick_index(
         (None, b) => b,
     };
     let Some(chosen) = chosen else {
-        return Ok((None, records, skipped));
+        return Ok(Picked {
+            index: None,
+            records,
+            skipped,
+        });
     };
     let (keep, other): (Vec<JobRecord>, Vec<JobRecord>) =
         records.into_iter().partition(|r| r.index == chosen);
@@ -209,12 +220,20 @@ fn pick_index(
         skipped.push((r.host, format!("ran another index, {short}")));
     }
     if keep.is_empty() {
-        return Ok((None, keep, skipped));
+        return Ok(Picked {
+            index: None,
+            records: keep,
+            skipped,
+        });
     }
     let id = chosen
         .parse()
         .map_err(|e| anyhow::anyhow!("a node named index {chosen:?}, not an index id: {e}"))?;
-    Ok((Some(id), keep, skipped))
+    Ok(Picked {
+        index: Some(id),
+        records: keep,
+        skipped,
+    })
 }
 
 /// The merged list with a header saying where it came from.
@@ -248,5 +267,76 @@ fn merged_list(job: JobId, records: &[JobRecord], skipped: &[(String, String)]) 
         header,
         files: merged.files,
         absent: merged.absent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teesfs::node::control::LayerPath;
+
+    fn rec(host: &str, index: &str) -> JobRecord {
+        JobRecord {
+            job: "00000000000004d2".into(),
+            host: host.into(),
+            index: index.into(),
+            recording: true,
+            mounted: false,
+            whole_layer: true,
+            files: vec![LayerPath(b"bin/app".to_vec())],
+            file_bytes: 1,
+            absent: Vec::new(),
+            dropped: 0,
+            released: true,
+        }
+    }
+
+    #[test]
+    fn the_index_most_nodes_ran_is_learned_and_the_others_are_named() {
+        let (a, b) = ("aa".repeat(32), "bb".repeat(32));
+        let g = || Gathered {
+            records: vec![rec("n1", &b), rec("n2", &a), rec("n3", &b)],
+            skipped: vec![("n4".into(), "unreachable".into())],
+        };
+        let p = pick_index(g(), None).expect("pick");
+        assert_eq!(p.index.map(|i| i.to_hex()), Some(b.clone()));
+        assert_eq!(p.records.len(), 2);
+        assert_eq!(p.skipped.len(), 2);
+        assert!(
+            p.skipped[1].1.contains("another index, aaaaaaaa"),
+            "{:?}",
+            p.skipped
+        );
+        let wanted = a.parse().expect("id");
+        let p = pick_index(g(), Some(wanted)).expect("pick");
+        assert_eq!(p.index, Some(wanted));
+        assert_eq!(p.records.len(), 1);
+        let none = Gathered {
+            records: Vec::new(),
+            skipped: vec![("n1".into(), "recorded nothing".into())],
+        };
+        let p = pick_index(none, None).expect("pick");
+        assert!(p.index.is_none() && p.skipped.len() == 1);
+    }
+
+    #[test]
+    fn the_merged_list_says_where_it_came_from() {
+        let mut r2 = rec("n2", "ab");
+        r2.files = vec![
+            LayerPath(b"lib/x.so".to_vec()),
+            LayerPath(b"bin/app".to_vec()),
+        ];
+        let list = merged_list(
+            JobId(1234),
+            &[rec("n1", "ab"), r2],
+            &[("n3".into(), "unreachable".into())],
+        );
+        assert_eq!(list.files, [b"bin/app".to_vec(), b"lib/x.so".to_vec()]);
+        assert!(
+            list.header[0].contains("2 files from 2 node(s) (n[1-2])"),
+            "{:?}",
+            list.header
+        );
+        assert!(list.header[1].contains("skipped 1 node(s) without a record: n3"));
     }
 }

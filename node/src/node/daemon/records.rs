@@ -39,10 +39,10 @@ impl Released {
     /// Keeps the record of `job` (owned by `owner`), in place of an older one of the same
     /// job; a record larger than the whole budget is not kept.
     pub fn keep(&mut self, job: JobId, owner: Option<u32>, record: Arc<JobRecord>) {
-        if let Some(i) = self.jobs.iter().position(|(j, ..)| *j == job) {
-            if let Some((.., old)) = self.jobs.remove(i) {
-                self.bytes -= path_bytes(&old);
-            }
+        if let Some(i) = self.jobs.iter().position(|(j, ..)| *j == job)
+            && let Some((.., old)) = self.jobs.remove(i)
+        {
+            self.bytes -= path_bytes(&old);
         }
         let size = path_bytes(&record);
         if size > RELEASED_BYTES {
