@@ -50,10 +50,12 @@ pub struct LearnArgs {
     #[arg(long, value_name = "EXPR")]
     nodes: Option<String>,
     /// The store the job's layer was pushed from; the learned list is written into it.
-    #[arg(long, value_name = "DIR")]
+    /// Default: the --spec's [layer] store, else the site configuration's [store] path.
+    // Its own id, so the site's store is not its default ahead of the spec's.
+    #[arg(long = "store", id = "learn_store", value_name = "DIR")]
     store: Option<PathBuf>,
-    /// The job spec (manifest.toml) the job was pushed with: its [layer] store, when
-    /// --store is not given.
+    /// The job spec (manifest.toml) the job was pushed with (the prolog's), for its
+    /// [layer] store.
     #[arg(long, value_name = "FILE")]
     spec: Option<PathBuf>,
     /// Learn only from nodes that ran this index (a tag or at least 4 hex characters of its
@@ -154,27 +156,28 @@ pub fn run(args: LearnArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--store`, else the job spec's `[layer] store` (relative to the spec).
+/// `--store`, else the job spec's `[layer] store` (relative to the spec), else the site
+/// configuration's, as `prefetch` finds it.
 fn store_dir(args: &LearnArgs) -> anyhow::Result<PathBuf> {
     if let Some(s) = &args.store {
         return Ok(s.clone());
     }
-    let Some(spec_path) = &args.spec else {
-        bail!("no store: pass --store DIR (or --spec manifest.toml naming one in [layer] store)");
-    };
-    let text = util::read_text(spec_path, "job spec")?;
-    let spec = manifest::JobSpec::from_toml(&text)
-        .with_context(|| format!("in {}", spec_path.display()))?;
-    let Some(store) = spec.layer.store else {
-        bail!(
-            "{} names no [layer] store: pass --store DIR",
-            spec_path.display()
-        );
-    };
-    Ok(match spec_path.parent() {
-        Some(dir) if store.is_relative() => dir.join(store),
-        _ => store,
-    })
+    if let Some(spec_path) = &args.spec {
+        let text = util::read_text(spec_path, "job spec")?;
+        let spec = manifest::JobSpec::from_toml(&text)
+            .with_context(|| format!("in {}", spec_path.display()))?;
+        if let Some(store) = spec.layer.store {
+            return Ok(match spec_path.parent() {
+                Some(dir) if store.is_relative() => dir.join(store),
+                _ => store,
+            });
+        }
+    }
+    let (site, _) = teesfs::site::load(&teesfs::site::main_path())?;
+    site.store.path.context(
+        "no store: pass --store DIR, or --spec manifest.toml naming one in [layer] store, or \
+         set [store] path in the site's teesfs.toml",
+    )
 }
 
 /// The records of one index, and every node left out.
