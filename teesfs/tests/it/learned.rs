@@ -185,6 +185,20 @@ fn learned_records_of_every_node_are_merged_and_the_next_push_sends_them_first()
         "{listed}"
     );
 
+    let out = c.ws.teesfs(&[
+        "inspect",
+        "--store",
+        c.ws.store().to_str().expect("utf8"),
+        "--index",
+        &id,
+        "--trust",
+        c.ws.pubkey().to_str().expect("utf8"),
+    ]);
+    assert!(
+        text(&out.stdout).contains("learned urgent list: 3 files the next push sends first"),
+        "{out:?}"
+    );
+
     // The next push of the index, given nothing: the learned files are its urgent set
     // (one chunk each for the small ones, six for big.bin), sent first.
     let next = push_to(&c, &id, "n[01-02]", &["--job", "4243"]);
