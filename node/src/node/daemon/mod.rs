@@ -657,6 +657,8 @@ impl Daemon {
         );
         let from_host = from_host.to_string();
         self.rt.spawn(async move {
+            // The first run's record stays askable until the new one is released.
+            me.keep_record(&old).await;
             Self::teardown(old).await;
             me.start_job(&from_host, job, start);
         });
