@@ -3,7 +3,10 @@
 //! records of their last released jobs) and collects the answers until every node answered
 //! or a deadline passed. A node that is dead, unreachable or has no record is named in
 //! [`Gathered::skipped`], never an error: what the others recorded is still worth merging
-//! (`seeder::learned::merge` does that; this module only moves the records).
+//! (`seeder::learned::merge` does that; this module only moves the records). At most
+//! [`IN_FLIGHT`] nodes are asked at once, and a node's connection is closed as soon as it
+//! answered, so a job of thousands of nodes costs the login node a bounded number of
+//! connections.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -17,6 +20,9 @@ use super::control::{JobRecord, RecordAnswer};
 use super::peers::{Peers, Pending, Router, frame};
 use crate::Error;
 use crate::net::{Identity, StreamKind, Transport};
+
+/// Nodes asked at once; the next is asked as one answers.
+pub const IN_FLIGHT: usize = 256;
 
 /// Whom to ask, as whom.
 pub struct AskSpec {
@@ -91,8 +97,14 @@ async fn ask_all(spec: AskSpec) -> Result<Gathered, Error> {
     peers.set_router(Arc::downgrade(&router) as Weak<dyn Router>);
     tokio::spawn(peers.clone().accept_loop());
     let ask = frame(spec.job, &Msg::AskRecord { reply });
-    for (host, addr) in &spec.nodes {
-        peers.send(host, addr, StreamKind::Control, ask.clone());
+    let mut queue = spec.nodes.iter();
+    let ask_next = |queue: &mut std::slice::Iter<'_, (String, String)>| {
+        if let Some((host, addr)) = queue.next() {
+            peers.send(host, addr, StreamKind::Control, ask.clone());
+        }
+    };
+    for _ in 0..IN_FLIGHT {
+        ask_next(&mut queue);
     }
     let until = tokio::time::Instant::now() + spec.deadline;
     let wanted: HashSet<&str> = spec.nodes.iter().map(|(h, _)| h.as_str()).collect();
@@ -108,7 +120,9 @@ async fn ask_all(spec: AskSpec) -> Result<Gathered, Error> {
         // The first word of a node counts (a record after "unreachable" cannot come).
         if wanted.contains(host.as_str()) && !answers.contains_key(&host) {
             tracing::debug!(peer = %host, ok = answer.is_ok(), "answer");
+            peers.disconnect(&host);
             answers.insert(host, answer);
+            ask_next(&mut queue);
         }
     }
     peers.close();
