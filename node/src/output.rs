@@ -211,7 +211,8 @@ pub struct GcDoc {
     pub removed_chunks: u64,
     /// Their bytes.
     pub removed_chunk_bytes: u64,
-    /// Temporary files a crashed publish left, removed (older than the grace period).
+    /// Temporary files a crashed publish or `learn` left, removed (older than the grace
+    /// period), and learned lists of indexes no longer in the store.
     #[serde(default)]
     pub removed_temp_files: u64,
     /// Their bytes.

@@ -110,8 +110,9 @@ pub struct Report {
     pub removed_chunks: u64,
     /// Their bytes.
     pub removed_chunk_bytes: u64,
-    /// Temporary files a crashed publish left (`.tmp*` beside chunks, indexes and tags),
-    /// removed once older than the grace period.
+    /// Temporary files a crashed publish or `learn` left (`.tmp*` beside chunks, indexes,
+    /// tags and learned lists), removed once older than the grace period, and learned
+    /// lists of indexes no longer in the store.
     pub removed_temp_files: u64,
     /// Their bytes.
     pub removed_temp_bytes: u64,
@@ -216,6 +217,19 @@ pub fn collect(
             }
             report.removed_chunks += 1;
             report.removed_chunk_bytes += chunk.bytes;
+        }
+    }
+    // Learned lists whose index is gone (removed by hand, or by a gc while `learn` wrote),
+    // and what a crashed `learn` left.
+    let kept: HashSet<IndexId> = report.kept_indexes.iter().copied().collect();
+    let stray_learned = crate::learned::strays(store, &kept)?;
+    for stray in stray_learned {
+        if !stray.temporary || chunk_past_grace(stray.modified, policy.grace, now) {
+            if !dry_run {
+                std::fs::remove_file(&stray.path).map_err(io(&stray.path))?;
+            }
+            report.removed_temp_files += 1;
+            report.removed_temp_bytes += stray.bytes;
         }
     }
     for tmp in temp_files {

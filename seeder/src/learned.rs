@@ -266,6 +266,63 @@ pub fn remove_learned(store: &DirStore, id: &IndexId, dry_run: bool) -> Result<O
     Ok(Some(md.len()))
 }
 
+/// A file in the store's `learned/` that no index needs ([`strays`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stray {
+    /// The file (or symlink, removed as a link).
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// When it was last modified.
+    pub modified: std::time::SystemTime,
+    /// A temporary file of a write that did not finish (`.tmp-*`), which only gc's grace
+    /// period tells from one being written now.
+    pub temporary: bool,
+}
+
+/// What in the store's `learned/` belongs to none of `indexes`: lists of indexes no longer
+/// there, and temporary files. Directories and other names are left alone; symlinks are
+/// reported as themselves, never followed.
+pub fn strays(
+    store: &DirStore,
+    indexes: &std::collections::HashSet<IndexId>,
+) -> Result<Vec<Stray>, Error> {
+    let dir = store.root().join(LEARNED_DIR);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(&dir)(e)),
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
+        let entry = entry.map_err(io(&dir))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let temporary = name.starts_with(".tmp-");
+        let orphan = name
+            .strip_suffix(".list")
+            .and_then(|hex| hex.parse::<IndexId>().ok())
+            .is_some_and(|id| !indexes.contains(&id));
+        if !(temporary || orphan) {
+            continue;
+        }
+        let path = entry.path();
+        let md = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+        if md.is_dir() {
+            continue;
+        }
+        out.push(Stray {
+            path,
+            bytes: md.len(),
+            modified: md.modified().unwrap_or(std::time::UNIX_EPOCH),
+            temporary,
+        });
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +452,34 @@ mod tests {
         assert!(remove_learned(&s, &id, false).expect("remove").is_some());
         assert!(!path.exists());
         assert_eq!(remove_learned(&s, &id, false).expect("again"), None);
+    }
+
+    #[test]
+    fn strays_are_lists_of_indexes_gone_and_temporary_files() {
+        let (_t, s) = store();
+        let (kept, gone) = (IndexId([1; 32]), IndexId([2; 32]));
+        assert_eq!(strays(&s, &Default::default()).expect("no dir"), []);
+        write_learned(&s, &kept, &UrgentList::default()).expect("write");
+        write_learned(&s, &gone, &UrgentList::default()).expect("write");
+        let dir = s.root().join("learned");
+        std::fs::write(dir.join(".tmp-x-1"), b"half").expect("tmp");
+        std::fs::write(dir.join("README"), b"mine").expect("other");
+        std::fs::create_dir(dir.join(format!("{}.list", IndexId([3; 32]).to_hex()))).expect("d");
+        let found = strays(&s, &[kept].into_iter().collect()).expect("strays");
+        let names: Vec<(String, bool)> = found
+            .iter()
+            .map(|st| {
+                let n = st.path.file_name().expect("name").to_string_lossy();
+                (n.into_owned(), st.temporary)
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (".tmp-x-1".to_string(), true),
+                (format!("{}.list", gone.to_hex()), false)
+            ]
+        );
     }
 
     #[test]

@@ -22,10 +22,12 @@ Examples:
 
 An index stays if any rule keeps it: it is among the --keep newest (by when it was last
 published), younger than --older-than, or tagged (unless --no-keep-tag; its tags then go
-with it). Then every chunk no kept index references is removed, and the temporary files
-(.tmp*) a crashed publish left beside chunks, indexes and tags. Only indexes/<id>.idx, the
-tags and learned urgent lists (learned/<id>.list, see `teesfs learn --help`) of removed
-indexes, chunks/<xx>/<id> and those .tmp* files are ever deleted; symlinks are not followed.
+with it). Then every chunk no kept index references is removed, the temporary files (.tmp*)
+a crashed publish or learn left beside chunks, indexes, tags and learned lists, and learned
+lists of indexes the store no longer holds. Only indexes/<id>.idx, the tags and learned
+urgent lists (learned/<id>.list, see `teesfs learn --help`) of removed indexes,
+chunks/<xx>/<id>, learned/<id>.list of no index and those .tmp* files are ever deleted;
+symlinks are not followed.
 
 Safe beside a publish: a publish writes its chunks before its index, so while it runs they
 belong to no index. Publish holds STORE/.lock shared (flock) until its index and tag are
@@ -154,7 +156,8 @@ fn print_text(d: &GcDoc) {
     );
     if d.removed_temp_files > 0 {
         println!(
-            "{verb} {} temporary file(s) ({}) a crashed publish left",
+            "{verb} {} temporary file(s) ({}) a crashed publish or learn left, or learned \
+             lists of indexes no longer here",
             d.removed_temp_files,
             util::bytes(d.removed_temp_bytes)
         );

@@ -224,7 +224,18 @@ fn learned_records_of_every_node_are_merged_and_the_next_push_sends_them_first()
     assert_eq!(rep["learned_files"], 0, "{rep}");
     assert!(text(&garbled.stderr).contains("is unusable"), "{garbled:?}");
 
-    // gc removes the list with its index.
+    // gc removes the list with its index, and a list whose index is gone, a symlink
+    // planted as one removed as a link, never followed.
+    let orphan = list.with_file_name(format!("{}.list", "ab".repeat(32)));
+    std::fs::write(
+        &orphan,
+        b"# teesfs learned urgent list of an index long gone\n",
+    )
+    .expect("w");
+    let victim = c.ws.path().join("victim");
+    std::fs::write(&victim, b"precious").expect("victim");
+    let planted = list.with_file_name(format!("{}.list", "cd".repeat(32)));
+    std::os::unix::fs::symlink(&victim, &planted).expect("symlink");
     let out = c.ws.teesfs(&[
         "gc",
         "--store",
@@ -238,6 +249,8 @@ fn learned_records_of_every_node_are_merged_and_the_next_push_sends_them_first()
     assert!(out.status.success(), "{out:?}");
     assert!(text(&out.stdout).contains("learned urgent list"), "{out:?}");
     assert!(!list.exists(), "the learned list outlived its index");
+    assert!(!orphan.exists() && planted.symlink_metadata().is_err());
+    assert_eq!(std::fs::read(&victim).expect("victim"), b"precious");
 }
 
 #[test]
