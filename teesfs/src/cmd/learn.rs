@@ -54,8 +54,9 @@ pub struct LearnArgs {
     // Its own id, so the site's store is not its default ahead of the spec's.
     #[arg(long = "store", id = "learn_store", value_name = "DIR")]
     store: Option<PathBuf>,
-    /// The job spec (manifest.toml) the job was pushed with (the prolog's), for its
-    /// [layer] store.
+    /// The job spec (manifest.toml) the job was pushed with (the prolog's): its [layer]
+    /// store, [nodes] login and [network] identity, hosts and port, where it names them,
+    /// as the prolog's push took them.
     #[arg(long, value_name = "FILE")]
     spec: Option<PathBuf>,
     /// Learn only from nodes that ran this index (a tag or at least 4 hex characters of its
@@ -76,12 +77,28 @@ pub struct LearnArgs {
 }
 
 /// Runs `teesfs learn`.
-pub fn run(args: LearnArgs) -> anyhow::Result<()> {
+pub fn run(mut args: LearnArgs) -> anyhow::Result<()> {
+    let spec = match &args.spec {
+        Some(path) => Some(read_spec(path)?),
+        None => None,
+    };
+    if let Some((spec, base)) = &spec {
+        from_spec(&mut args, spec, base);
+    }
     let job = match &args.job {
         Some(j) => j.parse::<JobId>()?,
         None => util::job_from_env()?.context("which job? pass --job ID or set $SLURM_JOB_ID")?,
     };
-    let store_dir = store_dir(&args)?;
+    let store_dir = match &args.store {
+        Some(s) => s.clone(),
+        None => {
+            let (site, _) = teesfs::site::load(&teesfs::site::main_path())?;
+            site.store.path.context(
+                "no store: pass --store DIR, or --spec manifest.toml naming one in [layer] \
+                 store, or set [store] path in the site's teesfs.toml",
+            )?
+        }
+    };
     let store = DirStore::open(&store_dir)?;
     let wanted = match &args.index {
         Some(i) => Some(store.resolve_index(i)?),
@@ -156,28 +173,41 @@ pub fn run(args: LearnArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--store`, else the job spec's `[layer] store` (relative to the spec), else the site
-/// configuration's, as `prefetch` finds it.
-fn store_dir(args: &LearnArgs) -> anyhow::Result<PathBuf> {
-    if let Some(s) = &args.store {
-        return Ok(s.clone());
-    }
-    if let Some(spec_path) = &args.spec {
-        let text = util::read_text(spec_path, "job spec")?;
-        let spec = manifest::JobSpec::from_toml(&text)
-            .with_context(|| format!("in {}", spec_path.display()))?;
-        if let Some(store) = spec.layer.store {
-            return Ok(match spec_path.parent() {
-                Some(dir) if store.is_relative() => dir.join(store),
-                _ => store,
-            });
+/// A job spec and the directory its relative paths are taken from.
+fn read_spec(path: &std::path::Path) -> anyhow::Result<(manifest::JobSpec, PathBuf)> {
+    let text = util::read_text(path, "job spec")?;
+    let spec =
+        manifest::JobSpec::from_toml(&text).with_context(|| format!("in {}", path.display()))?;
+    let base = path.parent().map(PathBuf::from).unwrap_or_default();
+    Ok((spec, base))
+}
+
+/// What the job spec names, as the prolog's push took it: its store (unless --store is
+/// given), login node and network settings (over the site's and the built-in defaults).
+fn from_spec(args: &mut LearnArgs, spec: &manifest::JobSpec, base: &std::path::Path) {
+    let rel = |p: &PathBuf| {
+        if p.is_relative() {
+            base.join(p)
+        } else {
+            p.clone()
         }
+    };
+    if args.store.is_none() {
+        args.store = spec.layer.store.as_ref().map(rel);
     }
-    let (site, _) = teesfs::site::load(&teesfs::site::main_path())?;
-    site.store.path.context(
-        "no store: pass --store DIR, or --spec manifest.toml naming one in [layer] store, or \
-         set [store] path in the site's teesfs.toml",
-    )
+    if let Some(login) = &spec.nodes.login {
+        args.login = login.clone();
+    }
+    let net = &spec.network;
+    if let Some(id) = &net.identity {
+        args.root.identity = rel(id);
+    }
+    if let Some(hosts) = &net.hosts {
+        args.root.hosts = Some(rel(hosts));
+    }
+    if let Some(port) = net.port {
+        args.root.port = port;
+    }
 }
 
 /// The records of one index, and every node left out.

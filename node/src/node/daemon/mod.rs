@@ -281,9 +281,21 @@ impl Daemon {
     /// Ends a job on this node (`stop`/`release`, e.g. from the Slurm epilog): stops
     /// relaying it, unmounts it and removes its mountpoint. Chunks stay in the store.
     async fn stop_job(&self, job: JobId) {
-        let j = lock(&self.jobs).remove(&job);
-        if let Some(j) = j {
-            self.keep_record(&j).await;
+        // The record is kept while the job still answers for itself, so whoever asks for it
+        // (`teesfs learn` beside the epilogs) finds it in one place or the other, never in
+        // neither; then the job goes and is unmounted at once.
+        let Some(j) = lock(&self.jobs).get(&job).cloned() else {
+            return;
+        };
+        self.keep_record(&j).await;
+        let removed = {
+            let mut jobs = lock(&self.jobs);
+            match jobs.get(&job) {
+                Some(now) if Arc::ptr_eq(now, &j) => jobs.remove(&job),
+                _ => None,
+            }
+        };
+        if let Some(j) = removed {
             Self::teardown(j).await;
         }
     }

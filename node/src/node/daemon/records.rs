@@ -79,7 +79,9 @@ impl Daemon {
         let (nj, host) = (j.clone(), self.cfg.host.clone());
         match tokio::task::spawn_blocking(move || job_record(&nj, host)).await {
             Ok(mut rec) => {
+                // Kept as it is once the job is gone from this node.
                 rec.released = true;
+                rec.mounted = false;
                 tracing::debug!(files = rec.files.len(), "record kept after the release");
                 lock(&self.released).keep(j.core.job, j.owner, Arc::new(rec));
             }
