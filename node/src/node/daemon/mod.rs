@@ -16,9 +16,9 @@
 //! because of the control path.
 //!
 //! By concern: `control` serves the control socket, `probe` answers health probes,
-//! `records` keeps released jobs' records and answers a login node asking for them,
-//! `host` is what the daemon does to its host at start (state lock, stale mounts, file
-//! limit); job admission is decided in [`super::admit`].
+//! `records` releases jobs, keeping their records, and answers a login node asking for
+//! them, `host` is what the daemon does to its host at start (state lock, stale mounts,
+//! file limit); job admission is decided in [`super::admit`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -31,7 +31,6 @@ use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Routed, Start};
 
 use super::JobSource;
 use super::admit::Admitted;
-use super::control::{JobRecord, LayerPath};
 use super::job::{ChunkTaken, JobCore};
 use super::peers::{Peers, Pending, Router};
 use super::store::NodeStore;
@@ -275,29 +274,6 @@ impl Daemon {
             _ = control => {}
         }
         self.shutdown().await;
-    }
-
-    /// Leaves one job on this node: stops relaying it and unmounts it.
-    /// Ends a job on this node (`stop`/`release`, e.g. from the Slurm epilog): stops
-    /// relaying it, unmounts it and removes its mountpoint. Chunks stay in the store.
-    async fn stop_job(&self, job: JobId) {
-        // The record is kept while the job still answers for itself, so whoever asks for it
-        // (`teesfs learn` beside the epilogs) finds it in one place or the other, never in
-        // neither; then the job goes and is unmounted at once.
-        let Some(j) = lock(&self.jobs).get(&job).cloned() else {
-            return;
-        };
-        self.keep_record(&j).await;
-        let removed = {
-            let mut jobs = lock(&self.jobs);
-            match jobs.get(&job) {
-                Some(now) if Arc::ptr_eq(now, &j) => jobs.remove(&job),
-                _ => None,
-            }
-        };
-        if let Some(j) = removed {
-            Self::teardown(j).await;
-        }
     }
 
     /// The current state, with every job.
@@ -800,30 +776,6 @@ fn job_status(j: &NodeJob) -> JobStatus {
         finished: view.finished,
         owner: j.owner,
         counters: j.core.counters(),
-    }
-}
-
-/// One job's record as `record JOB` answers it. Resolving a large record's paths takes a
-/// while: call it off the tasks that carry the network.
-fn job_record(j: &NodeJob, host: String) -> JobRecord {
-    let rec = j
-        .record
-        .as_ref()
-        .map(|r| r.recording(&j.core.index))
-        .unwrap_or_default();
-    let paths = |v: Vec<Vec<u8>>| v.into_iter().map(LayerPath).collect();
-    JobRecord {
-        job: j.core.job.to_string(),
-        host,
-        index: j.core.index_id.to_hex(),
-        recording: j.record.is_some(),
-        mounted: lock(&j.mounted).is_some(),
-        whole_layer: j.core.holds(Phase::All),
-        files: paths(rec.opened),
-        file_bytes: rec.opened_bytes,
-        absent: paths(rec.absent),
-        dropped: rec.dropped,
-        released: false,
     }
 }
 

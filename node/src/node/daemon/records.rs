@@ -8,11 +8,11 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use peertree::relay::{JobId, Msg};
+use peertree::relay::{JobId, Msg, Phase};
 
-use super::{Daemon, NodeJob, job_record, lock};
+use super::{Daemon, NodeJob, lock};
 use crate::net::StreamKind;
-use crate::node::control::{JobRecord, RecordAnswer};
+use crate::node::control::{JobRecord, LayerPath, RecordAnswer};
 
 /// Released jobs whose records are kept.
 pub const RELEASED_KEPT: usize = 16;
@@ -70,6 +70,29 @@ impl Released {
 }
 
 impl Daemon {
+    /// Ends a job on this node (`stop`/`release`, e.g. from the Slurm epilog): keeps its
+    /// record, stops relaying it, unmounts it and removes its mountpoint. Chunks stay in
+    /// the store.
+    pub(super) async fn stop_job(&self, job: JobId) {
+        // The record is kept while the job still answers for itself, so whoever asks for it
+        // (`teesfs learn` beside the epilogs) finds it in one place or the other, never in
+        // neither; then the job goes and is unmounted at once.
+        let Some(j) = lock(&self.jobs).get(&job).cloned() else {
+            return;
+        };
+        self.keep_record(&j).await;
+        let removed = {
+            let mut jobs = lock(&self.jobs);
+            match jobs.get(&job) {
+                Some(now) if Arc::ptr_eq(now, &j) => jobs.remove(&job),
+                _ => None,
+            }
+        };
+        if let Some(j) = removed {
+            Self::teardown(j).await;
+        }
+    }
+
     /// Keeps the record of a job being released (before its mount goes), resolved on a
     /// blocking thread: it can hold a million paths.
     pub(super) async fn keep_record(&self, j: &Arc<NodeJob>) {
@@ -134,10 +157,33 @@ impl Daemon {
     }
 }
 
+/// One job's record as `record JOB` answers it. Resolving a large record's paths takes a
+/// while: call it off the tasks that carry the network.
+pub(super) fn job_record(j: &NodeJob, host: String) -> JobRecord {
+    let rec = j
+        .record
+        .as_ref()
+        .map(|r| r.recording(&j.core.index))
+        .unwrap_or_default();
+    let paths = |v: Vec<Vec<u8>>| v.into_iter().map(LayerPath).collect();
+    JobRecord {
+        job: j.core.job.to_string(),
+        host,
+        index: j.core.index_id.to_hex(),
+        recording: j.record.is_some(),
+        mounted: lock(&j.mounted).is_some(),
+        whole_layer: j.core.holds(Phase::All),
+        files: paths(rec.opened),
+        file_bytes: rec.opened_bytes,
+        absent: paths(rec.absent),
+        dropped: rec.dropped,
+        released: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::control::LayerPath;
 
     fn rec(job: u64, paths: usize, len: usize) -> Arc<JobRecord> {
         Arc::new(JobRecord {
