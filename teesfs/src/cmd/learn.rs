@@ -104,30 +104,7 @@ pub fn run(mut args: LearnArgs) -> anyhow::Result<()> {
         Some(i) => Some(store.resolve_index(i)?),
         None => None,
     };
-    let expr = match &args.nodes {
-        Some(e) => e.clone(),
-        None => std::env::var("SLURM_JOB_NODELIST")
-            .context("no job nodes: pass --nodes EXPR or set $SLURM_JOB_NODELIST")?,
-    };
-    let hosts = peertree::hostlist::expand(&expr)
-        .map_err(super::jobspec::explain)
-        .context("reading --nodes")?;
-    let to = args.root.addresses(&hosts, &args.login)?;
-    let spec = AskSpec {
-        job,
-        nodes: to.nodes,
-        identity: to.identity,
-        listen: args.root.listen,
-        advertise: to.advertise,
-        deadline: args.timeout,
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let gathered = rt.block_on(gather(spec))?;
-    rt.shutdown_timeout(Duration::from_secs(1));
-    let asked = hosts.len();
+    let (asked, gathered) = ask(&args, job)?;
     let Picked {
         index,
         mut records,
@@ -171,6 +148,34 @@ pub fn run(mut args: LearnArgs) -> anyhow::Result<()> {
         path.display()
     );
     Ok(())
+}
+
+/// Asks every node of the job for its record; how many were asked, and what they said.
+fn ask(args: &LearnArgs, job: JobId) -> anyhow::Result<(usize, Gathered)> {
+    let expr = match &args.nodes {
+        Some(e) => e.clone(),
+        None => std::env::var("SLURM_JOB_NODELIST")
+            .context("no job nodes: pass --nodes EXPR or set $SLURM_JOB_NODELIST")?,
+    };
+    let hosts = peertree::hostlist::expand(&expr)
+        .map_err(super::jobspec::explain)
+        .context("reading --nodes")?;
+    let to = args.root.addresses(&hosts, &args.login)?;
+    let spec = AskSpec {
+        job,
+        nodes: to.nodes,
+        identity: to.identity,
+        listen: args.root.listen,
+        advertise: to.advertise,
+        deadline: args.timeout,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let gathered = rt.block_on(gather(spec))?;
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok((hosts.len(), gathered))
 }
 
 /// A job spec and the directory its relative paths are taken from.
