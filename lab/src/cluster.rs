@@ -595,6 +595,43 @@ impl Lab {
         })
     }
 
+    /// What a Slurm cluster does when job `job` ends: the Epilog releases it on every
+    /// compute node (`teesfs release`), then the EpilogSlurmctld runs `teesfs learn` on the
+    /// login node, which asks every node for its record of the job over the network and
+    /// keeps the merged list beside `index` in the store. Returns what `learn` printed.
+    pub fn learn(&self, job: &str, index: &str) -> Result<String> {
+        for node in self.layout().compute() {
+            let sock = self.work().join(&node.host).join("sock");
+            self.run_teesfs(&[
+                "release",
+                "--job",
+                job,
+                "--control",
+                &sock.display().to_string(),
+            ])?;
+        }
+        let login = self
+            .layout()
+            .node("login")
+            .ok_or_else(|| LabError::Shape("no login node".into()))?;
+        let mut cmd = sh::command_in(&login.netns, &self.teesfs.display().to_string());
+        cmd.args(["learn", "--job", job, "--index", index, "--login", "login"])
+            .args(["--nodes", &self.layout().hostlist()])
+            .args(["--store", &self.path_str("store")])
+            .args(["--identity", &self.path_str("cluster")])
+            .args(["--hosts", &self.path_str("hosts")])
+            .args(["--listen", &format!("{}:0", login.addr())])
+            .env("TEESFS_CONFIG", self.work().join("config"));
+        let out = sh::output(&mut cmd, "teesfs learn")?;
+        if !out.status.success() {
+            return Err(LabError::Command {
+                command: format!("teesfs learn --job {job} (on the login node)"),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// The `teesfs push` command of `o` run on `root`, with where it writes its report and
     /// its log.
     pub(crate) fn push_command(

@@ -20,9 +20,15 @@
 //!   has no NFS);
 //! - **sbcast+untar**: today's practice at large sites: `sbcast` of a tarball of the
 //!   layer to every node of a real Slurm allocation, `tar -x` on every node, then start;
-//! - **urgent-learned** (teesfs): urgent-first again, with the urgent set the nodes
-//!   learned during the previous urgent-first or demand-only run of the same launch
-//!   (`teesfs record --from-job` on its first node), instead of the recorded one.
+//! - **urgent-learned** (teesfs): a second job of the same layer with nothing given by
+//!   hand: after the urgent-first (else demand-only) run, the lab does what a Slurm
+//!   cluster's epilogs do (every node releases the job, then `teesfs learn` on the login
+//!   node merges every node's record of it into `learned/<index>.list` in the store), and
+//!   then the default push of the same index, without urgent globs, picks the learned list
+//!   up by itself.
+//!
+//! Every other teesfs method pushes with `--no-learned`, so it measures a layer's first
+//! launch whatever an earlier run learned.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -55,7 +61,8 @@ pub enum Method {
     SharedStorage,
     /// `sbcast` of a tarball, `tar -x`, then the application.
     Sbcast,
-    /// teesfs: urgent-first with the urgent set learned by the nodes in an earlier run.
+    /// teesfs: the default push again, nothing given by hand, after the nodes' records of
+    /// an earlier run were learned (`teesfs learn`).
     Learned,
 }
 
@@ -188,7 +195,7 @@ pub fn run(
     // asked for only when urgent-learned will use it. (Learning fails when nothing was read
     // before the layer arrived: only urgent-learned needs it to succeed.)
     let wants_learning = methods.contains(&Method::Learned);
-    let mut learned: Option<(Method, Result<String>)> = None;
+    let mut learned: Option<(Method, Result<Learned>)> = None;
     for &m in methods {
         crate::check_interrupt()?;
         lab.fresh_nodes()?;
@@ -204,7 +211,7 @@ pub fn run(
                 };
                 let run = on_mount(lab, l, o)?;
                 if wants_learning && (!demand || learned.is_none()) {
-                    learned = Some((m, learn(lab, &run.push.report.job)));
+                    learned = Some((m, learn(lab, &run.push.report.job, &l.index)));
                 }
                 let detail = if demand {
                     "every read through the tree".to_string()
@@ -249,15 +256,30 @@ pub fn run(
                             .into(),
                     )
                 })?;
-                let list = list?;
+                let learned = list?;
+                // A second job of the layer: no urgent globs, the default push.
                 let mut again = l.clone();
-                again.urgent = demo::urgent_globs(&list);
-                let run = on_mount(lab, &again, default_options(&again))?;
-                let files = demo::urgent_paths(&list).count();
+                again.urgent.clear();
+                let mut o = default_options(&again);
+                o.extra.retain(|a| a != "--no-learned");
+                let run = on_mount(lab, &again, o)?;
+                let pushed = run.push.report.learned_files;
+                if pushed == 0 {
+                    return Err(LabError::Shape(format!(
+                        "urgent-learned: the push did not pick up the list learned in {} ({})",
+                        from.name(),
+                        learned.said.trim()
+                    )));
+                }
                 teesfs_outcome(
                     m,
                     &run,
-                    &format!("{files} files learned in {}", from.name()),
+                    &format!(
+                        "{} files learned from {} nodes in {}, {pushed} pushed first with nothing given",
+                        learned.files,
+                        learned.nodes,
+                        from.name()
+                    ),
                 )
             }
         };
@@ -268,28 +290,37 @@ pub fn run(
     Ok(rep)
 }
 
-/// What the first compute node learned of `job`: `teesfs record --from-job` against its
-/// daemon, as an urgent list.
-fn learn(lab: &Lab, job: &str) -> Result<String> {
-    let host = lab
-        .layout()
-        .compute()
-        .next()
-        .ok_or_else(|| LabError::Shape("no compute node".into()))?
-        .host
-        .clone();
-    let out = lab.work().join(format!("learned-{job}.list"));
-    let sock = lab.work().join(&host).join("sock");
-    lab.run_teesfs(&[
-        "record",
-        "--from-job",
-        job,
-        "--control",
-        &sock.display().to_string(),
-        "-o",
-        &out.display().to_string(),
-    ])?;
-    std::fs::read_to_string(&out).map_err(LabError::io(&out))
+/// What `teesfs learn` merged from the nodes' records of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Learned {
+    /// Files in the merged list.
+    files: usize,
+    /// Nodes whose records were merged.
+    nodes: usize,
+    /// What `learn` printed.
+    said: String,
+}
+
+/// The job's end as on a Slurm cluster ([`Lab::learn`]): every node releases `job`, then
+/// `teesfs learn` on the login node keeps the merged record beside `index`.
+fn learn(lab: &Lab, job: &str, index: &str) -> Result<Learned> {
+    let said = lab.learn(job, index)?;
+    parse_learned(&said)
+        .ok_or_else(|| LabError::Shape(format!("cannot read what `teesfs learn` said: {said}")))
+}
+
+/// Reads `learned N files and K names that exist nowhere from M of T nodes of job ...`.
+fn parse_learned(said: &str) -> Option<Learned> {
+    let line = said.lines().find(|l| l.starts_with("learned "))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let files = words.get(1)?.parse().ok()?;
+    let from = words.iter().position(|w| *w == "from")?;
+    let nodes = words.get(from + 1)?.parse().ok()?;
+    Some(Learned {
+        files,
+        nodes,
+        said: said.to_string(),
+    })
 }
 
 /// A push of `l` from `root` with `strategy` that streams `stream` (`all`, `urgent` or
@@ -299,8 +330,10 @@ fn push_options(l: &Launch, root: &str, strategy: &str, stream: &str) -> PushOpt
     o.root = root.into();
     o.strategy = strategy.into();
     // 32 applications starting at once on a small machine can starve a daemon's heartbeat
-    // for seconds; that is CPU contention of the emulation, not a failed node.
-    o.extra = vec!["--deadline".into(), "30s".into()];
+    // for seconds; that is CPU contention of the emulation, not a failed node. A method
+    // measures a layer's first launch: what an earlier run learned is not used (only
+    // urgent-learned drops the flag).
+    o.extra = vec!["--deadline".into(), "30s".into(), "--no-learned".into()];
     if stream != "none" {
         o.urgent = l.urgent.clone();
     }
@@ -577,6 +610,15 @@ mod tests {
             cpu_s,
             detail: String::new(),
         }
+    }
+
+    #[test]
+    fn what_learn_said_is_read_back() {
+        let said = "learned 109 files and 3 names that exist nowhere from 31 of 32 nodes of job \
+                    0000000000001092 (index 3a6a) -> /s/learned/3a6a.list\n";
+        let l = parse_learned(said).expect("parsed");
+        assert_eq!((l.files, l.nodes), (109, 31));
+        assert_eq!(parse_learned("nothing here"), None);
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub struct SlurmScripts {
     pub prolog_slurmctld: Option<PathBuf>,
     /// `Epilog=`: runs on each node of a job when it ends.
     pub epilog: Option<PathBuf>,
+    /// `EpilogSlurmctld=`: runs on the controller when a job ends (teesfs learns the job's
+    /// urgent set there).
+    pub epilog_slurmctld: Option<PathBuf>,
     /// `SlurmUser=`: the user slurmctld (and so `PrologSlurmctld`) runs as, as on a site
     /// (Debian's packages create `slurm`); `None` for root. slurmd runs as root either way.
     pub slurm_user: Option<String>,
@@ -164,6 +167,9 @@ pub fn slurm_conf(
     }
     if let Some(p) = &scripts.epilog {
         line(format!("Epilog={}", p.display()));
+    }
+    if let Some(p) = &scripts.epilog_slurmctld {
+        line(format!("EpilogSlurmctld={}", p.display()));
     }
     if !scripts.plugstack.is_empty() {
         line(format!("PlugStackConfig={d}/plugstack.conf"));
@@ -833,6 +839,7 @@ mod tests {
         let scripts = SlurmScripts {
             prolog_slurmctld: Some("/p/prolog.sh".into()),
             epilog: Some("/p/epilog.sh".into()),
+            epilog_slurmctld: Some("/p/epilog-slurmctld.sh".into()),
             slurm_user: None,
             plugstack: vec!["required /p/teesfs_spank.so".into()],
         };
@@ -840,6 +847,10 @@ mod tests {
         assert!(c.contains("SlurmUser=root\n"), "{c}");
         assert!(c.contains("PrologSlurmctld=/p/prolog.sh\n"), "{c}");
         assert!(c.contains("Epilog=/p/epilog.sh\n"), "{c}");
+        assert!(
+            c.contains("EpilogSlurmctld=/p/epilog-slurmctld.sh\n"),
+            "{c}"
+        );
         assert!(
             c.contains("PlugStackConfig=/w/slurm0/plugstack.conf\n"),
             "{c}"

@@ -318,6 +318,7 @@ pub fn push_report(
         edges,
         uplinks,
         failures,
+        learned_files: 0,
     }
 }
 

@@ -37,7 +37,7 @@ pub use index::{
 pub use jobspec::JobSpec;
 pub use sign::{PublicKey, SecretKey, SignedIndex};
 pub use site::{Problem as SiteProblemKind, SiteConfig, SiteProblem};
-pub use urgent::push_order;
+pub use urgent::{entries_named, push_order, push_order_hinted};
 
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -211,7 +211,8 @@ pub struct GcDoc {
     pub removed_chunks: u64,
     /// Their bytes.
     pub removed_chunk_bytes: u64,
-    /// Temporary files a crashed publish left, removed (older than the grace period).
+    /// Temporary files a crashed publish or `learn` left, removed (older than the grace
+    /// period), and learned lists of indexes no longer in the store.
     #[serde(default)]
     pub removed_temp_files: u64,
     /// Their bytes.
@@ -232,4 +233,7 @@ pub struct GcRemovedIndex {
     pub published: u64,
     /// Size of its file.
     pub bytes: u64,
+    /// Size of its learned urgent list (`learned/<id>.list`), removed with it; 0 without one.
+    #[serde(default)]
+    pub learned_bytes: u64,
 }

@@ -109,6 +109,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A learned urgent list in the store is not one ([`crate::learned`]).
+    #[error("learned urgent list {} is unusable: {reason}; remove it, or run `teesfs learn` again to replace it", path.display())]
+    BadLearnedList {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A chunk listed in the index is not in the store.
     #[error("chunk {0} is missing from the store")]
     MissingChunk(manifest::ChunkId),

@@ -5,8 +5,9 @@
 //! tags and the [`Policy`]. The sweep ([`collect`]) holds the store's lock exclusive
 //! ([`crate::lock`]) so no publish is between its chunks and its index, and, for
 //! publishers the lock cannot reach (a filesystem without flock), never deletes a chunk
-//! written within the grace period. It deletes only `indexes/<id>.idx`, tags of the
-//! indexes it deletes, and `chunks/<xx>/<id>` entries whose names are ids; it never follows
+//! written within the grace period. It deletes only `indexes/<id>.idx`, tags and learned
+//! lists (`learned/<id>.list`, [`crate::learned`]) of the indexes it deletes, and
+//! `chunks/<xx>/<id>` entries whose names are ids; it never follows
 //! a symlink (one planted there is removed as a link) and never leaves the store.
 
 use std::collections::{BTreeMap, HashSet};
@@ -79,6 +80,8 @@ pub struct RemovedIndex {
     pub tags: Vec<TagName>,
     /// Size of its file.
     pub bytes: u64,
+    /// Size of its learned urgent list (removed with it), 0 without one.
+    pub learned_bytes: u64,
     /// When it was last published.
     pub published: SystemTime,
 }
@@ -107,8 +110,9 @@ pub struct Report {
     pub removed_chunks: u64,
     /// Their bytes.
     pub removed_chunk_bytes: u64,
-    /// Temporary files a crashed publish left (`.tmp*` beside chunks, indexes and tags),
-    /// removed once older than the grace period.
+    /// Temporary files a crashed publish or `learn` left (`.tmp*` beside chunks, indexes,
+    /// tags and learned lists), removed once older than the grace period, and learned
+    /// lists of indexes no longer in the store.
     pub removed_temp_files: u64,
     /// Their bytes.
     pub removed_temp_bytes: u64,
@@ -119,7 +123,11 @@ impl Report {
     pub fn freed_bytes(&self) -> u64 {
         self.removed_chunk_bytes
             + self.removed_temp_bytes
-            + self.removed_indexes.iter().map(|i| i.bytes).sum::<u64>()
+            + self
+                .removed_indexes
+                .iter()
+                .map(|i| i.bytes + i.learned_bytes)
+                .sum::<u64>()
     }
 }
 
@@ -179,12 +187,18 @@ pub fn collect(
             for t in &names {
                 store.remove_tag(t)?;
             }
+        }
+        // The learned list first: an index without its list is usable, a list whose
+        // index is gone is not.
+        let learned_bytes = crate::learned::remove_learned(store, &a.id, dry_run)?.unwrap_or(0);
+        if !dry_run {
             std::fs::remove_file(&path).map_err(io(&path))?;
         }
         report.removed_indexes.push(RemovedIndex {
             id: a.id,
             tags: names,
             bytes,
+            learned_bytes,
             published: a.published,
         });
     }
@@ -203,6 +217,19 @@ pub fn collect(
             }
             report.removed_chunks += 1;
             report.removed_chunk_bytes += chunk.bytes;
+        }
+    }
+    // Learned lists whose index is gone (removed by hand, or by a gc while `learn` wrote),
+    // and what a crashed `learn` left.
+    let kept: HashSet<IndexId> = report.kept_indexes.iter().copied().collect();
+    let stray_learned = crate::learned::strays(store, &kept)?;
+    for stray in stray_learned {
+        if !stray.temporary || chunk_past_grace(stray.modified, policy.grace, now) {
+            if !dry_run {
+                std::fs::remove_file(&stray.path).map_err(io(&stray.path))?;
+            }
+            report.removed_temp_files += 1;
+            report.removed_temp_bytes += stray.bytes;
         }
     }
     for tmp in temp_files {

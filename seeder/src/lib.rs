@@ -10,6 +10,8 @@
 //!
 //! - [`files`]: bounded reads of files named by users or found in stores.
 //! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
+//! - [`learned`]: the urgent set a layer's jobs taught (their nodes' records merged), kept
+//!   beside the index as the next push's order hint; the urgent list format.
 //!
 //! Nothing here talks to the network.
 
@@ -17,6 +19,7 @@ pub mod deps;
 mod error;
 pub mod files;
 pub mod gc;
+pub mod learned;
 pub mod lock;
 pub mod publish;
 pub mod store;

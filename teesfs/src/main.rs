@@ -51,6 +51,9 @@ enum Command {
     /// List what a command run once against a published layer used, or what a job used on
     /// this node (--from-job): the urgent set.
     Record(cmd::record::RecordArgs),
+    /// After a job: merge what its nodes used while it started into the urgent set the next
+    /// push of its layer sends first (the Slurm EpilogSlurmctld).
+    Learn(Box<cmd::learn::LearnArgs>),
     /// Run a command in the execution environment: the job's layer over "/", private writes.
     Run(cmd::run::RunArgs),
     /// Run the node daemon: receive jobs, mount them, relay to children.
@@ -308,6 +311,7 @@ fn main() -> std::process::ExitCode {
         Command::Prefetch(a) => cmd::prefetch::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Record(a) => cmd::record::run(a),
+        Command::Learn(a) => cmd::learn::run(*a),
         Command::Run(a) => return exit_code(cmd::run::run(a)),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),

@@ -3,7 +3,8 @@
 //!
 //! Requests: `status` (the daemon and every job), `status <job id>` (one job), `stop <job id>`
 //! or `release <job id>` (leave the job on this node: unmount it and stop relaying it),
-//! `record <job id>` (the files the job used while it started, as a [`JobRecord`]). Job ids
+//! `record <job id>` (the files the job used while it started, as a [`JobRecord`]; also of
+//! a job released lately). Job ids
 //! on the wire are 16 hex digits (`JobId`'s display form). The socket is open to every local
 //! user; the daemon learns the caller's uid from the kernel (`SO_PEERCRED`) and [`authorize`]
 //! decides: root may do anything, another user only per-job requests about jobs it owns,
@@ -158,6 +159,26 @@ pub struct JobRecord {
     /// Accesses left out because the record was full
     /// ([`crate::fs::record::MAX_RECORDED`]).
     pub dropped: u64,
+    /// Whether the job was released on this node: this is its record as it was then (the
+    /// daemon keeps those of its last few released jobs for `teesfs learn`).
+    #[serde(default)]
+    pub released: bool,
+}
+
+/// The answer to [`peertree::relay::Msg::AskRecord`] (`teesfs learn` asking a node over
+/// the network): the node's record of the job, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum RecordAnswer {
+    /// The record.
+    Record(Box<JobRecord>),
+    /// No record: the node does not run the job and has not released it lately.
+    Missing {
+        /// The node.
+        host: String,
+        /// Why, for the operator.
+        error: String,
+    },
 }
 
 /// A path in the layer, relative to its root. In JSON a string when it is UTF-8, else an
@@ -416,6 +437,7 @@ mod tests {
             file_bytes: 12,
             absent: vec![LayerPath("opt/ü".as_bytes().to_vec())],
             dropped: 0,
+            released: false,
         };
         let json = serde_json::to_string(&rec).expect("serialize");
         assert!(json.contains(r#""usr/lib/libc.so.6""#), "{json}");

@@ -13,6 +13,7 @@
 //! - [`report`]: the push report (documented JSON).
 //! - [`metrics`]: the daemon's Prometheus metrics and their HTTP endpoint.
 //! - [`health`]: `teesfs health`, an empty broadcast measuring every edge (documented JSON).
+//! - [`learn`]: `teesfs learn`, asking a finished job's nodes for their records of it.
 //!
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
 
@@ -22,6 +23,7 @@ pub mod daemon;
 pub mod handover;
 pub mod health;
 pub mod job;
+pub mod learn;
 pub mod metrics;
 pub mod peers;
 pub mod push;

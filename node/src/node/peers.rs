@@ -441,6 +441,22 @@ impl Peers {
         }
     }
 
+    /// Closes and forgets the links to `host`: a process done with a peer (`teesfs learn`,
+    /// which asks thousands of nodes once each) frees the connection now rather than at the
+    /// idle timeout. What is still queued for the peer is dropped.
+    pub fn disconnect(&self, host: &str) {
+        let gone: Vec<Link> = {
+            let mut links = lock(&self.links);
+            let keys: Vec<LinkKey> = links.keys().filter(|k| k.host == host).cloned().collect();
+            keys.iter().filter_map(|k| links.remove(k)).collect()
+        };
+        for l in gone {
+            if let Some(Ok(c)) = l.conn.borrow().as_ref() {
+                c.close();
+            }
+        }
+    }
+
     /// Ends every link once the control and demand frames queued on it have been
     /// acknowledged by their peer, or `within` has passed: a root calls it before
     /// [`Peers::close`] so that its last messages (`Finished`) are not abandoned.

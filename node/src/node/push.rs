@@ -342,6 +342,7 @@ pub fn report(
         edges: edge_list,
         uplinks,
         failures,
+        learned_files: 0,
     }
 }
 

@@ -119,6 +119,10 @@ pub struct PushReport {
     pub uplinks: Vec<Uplink>,
     /// Failures.
     pub failures: Vec<Failure>,
+    /// Files of the index's learned urgent list (`teesfs learn`) the push sent first; 0
+    /// without one. Older reports lack it.
+    #[serde(default)]
+    pub learned_files: usize,
 }
 
 impl PushReport {

@@ -57,9 +57,12 @@ impl Router for RootRouter {
             Routed::Chunk { chunk, data, .. } => {
                 return self.0.on_chunk_msg(from_host, chunk, data).pending();
             }
-            // Nobody starts or prepares a job at its root.
-            Routed::Start(_) | Routed::Prepare(_) => {
-                tracing::warn!(peer = %from_host, "a Start or Prepare sent to the root; ignored")
+            // Nobody starts or prepares a job at its root, or asks a root for a record.
+            Routed::Start(_)
+            | Routed::Prepare(_)
+            | Routed::AskRecord { .. }
+            | Routed::Record { .. } => {
+                tracing::warn!(peer = %from_host, "a message for a node's daemon sent to the root; ignored")
             }
         }
         None

@@ -359,6 +359,7 @@ pub(crate) mod tests {
             edges,
             uplinks,
             failures,
+            learned_files: 0,
         }
     }
 

@@ -257,6 +257,20 @@ pub enum Msg {
         /// Why, for the operator.
         reason: String,
     },
+    /// Login node to a node, outside any push (`teesfs learn`): send back what you recorded
+    /// of the frame's job while it started, whether it still runs or was released lately.
+    /// `reply` is where the asker listens (`host:port`).
+    AskRecord {
+        /// The asker's address.
+        reply: String,
+    },
+    /// Node to the asker of [`Msg::AskRecord`]: its answer, a JSON document of the node
+    /// library (a job record, or why there is none). The relay never sees it.
+    Record {
+        /// The JSON document.
+        #[serde(with = "bytes")]
+        json: Vec<u8>,
+    },
 }
 
 /// An arriving message, sorted once by the process that receives it: what starts or
@@ -281,6 +295,16 @@ pub enum Routed {
     },
     /// A message for the relay.
     Relay(RelayMsg),
+    /// [`Msg::AskRecord`]: for the daemon, outside the job's relay.
+    AskRecord {
+        /// The asker's address.
+        reply: String,
+    },
+    /// [`Msg::Record`]: for whoever asked.
+    Record {
+        /// The JSON document.
+        json: Vec<u8>,
+    },
 }
 
 /// The messages a relay handles, each as in [`Msg`]. It mirrors those variants of [`Msg`]
@@ -347,6 +371,8 @@ impl Msg {
             Msg::Lost { chunk } => Routed::Relay(RelayMsg::Lost { chunk }),
             Msg::Held { have } => Routed::Relay(RelayMsg::Held { have }),
             Msg::Refused { reason } => Routed::Relay(RelayMsg::Refused { reason }),
+            Msg::AskRecord { reply } => Routed::AskRecord { reply },
+            Msg::Record { json } => Routed::Record { json },
         }
     }
 }
@@ -607,6 +633,19 @@ mod tests {
         ] {
             assert_eq!(msg.route(), Routed::Relay(relay));
         }
+        let reply = "login:7411".to_string();
+        assert_eq!(
+            Msg::AskRecord {
+                reply: reply.clone()
+            }
+            .route(),
+            Routed::AskRecord { reply }
+        );
+        let json = b"{}".to_vec();
+        assert_eq!(
+            Msg::Record { json: json.clone() }.route(),
+            Routed::Record { json }
+        );
     }
 
     /// The messages as they were encoded before `data` and `index` became byte strings
@@ -725,6 +764,12 @@ mod tests {
                     rate: None,
                 }],
             }),
+            Msg::AskRecord {
+                reply: "10.0.0.1:7411".into(),
+            },
+            Msg::Record {
+                json: b"{\"job\": \"1\"}".to_vec(),
+            },
         ];
         for m in msgs {
             assert_eq!(Msg::decode(&m.encode()).expect("valid"), m);

@@ -423,8 +423,12 @@ impl<'a> Sim<'a> {
                 r.handle_message(now, from, m);
                 self.pump(to, from);
             }
-            // A second `Start`, or a chunk sent as a message (chunks travel as `Arrive`).
-            Routed::Start(_) | Routed::Chunk { .. } => return Ok(()),
+            // A second `Start`, or a chunk sent as a message (chunks travel as `Arrive`);
+            // records are asked for after a job, never within the simulated push.
+            Routed::Start(_)
+            | Routed::Chunk { .. }
+            | Routed::AskRecord { .. }
+            | Routed::Record { .. } => return Ok(()),
         }
         self.outputs(to);
         Ok(())

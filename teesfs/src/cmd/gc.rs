@@ -22,10 +22,12 @@ Examples:
 
 An index stays if any rule keeps it: it is among the --keep newest (by when it was last
 published), younger than --older-than, or tagged (unless --no-keep-tag; its tags then go
-with it). Then every chunk no kept index references is removed, and the temporary files
-(.tmp*) a crashed publish left beside chunks, indexes and tags. Only indexes/<id>.idx, the
-tags of removed indexes, chunks/<xx>/<id> and those .tmp* files are ever deleted; symlinks
-are not followed.
+with it). Then every chunk no kept index references is removed, the temporary files (.tmp*)
+a crashed publish or learn left beside chunks, indexes, tags and learned lists, and learned
+lists of indexes the store no longer holds. Only indexes/<id>.idx, the tags and learned
+urgent lists (learned/<id>.list, see `teesfs learn --help`) of removed indexes,
+chunks/<xx>/<id>, learned/<id>.list of no index and those .tmp* files are ever deleted;
+symlinks are not followed.
 
 Safe beside a publish: a publish writes its chunks before its index, so while it runs they
 belong to no index. Publish holds STORE/.lock shared (flock) until its index and tag are
@@ -56,10 +58,10 @@ pub struct GcArgs {
     dry_run: bool,
     /// What to print: `text`, or `json`: `{"version": 1, "store", "dry_run", "locked",
     /// "kept_indexes": [ID], "removed_indexes": [{"id", "tags": [NAME], "published",
-    /// "bytes"}], "kept_chunks", "kept_chunk_bytes", "young_chunks", "young_chunk_bytes",
-    /// "removed_chunks", "removed_chunk_bytes", "removed_temp_files", "removed_temp_bytes",
-    /// "freed_bytes"}` (sizes in bytes, times in
-    /// seconds since the epoch; teesfs::output::GcDoc).
+    /// "bytes", "learned_bytes"}], "kept_chunks", "kept_chunk_bytes", "young_chunks",
+    /// "young_chunk_bytes", "removed_chunks", "removed_chunk_bytes", "removed_temp_files",
+    /// "removed_temp_bytes", "freed_bytes"}` (sizes in bytes, times in seconds since the
+    /// epoch; teesfs::output::GcDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
 }
@@ -99,6 +101,7 @@ fn doc(store: &std::path::Path, r: &Report) -> GcDoc {
                 tags: i.tags.iter().map(ToString::to_string).collect(),
                 published: util::unix_secs(i.published),
                 bytes: i.bytes,
+                learned_bytes: i.learned_bytes,
             })
             .collect(),
         kept_chunks: r.kept_chunks,
@@ -125,11 +128,14 @@ fn print_text(d: &GcDoc) {
         );
     }
     for i in &d.removed_indexes {
-        let tags = if i.tags.is_empty() {
+        let mut tags = if i.tags.is_empty() {
             String::new()
         } else {
             format!(" (tags {})", i.tags.join(", "))
         };
+        if i.learned_bytes > 0 {
+            tags.push_str(" and its learned urgent list");
+        }
         println!(
             "{verb} index {} published {}{tags}",
             i.id.get(..16).unwrap_or(&i.id),
@@ -150,7 +156,8 @@ fn print_text(d: &GcDoc) {
     );
     if d.removed_temp_files > 0 {
         println!(
-            "{verb} {} temporary file(s) ({}) a crashed publish left",
+            "{verb} {} temporary file(s) ({}) a crashed publish or learn left, or learned \
+             lists of indexes no longer here",
             d.removed_temp_files,
             util::bytes(d.removed_temp_bytes)
         );

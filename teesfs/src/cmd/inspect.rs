@@ -89,6 +89,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         util::bytes(u64::from(index.chunk_size)),
         validity(signed.expires())
     );
+    print_learned(&store, &id, &index);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     let urgent_pos: std::collections::HashMap<EntryIdx, usize> = index
@@ -142,6 +143,30 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One line on the index's learned urgent list (`teesfs learn`), if it has one.
+fn print_learned(store: &DirStore, id: &manifest::IndexId, index: &manifest::Index) {
+    match seeder::learned::read_learned(store, id) {
+        Ok(None) => {}
+        Ok(Some(list)) => {
+            let (found, unknown) = manifest::entries_named(index, &list.files);
+            println!(
+                "learned urgent list: {} files the next push sends first{} ({})",
+                found.len(),
+                if unknown > 0 {
+                    format!(", {unknown} not in the index")
+                } else {
+                    String::new()
+                },
+                seeder::learned::learned_path(store, id).display()
+            );
+            if let Some(from) = list.header.get(1) {
+                println!("  {from}");
+            }
+        }
+        Err(e) => println!("learned urgent list: {e}"),
+    }
 }
 
 /// The store's indexes, by id, with their tags and sizes. Read, not verified: the

@@ -241,39 +241,73 @@ pub struct RootContact {
     pub advertise: Option<String>,
 }
 
+/// What the login node needs to reach nodes outside a tree ([`RootArgs::addresses`]).
+pub struct Addresses {
+    /// Each node's host name and daemon address.
+    pub nodes: Vec<(String, String)>,
+    /// The login node's credentials.
+    pub identity: Identity,
+    /// How nodes reach the login node.
+    pub advertise: Option<String>,
+}
+
 impl RootArgs {
     /// Addresses for the plan's nodes and the login node's (`login`) credentials.
     pub fn contact(&self, plan: &Plan, login: &str) -> anyhow::Result<RootContact> {
-        let hosts = match &self.hosts {
+        let hosts = self.hosts_map()?;
+        let nodes = plan_nodes(plan, |h| self.address(&hosts, h));
+        Ok(RootContact {
+            nodes,
+            identity: self.identity(login)?,
+            advertise: self.advertise(&hosts, login),
+        })
+    }
+
+    /// The daemon address of each of `nodes`, the login node's (`login`) credentials and
+    /// how the nodes reach it: what `teesfs learn` needs to ask nodes outside a tree.
+    pub fn addresses(&self, nodes: &[String], login: &str) -> anyhow::Result<Addresses> {
+        let hosts = self.hosts_map()?;
+        Ok(Addresses {
+            nodes: nodes
+                .iter()
+                .map(|h| (h.clone(), self.address(&hosts, h)))
+                .collect(),
+            identity: self.identity(login)?,
+            advertise: self.advertise(&hosts, login),
+        })
+    }
+
+    fn hosts_map(&self) -> anyhow::Result<HashMap<String, String>> {
+        Ok(match &self.hosts {
             Some(p) => load_hosts(p, self.port)?,
             None => HashMap::new(),
-        };
-        let port = self.port;
-        let nodes = plan_nodes(plan, |h| {
-            hosts
-                .get(h)
-                .cloned()
-                .unwrap_or_else(|| format!("{h}:{port}"))
-        });
-        let identity = Identity::load(&self.identity, login)
-            .with_context(|| {
-                format!(
-                    "loading the login node's credentials for `{login}` from {} (teesfs keygen --cluster)",
-                    self.identity.display()
-                )
-            })?;
-        // The hosts file gives the login node's address; its port is the daemons' (the
-        // root listens on its own): port 0 stands for the root's bound port.
-        let advertise = self.advertise.clone().or_else(|| {
+        })
+    }
+
+    fn address(&self, hosts: &HashMap<String, String>, host: &str) -> String {
+        hosts
+            .get(host)
+            .cloned()
+            .unwrap_or_else(|| format!("{host}:{}", self.port))
+    }
+
+    fn identity(&self, login: &str) -> anyhow::Result<Identity> {
+        Identity::load(&self.identity, login).with_context(|| {
+            format!(
+                "loading the login node's credentials for `{login}` from {} (teesfs keygen --cluster)",
+                self.identity.display()
+            )
+        })
+    }
+
+    /// The hosts file gives the login node's address; its port is the daemons' (the root
+    /// listens on its own): port 0 stands for the root's bound port.
+    fn advertise(&self, hosts: &HashMap<String, String>, login: &str) -> Option<String> {
+        self.advertise.clone().or_else(|| {
             hosts
                 .get(login)
                 .map(|a| a.rsplit_once(':').map_or(a.as_str(), |(h, _)| h))
                 .map(|h| format!("{h}:0"))
-        });
-        Ok(RootContact {
-            nodes,
-            identity,
-            advertise,
         })
     }
 }

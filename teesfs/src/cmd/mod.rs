@@ -11,6 +11,7 @@ pub mod jobspec;
 pub mod keygen;
 #[cfg(feature = "lab")]
 pub mod lab;
+pub mod learn;
 pub mod mount;
 pub mod plan;
 pub mod prefetch;

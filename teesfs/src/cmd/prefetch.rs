@@ -50,6 +50,9 @@ pub struct PrefetchArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// Ignore the layer's learned urgent list (see `teesfs push --help`).
+    #[arg(long)]
+    no_learned: bool,
     /// The job id: the Slurm job id in decimal (the Slurm prolog passes $SLURM_JOB_ID);
     /// see `teesfs push --help`. (--job-id is the old name.)
     #[arg(long = "job", visible_alias = "job-id", value_name = "ID")]
@@ -140,6 +143,7 @@ fn push_args(
         report_html: args.report_html.clone(),
         format: args.format,
         urgent: spec.launch.urgent.clone(),
+        no_learned: args.no_learned,
         heartbeat: Duration::from_secs(1),
         deadline: Duration::from_secs(5),
         timeout: Duration::from_secs(30 * 60),
@@ -261,6 +265,7 @@ mod tests {
             format: crate::cmd::util::Format::Text,
             listen: "0.0.0.0:0".parse().expect("addr"),
             quiet: true,
+            no_learned: false,
             job_id: None,
             owner: None,
         }

@@ -120,6 +120,13 @@ pub struct PushArgs {
     /// Extra urgent paths (glob over layer paths, e.g. 'bin/*', 'lib/python3*/site.py').
     #[arg(help_heading = "Job", long, value_name = "GLOB")]
     pub urgent: Vec<String>,
+    /// Ignore the index's learned urgent list. By default, the files the layer's last job
+    /// was seen to use on its nodes (`teesfs learn`, the Slurm EpilogSlurmctld; kept in
+    /// STORE/learned/<index id>.list) are pushed first, ahead of the index's own urgent
+    /// list: a hint only, every chunk is still verified, and an unusable list is named in a
+    /// warning and ignored.
+    #[arg(help_heading = "Job", long)]
+    pub no_learned: bool,
     /// Heartbeat interval between peers.
     #[arg(help_heading = "Timing", long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub heartbeat: Duration,
@@ -183,7 +190,16 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         // Nodes read from the file system: the root only tells each node to start.
         plan = plan.flat_without_storage();
     }
-    let order = streamed(push_order(&index, &args.urgent)?, args.stream, args.serve)?;
+    let hint = if args.no_learned {
+        Vec::new()
+    } else {
+        learned_hint(&store, &index_id, &index)
+    };
+    let order = streamed(
+        push_order(&index, &hint, &args.urgent)?,
+        args.stream,
+        args.serve,
+    )?;
     let RootContact {
         nodes,
         identity,
@@ -240,7 +256,9 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let report_of = |o: &teesfs::node::push::Outcome| {
-        report(&plan, Some(&topology), job, index_id, &index, &order, o)
+        let mut r = report(&plan, Some(&topology), job, index_id, &index, &order, o);
+        r.learned_files = hint.len();
+        r
     };
     let mut urgent_sent = false;
     let outcome = rt.block_on(push(spec, wait, args.timeout, |p, so_far| {
@@ -415,11 +433,46 @@ fn streamed(
     Ok((order, urgent.min(keep)))
 }
 
-/// The order chunks are pushed in: the index's urgent set, plus the files `--urgent` globs
-/// match, first.
-fn push_order(index: &manifest::Index, urgent: &[String]) -> anyhow::Result<(Vec<u32>, usize)> {
+/// The entries of the index's learned urgent list (`teesfs learn`), in its order; none when
+/// there is no list. An unusable list is warned about and ignored: it is a hint, and a push
+/// must not fail for it.
+fn learned_hint(
+    store: &DirStore,
+    id: &manifest::IndexId,
+    index: &manifest::Index,
+) -> Vec<manifest::EntryIdx> {
+    let list = match seeder::learned::read_learned(store, id) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            tracing::warn!("{e}; pushing without it");
+            return Vec::new();
+        }
+    };
+    let (hint, unknown) = manifest::entries_named(index, &list.files);
+    if unknown > 0 {
+        tracing::warn!(
+            unknown,
+            "the learned urgent list names files the index does not have; they are skipped"
+        );
+    }
+    eprintln!(
+        "pushing first the {} files earlier jobs of this index used ({}; --no-learned ignores it)",
+        hint.len(),
+        seeder::learned::learned_path(store, id).display()
+    );
+    hint
+}
+
+/// The order chunks are pushed in: the learned `hint`, the index's urgent set, and the
+/// files `--urgent` globs match, first.
+fn push_order(
+    index: &manifest::Index,
+    hint: &[manifest::EntryIdx],
+    urgent: &[String],
+) -> anyhow::Result<(Vec<u32>, usize)> {
     let globs = build_globs(urgent)?;
-    Ok(manifest::push_order(index, &|p: &[u8]| {
+    Ok(manifest::push_order_hinted(index, hint, &|p: &[u8]| {
         globs
             .as_ref()
             .is_some_and(|g| g.is_match(String::from_utf8_lossy(p).as_ref()))

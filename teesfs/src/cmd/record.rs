@@ -4,10 +4,10 @@
 //!
 //! With `--from-job` nothing runs: the list is learned from a job that ran on this node, as
 //! the node's daemon recorded it (`record JOB` on its control socket). Both write the same
-//! format.
+//! format (`seeder::learned::UrgentList`), which `teesfs learn` writes too when it merges
+//! every node's record of a job.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,7 +40,13 @@ application has started, or in an interactive allocation):
 Every node's daemon records each job it mounts: the files opened through the mount until the
 node held the whole layer, and any file a read of which had to wait for data to arrive, in
 the order of first use (at most 1,000,000 entries). --from-job writes that record of this
-node. Ask before the job ends: releasing the job (the Slurm epilog) forgets it.
+node; the daemon keeps the records of its last 16 released jobs, so it can be asked after
+the job too.
+
+Usually nothing needs doing by hand: `teesfs learn` (the Slurm EpilogSlurmctld) merges the
+records of all the job's nodes when it ends and keeps the result beside the index, and the
+next push of that index sends those files first without a republish (see `teesfs learn
+--help`).
 
 The list holds one layer path per line in the order of first use; lines starting with `#`
 are comments and lines starting with `!` are names the command looked up that exist neither
@@ -133,7 +139,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         ),
     ];
     let opened = recording.opened.iter().map(Vec::as_slice);
-    write_list(&args.output, &header, opened, &absent)
+    write_list(&args.output, header.to_vec(), opened, &absent)
         .with_context(|| format!("writing {}", args.output.display()))?;
     println!(
         "recorded {} files opened ({}) and {} names that exist nowhere -> {}",
@@ -197,7 +203,7 @@ fn from_job(args: &RecordArgs, job: Option<&str>) -> anyhow::Result<()> {
         ),
     ];
     let files = rec.files.iter().map(|p| p.0.as_slice());
-    write_list(&args.output, &header, files, &absent)
+    write_list(&args.output, header.to_vec(), files, &absent)
         .with_context(|| format!("writing {}", args.output.display()))?;
     println!(
         "learned {} files ({}) and {} names that exist nowhere from job {text} on {} -> {}",
@@ -260,32 +266,20 @@ fn exist_nowhere<'a>(absent: impl Iterator<Item = &'a [u8]>) -> Vec<&'a [u8]> {
 /// Writes an urgent list: `#` header lines, the files, then the absent names as `!` lines.
 fn write_list<'a>(
     output: &Path,
-    header: &[String],
+    header: Vec<String>,
     files: impl Iterator<Item = &'a [u8]>,
     absent: &[&[u8]],
 ) -> std::io::Result<()> {
-    let mut out = Vec::new();
-    for h in header {
-        writeln!(out, "# {h}")?;
-    }
-    for p in files {
-        line(&mut out, "", p)?;
-    }
-    for p in absent {
-        line(&mut out, "!", p)?;
+    let list = seeder::learned::UrgentList {
+        header,
+        files: files.map(<[u8]>::to_vec).collect(),
+        absent: absent.iter().map(|p| p.to_vec()).collect(),
+    };
+    let (out, left_out) = list.render();
+    if left_out > 0 {
+        tracing::warn!(left_out, "names with a newline cannot be listed; left out");
     }
     let tmp = output.with_extension("tmp");
     std::fs::write(&tmp, out)?;
     std::fs::rename(&tmp, output)
-}
-
-fn line(out: &mut Vec<u8>, prefix: &str, path: &[u8]) -> std::io::Result<()> {
-    if path.contains(&b'\n') {
-        tracing::warn!(path = %String::from_utf8_lossy(path), "a name with a newline cannot be listed; left out");
-        return Ok(());
-    }
-    out.extend_from_slice(prefix.as_bytes());
-    out.extend_from_slice(path);
-    out.push(b'\n');
-    Ok(())
 }

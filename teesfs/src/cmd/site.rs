@@ -59,9 +59,9 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
 }
 
 /// Commands that read the site configuration.
-const COMMANDS: [&str; 11] = [
+const COMMANDS: [&str; 12] = [
     "plan", "push", "health", "prefetch", "daemon", "publish", "verify", "inspect", "mount",
-    "doctor", "gc",
+    "doctor", "gc", "learn",
 ];
 
 /// `cmd` with the site configuration's values as the defaults of the flags they stand for.

@@ -66,7 +66,8 @@ fn doctor_passes_a_configured_node_and_names_the_fix_for_a_missing_cert_and_a_ga
     std::fs::write(
         slurm.join("slurm.conf"),
         "ClusterName=test\n# Epilog=/old\nEpilog=/usr/share/teesfs/slurm/epilog.sh\n\
-         PrologSlurmctld=/usr/share/teesfs/slurm/prolog-slurmctld.sh\n",
+         PrologSlurmctld=/usr/share/teesfs/slurm/prolog-slurmctld.sh\n\
+         EpilogSlurmctld=/usr/share/teesfs/slurm/epilog-slurmctld.sh\n",
     )
     .expect("slurm.conf");
     std::fs::copy(

@@ -80,7 +80,22 @@ export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
             ),
         )
         .expect("epilog wrapper");
-        for f in [&prolog, &epilog] {
+        let epilog_ctld = tmp.path().join("epilog-slurmctld.sh");
+        std::fs::write(
+            &epilog_ctld,
+            format!(
+                "#!/bin/sh
+export TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={config}
+                 exec sh {script}
+",
+                bin = teesfs_bin(),
+                log = logdir.display(),
+                config = config.display(),
+                script = repo.join("packaging/slurm/epilog-slurmctld.sh").display(),
+            ),
+        )
+        .expect("epilog-slurmctld wrapper");
+        for f in [&prolog, &epilog, &epilog_ctld] {
             std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
                 .expect("chmod");
         }
@@ -101,6 +116,10 @@ export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
             .expect("chown login key");
         std::fs::create_dir_all(&logdir).expect("log dir");
         nix::unistd::chown(&logdir, Some(slurm_user.uid), Some(slurm_user.gid)).expect("chown log");
+        // The EpilogSlurmctld keeps learned urgent lists in the store (docs/slurm.md).
+        let learned = work.join("store/learned");
+        std::fs::create_dir_all(&learned).expect("learned dir");
+        nix::unistd::chown(&learned, Some(slurm_user.uid), None).expect("chown learned");
         std::fs::create_dir_all(config.join("trusted")).expect("config");
         std::fs::copy(
             work.join("publisher.pub"),
@@ -123,6 +142,7 @@ export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
             scripts: SlurmScripts {
                 prolog_slurmctld: Some(prolog),
                 epilog: Some(epilog),
+                epilog_slurmctld: Some(epilog_ctld),
                 slurm_user: Some("slurm".into()),
                 plugstack,
             },
@@ -273,6 +293,32 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_released(&lab, &hosts);
+    // slurmctld ran the EpilogSlurmctld: `teesfs learn` asked every node over the network.
+    // The prolog waited for the whole layer, so the job read nothing while it arrived and
+    // every node answers that it recorded nothing (the lab's launch and `it::learned` check
+    // what a job that starts early teaches).
+    let learn_log = logdir.join(format!("job-{job}.learn.log"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let said = loop {
+        let said = std::fs::read_to_string(&learn_log).unwrap_or_default();
+        if said.contains("learned ") {
+            break said;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no EpilogSlurmctld log {}\n{}",
+            learn_log.display(),
+            site.logs(&slurm)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let merged = said.lines().any(|l| l.starts_with("learned "));
+    for h in &hosts {
+        assert!(
+            merged || said.contains(&format!("skipped {h}: recorded nothing")),
+            "{h} did not answer the EpilogSlurmctld's learn: {said}"
+        );
+    }
     assert!(
         std::fs::read_dir(tmp.path()).expect("tmp").all(|e| !e
             .expect("entry")

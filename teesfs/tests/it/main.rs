@@ -25,6 +25,7 @@ mod lab_load;
 mod lab_model;
 mod lab_slurm;
 mod lab_soak;
+mod learned;
 mod local_state;
 mod metrics;
 mod packaging;

@@ -16,6 +16,7 @@ const INSTALLED: &[&str] = &[
     "/etc/teesfs/trusted",
     "/usr/share/teesfs/slurm/prolog-slurmctld.sh",
     "/usr/share/teesfs/slurm/epilog.sh",
+    "/usr/share/teesfs/slurm/epilog-slurmctld.sh",
     "/usr/share/teesfs/slurm/plugstack.conf",
     "/usr/lib/teesfs/teesfs_spank.so",
     "/usr/share/man/man1/teesfs.1.gz",

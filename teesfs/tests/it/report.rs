@@ -74,6 +74,7 @@ fn push_report(groups: usize) -> PushReport {
             at_s: 0.4,
             reason: None,
         }],
+        learned_files: 0,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The daemon's control socket server: accepts local clients (their uid from the kernel),
 //! bounds them ([`crate::node::control::Admission`]), reads one request per line and
-//! answers with one JSON line (a job's record is resolved and encoded on a blocking thread:
-//! it can hold a million paths). What a request means and who may make it is decided in
+//! answers with one JSON line (a job's record, of a running job or one released lately, is
+//! resolved and encoded on a blocking thread: it can hold a million paths). What a request means and who may make it is decided in
 //! [`crate::node::control`]; this module only moves lines.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{Daemon, job_record, job_status, lock};
+use super::{Daemon, job_status, lock};
 
 /// How long a control connection may sit without sending a request line.
 const CONTROL_IDLE: Duration = Duration::from_secs(10);
@@ -85,9 +85,16 @@ impl Daemon {
                 Err(e) => error(&e),
                 Ok(req) => {
                     let job = req.job().and_then(|j| lock(&self.jobs).get(&j).cloned());
-                    let owner = job
-                        .as_ref()
-                        .map_or(JobOwner::Unknown, |j| JobOwner::Owned(j.owner));
+                    // A released job's record is still asked for (`record JOB`).
+                    let released = match (req, &job) {
+                        (Request::Record(id), None) => lock(&self.released).get(id),
+                        _ => None,
+                    };
+                    let owner = match (&job, &released) {
+                        (Some(j), _) => JobOwner::Owned(j.owner),
+                        (None, Some((o, _))) => JobOwner::Owned(*o),
+                        (None, None) => JobOwner::Unknown,
+                    };
                     match (authorize(uid, req, owner), req, job) {
                         (Err(e), ..) => {
                             tracing::warn!(uid, request = ?req, "control request refused");
@@ -98,18 +105,20 @@ impl Daemon {
                         (Ok(()), Request::Job(_), Some(j)) => {
                             serde_json::to_string(&job_status(&j)).unwrap_or_else(|e| error(&e))
                         }
-                        (Ok(()), Request::Record(_), Some(j)) => {
-                            let host = self.cfg.host.clone();
-                            let line = tokio::task::spawn_blocking(move || {
-                                serde_json::to_string(&job_record(&j, host))
-                            })
-                            .await;
-                            match line {
-                                Ok(Ok(line)) => line,
-                                Ok(Err(e)) => error(&e),
-                                Err(e) => error(&e),
+                        (Ok(()), Request::Record(id), _) => match self.record_of(id).await {
+                            Some((_, rec)) => {
+                                let line = tokio::task::spawn_blocking(move || {
+                                    serde_json::to_string(&*rec)
+                                })
+                                .await;
+                                match line {
+                                    Ok(Ok(line)) => line,
+                                    Ok(Err(e)) => error(&e),
+                                    Err(e) => error(&e),
+                                }
                             }
-                        }
+                            None => error(&"no such job"),
+                        },
                         (Ok(()), Request::Stop(id), Some(_)) => {
                             tracing::info!(uid, job = %id, "job stopped on request");
                             self.stop_job(id).await;

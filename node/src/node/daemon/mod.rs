@@ -3,7 +3,8 @@
 //! arrives, forwards to children, answers demand requests, and reports its state on a
 //! Unix control socket. Every mounted job is recorded ([`crate::fs::record`]): the files it
 //! opens until this node holds the whole layer, and those whose reads wait for a chunk, for
-//! `teesfs record --from-job`; releasing the job forgets its record. A health probe
+//! `teesfs record --from-job` and `teesfs learn`; releasing the job keeps its record among
+//! those of the last few released jobs (`records`). A health probe
 //! (`teesfs health`) is a job without index or chunks: it is answered and forwarded, never
 //! mounted, and dropped once the root finishes it.
 //!
@@ -15,8 +16,9 @@
 //! because of the control path.
 //!
 //! By concern: `control` serves the control socket, `probe` answers health probes,
-//! `host` is what the daemon does to its host at start (state lock, stale mounts, file
-//! limit); job admission is decided in [`super::admit`].
+//! `records` releases jobs, keeping their records, and answers a login node asking for
+//! them, `host` is what the daemon does to its host at start (state lock, stale mounts,
+//! file limit); job admission is decided in [`super::admit`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,7 +31,6 @@ use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Routed, Start};
 
 use super::JobSource;
 use super::admit::Admitted;
-use super::control::{JobRecord, LayerPath};
 use super::job::{ChunkTaken, JobCore};
 use super::peers::{Peers, Pending, Router};
 use super::store::NodeStore;
@@ -129,6 +130,8 @@ pub struct Daemon {
     clock_skew_ms: Mutex<Option<i64>>,
     /// Where `--metrics` is served, once it is.
     metrics_addr: Mutex<Option<std::net::SocketAddr>>,
+    /// The records of the last jobs released here, for `teesfs learn`.
+    released: Mutex<records::Released>,
 }
 
 /// How many passed-on `Prepare`s a daemon remembers.
@@ -185,6 +188,7 @@ impl Daemon {
             metrics: Arc::default(),
             clock_skew_ms: Mutex::new(None),
             metrics_addr: Mutex::new(None),
+            released: Mutex::new(records::Released::default()),
         });
         let router: Weak<dyn Router> = Arc::downgrade(&daemon) as Weak<dyn Router>;
         peers.set_router(router);
@@ -270,16 +274,6 @@ impl Daemon {
             _ = control => {}
         }
         self.shutdown().await;
-    }
-
-    /// Leaves one job on this node: stops relaying it and unmounts it.
-    /// Ends a job on this node (`stop`/`release`, e.g. from the Slurm epilog): stops
-    /// relaying it, unmounts it and removes its mountpoint. Chunks stay in the store.
-    async fn stop_job(&self, job: JobId) {
-        let j = lock(&self.jobs).remove(&job);
-        if let Some(j) = j {
-            Self::teardown(j).await;
-        }
     }
 
     /// The current state, with every job.
@@ -651,6 +645,8 @@ impl Daemon {
         );
         let from_host = from_host.to_string();
         self.rt.spawn(async move {
+            // The first run's record stays askable until the new one is released.
+            me.keep_record(&old).await;
             Self::teardown(old).await;
             me.start_job(&from_host, job, start);
         });
@@ -708,6 +704,7 @@ impl Daemon {
 mod control;
 mod host;
 mod probe;
+mod records;
 
 use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};
 
@@ -740,6 +737,15 @@ impl Router for Daemon {
                     j.core.on_relay_msg(from_host, m);
                 }
             }
+            Routed::AskRecord { reply } => {
+                if let Some(d) = self.me.upgrade() {
+                    self.rt
+                        .spawn(d.answer_record(from_host.to_string(), job, reply));
+                }
+            }
+            Routed::Record { .. } => {
+                tracing::debug!(%job, peer = %from_host, "a record this daemon did not ask for; ignored")
+            }
         }
         None
     }
@@ -770,29 +776,6 @@ fn job_status(j: &NodeJob) -> JobStatus {
         finished: view.finished,
         owner: j.owner,
         counters: j.core.counters(),
-    }
-}
-
-/// One job's record as `record JOB` answers it. Resolving a large record's paths takes a
-/// while: call it off the tasks that carry the network.
-fn job_record(j: &NodeJob, host: String) -> JobRecord {
-    let rec = j
-        .record
-        .as_ref()
-        .map(|r| r.recording(&j.core.index))
-        .unwrap_or_default();
-    let paths = |v: Vec<Vec<u8>>| v.into_iter().map(LayerPath).collect();
-    JobRecord {
-        job: j.core.job.to_string(),
-        host,
-        index: j.core.index_id.to_hex(),
-        recording: j.record.is_some(),
-        mounted: lock(&j.mounted).is_some(),
-        whole_layer: j.core.holds(Phase::All),
-        files: paths(rec.opened),
-        file_bytes: rec.opened_bytes,
-        absent: paths(rec.absent),
-        dropped: rec.dropped,
     }
 }
 

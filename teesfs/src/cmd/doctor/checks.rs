@@ -115,6 +115,8 @@ pub struct SlurmFacts {
     pub epilog: bool,
     /// Whether slurm.conf names teesfs's PrologSlurmctld.
     pub prolog: bool,
+    /// Whether slurm.conf names teesfs's EpilogSlurmctld (`teesfs learn`).
+    pub learn: bool,
     /// Where it was looked for.
     pub dir: PathBuf,
 }
@@ -549,10 +551,25 @@ fn slurm(f: &Facts) -> Check {
             "add PrologSlurmctld=/usr/share/teesfs/slurm/prolog-slurmctld.sh to slurm.conf".into(),
         );
     }
-    if missing.is_empty() {
+    if missing.is_empty() && !s.learn {
+        // Everything works without it; the urgent set just does not learn by itself.
+        check(
+            name,
+            Level::Info,
+            "the SPANK plugin, the prolog and the epilog are configured; no teesfs \
+             EpilogSlurmctld, so jobs do not teach their layers' urgent sets"
+                .into(),
+            Some(
+                "add EpilogSlurmctld=/usr/share/teesfs/slurm/epilog-slurmctld.sh to slurm.conf \
+                 (see docs/slurm.md)"
+                    .into(),
+            ),
+        )
+    } else if missing.is_empty() {
         ok(
             name,
-            "the SPANK plugin, the prolog and the epilog are configured".into(),
+            "the SPANK plugin, the prolog, the epilog and the EpilogSlurmctld are configured"
+                .into(),
         )
     } else {
         check(
@@ -618,6 +635,7 @@ mod tests {
                 plugin: true,
                 epilog: true,
                 prolog: true,
+                learn: true,
                 dir: "/etc/slurm".into(),
             },
         }
@@ -714,6 +732,20 @@ mod tests {
         assert_eq!(level(&f, "slurm"), Level::Warn);
         f.slurm.slurm_conf = false;
         assert_eq!(level(&f, "slurm"), Level::Info);
+        // Without the EpilogSlurmctld everything works; the urgent set is not learned.
+        let mut f = healthy();
+        f.slurm.learn = false;
+        assert_eq!(level(&f, "slurm"), Level::Info);
+        let c = evaluate(&f)
+            .into_iter()
+            .find(|c| c.name == "slurm")
+            .expect("slurm");
+        assert!(
+            c.fix
+                .as_deref()
+                .is_some_and(|x| x.contains("EpilogSlurmctld=")),
+            "{c:?}"
+        );
         let mut f = healthy();
         f.kernel = Some("5.10.0-30-amd64".into());
         assert_eq!(level(&f, "passthrough"), Level::Warn);

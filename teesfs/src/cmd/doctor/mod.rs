@@ -261,6 +261,7 @@ fn slurm_facts(dir: &Path) -> SlurmFacts {
             .any(|t| live_lines(t).any(|l| l.contains("teesfs_spank.so"))),
         epilog: names("Epilog"),
         prolog: names("PrologSlurmctld") || names("Prolog"),
+        learn: names("EpilogSlurmctld"),
         dir: dir.to_path_buf(),
     }
 }
