@@ -44,20 +44,44 @@ pub fn files(main: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Loads the configuration at `main` with its drop-ins; returns it and the files read.
+/// Loads the configuration at `main` with its drop-ins; returns it and the files read. Any
+/// mistake in a file is an error (see [`load_lenient`] for what keeps going).
 pub fn load(main: &Path) -> Result<(SiteConfig, Vec<PathBuf>), Error> {
-    let mut cfg = SiteConfig::default();
-    let mut read = Vec::new();
+    let loaded = load_lenient(main)?;
+    match loaded.problems.into_iter().next() {
+        Some(p) => Err(manifest::Error::SiteConfig(p.to_string()).into()),
+        None => Ok((loaded.config, loaded.read)),
+    }
+}
+
+/// The site configuration as read, with what was left out of it.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The keys that are right, overlaid in file order.
+    pub config: SiteConfig,
+    /// The files read, in order.
+    pub read: Vec<PathBuf>,
+    /// Keys left out (unknown, or with a bad value), each naming its file and line.
+    pub problems: Vec<manifest::SiteProblem>,
+}
+
+/// Loads the configuration at `main` with its drop-ins, leaving out each key that is
+/// unknown or wrong and reporting it, so that a mistake stops only the commands that use
+/// that key. A file that cannot be read or is not TOML at all is an error.
+pub fn load_lenient(main: &Path) -> Result<Loaded, Error> {
+    let mut out = Loaded::default();
     for path in files(main) {
         let text = match read_limited_to_string(&path, MAX_BYTES, Symlinks::Follow) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => return Err(Error::SiteConfig { path, source }),
         };
-        cfg = cfg.overlay(SiteConfig::from_toml(&text, &path.display().to_string())?);
-        read.push(path);
+        let (cfg, problems) = SiteConfig::from_toml_lenient(&text, &path.display().to_string())?;
+        out.config = std::mem::take(&mut out.config).overlay(cfg);
+        out.problems.extend(problems);
+        out.read.push(path);
     }
-    Ok((cfg, read))
+    Ok(out)
 }
 
 #[cfg(test)]

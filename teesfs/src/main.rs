@@ -66,6 +66,9 @@ enum Command {
     /// Check that this node can run teesfs jobs (FUSE, namespaces, credentials, keys,
     /// port, store, Slurm, daemon) and say how to fix what fails. Exits 1 on a FAIL.
     Doctor(cmd::doctor::DoctorArgs),
+    /// Check the site configuration (teesfs.toml): every unknown key and bad value, with
+    /// its file and line.
+    Config(cmd::config::ConfigArgs),
     /// Probe the job's tree: every edge's round trip, and where it stalls.
     Health(Box<cmd::health::HealthArgs>),
     /// [development] Simulate deployments at scale with the shipping relay state machine.
@@ -94,7 +97,7 @@ struct GenerateArgs {
 /// Examples of `teesfs daemon` (its arguments' module belongs to the daemon's owners).
 const DAEMON_EXAMPLES: &str = "\
 Examples:
-  systemctl enable --now teesfs-daemon       # as packaged: /etc/teesfs/teesfs.toml [daemon]
+  systemctl enable --now teesfs-daemon       # as packaged: options in /etc/teesfs/daemon.env
   teesfs daemon --identity /etc/teesfs/tls --store-budget 8GiB
   teesfs daemon --no-mount --listen 0.0.0.0:7878   # a relay-only node (a borrowed proxy)
 
@@ -290,12 +293,9 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
-    let site = match teesfs::site::load(&teesfs::site::main_path()) {
-        Ok((site, _)) => site,
-        Err(e) => {
-            eprintln!("teesfs: error: {}", error_text(&e.into()));
-            return std::process::ExitCode::from(2);
-        }
+    let site = match site_config(&argv) {
+        Ok(site) => site,
+        Err(code) => return code,
     };
     let matches = cmd::site::apply(Cli::command(), &site, &argv).get_matches_from(&argv);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -318,6 +318,7 @@ fn main() -> std::process::ExitCode {
         Command::Release(a) => cmd::status::release(a),
         Command::Health(a) => cmd::health::run(*a),
         Command::Doctor(a) => return exit_code(cmd::doctor::run(a)),
+        Command::Config(a) => return exit_code(cmd::config::run(a)),
         #[cfg(feature = "lab")]
         Command::Sim(a) => cmd::sim::run(a),
         #[cfg(feature = "lab")]
@@ -325,6 +326,45 @@ fn main() -> std::process::ExitCode {
         Command::GenerateDocs(a) => generate_docs(a),
     };
     exit_code(result.map(|()| std::process::ExitCode::SUCCESS))
+}
+
+/// The site configuration for the command `argv` runs. Each mistake in it is a warning,
+/// except a bad value of a key the command uses, which stops it (exit 2): a login-side
+/// mistake never stops `release`, `status`, `run` or a node's daemon.
+fn site_config(
+    argv: &[std::ffi::OsString],
+) -> Result<manifest::SiteConfig, std::process::ExitCode> {
+    use std::io::Write;
+    let command = Cli::command();
+    let mut err = std::io::stderr();
+    if cmd::site::subcommand_name(&command, argv) == Some("config") {
+        // `config check` reads and reports the files itself.
+        return Ok(manifest::SiteConfig::default());
+    }
+    let loaded = match teesfs::site::load_lenient(&teesfs::site::main_path()) {
+        Ok(l) => l,
+        Err(e) if !cmd::site::reads_site(&command, argv) => {
+            let e = error_text(&e.into());
+            let _ = writeln!(err, "teesfs: warning: {e} (not used by this command)");
+            return Ok(manifest::SiteConfig::default());
+        }
+        Err(e) => {
+            let _ = writeln!(err, "teesfs: error: {}", error_text(&e.into()));
+            return Err(std::process::ExitCode::from(2));
+        }
+    };
+    let fatal = cmd::site::fatal(&command, argv, &loaded.problems);
+    for p in loaded.problems.iter().filter(|p| !fatal.contains(p)) {
+        let _ = writeln!(err, "teesfs: warning: {p}");
+    }
+    if let Some(p) = fatal.first() {
+        let _ = writeln!(
+            err,
+            "teesfs: error: {p}; this command uses it: fix the file or give the flag (`teesfs config check` lists every mistake)"
+        );
+        return Err(std::process::ExitCode::from(2));
+    }
+    Ok(loaded.config)
 }
 
 /// Maps a command's result to the process exit code, printing the error chain.

@@ -54,7 +54,7 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
     /// Index ids this node refuses (revoked): one 64-hex-digit id per line, `#` comments.
-    /// Read at start and on SIGHUP (`systemctl reload teesfs`); a missing default file
+    /// Read at start and on SIGHUP (`systemctl reload teesfs-daemon`); a missing default file
     /// means none. Revoke an index by adding its id and reloading every node's daemon.
     #[arg(long, value_name = "FILE", default_value = util::REVOKED_DEFAULT)]
     revoked: PathBuf,

@@ -2,6 +2,7 @@
 //! Commands parse, call into the library crates, and print; they hold no protocol logic.
 
 pub mod borrow;
+pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod gc;

@@ -239,7 +239,15 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
     }
     let text = super::util::read_text(&args.spec, "job spec")?;
     let spec = JobSpec::from_toml(&text).with_context(|| format!("in {}", args.spec.display()))?;
-    let (site, _) = teesfs::site::load(&teesfs::site::main_path())?;
+    // Unknown keys were warned about as the command started; a bad value is fatal here,
+    // where every key may be used.
+    let site = teesfs::site::load_lenient(&teesfs::site::main_path())?;
+    if let Some(p) = site.problems.iter().find(|p| p.is_invalid()) {
+        anyhow::bail!(
+            "{p}: fix the site configuration (`teesfs config check` lists every mistake)"
+        );
+    }
+    let site = site.config;
     let base = args
         .spec
         .parent()

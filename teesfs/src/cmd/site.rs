@@ -58,6 +58,89 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
     out
 }
 
+/// The argument a site key stands for, by its id in the commands that take it.
+fn arg_of(section: &str, key: &str) -> Option<&'static str> {
+    Some(match (section, key) {
+        ("store", "path") => "store",
+        ("store", "shared") => "shared_store",
+        ("root", "host") => "login",
+        ("topology", "file") => "topology",
+        ("topology", "cluster") => "cluster",
+        ("topology", "group_size") => "group_size",
+        ("topology", "links") => "links",
+        ("tree", "strategy") => "strategy",
+        ("tree", "width") => "width",
+        ("tree", "threshold") => "threshold",
+        ("network", "identity") => "identity",
+        ("network", "hosts") => "hosts",
+        ("network", "port") => "port",
+        ("network", "trust") => "trust",
+        _ => return None,
+    })
+}
+
+/// The subcommand `argv` runs, if any.
+fn subcommand<'a>(cmd: &'a clap::Command, argv: &[OsString]) -> Option<&'a clap::Command> {
+    argv.iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find_map(|a| cmd.find_subcommand(a))
+}
+
+/// The name of the subcommand `argv` runs, if any.
+pub fn subcommand_name<'a>(cmd: &'a clap::Command, argv: &[OsString]) -> Option<&'a str> {
+    subcommand(cmd, argv).map(clap::Command::get_name)
+}
+
+/// Whether the command `argv` runs reads the site configuration at all.
+pub fn reads_site(cmd: &clap::Command, argv: &[OsString]) -> bool {
+    subcommand(cmd, argv).is_some_and(|sc| {
+        let name = sc.get_name();
+        name == "prefetch" || COMMANDS.contains(&name)
+    })
+}
+
+/// The site configuration's mistakes that stop the command `argv` runs: a bad value of a
+/// key the command uses (it takes the flag the key stands for and the flag is not given;
+/// `prefetch` uses every key). Unknown keys stop nothing; everything else is a warning.
+pub fn fatal<'a>(
+    cmd: &clap::Command,
+    argv: &[OsString],
+    problems: &'a [manifest::SiteProblem],
+) -> Vec<&'a manifest::SiteProblem> {
+    let Some(sc) = subcommand(cmd, argv) else {
+        return Vec::new();
+    };
+    let given = |long: &str| {
+        argv.iter().filter_map(|a| a.to_str()).any(|a| {
+            a.strip_prefix("--")
+                .is_some_and(|a| a.split('=').next() == Some(long))
+        })
+    };
+    problems
+        .iter()
+        .filter(|p| p.is_invalid())
+        .filter(|p| {
+            if sc.get_name() == "prefetch" {
+                return true;
+            }
+            let Some(id) = p.key.as_deref().and_then(|k| arg_of(&p.section, k)) else {
+                // A whole section of the wrong kind: every command that reads the site.
+                return COMMANDS.contains(&sc.get_name()) && p.key.is_none();
+            };
+            // The daemon listens on the site's port unless told where.
+            let ids: &[&str] = if id == "port" {
+                &["port", "listen"]
+            } else {
+                &[id]
+            };
+            sc.get_arguments()
+                .find(|a| ids.contains(&a.get_id().as_str()))
+                .is_some_and(|a| !a.get_long().is_some_and(given))
+        })
+        .collect()
+}
+
 /// Commands that read the site configuration.
 const COMMANDS: [&str; 12] = [
     "plan", "push", "health", "prefetch", "daemon", "publish", "verify", "inspect", "mount",

@@ -210,7 +210,7 @@ fn fuse(f: &Facts) -> Check {
             name,
             Level::Fail,
             format!("/dev/fuse cannot be opened: {why}"),
-            Some("run the daemon as root (systemd unit teesfs.service); in a container, pass --device /dev/fuse".into()),
+            Some("run the daemon as root (systemd unit teesfs-daemon.service); in a container, pass --device /dev/fuse".into()),
         ),
     }
 }
@@ -353,7 +353,7 @@ fn certificate(f: &Facts) -> Check {
 
 fn crl(f: &Facts) -> Check {
     let name = "crl";
-    let fix = "copy the cluster's current crl.pem (`teesfs keygen --cluster DIR --revoke HOST` writes it) next to the certificate and `systemctl reload teesfs`";
+    let fix = "copy the cluster's current crl.pem (`teesfs keygen --cluster DIR --revoke HOST` writes it) next to the certificate and `systemctl reload teesfs-daemon`";
     match &f.crl {
         Found::Missing => check(
             name,
