@@ -124,6 +124,10 @@ impl ShapeArgs {
         opts.tmpfs_state = !self.disk_stores;
         opts.chunk_size = self.chunk_size.fixed().map(u64::from);
         opts.cpu = self.node_cpu;
+        // The daemons' log filter, for timelines across nodes (docs/lab.md).
+        if let Ok(log) = std::env::var("TEESFS_DAEMON_LOG") {
+            opts.log = log;
+        }
         opts.reference = self.reference;
         let spec = self.spec();
         let t = std::time::Instant::now();

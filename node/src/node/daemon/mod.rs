@@ -712,6 +712,7 @@ impl Router for Daemon {
     fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
         match msg {
             Routed::Start(start) => {
+                tracing::debug!(%job, peer = %from_host, "start received");
                 if let Some(d) = self.me.upgrade() {
                     d.start_job(from_host, job, *start);
                 }
