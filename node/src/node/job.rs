@@ -398,7 +398,14 @@ impl JobCore {
         now: Instant,
     ) {
         while let Some(t) = r.poll_transmit(now) {
-            self.transmit(r, t);
+            match t {
+                // The root's `Prepare` to a grandchild waits for the link to its parent.
+                Transmit::Control {
+                    to,
+                    msg: Msg::Prepare(p),
+                } if !r.children().any(|c| c == to) => self.prepare_later(r, to, &p),
+                t => self.transmit(r, t),
+            }
         }
         while let Some(e) = r.poll_event() {
             // A peer given up may come back as a new process: talk to it afresh.
@@ -565,6 +572,23 @@ impl JobCore {
         match self.peer_addr(r, to) {
             Some((host, addr)) => self.peers.send(&host, &addr, kind, frame),
             None => tracing::warn!(?to, "no address for peer"),
+        }
+    }
+
+    /// Sends `prepare` to `to` once the link to its parent in the plan is settled
+    /// ([`Peers::send_after`]).
+    fn prepare_later(&self, r: &Relay, to: NodeId, prepare: &peertree::relay::Prepare) {
+        let frame = frame(self.job, &Msg::Prepare(prepare.clone()));
+        let parent = prepare.subtree.first().map(|n| n.parent);
+        match (
+            self.peer_addr(r, to),
+            parent.and_then(|p| self.peer_addr(r, p)),
+        ) {
+            (Some((host, addr)), Some((ph, pa))) => {
+                self.peers.send_after((&ph, &pa), &host, &addr, frame);
+            }
+            (Some((host, addr)), None) => self.peers.send(&host, &addr, StreamKind::Control, frame),
+            (None, _) => tracing::warn!(?to, "no address for peer"),
         }
     }
 

@@ -402,6 +402,27 @@ impl Peers {
         self.send_parts(host, addr, kind, Vec::new(), frame.into());
     }
 
+    /// Queues a control frame for `host` once the connection to `after` (host, address)
+    /// is up or has failed: a grandchild's `Prepare` waits for the link to its parent, so
+    /// the handshakes with this node's own children, whose `Start`s wait for them, do not
+    /// share its CPU with handshakes nobody waits for yet.
+    pub fn send_after(
+        self: &Arc<Self>,
+        after: (&str, &str),
+        host: &str,
+        addr: &str,
+        frame: Vec<u8>,
+    ) {
+        let first = self.link_cell(after.0, after.1);
+        let this = self.clone();
+        let (host, addr) = (host.to_string(), addr.to_string());
+        self.rt.spawn(async move {
+            // Failed or not, the link is settled; the frame goes on its own link either way.
+            let _ = wait_conn(first).await;
+            this.send(&host, &addr, StreamKind::Control, frame);
+        });
+    }
+
     /// Queues a control or demand frame for `host` made of `head` then `body` (a chunk's
     /// head and its shared stored bytes), without joining them.
     pub fn send_parts(
@@ -492,254 +513,5 @@ impl Peers {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::future::Future;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::Poll;
-    use std::time::Duration;
-
-    /// A router whose work for each chunk waits for the test to release it, and which
-    /// counts the chunks at work at once.
-    struct Gated {
-        order: Mutex<Vec<u32>>,
-        delivered: watch::Sender<usize>,
-        gate: Arc<tokio::sync::Semaphore>,
-        at_work: Arc<AtomicUsize>,
-        most_at_work: AtomicUsize,
-    }
-
-    impl Gated {
-        fn new() -> Self {
-            Self {
-                order: Mutex::new(Vec::new()),
-                delivered: watch::channel(0).0,
-                gate: Arc::new(tokio::sync::Semaphore::new(0)),
-                at_work: Arc::new(AtomicUsize::new(0)),
-                most_at_work: AtomicUsize::new(0),
-            }
-        }
-
-        /// Waits until `n` chunks have been delivered.
-        async fn delivered(&self, n: usize) {
-            let mut rx = self.delivered.subscribe();
-            rx.wait_for(|&d| d >= n).await.expect("router alive");
-        }
-
-        /// [`Gated::delivered`], failing after 30 s instead of hanging.
-        async fn delivered_soon(&self, n: usize) {
-            tokio::time::timeout(Duration::from_secs(30), self.delivered(n))
-                .await
-                .unwrap_or_else(|_| panic!("chunk {} never delivered", n - 1));
-        }
-    }
-
-    impl Router for Gated {
-        fn deliver(&self, _from_host: &str, _job: JobId, msg: Routed) -> Option<Pending> {
-            let Routed::Chunk { chunk, .. } = msg else {
-                return None;
-            };
-            lock(&self.order).push(chunk);
-            let now = self.at_work.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most_at_work.fetch_max(now, Ordering::SeqCst);
-            self.delivered.send_modify(|d| *d += 1);
-            let (gate, at_work) = (self.gate.clone(), self.at_work.clone());
-            Some(tokio::spawn(async move {
-                gate.acquire().await.expect("gate open").forget();
-                at_work.fetch_sub(1, Ordering::SeqCst);
-            }))
-        }
-
-        fn unreachable(&self, _host: &str) {}
-    }
-
-    /// Over real QUIC between two `Peers`: a stream's chunks reach the router in the order
-    /// they were sent, and the next one only once the work the last one started is done,
-    /// although it has long arrived. (One `InOrder` per frame instead of per stream would
-    /// deliver chunk 1 while chunk 0 is at work.)
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_streams_chunks_are_delivered_in_order_one_at_work_over_quic() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        crate::net::make_cluster(dir.path(), &["a".to_owned(), "b".to_owned()])
-            .expect("make_cluster");
-        let identity = |h| crate::net::Identity::load(dir.path(), h).expect("identity");
-        let local: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, 0).into();
-        let a = Peers::new(Transport::bind(local, &identity("a")).expect("bind a"));
-        let b = Peers::new(Transport::bind(local, &identity("b")).expect("bind b"));
-        let router = Arc::new(Gated::new());
-        let as_router: Arc<dyn Router> = router.clone();
-        b.set_router(Arc::downgrade(&as_router));
-        tokio::spawn(b.clone().accept_loop());
-        let addr = b.transport().local_addr().to_string();
-        for chunk in 0..3u32 {
-            let data = Bytes::from(vec![chunk as u8; 100_000]);
-            let head = chunk_head(JobId(7), chunk, false, data.len());
-            a.send_parts("b", &addr, StreamKind::Control, head, data);
-        }
-
-        router.delivered_soon(1).await;
-        let early = tokio::time::timeout(Duration::from_millis(500), router.delivered(2)).await;
-        assert!(
-            early.is_err(),
-            "chunk 1 was delivered while chunk 0 was at work"
-        );
-        for n in 2..=3 {
-            router.gate.add_permits(1);
-            router.delivered_soon(n).await;
-        }
-        router.gate.add_permits(1);
-        assert_eq!(*lock(&router.order), [0, 1, 2]);
-        assert_eq!(router.most_at_work.load(Ordering::SeqCst), 1);
-    }
-
-    /// A stream hands on its next message without waiting for the work the one before
-    /// started (its reader reads on meanwhile), but delivers it only once that work is
-    /// done: chunks reach the relay in order, with one at work per stream.
-    #[tokio::test]
-    async fn a_streams_next_message_waits_for_the_work_of_the_one_before_and_no_longer() {
-        let log = Arc::new(Mutex::new(Vec::<&str>::new()));
-        let (release, released) = tokio::sync::oneshot::channel::<()>();
-        let mut in_order = InOrder::default();
-        /// Polls `f` once.
-        async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-            let mut f = Some(f);
-            std::future::poll_fn(|cx| Poll::Ready(f.take().expect("polled once").poll(cx))).await
-        }
-        {
-            let l = log.clone();
-            let first = in_order.deliver(|| {
-                lock(&l).push("deliver 1");
-                Some(tokio::spawn(async move {
-                    let _ = released.await;
-                    lock(&l).push("work of 1 done");
-                }))
-            });
-            tokio::pin!(first);
-            assert!(
-                poll_once(first).await.is_ready(),
-                "the reader waits for 1's work before reading on"
-            );
-        }
-        assert_eq!(*lock(&log), ["deliver 1"]);
-
-        {
-            let l = log.clone();
-            let second = in_order.deliver(|| {
-                lock(&l).push("deliver 2");
-                None
-            });
-            tokio::pin!(second);
-            assert!(
-                poll_once(second.as_mut()).await.is_pending(),
-                "2 is delivered before 1's work is done"
-            );
-            assert_eq!(*lock(&log), ["deliver 1"]);
-
-            release.send(()).expect("1's work waits");
-            second.await;
-        }
-        assert_eq!(*lock(&log), ["deliver 1", "work of 1 done", "deliver 2"]);
-        assert!(in_order.working.is_none(), "2 started no work");
-    }
-
-    /// A chunk sent as a head and shared stored bytes is the frame of its message, and
-    /// arrives as a slice of the received frame: its bytes are copied by neither end.
-    #[test]
-    fn a_chunk_frame_is_sent_in_parts_and_unframed_without_a_copy() {
-        let data: Vec<u8> = (0..70_000u32).map(|i| (i * 31 % 251) as u8).collect();
-        let whole = frame(
-            JobId(5),
-            &Msg::Chunk {
-                chunk: 9,
-                demand: true,
-                data: data.clone(),
-            },
-        );
-        let mut parts = chunk_head(JobId(5), 9, true, data.len());
-        parts.extend_from_slice(&data);
-        assert_eq!(parts, whole);
-        let received = Bytes::from(whole);
-        let (job, routed) = unframe(received.clone()).expect("a valid frame");
-        assert_eq!(job, JobId(5));
-        let Routed::Chunk {
-            chunk,
-            demand,
-            data: got,
-        } = routed
-        else {
-            panic!("not a chunk: {routed:?}")
-        };
-        assert_eq!((chunk, demand), (9, true));
-        assert_eq!(got[..], data[..]);
-        assert_eq!(
-            got.as_ptr(),
-            received[received.len() - data.len()..].as_ptr()
-        );
-        // Other messages decode as before; a truncated chunk frame is an error.
-        let (_, ping) = unframe(frame(JobId(5), &Msg::Ping).into()).expect("valid");
-        assert_eq!(ping, Routed::Relay(peertree::relay::RelayMsg::Ping));
-        assert!(unframe(received.slice(..received.len() - 1)).is_err());
-    }
-
-    /// A router that takes every message and does nothing.
-    struct Sink;
-
-    impl Router for Sink {
-        fn deliver(&self, _from_host: &str, _job: JobId, _msg: Routed) -> Option<Pending> {
-            None
-        }
-        fn unreachable(&self, _host: &str) {}
-    }
-
-    /// Polls `f` until it holds, for at most 10 s.
-    async fn soon(what: &str, f: impl Fn() -> bool) {
-        let until = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !f() {
-            assert!(tokio::time::Instant::now() < until, "{what}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Over real QUIC: what a peer's QUIC stack sends back (here only acknowledgements of
-    /// our frames: it sends no message) is counted as heard from it, and the count never
-    /// goes back, also once the connection is gone; afterwards it stands still.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn acknowledgements_count_as_heard_and_the_count_outlives_the_connection() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        crate::net::make_cluster(dir.path(), &["a".to_owned(), "b".to_owned()])
-            .expect("make_cluster");
-        let identity = |h| crate::net::Identity::load(dir.path(), h).expect("identity");
-        let local: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, 0).into();
-        let a = Peers::new(Transport::bind(local, &identity("a")).expect("bind a"));
-        let b = Peers::new(Transport::bind(local, &identity("b")).expect("bind b"));
-        let sink: Arc<dyn Router> = Arc::new(Sink);
-        b.set_router(Arc::downgrade(&sink));
-        tokio::spawn(b.clone().accept_loop());
-        let addr = b.transport().local_addr().to_string();
-        assert_eq!(a.heard_from("b"), 0, "nothing before a connection");
-        a.send("b", &addr, StreamKind::Control, frame(JobId(1), &Msg::Ping));
-        soon("b's acknowledgements counted", || a.heard_from("b") > 0).await;
-        let before = a.heard_from("b");
-        for _ in 0..5 {
-            a.send("b", &addr, StreamKind::Control, frame(JobId(1), &Msg::Ping));
-        }
-        soon("more acknowledgements", || a.heard_from("b") > before).await;
-        let conn = a.conn("b", &addr).await.expect("connected");
-        b.close();
-        soon("the connection closed", || conn.is_closed()).await;
-        let last = a.heard_from("b");
-        assert!(last > before);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(a.heard_from("b"), last, "nothing from a closed peer");
-    }
-
-    #[test]
-    fn two_pushes_from_one_login_node_are_two_links() {
-        let a = LinkKey::of("login", "10.0.0.1:40001");
-        let b = LinkKey::of("login", "login:40002");
-        assert_ne!(a, b);
-        assert_eq!(a.port, 40001);
-        assert_eq!(LinkKey::of("n1", "[fe80::1]:7411").port, 7411);
-        assert_eq!(LinkKey::of("n1", "n1").port, 0);
-    }
-}
+#[path = "peers_tests.rs"]
+mod tests;

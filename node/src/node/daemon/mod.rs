@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use manifest::PublicKey;
-use peertree::relay::{Event, JobId, Msg, Phase, Prepare, Relay, Routed, Start};
+use peertree::relay::{Event, JobId, Msg, Phase, Relay, Routed, Start};
 
 use super::JobSource;
 use super::admit::Admitted;
@@ -579,44 +579,6 @@ impl Daemon {
         });
     }
 
-    /// A `Prepare` for a job this node has not joined yet: pass one on to each planned
-    /// child now, which opens the connections to them while the `Start` (with its index)
-    /// is still arriving. Only connections and small messages come of it: the job itself
-    /// starts with a verified `Start`, as ever.
-    fn prepare_job(&self, from_host: &str, job: JobId, prepare: Prepare) {
-        if lock(&self.jobs).contains_key(&job) {
-            return;
-        }
-        if prepare.subtree.first().map(|n| n.host.as_str()) != Some(self.cfg.host.as_str()) {
-            tracing::warn!(%job, parent = %from_host, "ignoring a prepare meant for another node");
-            return;
-        }
-        {
-            let mut seen = lock(&self.prepared);
-            if seen.contains(&job) {
-                return;
-            }
-            if seen.len() == PREPARED_KEPT {
-                seen.pop_front();
-            }
-            seen.push_back(job);
-        }
-        let forward = match peertree::relay::forward_prepare(&prepare) {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::warn!(%job, parent = %from_host, "ignoring a prepare: {e}");
-                return;
-            }
-        };
-        tracing::debug!(%job, parent = %from_host, children = forward.len(), "prepare");
-        self.fresh_links(forward.iter().map(|(child, _)| child.host.as_str()));
-        for (child, p) in forward {
-            let frame = super::peers::frame(job, &Msg::Prepare(p));
-            self.peers
-                .send(&child.host, &child.addr, StreamKind::Control, frame);
-        }
-    }
-
     /// A job pushed again under the id of one this node runs, by another push (a Slurm
     /// requeue keeps `SLURM_JOB_ID`; an operator pushes again): the old job is released
     /// (unmounted; its chunks stay in the store, so what it had is not sent again) and the
@@ -703,6 +665,7 @@ impl Daemon {
 
 mod control;
 mod host;
+mod prepare;
 mod probe;
 mod records;
 
