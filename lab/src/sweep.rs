@@ -24,6 +24,9 @@ pub enum Machine {
     TwoLevel,
     /// The lab's reference shape: 100 Mbit/s slaves, 400 Mbit/s proxy links.
     Lab,
+    /// The same in the lab's scale model (its default): every node on 0.0486 cores, link
+    /// rates x0.76.
+    LabModel,
 }
 
 /// What a sweep runs.
@@ -117,6 +120,7 @@ impl Sweep {
             Machine::Tianhe => Network::tianhe(),
             Machine::TwoLevel => Network::two_level(),
             Machine::Lab => Network::lab(),
+            Machine::LabModel => Network::lab_model(),
         };
         let topology = if spec.unrated {
             topology

@@ -397,13 +397,30 @@ impl JobCore {
         transport: &TransportSeen,
         now: Instant,
     ) {
+        let mut out = Vec::new();
         while let Some(t) = r.poll_transmit(now) {
+            out.push(t);
+        }
+        let prepares = out
+            .iter()
+            .filter(|t| {
+                matches!(
+                    t,
+                    Transmit::Control {
+                        msg: Msg::Prepare(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        let in_turn = prepares > 0 && Peers::handshakes_take_turns(prepares);
+        for t in out {
             match t {
                 // The root's `Prepare` to a grandchild waits for the link to its parent.
                 Transmit::Control {
                     to,
                     msg: Msg::Prepare(p),
-                } if !r.children().any(|c| c == to) => self.prepare_later(r, to, &p),
+                } if in_turn && !r.children().any(|c| c == to) => self.prepare_later(r, to, &p),
                 t => self.transmit(r, t),
             }
         }

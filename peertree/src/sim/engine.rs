@@ -22,7 +22,9 @@ use super::SimConfig;
 use super::net::{Links, Res, transfer_ns};
 use crate::error::{Error, Result};
 use crate::plan::{NodeId, Plan, Role};
-use crate::relay::{Event, JobId, Msg, Phase, Relay, Routed, Schedule, Transmit, plan_nodes};
+use crate::relay::{
+    Event, JobId, Msg, Phase, Prepare, Relay, Routed, Schedule, Transmit, plan_nodes,
+};
 use crate::topology::Topology;
 
 /// What happens at a point of simulated time.
@@ -50,6 +52,8 @@ enum Ev {
     TxDone { from: NodeId, to: NodeId },
     /// A connection finished its set-up: what waited for it goes on the links now.
     Depart { from: NodeId, to: NodeId, what: Out },
+    /// A grandchild's `Prepare` whose parent's connection is up (or being made): sent now.
+    Send { from: NodeId, to: NodeId, what: Out },
     /// Check a node's relay timers.
     Timer { node: NodeId },
     /// These nodes crash now.
@@ -374,6 +378,11 @@ impl<'a> Sim<'a> {
                     }
                 }
             }
+            Ev::Send { from, to, what } => {
+                if !self.dead[from.index()] {
+                    self.depart_after_setup(from, to, what);
+                }
+            }
             Ev::Depart { from, to, what } => {
                 if !self.dead[from.index()] {
                     self.depart(from, to, what);
@@ -405,7 +414,7 @@ impl<'a> Sim<'a> {
                     let fwd = crate::relay::forward_prepare(&p)
                         .map_err(|e| Error::SimSetup(e.to_string()))?;
                     for (child, p) in fwd {
-                        self.depart_after_setup(to, child.id, Out::Control(Msg::Prepare(p)));
+                        self.send_prepare(to, child.id, child.parent, p);
                     }
                 }
                 return Ok(());
@@ -441,17 +450,8 @@ impl<'a> Sim<'a> {
         }
         let bytes = u64::from(self.schedule.sizes[chunk as usize]);
         let forwarding = transfer_ns(bytes * u64::from(hops), self.cfg.network.link_cpu_bw);
-        let mut start = self.now.max(self.cpu_busy[to.index()]);
-        // With shared cores, the first one to free up (lowest index on ties).
-        let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]);
-        if let Some(c) = core {
-            start = start.max(self.cores[c]);
-        }
-        let done = start + self.cfg.network.chunk_ns(bytes) + forwarding;
-        self.cpu_busy[to.index()] = done;
-        if let Some(c) = core {
-            self.cores[c] = done;
-        }
+        let work = self.cfg.network.chunk_ns(bytes) + forwarding;
+        let done = self.run_cpu(to, self.now, work);
         self.push(
             done,
             Ev::Processed {
@@ -571,14 +571,85 @@ impl<'a> Sim<'a> {
     }
 
     /// Nanoseconds until the connection `a`-`b` can carry a message sent now.
+    /// The first message between two hosts sets the connection up: the dialling host's
+    /// share of the handshake's CPU, then the other's, each queued on its CPU, then the
+    /// round trips ([`super::Network::setup`]).
     fn connect(&mut self, a: NodeId, b: NodeId) -> u64 {
         let key = (a.min(b), a.max(b));
-        let setup = ns(self.cfg.network.setup);
-        let ready = *self.conn_ready.entry(key).or_insert(self.now + setup);
+        if let Some(&ready) = self.conn_ready.get(&key) {
+            return ready.saturating_sub(self.now);
+        }
+        let cpu = ns(self.cfg.network.setup_cpu);
+        let client = self.run_cpu(a, self.now, cpu);
+        let server = self.run_cpu(b, client, cpu);
+        let ready = server + ns(self.cfg.network.setup);
+        self.conn_ready.insert(key, ready);
         ready.saturating_sub(self.now)
     }
 
+    /// A `Prepare` from `from` to `to`, whose parent in the plan is `parent`: where
+    /// handshakes cost CPU (a host's take turns on its one CPU here), a grandchild's goes
+    /// once the connection to its parent is up, as the daemon sends it on a host with fewer
+    /// cores than handshakes to make, so `from` does its children's handshakes first.
+    fn send_prepare(&mut self, from: NodeId, to: NodeId, parent: NodeId, p: Prepare) {
+        let what = Out::Control(Msg::Prepare(p));
+        if parent == from || self.cfg.network.setup_cpu.is_zero() {
+            return self.depart_after_setup(from, to, what);
+        }
+        let wait = self.connect(from, parent);
+        self.push(self.now + wait, Ev::Send { from, to, what });
+    }
+
+    /// Runs `cpu` ns of one core's work on `host` from `at`: after the work queued there
+    /// before, on the first shared core to free up when cores are shared, else stretched by
+    /// the host's share of a core. Returns when it is done.
+    fn run_cpu(&mut self, host: NodeId, at: u64, cpu: u64) -> u64 {
+        if cpu == 0 {
+            return at;
+        }
+        let mut start = at.max(self.cpu_busy[host.index()]);
+        // With shared cores, the first one to free up (lowest index on ties).
+        let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]);
+        if let Some(c) = core {
+            start = start.max(self.cores[c]);
+        }
+        let share = if core.is_some() {
+            1.0
+        } else {
+            self.share(host)
+        };
+        let done = start + (cpu as f64 / share).round() as u64;
+        self.cpu_busy[host.index()] = done;
+        if let Some(c) = core {
+            self.cores[c] = done;
+        }
+        done
+    }
+
+    /// Cores of `host` ([`super::Network::node_cpu`], `login_cpu`).
+    fn share(&self, host: NodeId) -> f64 {
+        let n = &self.cfg.network;
+        let share = match self.plan.roles[host.index()] {
+            Role::Login | Role::Storage => n.login_cpu,
+            Role::Job | Role::Borrowed => n.node_cpu,
+        };
+        if share > 0.0 && share.is_finite() {
+            share
+        } else {
+            1.0
+        }
+    }
+
     fn send(&mut self, from: NodeId, t: Transmit) {
+        if let Transmit::Control {
+            to,
+            msg: Msg::Prepare(p),
+        } = t
+        {
+            let parent = p.subtree.first().map_or(from, |n| n.parent);
+            self.send_prepare(from, to, parent, p);
+            return;
+        }
         let (to, what) = match t {
             Transmit::Control { to, msg } => (to, Out::Control(msg)),
             Transmit::DemandChunk { to, chunk } => (to, Out::Chunk { chunk, push: false }),
@@ -612,13 +683,17 @@ impl<'a> Sim<'a> {
                     Msg::Prepare(p) => Some(self.cfg.network.prepare_bytes(p.subtree.len())),
                     _ => None,
                 };
-                let arrive = if let Some(bytes) = bytes {
+                let mut arrive = if let Some(bytes) = bytes {
                     self.start_bytes += bytes;
                     self.links.path(from, to, &mut self.path);
                     self.links.transfer(&self.path, self.now, bytes, false) + lat
                 } else {
                     self.now + lat
                 };
+                if let Msg::Start(_) = msg {
+                    // Checked and set up before the node acts on it.
+                    arrive = self.run_cpu(to, arrive, ns(self.cfg.network.start_cpu));
+                }
                 self.push(arrive, Ev::Deliver { from, to, msg });
             }
             Out::Chunk { chunk, push } => {
@@ -693,7 +768,9 @@ impl<'a> Sim<'a> {
                 .filter_map(|(_, e)| f(e))
                 .collect::<Vec<_>>()
         };
-        let mount = ns(self.cfg.network.mount);
+        let net = &self.cfg.network;
+        let mount = ns(super::Network::stretched(net.mount, net.node_cpu));
+        let process = super::Network::stretched(net.process, net.login_cpu);
         let app_started = survivors()
             .map(|id| {
                 let (s, u) = (
@@ -708,8 +785,7 @@ impl<'a> Sim<'a> {
             })
             .max()
             .unwrap_or(0);
-        let app_started =
-            Duration::from_nanos(app_started) + self.cfg.network.process + self.cfg.app_start;
+        let app_started = Duration::from_nanos(app_started) + process + self.cfg.app_start;
         let duplicates = self
             .relays
             .iter()

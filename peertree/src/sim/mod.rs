@@ -54,8 +54,23 @@ pub struct Network {
     pub storage_bw: f64,
     /// Added to every message and chunk.
     pub latency: Duration,
-    /// Paid before the first message between two hosts (connection and TLS handshake).
+    /// Paid before the first message between two hosts, besides [`Network::setup_cpu`]:
+    /// the handshake's round trips.
     pub setup: Duration,
+    /// CPU time of one core each end of a new connection spends on it (QUIC with the
+    /// mutual-TLS handshake and the hello), queued on each host's CPU and stretched by its
+    /// share ([`Network::node_cpu`]): a node dialling its children does their handshakes
+    /// one after another on its own CPU.
+    pub setup_cpu: Duration,
+    /// CPU time of one core a node spends on a `Start` (the index checked and decoded, the
+    /// job set up) before it passes the `Start`s on, queued on its CPU.
+    pub start_cpu: Duration,
+    /// Cores a compute node has for the push's work (chunks, handshakes, `Start`s, the
+    /// mount): 1 on a real machine, where each has a core to spare; a fraction in the lab's
+    /// scale model, which stretches every CPU cost by its inverse.
+    pub node_cpu: f64,
+    /// Cores of the login node, likewise (it runs the push).
+    pub login_cpu: f64,
     /// Fixed processing per received chunk (bookkeeping, store insert).
     pub chunk_cost: Duration,
     /// Verify-and-store speed of a receiving node (blake3 and a write to the store).
@@ -75,10 +90,11 @@ pub struct Network {
     /// Bytes per subtree entry carried by a `Start`.
     pub node_info_bytes: u64,
     /// The push command's own start before its first message leaves (process start, keys,
-    /// the index, the plan).
+    /// the index, the plan), as CPU time of one core: stretched by [`Network::login_cpu`].
     pub process: Duration,
     /// From a node's `Start` to its FUSE mount answering (the index decoded, the mount
-    /// made): the application cannot start before.
+    /// made), as CPU time of one core, stretched by [`Network::node_cpu`]: the application
+    /// cannot start before.
     pub mount: Duration,
 }
 
@@ -87,12 +103,28 @@ const GBIT: f64 = 1e9 / 8.0;
 /// Bytes per second of chunk processing per core in the lab (5.3 ms per MiB).
 const LAB_CPU_BW: f64 = (1u64 << 20) as f64 / 5.3e-3;
 
-/// The push command's start before its first `Start` leaves, measured in the lab (see
-/// BENCHMARKS.md, "Fixed costs"); the Tianhe-like machine is given the same.
-const LAB_PROCESS: Duration = Duration::from_millis(25);
+/// The push command's own start and end, CPU of one core, fitted to the scale-model lab
+/// (BENCHMARKS.md, "Fixed costs"); the Tianhe-like machine is given the same.
+const PROCESS_CPU: Duration = Duration::from_micros(PROCESS_CPU_US);
+const PROCESS_CPU_US: u64 = 9_000;
 
-/// A node's `Start` to its mount answering, measured in the lab (BENCHMARKS.md).
-const LAB_MOUNT: Duration = Duration::from_millis(45);
+/// A node's `Start` to its mount answering, CPU of one core, fitted likewise.
+const MOUNT_CPU: Duration = Duration::from_micros(MOUNT_CPU_US);
+const MOUNT_CPU_US: u64 = 2_500;
+
+/// One end of a connection's set-up, CPU of one core: measured on this project's machine
+/// (`handshake_cpu` in node's transport tests: 0.36-0.50 ms a side).
+const SETUP_CPU: Duration = Duration::from_micros(450);
+
+/// A `Start`'s handling at a node, CPU of one core, fitted to the scale-model lab.
+const START_CPU: Duration = Duration::from_micros(START_CPU_US);
+const START_CPU_US: u64 = 300;
+
+/// The reference lab in the scale model (32 nodes and the login node on 2 cores, 0.25 kept
+/// for the kernel): a node's cores and the factor on its link rates (`teesfs lab up`
+/// prints both).
+const MODEL_NODE_CPU: f64 = 0.0486;
+const MODEL_LINK_FACTOR: f64 = 0.7595;
 
 /// Bytes per second a core forwards across one of the lab's link directions (2.5 ms per
 /// MiB per hop).
@@ -113,15 +145,19 @@ impl Network {
             login_bw: 80.0 * GBIT,
             storage_bw: 100.0 * GBIT,
             latency: Duration::from_micros(20),
-            setup: Duration::from_millis(2),
+            setup: Duration::from_micros(80),
             chunk_cost: Duration::from_micros(50),
             cpu_bw: 4.5e9,
             link_cpu_bw: f64::INFINITY,
             shared_cores: 0,
             index_bytes: 1 << 20,
             node_info_bytes: 32,
-            process: LAB_PROCESS,
-            mount: LAB_MOUNT,
+            setup_cpu: SETUP_CPU,
+            start_cpu: START_CPU,
+            node_cpu: 1.0,
+            login_cpu: 1.0,
+            process: PROCESS_CPU,
+            mount: MOUNT_CPU,
         }
     }
 
@@ -158,12 +194,43 @@ impl Network {
             login_bw: 400.0 * m,
             storage_bw: 1000.0 * m,
             latency: Duration::from_micros(100),
-            // A QUIC connection with its TLS handshake between two of the lab's daemons,
-            // fitted to a one-file push to 32 nodes (root's time 56-80 ms; BENCHMARKS.md,
-            // "Fixed costs").
-            setup: Duration::from_millis(25),
+            // The handshake's round trips; its CPU ([`SETUP_CPU`]) queues on the shared
+            // cores.
+            setup: Duration::from_micros(400),
             index_bytes: 64 << 10,
             ..Self::tianhe()
+        }
+    }
+
+    /// The lab's reference shape in its scale model (`teesfs lab up` by default): every
+    /// node on its own CPU share, 0.0486 cores (the login node 4x that), and every link
+    /// rate lowered by the same factor (x0.76: slaves 76 Mbit/s), so a node's CPU per byte
+    /// of its link is a 64-core node's on 100 Gbit/s. Every CPU cost, fixed or per chunk,
+    /// is stretched by 1 / 0.0486.
+    pub fn lab_model() -> Self {
+        let lab = Self::lab();
+        let f = MODEL_LINK_FACTOR;
+        Self {
+            node_bw: lab.node_bw * f,
+            port_bw: lab.port_bw * f,
+            uplink_bw: lab.uplink_bw * f,
+            login_bw: lab.login_bw * f,
+            storage_bw: lab.storage_bw * f,
+            shared_cores: 0,
+            // The kernel's network path runs outside the nodes' quotas.
+            link_cpu_bw: f64::INFINITY,
+            node_cpu: MODEL_NODE_CPU,
+            login_cpu: 4.0 * MODEL_NODE_CPU,
+            ..lab
+        }
+    }
+
+    /// `cpu` (CPU time of one core) on a host with `cores`.
+    pub fn stretched(cpu: Duration, cores: f64) -> Duration {
+        if cores > 0.0 && cores.is_finite() {
+            cpu.div_f64(cores)
+        } else {
+            cpu
         }
     }
 
@@ -249,8 +316,8 @@ impl SimConfig {
             .collect()
     }
 
-    /// The model's lower bound on deployment time for any plan: one connection set-up, one
-    /// latency, the index and the payload through the narrowest of a job node's NIC, the
+    /// The model's lower bound on deployment time for any plan: one connection set-up (its
+    /// CPU at both ends), one latency, the index and the payload through the narrowest of a job node's NIC, the
     /// login node's NIC and a group uplink (each must carry it once), and the processing of
     /// the last chunk.
     pub fn lower_bound(&self) -> Duration {
@@ -258,9 +325,15 @@ impl SimConfig {
         let narrow = n.node_bw.min(n.login_bw).min(n.uplink_bw);
         let last = self.chunk_sizes().last().copied().unwrap_or(0);
         let ns = n.setup.as_nanos() as u64
+            + Network::stretched(n.setup_cpu, n.login_cpu).as_nanos() as u64
+            + Network::stretched(n.setup_cpu, n.node_cpu).as_nanos() as u64
             + n.latency.as_nanos() as u64
             + transfer_ns(n.index_bytes + self.payload, narrow)
-            + n.chunk_ns(u64::from(last));
+            + Network::stretched(
+                Duration::from_nanos(n.chunk_ns(u64::from(last))),
+                n.node_cpu,
+            )
+            .as_nanos() as u64;
         Duration::from_nanos(ns)
     }
 }

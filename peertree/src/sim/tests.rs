@@ -59,6 +59,10 @@ fn simple_net(latency: u64, setup: u64, cost: u64, index: u64) -> Network {
         shared_cores: 0,
         index_bytes: index,
         node_info_bytes: 0,
+        setup_cpu: Duration::ZERO,
+        start_cpu: Duration::ZERO,
+        node_cpu: 1.0,
+        login_cpu: 1.0,
         process: Duration::ZERO,
         mount: Duration::ZERO,
     }

@@ -26,6 +26,9 @@ pub enum Machine {
     TwoLevel,
     /// The lab's reference shape: 100 Mbit/s slaves, 400 Mbit/s proxy links.
     Lab,
+    /// The lab in its scale model (`teesfs lab up`'s default): each node on 0.0486 cores
+    /// and every link rate x0.76; every CPU cost stretched by 1 / 0.0486.
+    LabModel,
 }
 
 /// Arguments of `teesfs sim`.
@@ -97,8 +100,9 @@ pub struct SimArgs {
     /// on `lab`, whose port carries 4 of its 7 members' streams).
     #[arg(long)]
     unrated: bool,
-    /// Mirror `teesfs lab bench`'s reference lab: the `lab` machine and its link rates,
-    /// 32 nodes as 4 whole groups of 8 (overrides --machine, --nodes and --first).
+    /// Mirror `teesfs lab bench`'s reference lab: the `lab` machine (or `lab-model`, if
+    /// given) and its link rates, 32 nodes as 4 whole groups of 8 (overrides --nodes and
+    /// --first).
     #[arg(long)]
     lab: bool,
     /// Write one CSV row per simulation here.
@@ -118,7 +122,9 @@ pub struct SimArgs {
 /// Runs `teesfs sim`.
 pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
     if args.lab {
-        args.machine = Machine::Lab;
+        if args.machine != Machine::LabModel {
+            args.machine = Machine::Lab;
+        }
         args.nodes = vec![32];
         args.first = 1;
     }
@@ -126,6 +132,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         Machine::Tianhe => sweep::Machine::Tianhe,
         Machine::TwoLevel => sweep::Machine::TwoLevel,
         Machine::Lab => sweep::Machine::Lab,
+        Machine::LabModel => sweep::Machine::LabModel,
     };
     let payloads: Vec<u64> = args.payload.iter().map(ByteSize::as_u64).collect();
     let sweep = Sweep::new(SweepSpec {

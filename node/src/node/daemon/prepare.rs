@@ -7,6 +7,7 @@ use peertree::relay::{JobId, Msg, Prepare};
 
 use super::{Daemon, PREPARED_KEPT, lock};
 use crate::net::StreamKind;
+use crate::node::peers::Peers;
 
 impl Daemon {
     /// A `Prepare` for a job this node has not joined yet: pass one on to each planned
@@ -40,13 +41,17 @@ impl Daemon {
         };
         tracing::debug!(%job, parent = %from_host, children = forward.len(), "prepare");
         self.fresh_links(forward.iter().map(|(child, _)| child.host.as_str()));
-        let me = prepare.subtree.first().map(|n| n.id);
+        let me = prepare
+            .subtree
+            .first()
+            .map(|n| n.id)
+            .filter(|_| Peers::handshakes_take_turns(forward.len()));
         for (to, p) in forward {
             let frame = crate::node::peers::frame(job, &Msg::Prepare(p));
             // A grandchild's waits for the link to its parent, as at the root.
-            let parent = (Some(to.parent) != me)
-                .then(|| prepare.subtree.iter().find(|n| n.id == to.parent))
-                .flatten();
+            let parent = me
+                .filter(|&me| to.parent != me)
+                .and_then(|_| prepare.subtree.iter().find(|n| n.id == to.parent));
             match parent {
                 Some(pa) => {
                     self.peers
