@@ -770,7 +770,7 @@ impl<'a> Sim<'a> {
         };
         let net = &self.cfg.network;
         let mount = ns(super::Network::stretched(net.mount, net.node_cpu));
-        let process = super::Network::stretched(net.process, net.login_cpu);
+        let process = net.process;
         let app_started = survivors()
             .map(|id| {
                 let (s, u) = (
