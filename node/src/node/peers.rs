@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use peertree::relay::{JobId, Msg, Routed};
@@ -433,6 +434,18 @@ impl Peers {
             let _ = wait_conn(first).await;
             this.send(&host, &addr, StreamKind::Control, frame);
         });
+    }
+
+    /// Returns once the links to `peers` (host, address) are settled, up or failed, or
+    /// after `bound`; dials those not dialled yet.
+    pub async fn settled(self: &Arc<Self>, peers: &[(String, String)], bound: Duration) {
+        let cells: Vec<SharedConn> = peers.iter().map(|(h, a)| self.link_cell(h, a)).collect();
+        let all = async {
+            for cell in cells {
+                let _ = wait_conn(cell).await;
+            }
+        };
+        let _ = tokio::time::timeout(bound, all).await;
     }
 
     /// Queues a control or demand frame for `host` made of `head` then `body` (a chunk's

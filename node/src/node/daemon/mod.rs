@@ -36,8 +36,7 @@ use super::peers::{Peers, Pending, Router};
 use super::store::NodeStore;
 use crate::Error;
 use crate::fs::copies::Copies;
-use crate::fs::fuse::PassthroughConfig;
-use crate::fs::mount::{MountConfig, Mounted, mount};
+use crate::fs::mount::Mounted;
 use crate::fs::record::Recorder;
 use crate::net::{Identity, StreamKind, Transport};
 
@@ -133,6 +132,9 @@ pub struct Daemon {
     /// The records of the last jobs released here, for `teesfs learn`.
     released: Mutex<records::Released>,
 }
+
+/// The longest a job's mount waits for the links to the node's children.
+const MOUNT_AFTER_LINKS: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How many passed-on `Prepare`s a daemon remembers.
 const PREPARED_KEPT: usize = 1024;
@@ -460,6 +462,17 @@ impl Daemon {
             let skew = i128::from(super::push::unix_ms_now()) - i128::from(root);
             *lock(&self.clock_skew_ms) = i64::try_from(skew).ok();
         }
+        // On a node whose handshakes take turns on its CPU, its mount waits for its
+        // children's links (their `Start`s wait for them; the application needs its
+        // urgent set too, which comes later).
+        let me = start.subtree.first().map(|n| n.id);
+        let mut children: Vec<(String, String)> = (start.subtree.iter().skip(1))
+            .filter(|n| Some(n.parent) == me)
+            .map(|n| (n.host.clone(), n.addr.clone()))
+            .collect();
+        if !Peers::handshakes_take_turns(children.len() + 1) {
+            children.clear();
+        }
         let mut relay = match Relay::new_node(start, schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => return refuse(e.to_string()),
@@ -520,7 +533,7 @@ impl Daemon {
                 Some(s) => Arc::new(crate::source::StoreSource::new(s)),
                 None => Arc::new(JobSource::new(core, self.store.clone())),
             };
-            self.spawn_mount(nj, (*index).clone(), signed.id(), source, owner);
+            self.spawn_mount(nj, (*index).clone(), (signed.id(), source), owner, children);
         }
     }
 
@@ -534,49 +547,6 @@ impl Daemon {
                 "the layer is larger than the store budget: chunks are evicted and read again from the tree while its root lives; raise --store-budget"
             );
         }
-    }
-
-    /// Mounts a job's layer in the background; the job holds the mount once it is made.
-    fn spawn_mount(
-        &self,
-        nj: Arc<NodeJob>,
-        index: manifest::Index,
-        id: manifest::IndexId,
-        source: Arc<dyn crate::source::ChunkSource>,
-        owner: Option<u32>,
-    ) {
-        let cfg = MountConfig {
-            cache_bytes: self.cfg.cache_bytes,
-            passthrough: self.copies.clone().map(|copies| PassthroughConfig {
-                copies,
-                min_size: 64 << 10,
-            }),
-            root_owner: owner,
-            read_timeout: self.cfg.read_timeout,
-            recorder: nj.record.clone(),
-            read_waits: Some(nj.read_waits.clone()),
-            ..MountConfig::default()
-        };
-        self.rt.spawn(async move {
-            let mountpoint = nj.mountpoint.clone();
-            let mp = mountpoint.clone();
-            let res = tokio::task::spawn_blocking(move || {
-                std::fs::create_dir_all(&mp).map_err(|source| Error::Mount {
-                    mountpoint: mp.clone(),
-                    source,
-                })?;
-                mount(index, id, source, &mp, &cfg)
-            })
-            .await;
-            match res {
-                Ok(Ok(m)) => {
-                    tracing::info!(mountpoint = %mountpoint.display(), "layer mounted");
-                    *lock(&nj.mounted) = Some(m);
-                }
-                Ok(Err(e)) => tracing::error!(error = %e, "cannot mount the job's layer"),
-                Err(e) => tracing::error!(error = %e, "mount task failed"),
-            }
-        });
     }
 
     /// A job pushed again under the id of one this node runs, by another push (a Slurm
@@ -665,6 +635,7 @@ impl Daemon {
 
 mod control;
 mod host;
+mod mounting;
 mod prepare;
 mod probe;
 mod records;

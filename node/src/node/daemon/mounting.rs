@@ -1,0 +1,58 @@
+//! A job's FUSE mount at a node, made in the background once the job is accepted; on a
+//! node whose handshakes take turns on its CPU, after the links to its children are
+//! settled, so the mount does not share the CPU with the handshakes the children's
+//! `Start`s wait for.
+
+use std::sync::Arc;
+
+use super::{Daemon, MOUNT_AFTER_LINKS, NodeJob, lock};
+use crate::Error;
+use crate::fs::fuse::PassthroughConfig;
+use crate::fs::mount::{MountConfig, mount};
+
+impl Daemon {
+    /// Mounts a job's layer in the background; the job holds the mount once it is made.
+    pub(super) fn spawn_mount(
+        &self,
+        nj: Arc<NodeJob>,
+        index: manifest::Index,
+        (id, source): (manifest::IndexId, Arc<dyn crate::source::ChunkSource>),
+        owner: Option<u32>,
+        after: Vec<(String, String)>,
+    ) {
+        let cfg = MountConfig {
+            cache_bytes: self.cfg.cache_bytes,
+            passthrough: self.copies.clone().map(|copies| PassthroughConfig {
+                copies,
+                min_size: 64 << 10,
+            }),
+            root_owner: owner,
+            read_timeout: self.cfg.read_timeout,
+            recorder: nj.record.clone(),
+            read_waits: Some(nj.read_waits.clone()),
+            ..MountConfig::default()
+        };
+        let peers = self.peers.clone();
+        self.rt.spawn(async move {
+            peers.settled(&after, MOUNT_AFTER_LINKS).await;
+            let mountpoint = nj.mountpoint.clone();
+            let mp = mountpoint.clone();
+            let res = tokio::task::spawn_blocking(move || {
+                std::fs::create_dir_all(&mp).map_err(|source| Error::Mount {
+                    mountpoint: mp.clone(),
+                    source,
+                })?;
+                mount(index, id, source, &mp, &cfg)
+            })
+            .await;
+            match res {
+                Ok(Ok(m)) => {
+                    tracing::info!(mountpoint = %mountpoint.display(), "layer mounted");
+                    *lock(&nj.mounted) = Some(m);
+                }
+                Ok(Err(e)) => tracing::error!(error = %e, "cannot mount the job's layer"),
+                Err(e) => tracing::error!(error = %e, "mount task failed"),
+            }
+        });
+    }
+}
