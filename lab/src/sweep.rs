@@ -55,6 +55,9 @@ pub struct SweepSpec {
     pub kill_at: Duration,
     /// Connection set-up cost (default: the machine's).
     pub setup: Option<Duration>,
+    /// CPU of each end of a connection's set-up, queued on the host's CPU (default: the
+    /// machine's).
+    pub setup_cpu: Option<Duration>,
     /// Shared cores for chunk processing (default: the machine's).
     pub cores: Option<u32>,
     /// Per-message latency (default: the machine's).
@@ -128,6 +131,7 @@ impl Sweep {
             topology.with_links(network.link_rates())
         };
         network.setup = spec.setup.unwrap_or(network.setup);
+        network.setup_cpu = spec.setup_cpu.unwrap_or(network.setup_cpu);
         network.latency = spec.latency.unwrap_or(network.latency);
         network.shared_cores = spec.cores.unwrap_or(network.shared_cores);
         let hosts = (0..topology.len())
@@ -475,6 +479,7 @@ mod tests {
             kill: 0,
             kill_at: Duration::ZERO,
             setup: None,
+            setup_cpu: None,
             cores: Some(0),
             latency: None,
             max_one_to_all: 17_560,

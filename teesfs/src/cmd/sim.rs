@@ -73,6 +73,12 @@ pub struct SimArgs {
     /// Connection set-up cost (default: the machine's).
     #[arg(long, value_parser = humantime::parse_duration)]
     setup: Option<Duration>,
+    /// CPU of each end of a new connection (its handshake), queued on each host's CPU so
+    /// a node's handshakes take turns, on top of --setup (default: the machine's: `lab`
+    /// and `lab-model` 450us, measured; `tianhe` none, its 2 ms set-up being on cores to
+    /// spare).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    setup_cpu: Option<Duration>,
     /// Cores shared by all nodes for chunk processing (default: the machine's; `lab` has
     /// 2, the others a CPU per node). 0: a CPU per node.
     #[arg(long)]
@@ -147,6 +153,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         kill: args.kill,
         kill_at: args.at,
         setup: args.setup,
+        setup_cpu: args.setup_cpu,
         cores: args.cores,
         latency: args.latency,
         max_one_to_all: args.max_one_to_all,
