@@ -576,6 +576,30 @@ fn a_fragmented_job_gets_its_urgent_set_within_1_2x_of_whole_groups_in_the_lab()
     assert_eq!(m.uplink_bytes, m.min_uplink_bytes);
 }
 
+#[test]
+fn a_hosts_handshakes_take_turns_on_its_cpu_share() {
+    // A root with 4 children and a handshake costing c of CPU at each end: the root (a
+    // quarter of a core) does its 4 client sides one after the other, 4c each; each child
+    // (half a core) its server side after its own client side is done, 2c. The last
+    // child's connection is up at 4 x 4c + 2c + setup instead of setup; only its `Start`
+    // no longer queues behind 3 others on the root's NIC.
+    let (lat, setup, cost, index, c) = (10_000u64, 100_000u64, 0u64, 4096u64, 1_000_000u64);
+    let plan = custom(&[0, 0, 0, 0]);
+    let net = simple_net(lat, setup, cost, index);
+    let free = run(&plan, None, SimConfig::new(net.clone(), 1024, 1024));
+    let mut busy = net;
+    busy.setup_cpu = Duration::from_nanos(c);
+    busy.login_cpu = 0.25;
+    busy.node_cpu = 0.5;
+    let turns = run(&plan, None, SimConfig::new(busy, 1024, 1024));
+    let later = (turns.deploy - free.deploy).as_nanos() as u64;
+    let expected = 4 * 4 * c + 2 * c;
+    assert!(
+        later <= expected && later + 3 * (index + 64) >= expected,
+        "{later} ns later, expected about {expected}"
+    );
+}
+
 /// A one-file push to the lab's shapes (groups x group size, `topo` with link rates) in
 /// the scale model and pooled, with the fitted fixed costs: the simulator's side of the
 /// validation in BENCHMARKS.md ("Fixed costs"). A measurement, printed. Run with
