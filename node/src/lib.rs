@@ -7,6 +7,7 @@
 //! - [`report`]: the push report drawn as SVG and HTML (`teesfs report`), pure functions.
 //! - [`output`]: the JSON documents of the store commands (`--format json`).
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
+//! - [`say`]: best-effort stdout and stderr for the commands (never panics on a full log).
 //! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
 //! - [`sys`]: what the kernel reports (the mount table), parsed in one place.
 //!
@@ -19,6 +20,7 @@ pub mod node;
 pub mod output;
 pub mod report;
 pub mod runenv;
+pub mod say;
 pub mod site;
 pub mod source;
 pub mod sys;

@@ -1,6 +1,10 @@
 //! The `teesfs` command line: a thin layer over the library crates.
 //! Parses arguments, sets up logging, dispatches to `cmd::*`, and maps errors to exit codes.
 
+/// `outln!`, `errln!`, ...: output that never panics on a full disk or a closed pipe.
+#[macro_use]
+extern crate teesfs;
+
 mod cmd;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -275,7 +279,7 @@ fn main() -> std::process::ExitCode {
         return match teesfs::runenv::init_main(&argv[2..]) {
             Ok(never) => match never {},
             Err(e) => {
-                eprintln!("teesfs run: {}", error_text(&anyhow::Error::from(e)));
+                errln!("teesfs run: {}", error_text(&anyhow::Error::from(e)));
                 std::process::ExitCode::from(125)
             }
         };
@@ -288,7 +292,7 @@ fn main() -> std::process::ExitCode {
         return match teesfs::runenv::task_env_main(&argv[2..]) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("teesfs: {}", error_text(&anyhow::Error::from(e)));
+                errln!("teesfs: {}", error_text(&anyhow::Error::from(e)));
                 std::process::ExitCode::from(125)
             }
         };
@@ -372,7 +376,7 @@ fn exit_code(result: anyhow::Result<std::process::ExitCode>) -> std::process::Ex
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("teesfs: error: {}", error_text(&e));
+            errln!("teesfs: error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -117,7 +117,7 @@ fn resume(nodes: &[String]) {
         "scontrol",
         &["update", &format!("NodeName={list}"), "State=RESUME"],
     ) {
-        eprintln!(
+        errln!(
             "teesfs: could not resume the borrowed nodes {list}: {e:#}; resume them with \
              `scontrol update NodeName={list} State=RESUME`"
         );

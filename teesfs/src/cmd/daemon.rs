@@ -189,11 +189,11 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         // Scripts and tests read this line to learn the bound address; the control socket
         // is open by then.
         match metrics {
-            Some(m) => println!(
+            Some(m) => outln!(
                 "listening on {} as {host}, metrics at http://{m}/metrics",
                 daemon.local_addr()
             ),
-            None => println!("listening on {} as {host}", daemon.local_addr()),
+            None => outln!("listening on {} as {host}", daemon.local_addr()),
         }
         // systemd (Type=notify): the daemon is ready once it listens and its socket is open.
         if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {

@@ -123,7 +123,7 @@ fn print_text(d: &GcDoc) {
         ("removed", "freed")
     };
     if !d.locked {
-        eprintln!(
+        errln!(
             "warning: the store's filesystem has no flock; only --grace protected a concurrent publish"
         );
     }
@@ -136,26 +136,26 @@ fn print_text(d: &GcDoc) {
         if i.learned_bytes > 0 {
             tags.push_str(" and its learned urgent list");
         }
-        println!(
+        outln!(
             "{verb} index {} published {}{tags}",
             i.id.get(..16).unwrap_or(&i.id),
             util::date(i.published)
         );
     }
-    println!(
+    outln!(
         "{verb} {} index(es) and {} chunk(s); {freed} {}",
         d.removed_indexes.len(),
         d.removed_chunks,
         util::bytes(d.freed_bytes)
     );
-    println!(
+    outln!(
         "kept {} index(es) and {} chunk(s) ({})",
         d.kept_indexes.len(),
         d.kept_chunks,
         util::bytes(d.kept_chunk_bytes)
     );
     if d.removed_temp_files > 0 {
-        println!(
+        outln!(
             "{verb} {} temporary file(s) ({}) a crashed publish or learn left, or learned \
              lists of indexes no longer here",
             d.removed_temp_files,
@@ -163,7 +163,7 @@ fn print_text(d: &GcDoc) {
         );
     }
     if d.young_chunks > 0 {
-        println!(
+        outln!(
             "kept {} unreferenced chunk(s) ({}) younger than --grace",
             d.young_chunks,
             util::bytes(d.young_chunk_bytes)

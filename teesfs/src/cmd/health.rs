@@ -94,8 +94,8 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
     rt.shutdown_timeout(Duration::from_secs(1));
     let rep = report(&plan, Some(&topology), job, args.deadline, &outcome);
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
-        Format::Text => print!("{}", render_text(&rep, args.all_groups)),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&rep)?),
+        Format::Text => out!("{}", render_text(&rep, args.all_groups)),
     }
     if !rep.ok {
         bail!(

@@ -80,7 +80,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     if args.format == util::Format::Json {
         return util::print_json(&index_doc(&id.to_string(), &signed, &index)?);
     }
-    println!(
+    outln!(
         "index {id}: {} entries, {} of files, {} unique chunks ({} stored), chunk size {}{}",
         index.entries.len(),
         util::bytes(index.total_file_bytes()),
@@ -151,7 +151,7 @@ fn print_learned(store: &DirStore, id: &manifest::IndexId, index: &manifest::Ind
         Ok(None) => {}
         Ok(Some(list)) => {
             let (found, unknown) = manifest::entries_named(index, &list.files);
-            println!(
+            outln!(
                 "learned urgent list: {} files the next push sends first{} ({})",
                 found.len(),
                 if unknown > 0 {
@@ -162,10 +162,10 @@ fn print_learned(store: &DirStore, id: &manifest::IndexId, index: &manifest::Ind
                 seeder::learned::learned_path(store, id).display()
             );
             if let Some(from) = list.header.get(1) {
-                println!("  {from}");
+                outln!("  {from}");
             }
         }
-        Err(e) => println!("learned urgent list: {e}"),
+        Err(e) => outln!("learned urgent list: {e}"),
     }
 }
 
@@ -228,12 +228,18 @@ fn print_table(list: &IndexList) {
         })
         .collect();
     let tw = tags.iter().map(String::len).chain([4]).max().unwrap_or(4);
-    println!(
+    outln!(
         "{:<16}  {:<tw$}  {:<16}  {:>8}  {:>10}  {:>10}  {:>10}  PUBLISHER",
-        "ID", "TAGS", "PUBLISHED (UTC)", "FILES", "SIZE", "STORED", "URGENT"
+        "ID",
+        "TAGS",
+        "PUBLISHED (UTC)",
+        "FILES",
+        "SIZE",
+        "STORED",
+        "URGENT"
     );
     for (i, tags) in rows.iter().zip(&tags) {
-        println!(
+        outln!(
             "{:<16}  {:<tw$}  {:<16}  {:>8}  {:>10}  {:>10}  {:>10}  {}{}",
             i.id.get(..16).unwrap_or(&i.id),
             tags,
@@ -246,7 +252,7 @@ fn print_table(list: &IndexList) {
             validity(i.expires)
         );
     }
-    println!(
+    outln!(
         "{} index(es) in {}; --index takes a tag or 4+ hex characters of an id",
         list.indexes.len(),
         list.store

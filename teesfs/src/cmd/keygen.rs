@@ -1,7 +1,5 @@
 //! `teesfs keygen`: create the publisher's ed25519 key pair.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -61,9 +59,9 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
         let serials = teesfs::net::revoke(dir, &hosts)
             .with_context(|| format!("revoking certificates in {}", dir.display()))?;
         for (host, serial) in hosts.iter().zip(&serials) {
-            println!("revoked {host} (serial {serial})");
+            outln!("revoked {host} (serial {serial})");
         }
-        println!(
+        outln!(
             "Copy {} to every node's identity directory and restart the daemons.",
             dir.join(teesfs::net::tls::CRL).display()
         );
@@ -79,20 +77,20 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
             .map(|d| std::time::Duration::from_secs(u64::from(d) * 86_400));
         let written = teesfs::net::make_cluster_valid_for(dir, &hosts, valid_for)
             .with_context(|| format!("making cluster credentials in {}", dir.display()))?;
-        println!(
+        outln!(
             "cluster CA and {} node certificate(s) in {} ({} file(s) written)",
             hosts.len(),
             dir.display(),
             written.len()
         );
-        println!(
+        outln!(
             "Give each node ca.crt, <host>.crt and <host>.key; keep ca.key on the login node only."
         );
         return Ok(());
     }
     let secret_path = args.out.unwrap_or_else(util::default_key_path);
     let public_path = secret_path.with_extension("pub");
-    if secret_path.exists() && !args.force {
+    if std::fs::symlink_metadata(&secret_path).is_ok() && !args.force {
         bail!(
             "{} already exists; pass --force to replace it",
             secret_path.display()
@@ -102,19 +100,11 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let key = SecretKey::generate()?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&secret_path)
-        .with_context(|| format!("writing {}", secret_path.display()))?;
-    f.write_all(key.to_file_text().as_bytes())?;
-    std::fs::write(&public_path, key.public().to_file_text())
-        .with_context(|| format!("writing {}", public_path.display()))?;
-    println!("secret key: {} (keep it private)", secret_path.display());
-    println!("public key: {}", public_path.display());
-    println!("fingerprint: {}", key.public());
-    println!("Nodes must trust the public key: copy it to /etc/teesfs/trusted/ on them.");
+    super::outfile::write_mode(&secret_path, key.to_file_text().as_bytes(), 0o600)?;
+    super::outfile::write(&public_path, key.public().to_file_text().as_bytes())?;
+    outln!("secret key: {} (keep it private)", secret_path.display());
+    outln!("public key: {}", public_path.display());
+    outln!("fingerprint: {}", key.public());
+    outln!("Nodes must trust the public key: copy it to /etc/teesfs/trusted/ on them.");
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use lab::{Lab, LabOptions, LabSpec, PushOptions, Rates};
 
-use super::util;
+use super::{outfile, util};
 
 mod bench;
 mod demo;
@@ -133,7 +133,7 @@ impl ShapeArgs {
         let t = std::time::Instant::now();
         let lab = Lab::up(&spec, &opts)?;
         let rates = &lab.layout().spec.rates;
-        eprintln!(
+        errln!(
             "lab: {} groups x {} nodes, slave links {}, uplinks {}, login {}, MTU {}",
             spec.groups,
             spec.group_size,
@@ -142,8 +142,8 @@ impl ShapeArgs {
             util::bit_rate(rates.login),
             spec.mtu
         );
-        eprintln!("lab: {}", lab.model_text());
-        eprintln!(
+        errln!("lab: {}", lab.model_text());
+        errln!(
             "lab {} up: {} daemons in {:.1} s (work dir {})",
             lab.layout().prefix,
             lab.layout().compute().count(),
@@ -201,7 +201,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
 
 fn clean() -> anyhow::Result<()> {
     let c = lab::clean()?;
-    println!(
+    outln!(
         "removed {} namespace(s), killed {} process(es), removed {} work dir(s), {} cgroup(s)",
         c.namespaces.len(),
         c.processes,
@@ -209,19 +209,19 @@ fn clean() -> anyhow::Result<()> {
         c.cgroups.len()
     );
     for n in &c.namespaces {
-        println!("  netns {n}");
+        outln!("  netns {n}");
     }
     for d in &c.dirs {
-        println!("  dir {}", d.display());
+        outln!("  dir {}", d.display());
     }
     Ok(())
 }
 
 fn up(a: UpArgs) -> anyhow::Result<()> {
     let lab = a.shape.up()?;
-    println!("{:<8} {:<16} {:<8} address", "host", "netns", "role");
+    outln!("{:<8} {:<16} {:<8} address", "host", "netns", "role");
     for n in &lab.layout().nodes {
-        println!(
+        outln!(
             "{:<8} {:<16} {:<8} {}",
             n.host,
             n.netns,
@@ -238,17 +238,16 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         let run = lab.push(&o)?;
         let r = &run.report;
         if let Some(path) = &a.report {
-            std::fs::write(path, serde_json::to_vec_pretty(r)?)
-                .with_context(|| format!("writing {}", path.display()))?;
+            outfile::write(path, &serde_json::to_vec_pretty(r)?)?;
         }
         if r.urgent_bytes > 0 {
-            println!(
+            outln!(
                 "urgent set ({}) on all nodes in {:.2} s",
                 util::bytes(r.urgent_bytes),
                 r.urgent_complete_s.unwrap_or(f64::NAN)
             );
         }
-        println!(
+        outln!(
             "pushed {} ({}) with {}: all nodes in {:.2} s (lower bound {:.2} s), uplinks {} in \
              (minimum {}), cpu {:.1} s",
             index.get(..12).unwrap_or(&index),
@@ -261,7 +260,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             run.cpu_s
         );
         if let Some(h) = lab.layout().compute().next() {
-            println!(
+            outln!(
                 "mounted on every node at {}",
                 lab.mountpoint(&h.host, &r.job).display()
             );
@@ -276,7 +275,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             login.unwrap_or_default()
         );
         let n = s.hosts().len();
-        println!(
+        outln!(
             "slurm up on {n} nodes; on the login node (its network namespace):\n  \
              {on_login} srun -N {n} hostname\n  \
              {on_login} sbatch -N {n} --wrap 'srun hostname'\n  \
@@ -290,12 +289,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         if let Some(h) = lab.layout().compute().next()
             && let Some(pid) = lab.daemon_pid(&h.host)
         {
-            println!(
+            outln!(
                 "enter a node: nsenter --net=/run/netns/{} --mount=/proc/{pid}/ns/mnt bash",
                 h.netns
             );
         }
-        println!("lab is up; Ctrl-C tears it down");
+        outln!("lab is up; Ctrl-C tears it down");
         while lab::check_interrupt().is_ok() {
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -303,6 +302,6 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     // Consumes the Option, so no borrow of `lab` outlives this line.
     slurm.map(lab::slurm::Slurm::down).transpose()?;
     lab.down()?;
-    eprintln!("lab torn down");
+    errln!("lab torn down");
     Ok(())
 }

@@ -112,7 +112,7 @@ pub fn run(mut args: LearnArgs) -> anyhow::Result<()> {
     } = pick_index(gathered, wanted)?;
     let Some(index) = index else {
         for (h, why) in &skipped {
-            eprintln!("skipped {h}: {why}");
+            errln!("skipped {h}: {why}");
         }
         bail!("nothing learned from job {job}: none of its {asked} node(s) had a record of it");
     };
@@ -133,12 +133,12 @@ pub fn run(mut args: LearnArgs) -> anyhow::Result<()> {
         std::fs::write(out, bytes).with_context(|| format!("writing {}", out.display()))?;
     }
     for (h, why) in &skipped {
-        eprintln!("skipped {h}: {why}");
+        errln!("skipped {h}: {why}");
     }
     if left_out > 0 {
         tracing::warn!(left_out, "names with a newline cannot be listed; left out");
     }
-    println!(
+    outln!(
         "learned {} files and {} names that exist nowhere from {} of {asked} nodes of job {job} \
          (index {}) -> {}",
         list.files.len(),

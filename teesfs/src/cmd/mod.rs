@@ -14,6 +14,7 @@ pub mod keygen;
 pub mod lab;
 pub mod learn;
 pub mod mount;
+pub mod outfile;
 pub mod plan;
 pub mod prefetch;
 pub mod publish;

@@ -102,7 +102,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
             "mounting as a normal user needs fusermount3 (apt-get install fuse3)"
         }
     })?;
-    println!(
+    outln!(
         "mounted {id} at {} ({entries} entries, passthrough {}); Ctrl-C to unmount",
         args.mountpoint.display(),
         if mounted.passthrough_active() {
@@ -128,7 +128,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
     handle.close();
     let stats = mounted.data().stats();
     mounted.unmount()?;
-    println!(
+    outln!(
         "unmounted {} ({} chunk fetches, {} corrupt chunks refused)",
         args.mountpoint.display(),
         stats.fetches,

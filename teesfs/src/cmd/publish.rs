@@ -110,7 +110,7 @@ fn urgent_paths(args: &PublishArgs) -> anyhow::Result<Vec<PathBuf>> {
             );
         }
         for m in a.missing() {
-            eprintln!(
+            errln!(
                 "warning: {} needs {}, which is nowhere in the layer over / (the command would not start)",
                 m.needed_by.display(),
                 m.name
@@ -182,7 +182,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         util::Format::Text => print_summary(&p, opts.expires, args.tag.as_ref()),
         util::Format::Json => {
             for s in &p.report.skipped {
-                eprintln!(
+                errln!(
                     "skipped {} ({}): an index cannot hold it",
                     s.path.display(),
                     s.kind
@@ -235,25 +235,25 @@ fn doc(
 fn print_summary(p: &seeder::Published, expires: Option<u64>, tag: Option<&seeder::TagName>) {
     let r = &p.report;
     for s in &r.skipped {
-        eprintln!(
+        errln!(
             "skipped {} ({}): an index cannot hold it",
             s.path.display(),
             s.kind
         );
     }
-    println!("index {}", p.id);
+    outln!("index {}", p.id);
     if let Some(tag) = tag {
-        println!("  tagged {tag}");
+        outln!("  tagged {tag}");
     }
     if let Some(at) = expires {
-        println!(
+        outln!(
             "  valid until {} (publish again before then)",
             humantime::format_rfc3339_seconds(
                 std::time::UNIX_EPOCH + std::time::Duration::from_secs(at)
             )
         );
     }
-    println!(
+    outln!(
         "  {} files, {} dirs, {} symlinks, {} hard links, {} skipped",
         r.files,
         r.dirs,
@@ -262,13 +262,14 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>, tag: Option<&seede
         r.skipped.len()
     );
     if r.whiteouts + r.opaque_dirs > 0 {
-        println!(
+        outln!(
             "  {} deletions (overlay whiteouts) and {} opaque directories kept: the names \
              they hide stay hidden on the nodes",
-            r.whiteouts, r.opaque_dirs
+            r.whiteouts,
+            r.opaque_dirs
         );
     }
-    println!(
+    outln!(
         "  {} of content ({} in sparse holes, {} inline)",
         util::bytes(r.file_bytes),
         util::bytes(r.hole_bytes),
@@ -276,12 +277,12 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>, tag: Option<&seede
     );
     if !p.index.urgent.is_empty() {
         let (entries, chunks, bytes) = util::urgent_size(&p.index);
-        println!(
+        outln!(
             "  urgent set: {entries} entries, {chunks} chunks ({} stored)",
             util::bytes(bytes)
         );
     }
-    println!(
+    outln!(
         "  {} chunks of {}, {} unique, {} new ({} written)",
         r.chunk_refs,
         util::bytes(u64::from(p.index.chunk_size)),
@@ -289,14 +290,14 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>, tag: Option<&seede
         r.new_chunks,
         util::bytes(r.new_stored_bytes)
     );
-    println!(
+    outln!(
         "  saved {} by dedup and {} by compression; stored size {}",
         util::bytes(r.dedup_saved()),
         util::bytes(r.compression_saved()),
         util::bytes(r.unique_stored_bytes)
     );
     let secs = p.elapsed.as_secs_f64().max(1e-6);
-    println!(
+    outln!(
         "  index {}, took {} ({}/s)",
         util::bytes(p.index_bytes),
         util::duration(p.elapsed),

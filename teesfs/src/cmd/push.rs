@@ -239,7 +239,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         Wait::Urgent => Phase::Urgent,
         Wait::All => Phase::All,
     };
-    eprintln!(
+    errln!(
         "pushing index {} to {n} nodes ({} plan, depth {}, job {job})",
         index_id.short(),
         plan.strategy,
@@ -286,7 +286,7 @@ fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> 
     } else {
         show_report(args, rep)?;
     }
-    write_report(args, rep)?;
+    write_report(args, rep);
     if timed_out {
         bail!("timed out after {}", util::duration(args.timeout));
     }
@@ -348,7 +348,7 @@ fn hold_borrowed(
         let (hold, lost) = super::borrow::Hold::take(&borrowed, label)?;
         if lost.is_empty() {
             if !hold.nodes().is_empty() {
-                eprintln!(
+                errln!(
                     "borrowing idle proxies {} (drained in Slurm until the push ends)",
                     hold.nodes().join(",")
                 );
@@ -373,9 +373,9 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     let first = first?;
     let rep = first.report();
     show_report(args, rep)?;
-    write_report(args, rep)?;
+    write_report(args, rep);
     if let Handover::Urgent(_) = first {
-        eprintln!(
+        errln!(
             "the rest of the layer keeps streaming in the background (pid {}, log {}, \
              removed when it completes); nodes fetch anything they need first on demand",
             bg.pid(),
@@ -391,15 +391,28 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
+/// Writes `--report` and `--report-html`, best-effort: the layer is delivered whether or
+/// not its report can be written (a full log directory warns, it does not fail the job).
+fn write_report(args: &PushArgs, rep: &PushReport) {
+    let warn = |path: &std::path::Path, e: anyhow::Error| {
+        errln!(
+            "teesfs: warning: the report {} was not written: {e:#}",
+            path.display()
+        );
+    };
     if let Some(path) = &args.report {
-        std::fs::write(path, serde_json::to_vec_pretty(rep)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        let written = serde_json::to_vec_pretty(rep)
+            .map_err(anyhow::Error::from)
+            .and_then(|json| super::outfile::write(path, &json));
+        if let Err(e) = written {
+            warn(path, e);
+        }
     }
-    if let Some(path) = &args.report_html {
-        super::report::write_html(path, rep)?;
+    if let Some(path) = &args.report_html
+        && let Err(e) = super::report::write_html(path, rep)
+    {
+        warn(path, e);
     }
-    Ok(())
 }
 
 /// The part of the push order that `stream` streams; the rest is left to demand, which
@@ -456,7 +469,7 @@ fn learned_hint(
             "the learned urgent list names files the index does not have; they are skipped"
         );
     }
-    eprintln!(
+    errln!(
         "pushing first the {} files earlier jobs of this index used ({}; --no-learned ignores it)",
         hint.len(),
         seeder::learned::learned_path(store, id).display()
@@ -504,14 +517,14 @@ fn show_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
 
 fn print_report(r: &PushReport) {
     let secs = |s: Option<f64>| s.map_or("not reached".to_string(), |s| format!("{s:.2} s"));
-    println!("job {} index {}", r.job, &r.index[..12]);
-    println!(
+    outln!("job {} index {}", r.job, &r.index[..12]);
+    outln!(
         "  urgent set ({} chunks, {}) on all nodes: {}",
         r.urgent_chunks,
         util::bytes(r.urgent_bytes),
         secs(r.urgent_complete_s)
     );
-    println!(
+    outln!(
         "  whole layer ({} chunks, {}) on all nodes: {}",
         r.chunks,
         util::bytes(r.total_bytes),
@@ -520,14 +533,14 @@ fn print_report(r: &PushReport) {
     let mut urgent: Vec<f64> = r.per_node.iter().filter_map(|n| n.urgent_s).collect();
     urgent.sort_by(f64::total_cmp);
     if let (Some(first), Some(last)) = (urgent.first(), urgent.last()) {
-        println!(
+        outln!(
             "  per node, urgent set: first {first:.2} s, median {:.2} s, last {last:.2} s",
             urgent[urgent.len() / 2]
         );
     }
     if !r.uplinks.is_empty() {
         let total_in = r.predicted_uplink_in();
-        println!(
+        outln!(
             "  group uplinks: {} in over {} groups (minimum {})",
             util::bytes(total_in),
             r.uplinks.len(),
@@ -536,10 +549,13 @@ fn print_report(r: &PushReport) {
     }
     for f in &r.failures {
         match &f.reason {
-            Some(why) => println!("  REFUSED by {} at {:.2} s: {why}", f.child, f.at_s),
-            None => println!(
+            Some(why) => outln!("  REFUSED by {} at {:.2} s: {why}", f.child, f.at_s),
+            None => outln!(
                 "  FAILED ({}) {} -> {} at {:.2} s",
-                f.kind, f.parent, f.child, f.at_s
+                f.kind,
+                f.parent,
+                f.child,
+                f.at_s
             ),
         }
     }

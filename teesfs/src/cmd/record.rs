@@ -141,7 +141,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let opened = recording.opened.iter().map(Vec::as_slice);
     write_list(&args.output, header.to_vec(), opened, &absent)
         .with_context(|| format!("writing {}", args.output.display()))?;
-    println!(
+    outln!(
         "recorded {} files opened ({}) and {} names that exist nowhere -> {}",
         recording.opened.len(),
         util::bytes(recording.opened_bytes),
@@ -154,7 +154,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
              run that succeeds"
         );
     }
-    println!(
+    outln!(
         "next: teesfs publish LAYER --store {} --urgent-list {}",
         at.store.display(),
         args.output.display()
@@ -205,7 +205,7 @@ fn from_job(args: &RecordArgs, job: Option<&str>) -> anyhow::Result<()> {
     let files = rec.files.iter().map(|p| p.0.as_slice());
     write_list(&args.output, header.to_vec(), files, &absent)
         .with_context(|| format!("writing {}", args.output.display()))?;
-    println!(
+    outln!(
         "learned {} files ({}) and {} names that exist nowhere from job {text} on {} -> {}",
         rec.files.len(),
         util::bytes(rec.file_bytes),
@@ -214,7 +214,7 @@ fn from_job(args: &RecordArgs, job: Option<&str>) -> anyhow::Result<()> {
         args.output.display()
     );
     if !rec.whole_layer {
-        println!(
+        outln!(
             "note: {} does not hold the whole layer yet; what the job opens from now on is \
              still recorded (ask again later for a fuller list)",
             rec.host
@@ -226,7 +226,7 @@ fn from_job(args: &RecordArgs, job: Option<&str>) -> anyhow::Result<()> {
             "the record was full: later files are not in the list"
         );
     }
-    println!(
+    outln!(
         "next: teesfs publish LAYER --store DIR --urgent-list {}",
         args.output.display()
     );
@@ -269,7 +269,7 @@ fn write_list<'a>(
     header: Vec<String>,
     files: impl Iterator<Item = &'a [u8]>,
     absent: &[&[u8]],
-) -> std::io::Result<()> {
+) -> anyhow::Result<()> {
     let list = seeder::learned::UrgentList {
         header,
         files: files.map(<[u8]>::to_vec).collect(),
@@ -279,7 +279,5 @@ fn write_list<'a>(
     if left_out > 0 {
         tracing::warn!(left_out, "names with a newline cannot be listed; left out");
     }
-    let tmp = output.with_extension("tmp");
-    std::fs::write(&tmp, out)?;
-    std::fs::rename(&tmp, output)
+    super::outfile::write(output, &out)
 }

@@ -54,11 +54,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
             .with_extension(if args.svg { "svg" } else { "html" })
     });
     if out.as_os_str() == "-" {
-        print!("{text}");
+        out!("{text}");
         return Ok(());
     }
     write(&out, &text)?;
-    println!("wrote {}", out.display());
+    outln!("wrote {}", out.display());
     Ok(())
 }
 
@@ -81,5 +81,5 @@ pub fn write_html(path: &Path, rep: &PushReport) -> anyhow::Result<()> {
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    super::outfile::write(path, text.as_bytes())
 }

@@ -180,11 +180,10 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
 
-    print!("{}", sweep::table(&rows, args.kill));
+    out!("{}", sweep::table(&rows, args.kill));
     if let Some(path) = &args.csv {
-        std::fs::write(path, sweep::csv(&rows, machine))
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        super::outfile::write(path, sweep::csv(&rows, machine).as_bytes())?;
+        outln!("wrote {}", path.display());
     }
     if let Some(dir) = &args.reports {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -197,8 +196,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
                 payload_tag(r.payload)
             ));
             let json = base.with_extension("json");
-            std::fs::write(&json, serde_json::to_vec_pretty(rep)?)
-                .with_context(|| format!("writing {}", json.display()))?;
+            super::outfile::write(&json, &serde_json::to_vec_pretty(rep)?)?;
             let title = format!(
                 "simulated push of {} to {} nodes ({})",
                 ByteSize::b(r.payload),
@@ -206,9 +204,8 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
                 r.strategy
             );
             let html = base.with_extension("html");
-            std::fs::write(&html, teesfs::report::html(rep, &title)?)
-                .with_context(|| format!("writing {}", html.display()))?;
-            println!("wrote {} and {}", json.display(), html.display());
+            super::outfile::write(&html, teesfs::report::html(rep, &title)?.as_bytes())?;
+            outln!("wrote {} and {}", json.display(), html.display());
         }
     }
     if let Some(dir) = &args.plots {
@@ -220,7 +217,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
             plot::plot_time(&f4, &these, p)?;
             let f5 = dir.join(format!("sim-fig5-{tag}.svg"));
             plot::plot_uplink(&f5, &these, p)?;
-            println!("wrote {} and {}", f4.display(), f5.display());
+            outln!("wrote {} and {}", f4.display(), f5.display());
         }
     }
     Ok(())

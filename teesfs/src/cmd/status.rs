@@ -108,7 +108,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
                     stopped: job.to_string(),
                 });
             }
-            println!("stopped job {job}");
+            outln!("stopped job {job}");
         }
         Request::Job(_) | Request::Record(_) => {
             let j: JobStatus = serde_json::from_str(&line).with_context(|| parse("a job"))?;
@@ -143,7 +143,7 @@ struct StoppedDoc {
 
 /// The daemon's line and every job's.
 fn print_status(st: &Status) {
-    println!(
+    outln!(
         "{} listening on {}; store {} in {} chunks (budget {})",
         st.host,
         st.listen,
@@ -152,10 +152,10 @@ fn print_status(st: &Status) {
         util::bytes(st.store_budget)
     );
     if let Some(m) = &st.metrics {
-        println!("metrics at {m}");
+        outln!("metrics at {m}");
     }
     if st.jobs.is_empty() {
-        println!("no jobs");
+        outln!("no jobs");
     }
     for j in &st.jobs {
         print_job(j);
@@ -165,7 +165,7 @@ fn print_status(st: &Status) {
 /// One job's lines.
 fn print_job(j: &JobStatus) {
     let secs = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.2} s"));
-    println!(
+    outln!(
         "job {}{} index {}: {}/{} chunks, urgent {}, all {}, parent {}, children [{}]{}",
         j.job,
         slurm_number(&j.job),
@@ -182,9 +182,9 @@ fn print_job(j: &JobStatus) {
         j.children.join(", "),
         if j.finished { ", finished" } else { "" },
     );
-    println!("  mounted at {}", j.mountpoint);
+    outln!("  mounted at {}", j.mountpoint);
     let c = &j.counters;
-    println!(
+    outln!(
         "  in {} ({} chunks, {} refused), out {} ({} chunks)",
         util::bytes(c.bytes_in),
         c.chunks_in,

@@ -352,11 +352,10 @@ pub enum Format {
     Json,
 }
 
-/// Prints `doc` as pretty JSON on stdout.
+/// Prints `doc` as pretty JSON on stdout, best-effort ([`teesfs::say`]): a full disk or a
+/// closed pipe costs the output, not the command.
 pub fn print_json<T: serde::Serialize>(doc: &T) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, doc).context("writing JSON to stdout")?;
-    use std::io::Write;
-    writeln!(out).context("writing JSON to stdout")?;
+    let text = serde_json::to_string_pretty(doc).context("writing JSON")?;
+    outln!("{text}");
     Ok(())
 }

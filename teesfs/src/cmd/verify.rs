@@ -80,7 +80,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                         bad_chunks: Vec::new(),
                     });
                 } else {
-                    println!("index {id}: REFUSED: {e}");
+                    outln!("index {id}: REFUSED: {e}");
                 }
                 continue;
             }
@@ -126,7 +126,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                 bad_chunks: problems,
             });
         } else if problems.is_empty() {
-            println!(
+            outln!(
                 "index {id}: OK (signed by {}, {} entries, {} chunks, {})",
                 publisher.to_hex().get(..16).unwrap_or_default(),
                 index.entries.len(),
@@ -134,16 +134,16 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
                 util::bytes(index.total_stored_bytes())
             );
         } else {
-            println!(
+            outln!(
                 "index {id}: {} of {} chunks BAD",
                 problems.len(),
                 index.chunks.len()
             );
             for p in problems.iter().take(20) {
-                println!("  {p}");
+                outln!("  {p}");
             }
             if problems.len() > 20 {
-                println!("  ... and {} more", problems.len() - 20);
+                outln!("  ... and {} more", problems.len() - 20);
             }
         }
     }

@@ -6,6 +6,7 @@
 //! when the test panics.
 
 mod bad_input;
+mod best_effort_output;
 mod cluster;
 mod corruption;
 mod daemon_bounds;

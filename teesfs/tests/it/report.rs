@@ -240,3 +240,43 @@ fn report_names_a_file_that_is_not_a_push_report() {
         "{err}"
     );
 }
+
+/// Issue 29 item 4: root draws a user's report, and the user linked the output path to a
+/// root-owned file. The link is refused and the file is unchanged; a hard link at the
+/// output path is replaced as a name, its other name keeps its bytes.
+#[test]
+fn report_does_not_write_through_a_symlink_at_its_output_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("push.json");
+    std::fs::write(&json, serde_json::to_vec(&push_report(1)).expect("json")).expect("write");
+    let victim = dir.path().join("root-owned");
+    std::fs::write(&victim, b"root's own\n").expect("victim");
+    std::os::unix::fs::symlink(&victim, dir.path().join("push.html")).expect("ln -s");
+    let report = |extra: &[&str]| {
+        Command::new(teesfs_bin())
+            .arg("report")
+            .arg(&json)
+            .args(extra)
+            .output()
+            .expect("run teesfs report")
+    };
+    let out = report(&[]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("push.html") && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&victim).expect("read"), b"root's own\n");
+
+    let hard = dir.path().join("hard.svg");
+    std::fs::hard_link(&victim, &hard).expect("ln");
+    let out = report(&["--svg", "-o", hard.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read(&victim).expect("read"), b"root's own\n");
+    assert!(
+        std::fs::read_to_string(&hard)
+            .expect("svg")
+            .starts_with("<svg")
+    );
+}

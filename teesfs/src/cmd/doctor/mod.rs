@@ -77,14 +77,15 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
         Format::Json => util::print_json(&report)?,
         Format::Text => {
             for c in &report.checks {
-                println!("{:<4}  {:<16} {}", c.level.word(), c.name, c.detail);
+                outln!("{:<4}  {:<16} {}", c.level.word(), c.name, c.detail);
                 if let Some(fix) = &c.fix {
-                    println!("{:<4}  {:<16} fix: {fix}", "", "");
+                    outln!("{:<4}  {:<16} fix: {fix}", "", "");
                 }
             }
-            println!(
+            outln!(
                 "{} check(s) failed, {} warned",
-                report.failed, report.warned
+                report.failed,
+                report.warned
             );
         }
     }

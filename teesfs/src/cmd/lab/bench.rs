@@ -73,7 +73,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             .filter(|&m| match installed(m) {
                 Ok(()) => true,
                 Err(e) => {
-                    eprintln!("skipping {}: {e}", m.name());
+                    errln!("skipping {}: {e}", m.name());
                     false
                 }
             })
@@ -83,7 +83,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         methods.insert(0, Method::Topo);
     }
     let lab = a.shape.up()?;
-    eprintln!(
+    errln!(
         "bench: {} per run in {} chunks, {} repetitions of {} methods",
         util::bytes(a.payload),
         util::bytes(lab.chunk_size_for(a.payload)),
@@ -91,7 +91,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         methods.len()
     );
     let rep = lab::bench::run(&lab, &methods, a.reps, a.payload, |r| {
-        eprintln!(
+        errln!(
             "  {:<10} rep {}: all nodes {:6.2} s, uplinks {:>10}, cpu {:5.1} s",
             r.method.name(),
             r.rep,
@@ -103,9 +103,8 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     lab.down()?;
     print_table(&rep);
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_vec_pretty(&rep)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-        eprintln!("figures in {}", p.display());
+        crate::cmd::outfile::write(p, &serde_json::to_vec_pretty(&rep)?)?;
+        errln!("figures in {}", p.display());
     }
     let plot = a
         .plot
@@ -113,13 +112,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         .or_else(|| a.json.as_ref().map(|j| j.with_extension("svg")));
     if let Some(p) = plot {
         lab::plot::bench(&p, &rep)?;
-        eprintln!("plot in {}", p.display());
+        errln!("plot in {}", p.display());
     }
     Ok(())
 }
 
 fn print_table(r: &BenchReport) {
-    println!(
+    outln!(
         "{} groups x {}, payload {} ({} stored), {} reps, medians; lower bound {:.2} s, minimum uplink {}",
         r.groups,
         r.group_size,
@@ -129,13 +128,20 @@ fn print_table(r: &BenchReport) {
         r.lower_bound_s,
         util::bytes(r.min_uplink_bytes)
     );
-    println!("{}", r.model_text);
-    println!(
+    outln!("{}", r.model_text);
+    outln!(
         "{:<16} {:>8} {:>8} {:>9} {:>11} {:>8} {:>9} {:>7}",
-        "method", "all (s)", "vs topo", "vs bound", "uplink in", "vs min", "vs random", "cpu (s)"
+        "method",
+        "all (s)",
+        "vs topo",
+        "vs bound",
+        "uplink in",
+        "vs min",
+        "vs random",
+        "cpu (s)"
     );
     for s in &r.summary {
-        println!(
+        outln!(
             "{:<16} {:>8.2} {:>8.2} {:>9.2} {:>11} {:>8.2} {:>9.2} {:>7.1}",
             label(s.method),
             s.all_s,

@@ -40,7 +40,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("finding the current directory")?;
     let out = out_dir(&a.out_dir, &cwd)?;
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    println!("the demo's outputs go to {}", out.display());
+    outln!("the demo's outputs go to {}", out.display());
     let report = out.join("report.html");
     let built = lab::demo::build_python_layer(&a.layer_dir, &a.python)?;
     let lab = a.shape.up()?;
@@ -67,7 +67,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     })();
     lab.down()?;
     result?;
-    println!("the demo's outputs are in {}", out.display());
+    outln!("the demo's outputs are in {}", out.display());
     Ok(())
 }
 

@@ -120,7 +120,7 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
 pub fn publish(lab: &Lab, layer: &Path) -> anyhow::Result<String> {
     let t = std::time::Instant::now();
     let index = lab.publish(layer)?;
-    eprintln!(
+    errln!(
         "published {} in {:.1} s (index {})",
         layer.display(),
         t.elapsed().as_secs_f64(),
@@ -154,7 +154,7 @@ fn record(lab: &Lab, index: &str, app: &str) -> anyhow::Result<String> {
     }
     let list =
         std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
-    eprintln!(
+    errln!(
         "recorded the urgent set: {} files",
         lab::demo::urgent_paths(&list).count()
     );
@@ -170,7 +170,7 @@ pub fn launch(
     title: &str,
 ) -> anyhow::Result<()> {
     let rep = lab::launch::run(lab, l, methods, |o| {
-        eprintln!(
+        errln!(
             "{}: application started on every node in {:.2} s ({})",
             o.method.name(),
             o.app_s,
@@ -188,7 +188,7 @@ pub fn launch(
         text = lab::demo::summary(title, lab, &l.layer, run);
     }
     text.push_str(&lab::launch::table(&rep));
-    print!("{text}");
+    out!("{text}");
     write_report(lab, &rep, &text, report, title)?;
     let failed: usize = rep.outcomes.iter().map(|o| o.nodes - o.ok).sum();
     if failed > 0 {
@@ -216,14 +216,13 @@ fn write_report(
         "local_s": rep.local_s,
         "outcomes": rep.outcomes,
     });
-    std::fs::write(&json_path, serde_json::to_vec_pretty(&doc)?)
-        .with_context(|| format!("writing {}", json_path.display()))?;
+    crate::cmd::outfile::write(&json_path, &serde_json::to_vec_pretty(&doc)?)?;
     let Some(run) = &rep.urgent_first else {
-        println!("figures: {}", json_path.display());
+        outln!("figures: {}", json_path.display());
         return Ok(());
     };
     for x in run.apps.iter().filter(|x| !x.ok) {
-        println!("  urgent-first FAILED on {}: {}", x.host, x.output);
+        outln!("  urgent-first FAILED on {}: {}", x.host, x.output);
     }
     // The application has started on a node when its command finished starting.
     let started: Vec<(String, f64)> = run
@@ -237,11 +236,12 @@ fn write_report(
         &format!("{title}: urgent-first tree and per-node timeline"),
     );
     let svg_path = report.with_extension("svg");
-    std::fs::write(&svg_path, &picture)
-        .with_context(|| format!("writing {}", svg_path.display()))?;
-    std::fs::write(report, lab::demo::html(title, text, &picture, &run.apps))
-        .with_context(|| format!("writing {}", report.display()))?;
-    println!(
+    crate::cmd::outfile::write(&svg_path, picture.as_bytes())?;
+    crate::cmd::outfile::write(
+        report,
+        lab::demo::html(title, text, &picture, &run.apps).as_bytes(),
+    )?;
+    outln!(
         "report: {} ({} and {} beside it)",
         report.display(),
         svg_path.display(),

@@ -65,7 +65,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         kill_proxy,
         settle: a.settle,
     };
-    eprintln!(
+    errln!(
         "soak: {} jobs of {} ({} at a time in the second half), {} restarted, {} killed during a push",
         spec.jobs,
         util::bytes(a.layer),
@@ -77,7 +77,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
     let nodes = compute.len() as u64;
     lab.down()?;
     let (b, f) = (&rep.baseline, &rep.after);
-    println!("{:<18} {:>14} {:>14}", "daemons (sum)", "before", "after");
+    outln!("{:<18} {:>14} {:>14}", "daemons (sum)", "before", "after");
     for (what, x, y) in [
         (
             "RSS",
@@ -103,11 +103,11 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
             f.namespaces.to_string(),
         ),
     ] {
-        println!("{what:<18} {x:>14} {y:>14}");
+        outln!("{what:<18} {x:>14} {y:>14}");
     }
     let mut times = rep.job_s.clone();
     times.sort_by(f64::total_cmp);
-    println!(
+    outln!(
         "{} jobs in {:.1} s: {} complete, {} with the failure injected; per job median {:.2} s, max {:.2} s",
         rep.job_s.len(),
         rep.wall_s,
@@ -117,9 +117,8 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         times.last().copied().unwrap_or(0.0)
     );
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_vec_pretty(&rep)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-        eprintln!("figures in {}", p.display());
+        crate::cmd::outfile::write(p, &serde_json::to_vec_pretty(&rep)?)?;
+        errln!("figures in {}", p.display());
     }
     let leaks = rep.leaks(nodes);
     if !leaks.is_empty() {
@@ -128,6 +127,6 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
             leaks.join("\n  ")
         );
     }
-    println!("nothing left behind");
+    outln!("nothing left behind");
     Ok(())
 }
