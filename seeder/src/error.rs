@@ -98,6 +98,24 @@ pub enum Error {
         /// Who may hold it.
         holder: &'static str,
     },
+    /// A store whose own directories gc cannot trust: a top-level entry is a link, not a
+    /// directory, writable by everyone, or belongs to someone else.
+    #[error(
+        "store {} refused: its {entry} {reason}; gc never follows links or works in \
+         directories others control: check who changed it, put the store's own {entry} back \
+         (owned by uid {owner}, the store directory's owner, or root) and run gc again",
+        store.display()
+    )]
+    UnsafeStore {
+        /// The store.
+        store: PathBuf,
+        /// The entry, relative to the store.
+        entry: String,
+        /// What is wrong with it.
+        reason: String,
+        /// The store directory's owner.
+        owner: u32,
+    },
     /// An index that gc keeps cannot be read, so the chunks it needs are unknown.
     #[error("index {id} in store {} cannot be read ({reason}), so gc cannot tell which chunks it needs; \
              publish it again or remove {}, then run gc again", store.display(), store.join("indexes").join(format!("{id}.idx")).display())]

@@ -8,16 +8,17 @@
 //! written within the grace period. It deletes only `indexes/<id>.idx`, tags and learned
 //! lists (`learned/<id>.list`, [`crate::learned`]) of the indexes it deletes, and
 //! `chunks/<xx>/<id>` entries whose names are ids; it never follows
-//! a symlink (one planted there is removed as a link) and never leaves the store.
+//! a symlink (one planted there is removed as a link) and never leaves the store: it works
+//! through descriptors of the store's own directories ([`crate::dirs`]) and refuses a store
+//! whose top-level entries are links or someone else's.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use manifest::{ChunkId, IndexId, Limits, SignedIndex};
 
-use crate::store::io;
-use crate::tags::TagName;
+use crate::dirs::{Dir, StoreDirs};
+use crate::tags::{MAX_TAG_FILE, TagName};
 use crate::{DirStore, Error};
 
 /// What gc keeps. An index is removed only if no rule keeps it.
@@ -133,27 +134,19 @@ impl Report {
 
 /// Removes what `policy` does not keep from `store` (nothing if `dry_run`): first the
 /// indexes, then every chunk no kept index references and older than the grace period.
-/// Fails without deleting anything if another process holds the store's lock or a kept
-/// index cannot be read.
+/// Fails without deleting anything if another process holds the store's lock, a kept
+/// index cannot be read, or the store's own directories are links or someone else's
+/// ([`crate::dirs`]: everything is read and deleted relative to those directories).
 pub fn collect(
     store: &DirStore,
     policy: &Policy,
     dry_run: bool,
     now: SystemTime,
 ) -> Result<Report, Error> {
+    let dirs = StoreDirs::open(store.root())?;
     let lock = store.try_lock_exclusive()?;
-    let mut tags: BTreeMap<IndexId, Vec<TagName>> = BTreeMap::new();
-    for (name, id) in store.tags()? {
-        tags.entry(id).or_default().push(name);
-    }
-    let mut ages = Vec::new();
-    for id in store.list_indexes()? {
-        ages.push(IndexAge {
-            id,
-            published: store.index_published(&id)?,
-            tagged: tags.contains_key(&id),
-        });
-    }
+    let mut tags = read_tags(&dirs)?;
+    let ages = read_ages(&dirs, &tags)?;
     let remove: HashSet<IndexId> = indexes_to_remove(&ages, policy, now).into_iter().collect();
 
     // Everything the kept indexes need, read before anything is deleted.
@@ -169,7 +162,10 @@ pub fn collect(
             store: store.root().to_path_buf(),
             reason,
         };
-        let bytes = store.get_index(&a.id)?;
+        let bytes = dirs
+            .indexes
+            .read(&index_name(&a.id), Limits::default().max_signed_bytes)
+            .map_err(|e| unreadable(e.to_string()))?;
         let index = SignedIndex::from_bytes(bytes, &Limits::default())
             .and_then(|s| s.decode(&Limits::default()))
             .map_err(|e| unreadable(e.to_string()))?;
@@ -180,19 +176,19 @@ pub fn collect(
     let mut removed: Vec<&IndexAge> = ages.iter().filter(|a| remove.contains(&a.id)).collect();
     removed.sort_by(|a, b| b.published.cmp(&a.published).then(b.id.cmp(&a.id)));
     for a in removed {
-        let path = store.index_path(&a.id);
-        let bytes = std::fs::symlink_metadata(&path).map_err(io(&path))?.len();
+        let name = index_name(&a.id);
+        let bytes = dirs.indexes.stat(&name)?.map_or(0, |m| m.bytes);
         let names = tags.remove(&a.id).unwrap_or_default();
-        if !dry_run {
-            for t in &names {
-                store.remove_tag(t)?;
+        if !dry_run && let Some(t) = &dirs.tags {
+            for n in &names {
+                t.remove(n.as_str())?;
             }
         }
         // The learned list first: an index without its list is usable, a list whose
         // index is gone is not.
-        let learned_bytes = crate::learned::remove_learned(store, &a.id, dry_run)?.unwrap_or(0);
+        let learned_bytes = remove_learned(&dirs, &a.id, dry_run)?;
         if !dry_run {
-            std::fs::remove_file(&path).map_err(io(&path))?;
+            dirs.indexes.remove(&name)?;
         }
         report.removed_indexes.push(RemovedIndex {
             id: a.id,
@@ -202,8 +198,26 @@ pub fn collect(
             published: a.published,
         });
     }
+    sweep(&dirs, &referenced, policy, dry_run, now, &mut report)?;
+    drop(lock);
+    Ok(report)
+}
 
-    let (chunk_files, temp_files) = scan(store)?;
+/// Removes the chunks no kept index references and the leftover temporary files, both
+/// past the grace period, counting what it keeps and removes.
+fn sweep(
+    dirs: &StoreDirs,
+    referenced: &HashSet<ChunkId>,
+    policy: &Policy,
+    dry_run: bool,
+    now: SystemTime,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let Found {
+        subdirs,
+        chunks: chunk_files,
+        temps: temp_files,
+    } = scan(dirs)?;
     for chunk in chunk_files {
         if referenced.contains(&chunk.id) {
             report.kept_chunks += 1;
@@ -213,7 +227,7 @@ pub fn collect(
             report.young_chunk_bytes += chunk.bytes;
         } else {
             if !dry_run {
-                std::fs::remove_file(&chunk.path).map_err(io(&chunk.path))?;
+                subdirs[chunk.dir].remove(&chunk.name)?;
             }
             report.removed_chunks += 1;
             report.removed_chunk_bytes += chunk.bytes;
@@ -221,33 +235,146 @@ pub fn collect(
     }
     // Learned lists whose index is gone (removed by hand, or by a gc while `learn` wrote),
     // and what a crashed `learn` left.
-    let kept: HashSet<IndexId> = report.kept_indexes.iter().copied().collect();
-    let stray_learned = crate::learned::strays(store, &kept)?;
-    for stray in stray_learned {
-        if !stray.temporary || chunk_past_grace(stray.modified, policy.grace, now) {
-            if !dry_run {
-                std::fs::remove_file(&stray.path).map_err(io(&stray.path))?;
+    if let Some(learned) = &dirs.learned {
+        let kept: HashSet<IndexId> = report.kept_indexes.iter().copied().collect();
+        for name in learned.names()? {
+            let temporary = name.starts_with(".tmp-");
+            let orphan = name
+                .strip_suffix(".list")
+                .and_then(|hex| hex.parse::<IndexId>().ok())
+                .is_some_and(|id| !kept.contains(&id));
+            let Some(md) = learned.stat(&name)? else {
+                continue;
+            };
+            if !(temporary || orphan) || md.is_dir() {
+                continue;
             }
-            report.removed_temp_files += 1;
-            report.removed_temp_bytes += stray.bytes;
+            if !temporary || chunk_past_grace(md.modified, policy.grace, now) {
+                if !dry_run {
+                    learned.remove(&name)?;
+                }
+                report.removed_temp_files += 1;
+                report.removed_temp_bytes += md.bytes;
+            }
         }
     }
     for tmp in temp_files {
         if chunk_past_grace(tmp.modified, policy.grace, now) {
             if !dry_run {
-                std::fs::remove_file(&tmp.path).map_err(io(&tmp.path))?;
+                let dir = match tmp.dir {
+                    Where::Indexes => &dirs.indexes,
+                    Where::Tags => dirs.tags.as_ref().expect("temp files come from it"),
+                    Where::Chunks(i) => &subdirs[i],
+                };
+                dir.remove(&tmp.name)?;
             }
             report.removed_temp_files += 1;
             report.removed_temp_bytes += tmp.bytes;
         }
     }
-    drop(lock);
-    Ok(report)
+    Ok(())
+}
+
+/// Removes the learned list of `id` through the store's `learned/` (unless `dry_run`);
+/// its size, 0 without one.
+fn remove_learned(dirs: &StoreDirs, id: &IndexId, dry_run: bool) -> Result<u64, Error> {
+    let Some(dir) = &dirs.learned else {
+        return Ok(0);
+    };
+    let name = format!("{}.list", id.to_hex());
+    let Some(md) = dir.stat(&name)? else {
+        return Ok(0);
+    };
+    if md.is_dir() {
+        return Err(Error::BadLearnedList {
+            path: dir.path_of(&name),
+            reason: "is a directory; remove it by hand".into(),
+        });
+    }
+    if !dry_run {
+        dir.remove(&name)?;
+    }
+    Ok(md.bytes)
+}
+
+fn index_name(id: &IndexId) -> String {
+    format!("{id}.idx")
+}
+
+/// Every tag, by the index it names, read through the store's `indexes/tags/`.
+fn read_tags(dirs: &StoreDirs) -> Result<BTreeMap<IndexId, Vec<TagName>>, Error> {
+    let mut tags: BTreeMap<IndexId, Vec<TagName>> = BTreeMap::new();
+    let Some(dir) = &dirs.tags else {
+        return Ok(tags);
+    };
+    for n in dir.names()? {
+        let Ok(name) = n.parse::<TagName>() else {
+            continue;
+        };
+        let bytes = match dir.read(&n, MAX_TAG_FILE) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(Error::Io {
+                    path: dir.path_of(&n),
+                    source,
+                });
+            }
+        };
+        let id = String::from_utf8_lossy(&bytes)
+            .trim()
+            .parse::<IndexId>()
+            .map_err(|e| Error::BadTag {
+                path: dir.path_of(&n),
+                reason: e.to_string(),
+            })?;
+        tags.entry(id).or_default().push(name);
+    }
+    for names in tags.values_mut() {
+        names.sort();
+    }
+    Ok(tags)
+}
+
+/// The store's indexes with their publication times (their files' modification times).
+fn read_ages(
+    dirs: &StoreDirs,
+    tags: &BTreeMap<IndexId, Vec<TagName>>,
+) -> Result<Vec<IndexAge>, Error> {
+    let mut ages = Vec::new();
+    for n in dirs.indexes.names()? {
+        let Some(id) = n
+            .strip_suffix(".idx")
+            .and_then(|stem| stem.parse::<IndexId>().ok())
+        else {
+            continue;
+        };
+        let Some(meta) = dirs.indexes.stat(&n)? else {
+            continue;
+        };
+        ages.push(IndexAge {
+            id,
+            published: meta.modified,
+            tagged: tags.contains_key(&id),
+        });
+    }
+    ages.sort_by_key(|a| a.id);
+    Ok(ages)
+}
+
+/// Which directory a temporary file is in.
+#[derive(Debug, Clone, Copy)]
+enum Where {
+    Indexes,
+    Tags,
+    /// The chunk directory at this position of [`scan`]'s list.
+    Chunks(usize),
 }
 
 /// A leftover temporary file.
 struct TempFile {
-    path: PathBuf,
+    dir: Where,
+    name: String,
     bytes: u64,
     modified: SystemTime,
 }
@@ -255,99 +382,107 @@ struct TempFile {
 /// A chunk object found in the store.
 struct ChunkFile {
     id: ChunkId,
-    path: PathBuf,
+    /// Its directory's position in [`scan`]'s list.
+    dir: usize,
+    name: String,
     bytes: u64,
     modified: SystemTime,
 }
 
-/// The store's chunk objects and leftover temporary files, in one pass over its
-/// directories.
+/// What [`scan`] found.
+struct Found {
+    /// The chunk directories, opened.
+    subdirs: Vec<Dir>,
+    chunks: Vec<ChunkFile>,
+    temps: Vec<TempFile>,
+}
+
+/// The store's chunk directories, chunk objects and leftover temporary files, in one pass
+/// over its directories.
 ///
 /// Chunks: every `chunks/<xx>/<id>` entry whose directory is a real one named by two hex
 /// digits and whose name is an id starting with them: regular files and (planted)
 /// symlinks, never followed. Temporary files: the regular files named `.tmp*` (what an
 /// atomic write makes before it renames) directly in `indexes/`, `indexes/tags/` and those
 /// chunk directories. Other names and anything deeper are not gc's.
-fn scan(store: &DirStore) -> Result<(Vec<ChunkFile>, Vec<TempFile>), Error> {
-    let root = store.root();
-    let mut chunks = Vec::new();
+fn scan(dirs: &StoreDirs) -> Result<Found, Error> {
     let mut temps = Vec::new();
-    for dir in [root.join("indexes"), root.join("indexes").join("tags")] {
-        match std::fs::symlink_metadata(&dir) {
-            Ok(md) if md.is_dir() => {}
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io(&dir)(e)),
-        }
-        for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
-            let item = item.map_err(io(&dir))?;
-            temp_file(&item, &mut temps)?;
-        }
+    temp_files(&dirs.indexes, Where::Indexes, &mut temps)?;
+    if let Some(t) = &dirs.tags {
+        temp_files(t, Where::Tags, &mut temps)?;
     }
-    let top = root.join("chunks");
-    let rd = match std::fs::read_dir(&top) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((chunks, temps)),
-        Err(e) => return Err(io(&top)(e)),
+    let (mut subdirs, mut chunks) = (Vec::new(), Vec::new());
+    let Some(top) = &dirs.chunks else {
+        return Ok(Found {
+            subdirs,
+            chunks,
+            temps,
+        });
     };
-    for sub in rd {
-        let sub = sub.map_err(io(&top))?;
-        let Some(prefix) = sub.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let is_dir = sub.file_type().map_err(io(&sub.path()))?.is_dir();
-        if !is_dir || prefix.len() != 2 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+    for prefix in top.names()? {
+        if prefix.len() != 2 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
-        let dir = sub.path();
-        for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
-            let item = item.map_err(io(&dir))?;
-            if temp_file(&item, &mut temps)? {
-                continue;
+        // A link or file where a chunk directory belongs is not gc's.
+        let dir = match top.sub(&prefix) {
+            Ok(d) => d,
+            Err(nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) => continue,
+            Err(nix::errno::Errno::ENOENT) => continue,
+            Err(e) => {
+                return Err(Error::Io {
+                    path: top.path_of(&prefix),
+                    source: e.into(),
+                });
             }
-            let name = item.file_name();
-            let Some(id) = name
-                .to_str()
+        };
+        let at = subdirs.len();
+        temp_files(&dir, Where::Chunks(at), &mut temps)?;
+        for name in dir.names()? {
+            let Some(id) = Some(&name)
                 .filter(|n| n.starts_with(&prefix))
                 .and_then(|n| n.parse::<ChunkId>().ok())
             else {
                 continue;
             };
-            let path = item.path();
-            let md = std::fs::symlink_metadata(&path).map_err(io(&path))?;
-            if !(md.is_file() || md.file_type().is_symlink()) {
+            let Some(md) = dir.stat(&name)? else { continue };
+            if !(md.is_file() || md.is_symlink()) {
                 continue;
             }
             chunks.push(ChunkFile {
                 id,
-                bytes: md.len(),
-                modified: md.modified().map_err(io(&path))?,
-                path,
+                dir: at,
+                name,
+                bytes: md.bytes,
+                modified: md.modified,
+            });
+        }
+        subdirs.push(dir);
+    }
+    Ok(Found {
+        subdirs,
+        chunks,
+        temps,
+    })
+}
+
+/// Adds the `.tmp*` regular files directly in `dir` to `temps`.
+fn temp_files(dir: &Dir, at: Where, temps: &mut Vec<TempFile>) -> Result<(), Error> {
+    for name in dir.names()? {
+        if !name.starts_with(".tmp") {
+            continue;
+        }
+        if let Some(md) = dir.stat(&name)?
+            && md.is_file()
+        {
+            temps.push(TempFile {
+                dir: at,
+                name,
+                bytes: md.bytes,
+                modified: md.modified,
             });
         }
     }
-    Ok((chunks, temps))
-}
-
-/// Adds `item` to `temps` if it is a `.tmp*` regular file; says whether its name is one.
-fn temp_file(item: &std::fs::DirEntry, temps: &mut Vec<TempFile>) -> Result<bool, Error> {
-    if !item
-        .file_name()
-        .to_str()
-        .is_some_and(|n| n.starts_with(".tmp"))
-    {
-        return Ok(false);
-    }
-    let path = item.path();
-    let md = std::fs::symlink_metadata(&path).map_err(io(&path))?;
-    if md.is_file() {
-        temps.push(TempFile {
-            bytes: md.len(),
-            modified: md.modified().map_err(io(&path))?,
-            path,
-        });
-    }
-    Ok(true)
+    Ok(())
 }
 
 #[cfg(test)]

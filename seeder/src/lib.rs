@@ -6,7 +6,8 @@
 //! - [`publish`](mod@publish): turning a directory into chunks plus a signed index.
 //! - [`tags`]: names for indexes, and resolving `--index` (a tag or an id prefix).
 //! - [`gc`]: removing old indexes and the chunks no kept index needs, safely beside a
-//!   publish ([`lock`]: the store's advisory lock).
+//!   publish ([`lock`]: the store's advisory lock; `dirs`: the store's directories, opened
+//!   without following links).
 //!
 //! - [`files`]: bounded reads of files named by users or found in stores.
 //! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
@@ -16,6 +17,7 @@
 //! Nothing here talks to the network.
 
 pub mod deps;
+mod dirs;
 mod error;
 pub mod files;
 pub mod gc;

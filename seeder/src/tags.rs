@@ -69,7 +69,7 @@ impl FromStr for TagName {
 }
 
 /// The longest tag file: a hex id and a newline, with room to spare.
-const MAX_TAG_FILE: u64 = 256;
+pub(crate) const MAX_TAG_FILE: u64 = 256;
 
 impl DirStore {
     fn tags_dir(&self) -> PathBuf {

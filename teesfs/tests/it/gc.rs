@@ -325,3 +325,74 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     );
     assert_eq!(std::fs::read(outside.join(&hex)).expect("victim"), b"keep");
 }
+
+/// Issue 29 item 2: someone who can write a store's directory replaced its `chunks/` and
+/// `indexes/` with links to another store. gc refuses the store, naming the link, and the
+/// other store keeps every index and chunk; a top-level directory that belongs to another
+/// user is refused as well.
+#[test]
+fn gc_refuses_symlinked_chunks_and_indexes_and_leaves_the_other_store_alone() {
+    use std::os::unix::fs::symlink;
+    let ws = Workspace::new();
+    let victim = ws.store();
+    for (name, seed) in [("v1", 1), ("v2", 2), ("v3", 3)] {
+        publish(&ws, &layer(&ws, name, seed), name);
+    }
+    let before = (
+        count_chunks(&victim),
+        ws.teesfs(&["inspect", "--store", victim.to_str().expect("utf8")])
+            .stdout,
+    );
+    let theirs = ws.path().join("theirs");
+    std::fs::create_dir_all(&theirs).expect("mkdir");
+    for sub in ["chunks", "indexes"] {
+        symlink(victim.join(sub), theirs.join(sub)).expect("ln -s");
+    }
+    let gc = |store: &Path| {
+        ws.teesfs(&[
+            "gc",
+            "--store",
+            store.to_str().expect("utf8"),
+            "--keep",
+            "1",
+            "--no-keep-tag",
+            "--grace",
+            "0s",
+        ])
+    };
+    let out = gc(&theirs);
+    assert!(!out.status.success(), "gc must refuse: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("symbolic link") && err.contains("theirs"),
+        "names the store and the link: {err}"
+    );
+    let after = (
+        count_chunks(&victim),
+        ws.teesfs(&["inspect", "--store", victim.to_str().expect("utf8")])
+            .stdout,
+    );
+    assert_eq!(before, after, "the other store is untouched");
+    assert!(before.0 > 0);
+
+    // A real directory, but someone else's.
+    let foreign = ws.path().join("foreign");
+    std::fs::create_dir_all(foreign.join("indexes")).expect("mkdir");
+    std::fs::create_dir_all(foreign.join("chunks")).expect("mkdir");
+    let root = nix::unistd::geteuid().is_root();
+    assert!(
+        root || std::env::var_os("CI").is_none(),
+        "the foreign-owner case needs root (CI runs as root)"
+    );
+    if root {
+        nix::unistd::chown(
+            &foreign.join("chunks"),
+            Some(nix::unistd::Uid::from_raw(65534)),
+            None,
+        )
+        .expect("chown");
+        let out = gc(&foreign);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("uid 65534"), "{err}");
+    }
+}
