@@ -192,7 +192,7 @@ pub struct GcDoc {
     pub store: String,
     /// Whether nothing was deleted (`--dry-run`).
     pub dry_run: bool,
-    /// Whether the store's lock was held (false on a filesystem without flock, where the
+    /// Whether the store's lock was held (false on a filesystem without locks, where the
     /// grace period was the only guard against a concurrent publish).
     pub locked: bool,
     /// Ids of the indexes kept.

@@ -90,13 +90,24 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// Another process holds the store's lock (a publish, or another gc).
-    #[error("store {} is busy: {holder} holds {}; run gc again when it is done", store.display(), store.join(".lock").display())]
+    /// Another process holds the store's lock (a publish, a reader such as a push, a mount
+    /// or a storage-mode node, or another gc).
+    #[error("store {} is busy: {holder} holds {} (a publish, a push, a mount or another gc); run gc again when it is done", store.display(), store.join(".lock").display())]
     StoreBusy {
         /// The store.
         store: PathBuf,
-        /// Who may hold it.
-        holder: &'static str,
+        /// Who holds it, as far as this user can see.
+        holder: String,
+    },
+    /// A wait for the store's lock (a gc holds it) gave up.
+    #[error("gave up after {waited} waiting for the lock of store {}: {holder} holds {} (a gc); run again when it is done, or wait longer (--lock-wait)", store.display(), store.join(".lock").display())]
+    LockTimeout {
+        /// The store.
+        store: PathBuf,
+        /// Who holds it, as far as this user can see.
+        holder: String,
+        /// How long it waited.
+        waited: String,
     },
     /// A store whose own directories gc cannot trust: a top-level entry is a link, not a
     /// directory, writable by everyone, or belongs to someone else.

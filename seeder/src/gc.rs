@@ -4,7 +4,7 @@
 //! Which indexes go is decided by a pure function ([`indexes_to_remove`]) of their ages,
 //! tags and the [`Policy`]. The sweep ([`collect`]) holds the store's lock exclusive
 //! ([`crate::lock`]) so no publish is between its chunks and its index, and, for
-//! publishers the lock cannot reach (a filesystem without flock), never deletes a chunk
+//! publishers the lock cannot reach (a filesystem without locks), never deletes a chunk
 //! written within the grace period. It deletes only `indexes/<id>.idx`, tags and learned
 //! lists (`learned/<id>.list`, [`crate::learned`]) of the indexes it deletes, and
 //! `chunks/<xx>/<id>` entries whose names are ids; it never follows
@@ -92,7 +92,7 @@ pub struct RemovedIndex {
 pub struct Report {
     /// Whether nothing was deleted.
     pub dry_run: bool,
-    /// Whether the store's lock was held (false on a filesystem without flock: the grace
+    /// Whether the store's lock was held (false on a filesystem without locks: the grace
     /// period was the only guard).
     pub locked: bool,
     /// Indexes kept, by id.

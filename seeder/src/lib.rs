@@ -21,6 +21,7 @@ mod dirs;
 mod error;
 pub mod files;
 pub mod gc;
+mod holders;
 pub mod learned;
 pub mod lock;
 pub mod publish;

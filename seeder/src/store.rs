@@ -29,6 +29,11 @@ pub const MAX_STORED_CHUNK: u64 = (64 << 20) + 4096;
 #[derive(Clone, Debug)]
 pub struct DirStore {
     root: PathBuf,
+    /// The store's lock, held shared while this (or a clone) reads
+    /// ([`DirStore::locked_for_reading`]).
+    reading: Option<std::sync::Arc<crate::lock::StoreLock>>,
+    /// How long taking the lock shared waits for a gc ([`DirStore::with_lock_wait`]).
+    lock_wait: std::time::Duration,
 }
 
 /// The store's error for an I/O failure on `path`.
@@ -48,6 +53,8 @@ impl DirStore {
         }
         Ok(Self {
             root: root.to_path_buf(),
+            reading: None,
+            lock_wait: crate::lock::DEFAULT_LOCK_WAIT,
         })
     }
 
@@ -65,7 +72,36 @@ impl DirStore {
         }
         Ok(Self {
             root: root.to_path_buf(),
+            reading: None,
+            lock_wait: crate::lock::DEFAULT_LOCK_WAIT,
         })
+    }
+
+    /// This store, holding `lock` for as long as it or a clone lives.
+    pub(crate) fn holding(&self, lock: crate::lock::StoreLock) -> Self {
+        Self {
+            root: self.root.clone(),
+            reading: Some(std::sync::Arc::new(lock)),
+            lock_wait: self.lock_wait,
+        }
+    }
+
+    /// This store with `wait` as the longest a publish or a reader waits for a gc to
+    /// release the store's lock ([`crate::lock::DEFAULT_LOCK_WAIT`] by default).
+    pub fn with_lock_wait(mut self, wait: std::time::Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// Whether this handle holds the store's lock shared for reading
+    /// ([`DirStore::locked_for_reading`]; false on a filesystem without locks).
+    pub fn holds_read_lock(&self) -> bool {
+        self.reading.as_ref().is_some_and(|l| l.is_held())
+    }
+
+    /// How long taking the lock shared waits for a gc.
+    pub fn lock_wait(&self) -> std::time::Duration {
+        self.lock_wait
     }
 
     /// The store's directory.

@@ -27,13 +27,18 @@ a crashed publish or learn left beside chunks, indexes, tags and learned lists, 
 lists of indexes the store no longer holds. Only indexes/<id>.idx, the tags and learned
 urgent lists (learned/<id>.list, see `teesfs learn --help`) of removed indexes,
 chunks/<xx>/<id>, learned/<id>.list of no index and those .tmp* files are ever deleted;
-symlinks are not followed.
+symlinks are not followed: gc works through the store's own directories, opened without
+following links, and refuses a store whose top-level entries are links or belong to someone
+other than the store directory's owner (or root).
 
-Safe beside a publish: a publish writes its chunks before its index, so while it runs they
-belong to no index. Publish holds STORE/.lock shared (flock) until its index and tag are
-written, and gc takes it exclusive, failing at once (nothing deleted) while a publish runs.
-For publishers the lock cannot reach (a filesystem without flock), no chunk modified within
---grace is deleted, nor any temporary file.")]
+Safe beside a publish and beside readers: a publish writes its chunks before its index, so
+while it runs they belong to no index. Publish holds STORE/.lock shared (a record lock,
+fcntl) until its index and tag are written, and so do the readers of the store while they
+read (push, prefetch, mount, record, storage-mode nodes); gc takes it exclusive, failing at
+once (nothing deleted, the holders named) while any of them runs. Only a descriptor open
+for writing can take the lock exclusive, so a reader can keep gc out but never stalls a
+publish. For publishers the lock cannot reach (a filesystem without locks), no chunk
+modified within --grace is deleted, nor any temporary file.")]
 pub struct GcArgs {
     /// The store.
     #[arg(long, value_name = "DIR")]
@@ -124,7 +129,7 @@ fn print_text(d: &GcDoc) {
     };
     if !d.locked {
         errln!(
-            "warning: the store's filesystem has no flock; only --grace protected a concurrent publish"
+            "warning: the store's filesystem has no locks; only --grace protected a concurrent publish"
         );
     }
     for i in &d.removed_indexes {

@@ -35,6 +35,10 @@ pub struct PublishArgs {
     /// The store to publish into (created if missing).
     #[arg(long, value_name = "DIR")]
     store: PathBuf,
+    /// How long to wait while a gc holds the store's lock (the wait is announced at once,
+    /// naming the holder) before giving up.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+    lock_wait: std::time::Duration,
     /// Publisher secret key. Default: ~/.config/teesfs/publisher.key
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
@@ -142,7 +146,8 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     let key_path = args.key.clone().unwrap_or_else(util::default_key_path);
     let key = util::load_secret(&key_path)?;
     let store = DirStore::create(&args.store)
-        .with_context(|| format!("opening store {}", args.store.display()))?;
+        .with_context(|| format!("opening store {}", args.store.display()))?
+        .with_lock_wait(args.lock_wait);
     let opts = BuildOptions {
         chunk_size,
         adaptive_chunks,

@@ -168,7 +168,9 @@ pub struct PushArgs {
 
 /// Runs `teesfs push`.
 pub fn run(args: PushArgs) -> anyhow::Result<()> {
-    let store = DirStore::open(&args.store)?;
+    // Held shared for the whole push (and by a background copy for its own), so that gc
+    // does not remove the index or chunks the nodes are still fetching.
+    let store = DirStore::open(&args.store)?.locked_for_reading()?;
     let (index_id, signed_bytes, index) =
         util::open_trusted_index(&store, &args.index, &args.trust, util::Expired::Refuse)
             .context("nodes would refuse it")?;

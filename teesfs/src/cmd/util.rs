@@ -230,7 +230,8 @@ pub struct IndexArgs {
 impl IndexArgs {
     /// Opens the store and the index, checking its signature ([`open_trusted_index`]).
     pub fn open(&self) -> anyhow::Result<(seeder::DirStore, manifest::IndexId, manifest::Index)> {
-        let store = seeder::DirStore::open(&self.store)?;
+        // Held shared while this command reads, so that gc does not remove what it needs.
+        let store = seeder::DirStore::open(&self.store)?.locked_for_reading()?;
         let (id, _, index) = open_trusted_index(&store, &self.index, &self.trust, Expired::Refuse)?;
         Ok((store, id, index))
     }

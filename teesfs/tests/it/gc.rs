@@ -233,7 +233,7 @@ fn gc_leaves_a_running_publishs_chunks_alone() {
     // A publish holding the lock: gc refuses at once and deletes nothing.
     let st = seeder::DirStore::open(&store).expect("store");
     let held = st.lock_shared().expect("lock");
-    assert!(held.is_held(), "the test store's filesystem has flock");
+    assert!(held.is_held(), "the test store's filesystem has locks");
     let out = ws.teesfs(&[
         "gc",
         "--store",

@@ -39,5 +39,6 @@ mod security;
 mod site_config;
 mod slow_source;
 mod store_integrity;
+mod store_lock;
 mod transport;
 mod util;

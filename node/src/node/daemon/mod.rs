@@ -451,7 +451,12 @@ impl Daemon {
         );
         // Shared-storage mode reads straight from the parallel file system.
         let shared = match &start.shared_store {
-            Some(path) => match seeder::DirStore::open(std::path::Path::new(path)) {
+            // Held shared for the job's life (the job's store is a clone of it), so gc does
+            // not remove what the job reads; a gc running now refuses the job at once.
+            Some(path) => match seeder::DirStore::open(std::path::Path::new(path)).and_then(|s| {
+                s.with_lock_wait(std::time::Duration::ZERO)
+                    .locked_for_reading()
+            }) {
                 Ok(s) => Some(s),
                 Err(e) => return refuse(format!("shared store unusable: {e}")),
             },
