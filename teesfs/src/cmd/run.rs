@@ -68,6 +68,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         (None, None, Some(_)) => None,
         (None, job, _) => Some(find_job(&args.mount_root, *job, args.wait)?),
     };
+    if let Some(l) = &layer {
+        readable(l, args.layer.is_none())?;
+    }
     if let Some(u) = &args.upper {
         std::fs::create_dir_all(u)
             .with_context(|| format!("creating the upper directory {}", u.display()))?;
@@ -95,6 +98,37 @@ pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
             Ok(std::process::ExitCode::from((128 + s).clamp(0, 255) as u8))
         }
     }
+}
+
+/// Refuses a layer the caller cannot read, naming it (the job, for a job's mount) and its
+/// owner: the environment would leave out what it cannot read, and the command ran on the
+/// bare host with exit 0 (issue 29).
+fn readable(layer: &Path, is_job: bool) -> anyhow::Result<()> {
+    use nix::unistd::{AccessFlags, Uid, User, access};
+    let Err(e) = access(layer, AccessFlags::R_OK | AccessFlags::X_OK) else {
+        return Ok(());
+    };
+    let owner = match std::fs::metadata(layer).map(|m| m.uid()) {
+        Ok(uid) => match User::from_uid(Uid::from_raw(uid)) {
+            Ok(Some(u)) => format!("uid {uid} ({})", u.name),
+            _ => format!("uid {uid}"),
+        },
+        Err(_) => "an unknown owner".into(),
+    };
+    let me = Uid::current();
+    let what = match layer.file_name().filter(|_| is_job) {
+        Some(job) => format!(
+            "job {}'s layer ({})",
+            job.to_string_lossy(),
+            layer.display()
+        ),
+        None => format!("layer {}", layer.display()),
+    };
+    bail!(
+        "{what} belongs to {owner} and you (uid {me}) cannot read it ({e}): nothing was run; \
+         run it as its owner, or name your own job with --job (a job is its owner's: `push \
+         --owner UID`)"
+    )
 }
 
 /// Finds the mount of `job` (or the default job) under `root`, waiting up to `wait` for it.

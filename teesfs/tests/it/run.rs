@@ -580,3 +580,61 @@ fn run_names_what_is_wrong_with_its_arguments() {
         "/nonexistent/teesfs-layer is not a directory",
     );
 }
+
+/// A tmpfs standing in for a job's mount, detached on drop.
+struct JobMount(PathBuf);
+
+impl Drop for JobMount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// Issue 29 item 7: `teesfs run` by a user who cannot read the job's layer (another user's
+/// job, mode 0700) ran the command on the bare host with exit 0. It refuses, naming the
+/// job and its owner, and runs nothing; the owner still runs in it.
+#[test]
+fn run_on_a_job_the_caller_cannot_read_refuses_naming_the_job_and_its_owner() {
+    if !can_mount() {
+        return;
+    }
+    let ws = Workspace::new();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let tmp = private_tmp(&ws);
+    let jobs = ws.path().join("jobs");
+    let job = jobs.join("00000000000004d2");
+    std::fs::create_dir_all(&job).expect("mkdir");
+    nix::mount::mount(
+        Some("teesfs-it"),
+        &job,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some(format!("mode=0700,uid={USER},gid={USER}").as_str()),
+    )
+    .expect("mount tmpfs");
+    let _mounted = JobMount(job.clone());
+    let jobs = jobs.to_str().expect("utf8");
+    let layer = job.to_str().expect("utf8");
+    for args in [
+        &["--mount-root", jobs, "--job", "1234", "--wait", "1s"][..],
+        &["--mount-root", jobs, "--wait", "1s"][..],
+        &["--layer", layer][..],
+    ] {
+        let out = run_sh(args, "echo ran", &tmp, Some(65534));
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: refused: {err}");
+        assert!(!text(&out.stdout).contains("ran"), "{args:?}: nothing ran");
+        assert!(
+            err.contains("00000000000004d2") && err.contains(&format!("uid {USER}")),
+            "{args:?}: names the job and its owner: {err}"
+        );
+    }
+    let out = run_sh(
+        &["--mount-root", jobs, "--job", "1234"],
+        "echo ran",
+        &tmp,
+        Some(USER),
+    );
+    assert_eq!(text(&out.stdout), "ran\n", "{}", text(&out.stderr));
+    assert_empty(&tmp);
+}
