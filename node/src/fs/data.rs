@@ -9,7 +9,9 @@
 //! Every fetch is bounded in time ([`Data::with_read_timeout`]): a chunk that cannot be
 //! had within the bound fails the read with EIO and an error line, so no reader waits for
 //! ever inside FUSE (fuser answers the kernel's interrupts with ENOSYS, so a waiting read
-//! ends only when the daemon answers it).
+//! ends only when the daemon answers it). A chunk that could not be had is remembered for
+//! a while ([`FAILURE_MEMORY`]): further reads of it fail at once instead of each waiting
+//! the bound again (a whole-file `cat` took twice the bound, and every retry as long).
 //!
 //! Also materialises whole files into the [`Copies`] directory so the FUSE layer can hand
 //! them to the kernel for passthrough reads, and checks a copy against the index before a
@@ -21,7 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use manifest::{EntryIdx, EntryKind, FileData, verify_chunk};
@@ -66,7 +68,17 @@ pub struct Data {
     copy_user: CopyUser,
     /// Copies this mount has checked against its index (or made itself).
     verified: Mutex<HashSet<String>>,
+    /// Chunks whose fetch timed out lately: the error, and until when it stands.
+    failed: Mutex<HashMap<u32, (Instant, FsError)>>,
+    /// How long such a chunk is remembered ([`FAILURE_MEMORY`]).
+    failure_memory: Duration,
 }
+
+/// How long a chunk whose fetch timed out is remembered as not to be had: long enough that
+/// the kernel's retries and a reader going on through the file do not wait again, short
+/// enough that a re-attached tree is used soon (a chunk that arrives meanwhile is read at
+/// once: only chunks still not here are refused).
+pub const FAILURE_MEMORY: Duration = Duration::from_secs(10);
 
 /// How long a read waits for a chunk by default before failing with EIO: long enough for
 /// the tree to notice a dead parent (seconds) and re-attach, short enough that a reader is
@@ -136,7 +148,15 @@ impl Data {
             read_timeout: DEFAULT_READ_TIMEOUT,
             copy_user: CopyUser(NEXT_COPY_USER.fetch_add(1, Ordering::Relaxed)),
             verified: Mutex::new(HashSet::new()),
+            failed: Mutex::new(HashMap::new()),
+            failure_memory: FAILURE_MEMORY,
         }
+    }
+
+    /// Remembers a chunk whose fetch timed out for `t` instead of [`FAILURE_MEMORY`].
+    pub fn with_failure_memory(mut self, t: Duration) -> Self {
+        self.failure_memory = t;
+        self
     }
 
     /// Bounds every chunk fetch to `t`; a fetch that takes longer fails with
@@ -306,20 +326,18 @@ impl Data {
             .filter_map(|s| slots.get(s as usize).and_then(|x| x.chunk_index()))
             .map(|c| c as u32)
             .collect();
-        // Concurrently; every fetch is awaited (none is aborted half-way: others may be
-        // waiting on the same single flight), then the first error is returned.
+        // Concurrently. The first error is the read's answer at once; the other fetches
+        // go on without it (none is aborted half-way: others may be waiting on the same
+        // single flight, and a fetch that times out is remembered).
         let mut fetches = tokio::task::JoinSet::new();
         for &ci in &wanted {
             fetches.spawn(self.clone().chunk(ci));
         }
-        let mut failed = None;
         while let Some(r) = fetches.join_next().await {
             if let Err(e) = r.expect("chunk fetch tasks do not panic") {
-                failed.get_or_insert(e);
+                fetches.detach_all();
+                return Err(e);
             }
-        }
-        if let Some(e) = failed {
-            return Err(e);
         }
         // Everything needed is now cached unless the budget is smaller than one read; fall
         // back to a fresh fetch per chunk in that case.
@@ -351,6 +369,29 @@ impl Data {
             .clone();
         self.land(ci, &cell, &result);
         result
+    }
+
+    /// The error of a fetch of `ci` that timed out less than the failure memory ago, if
+    /// the chunk is still not here.
+    fn recently_failed(&self, ci: u32) -> Option<FsError> {
+        let mut failed = lock(&self.failed);
+        let (until, e) = failed.get(&ci)?;
+        let here = || {
+            self.tree
+                .index()
+                .chunks
+                .get(ci as usize)
+                .is_some_and(|c| self.source.is_local(&c.id))
+        };
+        if Instant::now() >= *until || here() {
+            failed.remove(&ci);
+            return None;
+        }
+        tracing::debug!(
+            chunk = ci,
+            "failing a read at once: its chunk could not be had lately"
+        );
+        Some(e.clone())
     }
 
     /// One verified chunk now, on this thread, if it is cached or local to the source;
@@ -435,7 +476,9 @@ impl Data {
     }
 
     /// Fetches and verifies a chunk without caching it (a source that verified it already
-    /// hands over plain bytes, which are not checked again).
+    /// hands over plain bytes, which are not checked again). Fails at once with the error
+    /// of a fetch of it that timed out lately, unless the chunk is here now: every reader
+    /// (a read, a passthrough copy) comes through here.
     async fn fetch_verified(&self, ci: u32) -> Result<Bytes, FsError> {
         let info = *self
             .tree
@@ -443,6 +486,9 @@ impl Data {
             .chunks
             .get(ci as usize)
             .ok_or(FsError::Invalid)?;
+        if let Some(e) = self.recently_failed(ci) {
+            return Err(e);
+        }
         lock(&self.stats).fetches += 1;
         let fetch = self.source.fetch(ci, info);
         let stored = match tokio::time::timeout(self.read_timeout, fetch).await {
@@ -456,10 +502,13 @@ impl Data {
                     waited_s = self.read_timeout.as_secs_f64(),
                     "a read waited too long for a chunk and fails with EIO; check the node's parent with `teesfs status` and the tree with `teesfs health`"
                 );
-                return Err(FsError::TimedOut {
+                let e = FsError::TimedOut {
                     chunk: info.id.short(),
                     waited: self.read_timeout,
-                });
+                };
+                let until = Instant::now() + self.failure_memory;
+                lock(&self.failed).insert(ci, (until, e.clone()));
+                return Err(e);
             }
         };
         self.check(info, stored)
@@ -574,7 +623,15 @@ impl Data {
                 break;
             };
             let (at, plain) =
-                done.map_err(|e| FsError::Unavailable(format!("chunk fetch task: {e}")))??;
+                match done.map_err(|e| FsError::Unavailable(format!("chunk fetch task: {e}")))? {
+                    Ok(piece) => piece,
+                    Err(e) => {
+                        // The fetches left run to their end (a timeout is remembered, so
+                        // reads of those chunks do not wait for it again).
+                        running.detach_all();
+                        return Err(e);
+                    }
+                };
             tmp.as_file()
                 .write_all_at(&plain, at)
                 .map_err(unavailable)?;

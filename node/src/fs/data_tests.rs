@@ -106,7 +106,8 @@ fn setup(mode: Mode) -> (Arc<Data>, Arc<Source>, tokio::sync::watch::Sender<bool
         mode: Mutex::new(mode),
     });
     let data = Data::new(Arc::new(Tree::new(index)), source.clone(), 1 << 20)
-        .with_read_timeout(Duration::from_millis(300));
+        .with_read_timeout(Duration::from_millis(300))
+        .with_failure_memory(Duration::from_millis(300));
     (Arc::new(data), source, open)
 }
 
@@ -205,6 +206,35 @@ async fn a_chunk_that_never_comes_fails_within_the_read_bound() {
         lock(&data.inflight).is_empty(),
         "a failed flight is not left behind"
     );
+}
+
+/// Issue 29 item 9: after a fetch timed out, reads of that chunk fail at once for a while
+/// (the kernel's retry of a failed read, a reader going on through the file) instead of
+/// each waiting the bound again; then the chunk is fetched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_that_could_not_be_had_fails_again_at_once_for_a_while() {
+    let (data, source, _open) = setup(Mode::Silent);
+    data.clone().chunk(2).await.expect_err("never answered");
+    assert_eq!(source.fetches.load(Ordering::SeqCst), 1);
+    let t0 = std::time::Instant::now();
+    for _ in 0..3 {
+        let err = data
+            .clone()
+            .chunk(2)
+            .await
+            .expect_err("still not to be had");
+        assert!(matches!(err, FsError::TimedOut { .. }), "{err}");
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(source.fetches.load(Ordering::SeqCst), 1, "no new fetch");
+    // Remembered for the failure memory (300 ms here): then fetched again.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    data.clone().chunk(2).await.expect_err("never answered");
+    assert_eq!(source.fetches.load(Ordering::SeqCst), 2, "fetched again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
