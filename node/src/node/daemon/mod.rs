@@ -449,10 +449,9 @@ impl Daemon {
                 .map(|n| n.host.as_str())
                 .filter(|h| *h != self.cfg.host && *h != from_host),
         );
-        // Shared-storage mode reads straight from the parallel file system.
+        // Shared-storage mode reads straight from the parallel file system, the store's lock
+        // held against gc for the job's life (a gc running now refuses the job at once).
         let shared = match &start.shared_store {
-            // Held shared for the job's life (the job's store is a clone of it), so gc does
-            // not remove what the job reads; a gc running now refuses the job at once.
             Some(path) => match seeder::DirStore::open(std::path::Path::new(path)).and_then(|s| {
                 s.with_lock_wait(std::time::Duration::ZERO)
                     .locked_for_reading()
