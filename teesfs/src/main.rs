@@ -257,6 +257,9 @@ fn init_logging() {
             .with_env_filter(filter)
             .with_ansi(std::io::stderr().is_terminal())
             .with_writer(std::io::stderr)
+            // A log line that cannot be written is dropped: the default reports it with
+            // `eprintln!`, which panics on the same full stderr (issue 29).
+            .log_internal_errors(false)
             .init(),
     }
 }

@@ -26,6 +26,20 @@ fn closed_pipe() -> Stdio {
     Stdio::from(w)
 }
 
+/// Runs `cmd` and returns its exit code, failing the test if it runs longer than `secs`
+/// (a logger that panics on a worker thread used to leave a push hanging).
+fn code_within(cmd: &mut Command, secs: u64) -> Option<i32> {
+    let mut child = Stop(cmd.spawn().expect("spawn"));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(s) = child.0.try_wait().expect("wait") {
+            return s.code();
+        }
+        assert!(Instant::now() < deadline, "{cmd:?} hung for {secs} s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn text(out: &Output) -> String {
     format!(
         "status {:?}\n{}{}",
@@ -46,21 +60,18 @@ fn a_full_log_never_fails_a_delivered_push() {
     let id = c.ws.publish(&src);
     let nowhere = c.ws.path().join("no-such-dir");
     for (wait, job) in [("all", "7"), ("urgent", "9")] {
-        let status = c
-            .push_cmd(&id, 2, &["--wait", wait, "--job-id", job])
-            .arg("--report")
-            .arg(nowhere.join("push.json"))
-            .arg("--report-html")
-            .arg(nowhere.join("push.html"))
-            .stdout(dev_full())
-            .stderr(dev_full())
-            .status()
-            .expect("run push");
-        assert_eq!(
-            status.code(),
-            Some(0),
-            "--wait {wait}: delivered, so it succeeds"
+        let code = code_within(
+            c.push_cmd(&id, 2, &["--wait", wait, "--job-id", job])
+                .arg("--report")
+                .arg(nowhere.join("push.json"))
+                .arg("--report-html")
+                .arg(nowhere.join("push.html"))
+                .env("TEESFS_LOG", "teesfs=debug")
+                .stdout(dev_full())
+                .stderr(dev_full()),
+            60,
         );
+        assert_eq!(code, Some(0), "--wait {wait}: delivered, so it succeeds");
         for i in 0..2 {
             assert_same_tree(&src, &c.mount_of(i));
         }
@@ -102,21 +113,25 @@ fn a_closed_stdout_never_panics_push_status_or_report() {
     assert!(report.is_file(), "the report is still written");
 
     let run = |args: &[&str], stdout: Stdio, stderr: Stdio| -> Option<i32> {
-        Command::new(teesfs_bin())
-            .args(args)
-            .env("TEESFS_CONFIG", c.ws.path().join("config"))
-            .stdout(stdout)
-            .stderr(stderr)
-            .status()
-            .expect("run teesfs")
-            .code()
+        code_within(
+            Command::new(teesfs_bin())
+                .args(args)
+                .env("TEESFS_CONFIG", c.ws.path().join("config"))
+                .env("TEESFS_LOG", "trace")
+                .stdout(stdout)
+                .stderr(stderr),
+            60,
+        )
     };
     let sock = c.nodes[0].control();
     let sock = sock.to_str().expect("utf8");
     let rep = report.to_str().expect("utf8");
+    let store = c.ws.store();
+    let store = store.to_str().expect("utf8");
     for (what, args) in [
         ("status | head -1", vec!["status", "--control", sock]),
         ("report -o - | head", vec!["report", rep, "-o", "-"]),
+        ("inspect, logging", vec!["inspect", "--store", store]),
     ] {
         assert_eq!(
             run(&args, closed_pipe(), Stdio::inherit()),
@@ -151,6 +166,7 @@ fn a_daemon_whose_stdout_and_stderr_are_full_starts_and_answers() {
     std::fs::create_dir_all(&dir).expect("dir");
     let mut d = Stop(
         daemon_command(&c.ws, &c.creds, "n01", &dir)
+            .env("TEESFS_LOG", "teesfs=debug")
             .stdout(dev_full())
             .stderr(dev_full())
             .spawn()
