@@ -191,6 +191,15 @@ impl DirStore {
         Ok(self.holding(lock))
     }
 
+    /// Opens the existing store at `root` for a job that reads it (a storage-mode node),
+    /// holding its lock shared for as long as the job keeps it ([`Self::locked_for_reading`]);
+    /// fails at once, naming the gc, while a gc holds the lock.
+    pub fn open_for_a_job(root: &std::path::Path) -> Result<DirStore, Error> {
+        DirStore::open(root)?
+            .with_lock_wait(Duration::ZERO)
+            .locked_for_reading()
+    }
+
     /// Takes the lock exclusive, as gc does, failing at once, naming the holders, if anyone
     /// holds it.
     pub fn try_lock_exclusive(&self) -> Result<StoreLock, Error> {

@@ -449,13 +449,9 @@ impl Daemon {
                 .map(|n| n.host.as_str())
                 .filter(|h| *h != self.cfg.host && *h != from_host),
         );
-        // Shared-storage mode reads straight from the parallel file system, the store's lock
-        // held against gc for the job's life (a gc running now refuses the job at once).
+        // Shared-storage mode reads the parallel file system, the store locked against gc.
         let shared = match &start.shared_store {
-            Some(path) => match seeder::DirStore::open(std::path::Path::new(path)).and_then(|s| {
-                s.with_lock_wait(std::time::Duration::ZERO)
-                    .locked_for_reading()
-            }) {
+            Some(path) => match seeder::DirStore::open_for_a_job(std::path::Path::new(path)) {
                 Ok(s) => Some(s),
                 Err(e) => return refuse(format!("shared store unusable: {e}")),
             },
