@@ -108,6 +108,10 @@ fn readable(layer: &Path, is_job: bool) -> anyhow::Result<()> {
     let Err(e) = access(layer, AccessFlags::R_OK | AccessFlags::X_OK) else {
         return Ok(());
     };
+    if e == nix::errno::Errno::ENOENT || e == nix::errno::Errno::ENOTDIR {
+        // Not there at all: the environment says so, naming the path.
+        return Ok(());
+    }
     let owner = match std::fs::metadata(layer).map(|m| m.uid()) {
         Ok(uid) => match User::from_uid(Uid::from_raw(uid)) {
             Ok(Some(u)) => format!("uid {uid} ({})", u.name),
