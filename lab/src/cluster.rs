@@ -595,20 +595,27 @@ impl Lab {
         })
     }
 
+    /// Releases `job` on compute node `host` (`teesfs release` on its control socket), as
+    /// the Slurm epilog does.
+    pub fn release(&self, host: &str, job: &str) -> Result<()> {
+        let sock = self.work().join(host).join("sock");
+        self.run_teesfs(&[
+            "release",
+            "--job",
+            job,
+            "--control",
+            &sock.display().to_string(),
+        ])?;
+        Ok(())
+    }
+
     /// What a Slurm cluster does when job `job` ends: the Epilog releases it on every
     /// compute node (`teesfs release`), then the EpilogSlurmctld runs `teesfs learn` on the
     /// login node, which asks every node for its record of the job over the network and
     /// keeps the merged list beside `index` in the store. Returns what `learn` printed.
     pub fn learn(&self, job: &str, index: &str) -> Result<String> {
         for node in self.layout().compute() {
-            let sock = self.work().join(&node.host).join("sock");
-            self.run_teesfs(&[
-                "release",
-                "--job",
-                job,
-                "--control",
-                &sock.display().to_string(),
-            ])?;
+            self.release(&node.host, job)?;
         }
         let login = self
             .layout()

@@ -155,14 +155,7 @@ fn release_everywhere_but(lab: &Lab, job: &str, skip: Option<&str>) -> Result<()
         if Some(node.host.as_str()) == skip {
             continue;
         }
-        let sock = lab.work().join(&node.host).join("sock");
-        lab.run_teesfs(&[
-            "release",
-            "--job",
-            job,
-            "--control",
-            &sock.display().to_string(),
-        ])?;
+        lab.release(&node.host, job)?;
     }
     Ok(())
 }

@@ -300,11 +300,12 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
-    let site = match site_config(&argv) {
+    let command = Cli::command();
+    let site = match site_config(&command, &argv) {
         Ok(site) => site,
         Err(code) => return code,
     };
-    let matches = cmd::site::apply(Cli::command(), &site, &argv).get_matches_from(&argv);
+    let matches = cmd::site::apply(command, &site, &argv).get_matches_from(&argv);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Keygen(a) => cmd::keygen::run(a),
@@ -339,18 +340,18 @@ fn main() -> std::process::ExitCode {
 /// except a bad value of a key the command uses, which stops it (exit 2): a login-side
 /// mistake never stops `release`, `status`, `run` or a node's daemon.
 fn site_config(
+    command: &clap::Command,
     argv: &[std::ffi::OsString],
 ) -> Result<manifest::SiteConfig, std::process::ExitCode> {
     use std::io::Write;
-    let command = Cli::command();
     let mut err = std::io::stderr();
-    if cmd::site::subcommand_name(&command, argv) == Some("config") {
+    if cmd::site::subcommand_name(command, argv) == Some("config") {
         // `config check` reads and reports the files itself.
         return Ok(manifest::SiteConfig::default());
     }
     let loaded = match teesfs::site::load_lenient(&teesfs::site::main_path()) {
         Ok(l) => l,
-        Err(e) if !cmd::site::reads_site(&command, argv) => {
+        Err(e) if !cmd::site::reads_site(command, argv) => {
             let e = error_text(&e.into());
             let _ = writeln!(err, "teesfs: warning: {e} (not used by this command)");
             return Ok(manifest::SiteConfig::default());
@@ -360,7 +361,7 @@ fn site_config(
             return Err(std::process::ExitCode::from(2));
         }
     };
-    let fatal = cmd::site::fatal(&command, argv, &loaded.problems);
+    let fatal = cmd::site::fatal(command, argv, &loaded.problems);
     for p in loaded.problems.iter().filter(|p| !fatal.contains(p)) {
         let _ = writeln!(err, "teesfs: warning: {p}");
     }
