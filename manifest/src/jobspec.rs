@@ -6,7 +6,7 @@
 //! index = "3a6a3941"              # a tag, or 4+ hex characters of its id
 //!
 //! [launch]
-//! urgent = ["bin/*", "app/**"]    # extra urgent paths, globs over layer paths
+//! urgent = ["opt/app/bin/*"]     # extra urgent paths, globs over layer paths
 //!                                 # (the files the command needs to start are recorded in
 //!                                 # the signed index when publishing: `teesfs publish
 //!                                 # --urgent-exec CMD` or `teesfs record`)

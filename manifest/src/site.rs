@@ -3,7 +3,8 @@
 //!
 //! ```toml
 //! [store]
-//! path = "/shared/teesfs"          # the login node's store (publish, push, prefetch)
+//! path = "/shared/teesfs"          # the login node's store: the default --store of publish,
+//!                                  # push, prefetch, verify, inspect, gc, mount and record
 //! shared = "/shared/teesfs"        # the store as nodes see it, if they can read it:
 //!                                  # enables shared-storage mode (`auto` at or below
 //!                                  # `threshold` nodes). Without it `auto` plans the tree.

@@ -142,9 +142,9 @@ pub fn fatal<'a>(
 }
 
 /// Commands that read the site configuration.
-const COMMANDS: [&str; 12] = [
+const COMMANDS: [&str; 13] = [
     "plan", "push", "health", "prefetch", "daemon", "publish", "verify", "inspect", "mount",
-    "doctor", "gc", "learn",
+    "doctor", "gc", "learn", "record",
 ];
 
 /// `cmd` with the site configuration's values as the defaults of the flags they stand for.
@@ -161,6 +161,11 @@ pub fn apply(mut cmd: clap::Command, site: &SiteConfig, argv: &[OsString]) -> cl
             let values = values.clone();
             cmd = cmd.mut_subcommand(name, |sc| {
                 sc.mut_arg(*id, |a| {
+                    // A flag the site gives a value is no longer required: `--store` may
+                    // be left out wherever the site names its store.
+                    let a = a
+                        .required(false)
+                        .required_unless_present(clap::builder::Resettable::<clap::Id>::Reset);
                     if values.len() == 1 {
                         a.default_value(values[0])
                     } else {

@@ -161,3 +161,117 @@ fn a_site_configuration_mistake_stops_only_the_commands_that_use_the_key() {
     let out = teesfs_with_site(&site, &["config", "check"]);
     assert!(out.status.success(), "{out:?}");
 }
+
+/// Issue 30 item 5: with only the site file naming the store (and the keys and the network),
+/// every store command runs without `--store`: publish, inspect, verify, record, mount, a
+/// real push to a daemon, and gc. Before, clap still demanded `--store` although `--help`
+/// showed the site's path as its default.
+#[test]
+fn every_store_command_takes_the_site_store_without_store_flags() {
+    if !crate::util::can_mount() {
+        return;
+    }
+    let cluster = crate::cluster::Cluster::start(1, |_| Vec::new());
+    let ws = &cluster.ws;
+    let site = ws.path().join("site.toml");
+    let s = |p: &Path| p.to_str().expect("utf-8").to_string();
+    std::fs::write(
+        &site,
+        format!(
+            "[store]\npath = \"{}\"\n[network]\nidentity = \"{}\"\nhosts = \"{}\"\n\
+             trust = [\"{}\"]\n[topology]\ncluster = \"n01\"\ngroup_size = 1\n",
+            s(&ws.store()),
+            s(&cluster.creds),
+            s(&cluster.hosts_file()),
+            s(&ws.pubkey()),
+        ),
+    )
+    .expect("site");
+    let layer = ws.path().join("layer");
+    std::fs::create_dir_all(layer.join("opt/app")).expect("layer");
+    std::fs::write(layer.join("opt/app/data"), b"from the site store\n").expect("file");
+    let run = |args: &[&str]| {
+        let out = teesfs_with_site(&site, args);
+        assert!(
+            out.status.success(),
+            "teesfs {args:?} with only the site's store: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let key = s(&ws.key());
+    let out = run(&["publish", &s(&layer), "--key", &key, "--tag", "app"]);
+    assert!(out.starts_with("index "), "{out}");
+    assert!(run(&["inspect"]).contains("app"), "inspect lists the tag");
+    assert!(
+        run(&["verify"]).contains("OK"),
+        "verify checks the site store"
+    );
+    let list = ws.path().join("urgent.list");
+    run(&[
+        "record",
+        "--index",
+        "app",
+        "-o",
+        &s(&list),
+        "--",
+        "cat",
+        "/opt/app/data",
+    ]);
+    let listed = std::fs::read_to_string(&list).expect("list");
+    assert!(listed.contains("opt/app/data"), "{listed}");
+    let mp = ws.path().join("mnt");
+    std::fs::create_dir_all(&mp).expect("mountpoint");
+    let files = ws.path().join("mnt-files");
+    let args: Vec<String> = [
+        "mount",
+        &s(&mp),
+        "--index",
+        "app",
+        "--materialize-dir",
+        &s(&files),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let guard = crate::util::MountGuard::spawn_env(
+        &args,
+        mp.clone(),
+        &[("TEESFS_SITE_CONFIG", site.as_path())],
+    );
+    assert_eq!(
+        std::fs::read(mp.join("opt/app/data")).expect("read through the mount"),
+        b"from the site store\n"
+    );
+    drop(guard);
+    let out = teesfs_with_site(
+        &site,
+        &[
+            "push",
+            "--quiet",
+            "--index",
+            "app",
+            "--nodes",
+            "n01",
+            "--listen",
+            "127.0.0.1:0",
+            "--wait",
+            "all",
+            "--timeout",
+            "20s",
+        ],
+    );
+    assert!(out.status.success(), "push from the site store: {out:?}");
+    let job = &cluster.status(0)["jobs"][0];
+    assert_eq!(
+        job["have"], job["chunks"],
+        "the node holds the whole layer: {job}"
+    );
+    let mounted = cluster.mount_of(0);
+    assert_eq!(
+        std::fs::read(mounted.join("opt/app/data")).expect("read on the node"),
+        b"from the site store\n"
+    );
+    let out = run(&["gc", "--keep", "1"]);
+    assert!(out.contains("kept 1 index"), "{out}");
+}

@@ -178,8 +178,14 @@ pub struct MountGuard {
 
 impl MountGuard {
     fn spawn(args: &[String], mountpoint: PathBuf) -> Self {
+        Self::spawn_env(args, mountpoint, &[])
+    }
+
+    /// `teesfs mount` with `args` and the environment variables `env` set.
+    pub fn spawn_env(args: &[String], mountpoint: PathBuf, env: &[(&str, &Path)]) -> Self {
         let mut child = Command::new(teesfs_bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
