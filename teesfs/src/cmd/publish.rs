@@ -1,6 +1,6 @@
 //! `teesfs publish`: turn a layer directory into chunks and a signed index in a store.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -125,6 +125,53 @@ fn urgent_paths(args: &PublishArgs) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Top-level names that merged-/usr systems make links (`/bin -> usr/bin`).
+const SYSTEM_LINKS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// The top-level directories of `layer` that would hide a link of the same name in
+/// `host`'s root: on such a node the overlay shows the layer's directory alone, so
+/// `/bin/sh` or the C library is gone.
+fn hidden_system_links(layer: &Path, host: &Path) -> Vec<&'static str> {
+    let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink());
+    let is_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    SYSTEM_LINKS
+        .into_iter()
+        .filter(|n| is_dir(&layer.join(n)) && is_link(&host.join(n)))
+        .collect()
+}
+
+/// What to say of a layer whose top-level directories would hide this host's merged-/usr
+/// links when a job runs in it over "/" (the Slurm plugin, `teesfs run`); a layer only
+/// mounted at a path of its own is fine. `None` when it hides nothing.
+fn system_dirs_warning(layer: &Path, host: &Path) -> Option<String> {
+    let hidden = hidden_system_links(layer, host);
+    if hidden.is_empty() {
+        return None;
+    }
+    let list = |f: fn(&str) -> String| hidden.iter().map(|n| f(n)).collect::<Vec<_>>().join(", ");
+    Some(format!(
+        "warning: {} has a top-level {}, while {} on this host {} into /usr: a job run in \
+         this layer over / (the Slurm plugin, teesfs run) sees the layer's directory instead, \
+         without /bin/sh or the system's libraries. Move the layer's files under a prefix such \
+         as opt/APP (pip install --prefix /opt/APP instead of --target) and publish again",
+        layer.display(),
+        list(|n| format!("{n}/")),
+        list(|n| format!("/{n}")),
+        if hidden.len() == 1 {
+            "is a link"
+        } else {
+            "are links"
+        }
+    ))
+}
+
+/// Warns, on stderr, about a layer that would hide this host's merged-/usr links.
+fn warn_system_dirs(layer: &Path, host: &Path) {
+    if let Some(w) = system_dirs_warning(layer, host) {
+        errln!("{w}");
+    }
+}
+
 struct Bar(ProgressBar);
 
 impl BuildProgress for Bar {
@@ -142,6 +189,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         None => (manifest::MAX_AUTO_CHUNK, true),
         Some(cs) => (cs, false),
     };
+    warn_system_dirs(&args.layer, Path::new("/"));
     let urgent = urgent_paths(&args)?;
     let key_path = args.key.clone().unwrap_or_else(util::default_key_path);
     let key = util::load_secret(&key_path)?;
@@ -308,4 +356,44 @@ fn print_summary(p: &seeder::Published, expires: Option<u64>, tag: Option<&seede
         util::duration(p.elapsed),
         util::bytes((r.file_bytes as f64 / secs) as u64)
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_top_level_bin_directory_is_named_only_where_the_host_has_a_bin_link() {
+        let t = tempfile::tempdir().expect("tmp");
+        let (layer, merged, split) = (t.path().join("l"), t.path().join("m"), t.path().join("s"));
+        for d in [
+            "l/bin",
+            "l/lib64",
+            "l/opt/app/bin",
+            "m/usr/bin",
+            "s/bin",
+            "s/lib64",
+        ] {
+            std::fs::create_dir_all(t.path().join(d)).expect("mkdir");
+        }
+        std::os::unix::fs::symlink("usr/bin", merged.join("bin")).expect("link");
+        std::os::unix::fs::symlink("usr/lib64", merged.join("lib64")).expect("link");
+        std::os::unix::fs::symlink("usr/lib", merged.join("lib")).expect("link");
+        assert_eq!(hidden_system_links(&layer, &merged), ["bin", "lib64"]);
+        assert!(
+            hidden_system_links(&layer, &split).is_empty(),
+            "real dirs merge"
+        );
+        let w = system_dirs_warning(&layer, &merged).expect("warned");
+        assert!(
+            w.contains("bin/, lib64/") && w.contains("/bin, /lib64"),
+            "{w}"
+        );
+        assert!(system_dirs_warning(&layer, &split).is_none());
+        // A layer whose bin is itself a link (a whole image's root) hides nothing.
+        let image = t.path().join("image");
+        std::fs::create_dir_all(image.join("usr/bin")).expect("mkdir");
+        std::os::unix::fs::symlink("usr/bin", image.join("bin")).expect("link");
+        assert!(hidden_system_links(&image, &merged).is_empty());
+    }
 }

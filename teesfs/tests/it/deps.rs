@@ -39,6 +39,15 @@ fn publish_records_the_ordered_list_and_push_order_follows_it() {
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
+    // Issue 30 item 8: the layer's top-level bin/ would hide a merged-/usr host's /bin
+    // link for a job run in it over /; publish says so (and still publishes).
+    if std::fs::symlink_metadata("/bin").is_ok_and(|m| m.is_symlink()) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("has a top-level bin/") && err.contains("opt/APP"),
+            "{err}"
+        );
+    }
     let id = stdout
         .lines()
         .find_map(|l| l.strip_prefix("index "))
