@@ -108,7 +108,7 @@ up() {
             { cat "$work/push.log"; exit 1; }
         for i in $(seq "$nodes"); do
             dir="$work/nodes/n$(printf %02d "$i")"
-            mp="$dir/jobs/$(printf %016x "$job")"
+            mp="$dir/jobs/$job"
             until mountpoint -q "$mp"; do sleep 0.05; done
             roots+=("$mp")
         done

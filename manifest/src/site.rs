@@ -31,6 +31,10 @@
 //! hosts = "/etc/teesfs/hosts"      # optional `host address[:port]` map
 //! port = 7411
 //! trust = ["/etc/teesfs/trusted/site.pub"]
+//!
+//! [reports]                        # the Slurm prolog's job-<id>.log/.json/.html files
+//! keep = 1000                      # of the newest 1000 jobs at most
+//! max_age = "30d"                  # and none older than 30 days
 //! ```
 //!
 //! The configuration is `/etc/teesfs/teesfs.toml`, then every `teesfs.d/*.toml` beside it
@@ -68,6 +72,9 @@ pub struct SiteConfig {
     /// `[network]`.
     #[serde(default)]
     pub network: NetworkSection,
+    /// `[reports]`.
+    #[serde(default)]
+    pub reports: ReportsSection,
 }
 
 /// `[store]`.
@@ -128,13 +135,40 @@ pub struct NetworkSection {
     pub trust: Option<Vec<PathBuf>>,
 }
 
+/// `[reports]`: how long the Slurm prolog's per-job files (`job-<id>.log`, `.json`, `.html`
+/// beside `prefetch --report`) are kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportsSection {
+    /// Keep the files of at most this many jobs, the newest (default 1000).
+    pub keep: Option<usize>,
+    /// Remove the files of jobs older than this (`30d`, `12h`; default 30 days).
+    pub max_age: Option<String>,
+}
+
+impl ReportsSection {
+    /// The number of jobs whose files are kept.
+    pub fn keep(&self) -> usize {
+        self.keep.unwrap_or(1000)
+    }
+
+    /// The age after which a job's files go (the value was checked when read).
+    pub fn max_age(&self) -> std::time::Duration {
+        self.max_age
+            .as_deref()
+            .and_then(|t| humantime::parse_duration(t).ok())
+            .unwrap_or(std::time::Duration::from_secs(30 * 24 * 3600))
+    }
+}
+
 /// Every section and its keys.
-const SECTIONS: [(&str, &[&str]); 5] = [
+const SECTIONS: [(&str, &[&str]); 6] = [
     ("store", &["path", "shared"]),
     ("root", &["host"]),
     ("topology", &["file", "cluster", "group_size", "links"]),
     ("tree", &["strategy", "width", "threshold"]),
     ("network", &["identity", "hosts", "port", "trust"]),
+    ("reports", &["keep", "max_age"]),
 ];
 
 /// Whether `key = value` alone parses as its section; the parser's message if not.
@@ -334,6 +368,27 @@ impl SiteConfig {
             self.topology.file = None;
             self.topology.cluster = None;
         }
+        if self.reports.keep == Some(0) {
+            bad(
+                "reports",
+                "keep",
+                "must be at least 1 (the job being pushed is always kept)",
+            );
+            self.reports.keep = None;
+        }
+        if let Some(age) = &self.reports.max_age {
+            match humantime::parse_duration(age) {
+                Ok(d) if !d.is_zero() => {}
+                _ => {
+                    bad(
+                        "reports",
+                        "max_age",
+                        "must be a duration such as \"30d\" or \"12h\"",
+                    );
+                    self.reports.max_age = None;
+                }
+            }
+        }
         if self.topology.cluster.is_some() && self.topology.group_size.is_none() {
             bad("topology", "cluster", "needs [topology] group_size");
             self.topology.cluster = None;
@@ -348,6 +403,7 @@ impl SiteConfig {
             topology,
             tree,
             network,
+            reports,
         } = later;
         overlay_fields!(self.store, store, path, shared);
         overlay_fields!(self.root, root, host);
@@ -361,6 +417,7 @@ impl SiteConfig {
         overlay_fields!(self.topology, topology, file, cluster, group_size, links);
         overlay_fields!(self.tree, tree, strategy, width, threshold);
         overlay_fields!(self.network, network, identity, hosts, port, trust);
+        overlay_fields!(self.reports, reports, keep, max_age);
         self
     }
 }

@@ -11,7 +11,7 @@
 # Jobs that ask for neither are left alone. The spec must be readable by SlurmUser, name a
 # layer signed by a publisher key in /etc/teesfs/trusted, and the login node's credentials
 # must be readable by SlurmUser (see docs/slurm.md).
-# Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID as 16 hex digits>, owned by the
+# Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID>, owned by the
 # job's user ($SLURM_JOB_UID): with the plugin every task starts inside it; without, tasks
 # run `srun teesfs run -- CMD`. A failed push fails the prolog, so Slurm requeues or cancels
 # the job rather than start it on nodes without its software. Beside the log the push writes

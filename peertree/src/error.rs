@@ -11,8 +11,8 @@ pub enum Error {
     /// A job id given on the command line is none of the forms [`crate::relay::JobId`]
     /// reads.
     #[error(
-        "{0:?} is not a job id: give the Slurm job id in decimal (e.g. $SLURM_JOB_ID), its 16 \
-         hex digits as `teesfs status` shows them, or hex with 0x"
+        "{0:?} is not a job id: give the Slurm job id in decimal (e.g. $SLURM_JOB_ID), 16 hex \
+         digits as `teesfs status` shows a push outside Slurm, or hex with 0x"
     )]
     JobId(String),
     /// A Slurm hostlist expression is malformed; `pos` is the byte offset of the problem.

@@ -9,7 +9,7 @@
 //!   (`prolog-slurmctld.sh`) reads it and pushes the layer to the job's nodes before the job
 //!   starts; jobs without it are left alone.
 //! - **slurmstepd (remote context), each task, before it drops privileges**: if the node's
-//!   daemon has the job mounted (`<mount_root>/<job id as 16 hex digits>`), the task enters
+//!   daemon has the job mounted (`<mount_root>/<Slurm job id>`), the task enters
 //!   the execution environment: the layer over "/", writes to a private tmpfs, the user's
 //!   own "/home", "/tmp", "/run", "/dev", "/sys" and "/proc". The mount namespace is built by
 //!   `teesfs __task-env` (a separate, single-threaded process) and joined here with
@@ -129,13 +129,23 @@ impl Conf {
         Ok(c)
     }
 
-    /// The directory where the daemon of host `host` mounts Slurm job `job`.
+    /// The directory where the daemon of host `host` mounts Slurm job `job`: named by the
+    /// job's number.
     pub fn job_dir(&self, host: &str, job: u32) -> PathBuf {
-        PathBuf::from(self.mount_root.replace("%h", host)).join(job_hex(job))
+        PathBuf::from(self.mount_root.replace("%h", host)).join(job.to_string())
+    }
+
+    /// Where the job's layer is mounted on host `host`, if it is: [`Self::job_dir`], or
+    /// during a rolling upgrade the 16 hex digits a daemon of an earlier release names it by.
+    pub fn mounted_dir(&self, host: &str, job: u32) -> Option<PathBuf> {
+        let root = PathBuf::from(self.mount_root.replace("%h", host));
+        [root.join(job.to_string()), root.join(job_hex(job))]
+            .into_iter()
+            .find(|d| is_mount(d))
     }
 }
 
-/// A Slurm job id as teesfs names the job (`teesfs push --job-id`): 16 hex digits.
+/// A Slurm job id as earlier releases named the job's directory: 16 hex digits.
 pub fn job_hex(job: u32) -> String {
     format!("{:016x}", u64::from(job))
 }
@@ -226,13 +236,13 @@ unsafe impl Plugin for Teesfs {
             .and_then(|h| h.into_string().ok())
             .unwrap_or_default();
         let short = host.split('.').next().unwrap_or_default();
-        let dir = self.conf.job_dir(short, job);
-        if !is_mount(&dir) {
+        let Some(dir) = self.conf.mounted_dir(short, job) else {
             if spank.is_option_set(OPTION) {
+                let dir = self.conf.job_dir(short, job);
                 return Err(PluginError::NotMounted { job, dir }.into());
             }
             return Ok(());
-        }
+        };
         let cwd = std::env::current_dir().ok();
         enter(&self.conf.teesfs, &dir, uid)?;
         // The same working directory, now resolved in the environment (home and scratch
@@ -241,7 +251,7 @@ unsafe impl Plugin for Teesfs {
             let _ = nix::unistd::chdir("/");
         }
         spank
-            .setenv("TEESFS_JOB", job_hex(job), true)
+            .setenv("TEESFS_JOB", job.to_string(), true)
             .map_err(call("setting TEESFS_JOB"))?;
         slurm_spank::spank_log(
             LogLevel::Debug,
@@ -327,13 +337,10 @@ mod tests {
         assert_eq!(Conf::parse([]).expect("empty"), Conf::default());
         let c = Conf::parse(["teesfs=/opt/t/bin/teesfs", "mount_root=/lab/%h/jobs"]).expect("args");
         assert_eq!(c.teesfs, Path::new("/opt/t/bin/teesfs"));
-        assert_eq!(
-            c.job_dir("n07", 42),
-            Path::new("/lab/n07/jobs/000000000000002a")
-        );
+        assert_eq!(c.job_dir("n07", 42), Path::new("/lab/n07/jobs/42"));
         assert_eq!(
             Conf::default().job_dir("x", 7),
-            Path::new("/run/teesfs/jobs/0000000000000007")
+            Path::new("/run/teesfs/jobs/7")
         );
     }
 
@@ -349,6 +356,16 @@ mod tests {
     fn job_ids_match_the_prologs_push() {
         assert_eq!(job_hex(1), "0000000000000001");
         assert_eq!(job_hex(u32::MAX), "00000000ffffffff");
+        // The daemon names a Slurm job's directory as peertree's JobId shows it.
+        for j in [1, 4242, u32::MAX] {
+            let shown = peertree::relay::JobId(u64::from(j)).to_string();
+            assert_eq!(
+                Conf::default().job_dir("x", j).file_name(),
+                Some(shown.as_ref())
+            );
+        }
+        // Not mounted anywhere: neither form is taken.
+        assert_eq!(Conf::default().mounted_dir("x", 4242), None);
     }
 
     #[test]

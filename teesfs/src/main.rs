@@ -105,8 +105,8 @@ Examples:
   teesfs daemon --identity /etc/teesfs/tls --store-budget 8GiB
   teesfs daemon --no-mount --listen 0.0.0.0:7878   # a relay-only node (a borrowed proxy)
 
-The daemon listens for peers on --listen, mounts each job at /run/teesfs/jobs/<job id as 16
-hex digits> and answers `teesfs status` and `teesfs release` on its control socket
+The daemon listens for peers on --listen, mounts each job at /run/teesfs/jobs/<job id> (a Slurm
+job's number, else 16 hex digits) and answers `teesfs status` and `teesfs release` on its control socket
 (/run/teesfs/daemon.sock). SIGHUP reloads the trusted keys and the revocation list.";
 
 /// The FILES section of every man page (roff).
@@ -128,7 +128,7 @@ Trusted publisher keys (*.pub).
 The node daemon's control socket (\fBteesfs status\fR, \fBteesfs release\fR).
 .TP
 \fB/run/teesfs/jobs/\fR\fIJOB\fR
-Where the daemon mounts a job's layer (\fIJOB\fR: its id as 16 hex digits).
+Where the daemon mounts a job's layer (\fIJOB\fR: the Slurm job id, or 16 hex digits for a push outside Slurm).
 "#;
 
 /// The ENVIRONMENT section of every man page (roff).

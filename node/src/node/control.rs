@@ -5,7 +5,7 @@
 //! or `release <job id>` (leave the job on this node: unmount it and stop relaying it),
 //! `record <job id>` (the files the job used while it started, as a [`JobRecord`]; also of
 //! a job released lately). Job ids
-//! on the wire are 16 hex digits (`JobId`'s display form). The socket is open to every local
+//! on the wire are 16 hex digits (`JobId::hex`, whatever the release). The socket is open to every local
 //! user; the daemon learns the caller's uid from the kernel (`SO_PEERCRED`) and [`authorize`]
 //! decides: root may do anything, another user only per-job requests about jobs it owns,
 //! and its `status` lists only those jobs ([`sees`]). A job's owner is the uid the push named
@@ -122,9 +122,9 @@ impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Request::Status => write!(f, "status"),
-            Request::Job(j) => write!(f, "status {j}"),
-            Request::Stop(j) => write!(f, "stop {j}"),
-            Request::Record(j) => write!(f, "record {j}"),
+            Request::Job(j) => write!(f, "status {}", j.hex()),
+            Request::Stop(j) => write!(f, "stop {}", j.hex()),
+            Request::Record(j) => write!(f, "record {}", j.hex()),
         }
     }
 }
@@ -137,7 +137,7 @@ impl std::fmt::Display for Request {
 /// [`crate::fs::record`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobRecord {
-    /// The job (16 hex digits).
+    /// The job as `JobId` shows it (a Slurm job's number in decimal).
     pub job: String,
     /// This node.
     pub host: String,
@@ -249,7 +249,7 @@ pub struct Status {
 pub struct JobStatus {
     /// [`STATUS_VERSION`].
     pub version: u32,
-    /// Job id (16 hex digits; a Slurm job's id is its number).
+    /// Job id as `JobId` shows it: a Slurm job's number in decimal, else 16 hex digits.
     pub job: String,
     /// Index id.
     pub index: String,

@@ -645,6 +645,13 @@ impl JobCore {
         data
     }
 
+    /// The host name of the job's node `id`, for logs (`node N` if the tree has none).
+    pub fn host_of(&self, id: NodeId) -> String {
+        self.addrs
+            .get(&id)
+            .map_or_else(|| format!("node {}", id.0), |(host, _)| host.clone())
+    }
+
     /// The job's node id of the peer named `from_host`, if it is in the job's tree.
     fn sender(&self, from_host: &str) -> Option<NodeId> {
         let from = self.hosts.get(from_host).copied();

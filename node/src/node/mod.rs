@@ -51,7 +51,8 @@ pub fn fresh_job_id(what: &[u8]) -> peertree::relay::JobId {
     h.update(&nanos.to_be_bytes());
     let mut id = [0u8; 8];
     id.copy_from_slice(&h.finalize().as_bytes()[..8]);
-    peertree::relay::JobId(u64::from_be_bytes(id))
+    // The top bit set: never a Slurm job's (32-bit) number, so it shows as 16 hex digits.
+    peertree::relay::JobId(u64::from_be_bytes(id) | 1 << 63)
 }
 
 /// The address a root gives its nodes: `advertise` (port 0 there means the port the root

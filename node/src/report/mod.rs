@@ -64,11 +64,12 @@ pub fn title(rep: &PushReport) -> String {
     )
 }
 
-/// A job as people name it: the Slurm job id (decimal), with the 16 hex digits of its mount
-/// directory and of `status` beside it. A report whose job is not 16 hex digits keeps it.
+/// A job as people name it: as `JobId` shows it (a Slurm job's number in decimal). A report
+/// of an earlier release names a Slurm job by 16 hex digits: its number comes first, the
+/// digits beside it. Anything else is kept.
 pub fn job_label(job: &str) -> String {
     match job.parse::<peertree::relay::JobId>() {
-        Ok(peertree::relay::JobId(id)) if job.len() == 16 => format!("{id} ({job})"),
+        Ok(id) if job.len() == 16 && id.is_slurm() => format!("{id} ({job})"),
         _ => job.to_string(),
     }
 }
@@ -113,6 +114,8 @@ mod tests {
     #[test]
     fn a_job_reads_as_its_slurm_id_with_its_directory_name() {
         assert_eq!(job_label("00000000000004d2"), "1234 (00000000000004d2)");
+        assert_eq!(job_label("1234"), "1234");
+        assert_eq!(job_label("8000000000000005"), "8000000000000005");
         assert_eq!(job_label("lab-demo"), "lab-demo");
         assert_eq!(job_label("4d2"), "4d2");
     }

@@ -9,19 +9,39 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::plan::NodeId;
 
-/// Identity of a distribution job (chosen by the root; unique per push).
+/// Identity of a distribution job (chosen by the root; unique per push): a Slurm job's
+/// own number, or a fresh id above `u32::MAX` for a push outside Slurm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct JobId(pub u64);
 
-impl std::fmt::Display for JobId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:016x}", self.0)
+impl JobId {
+    /// Whether this is a Slurm job's number (Slurm's ids are 32-bit; fresh ids are not).
+    pub fn is_slurm(self) -> bool {
+        self.0 <= u64::from(u32::MAX)
+    }
+
+    /// The 16 hex digits of the control socket's wire form (and of the mount directories
+    /// of earlier releases).
+    pub fn hex(self) -> String {
+        format!("{:016x}", self.0)
     }
 }
 
-/// A job id as people type it: the Slurm job id in decimal (`1234`, `$SLURM_JOB_ID`), the
-/// 16 hex digits of its display form (`00000000000004d2`, the name of its directory under
-/// the mount root), or hex with `0x` (`0x4d2`). Sixteen characters are always the display
+/// As people see it: a Slurm job's number in decimal (`1234`), else the 16 hex digits.
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_slurm() {
+            write!(f, "{}", self.0)
+        } else {
+            write!(f, "{:016x}", self.0)
+        }
+    }
+}
+
+/// A job id as people type it: the Slurm job id in decimal (`1234`, `$SLURM_JOB_ID`, its
+/// display form and the name of its directory under the mount root), 16 hex digits (a
+/// push outside Slurm, or `00000000000004d2` as earlier releases showed job 1234), or hex
+/// with `0x` (`0x4d2`). Sixteen characters are always the display
 /// form: a decimal Slurm job id never has more than ten digits.
 impl std::str::FromStr for JobId {
     type Err = Error;
@@ -35,6 +55,7 @@ impl std::str::FromStr for JobId {
             }
             return u64::from_str_radix(hex, 16).map(JobId).map_err(|_| bad());
         }
+        // Sixteen characters are hex: a Slurm id has at most ten digits.
         if t.len() == 16 && t.chars().all(|c| c.is_ascii_hexdigit()) {
             return u64::from_str_radix(t, 16).map(JobId).map_err(|_| bad());
         }
@@ -570,6 +591,23 @@ mod tests {
         assert_eq!(read("0x4d2"), Ok(JobId(1234)));
         assert_eq!(read("0X4D2"), Ok(JobId(1234)));
         assert_eq!(read(&JobId(u64::MAX).to_string()), Ok(JobId(u64::MAX)));
+        // Issue 30 item 9: a Slurm job shows as its number, in paths and output alike.
+        assert_eq!(JobId(4242).to_string(), "4242");
+        assert_eq!(JobId(u64::from(u32::MAX)).to_string(), "4294967295");
+        assert_eq!(JobId(1 << 32).to_string(), "0000000100000000");
+        assert_eq!(JobId(4242).hex(), "0000000000001092");
+        for j in [
+            0,
+            7,
+            4242,
+            u64::from(u32::MAX),
+            1 << 32,
+            1 << 63 | 5,
+            u64::MAX,
+        ] {
+            assert_eq!(read(&JobId(j).to_string()), Ok(JobId(j)), "round trip {j}");
+            assert_eq!(read(&JobId(j).hex()), Ok(JobId(j)), "hex round trip {j}");
+        }
         for bad in [
             "",
             "4d2",

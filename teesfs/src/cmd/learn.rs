@@ -43,7 +43,8 @@ A node that is down, unreachable or holds no record of the job is named and skip
 others are merged. Exit status 0 when a list was written, 1 when no node had a record.")]
 pub struct LearnArgs {
     /// The job: the Slurm job id in decimal as pushed (`push --job`; default: $TEESFS_JOB,
-    /// else $SLURM_JOB_ID), its 16 hex digits as `teesfs status` shows them, or hex with 0x.
+    /// else $SLURM_JOB_ID), 16 hex digits (a push outside Slurm, as `teesfs status` shows
+    /// it), or hex with 0x.
     #[arg(long, value_name = "ID")]
     job: Option<String>,
     /// The job's nodes (a hostlist; default: $SLURM_JOB_NODELIST).

@@ -21,6 +21,7 @@ pub mod publish;
 pub mod push;
 pub mod record;
 pub mod report;
+pub mod rotate;
 pub mod run;
 #[cfg(feature = "lab")]
 pub mod sim;

@@ -255,7 +255,12 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
         .unwrap_or_default();
     let push = push_args(&spec, &args, &base, &site)
         .with_context(|| format!("in {}", args.spec.display()))?;
-    super::push::run(push)
+    let outcome = super::push::run(push);
+    // The prolog's per-job files beside the report: the oldest go, whatever the outcome.
+    if let Some(report) = &args.report {
+        super::rotate::prune_beside(report, &site.reports);
+    }
+    outcome
 }
 
 #[cfg(test)]

@@ -150,7 +150,7 @@ pub struct PushArgs {
     pub quiet: bool,
     /// The job id: the Slurm job id in decimal (e.g. $SLURM_JOB_ID, as the Slurm prolog
     /// passes it; also 16 hex digits or hex with 0x), so nodes mount the layer at
-    /// /run/teesfs/jobs/<id as 16 hex digits>, where `teesfs run`, `status` and `release`
+    /// /run/teesfs/jobs/<id> (decimal; 16 hex digits for a fresh id), where `teesfs run`, `status` and `release`
     /// find it from $SLURM_JOB_ID. Default: a fresh random id. (--job-id is the old name.)
     #[arg(
         help_heading = "Job",

@@ -64,7 +64,8 @@ pub struct RecordArgs {
     trust: Vec<PathBuf>,
     /// Learn the list from a job this node ran instead of running a command. ID is the
     /// Slurm job id in decimal as pushed (`push --job`; default: $TEESFS_JOB, else
-    /// $SLURM_JOB_ID), its 16 hex digits as `teesfs status` shows them, or hex with 0x.
+    /// $SLURM_JOB_ID), 16 hex digits (a push outside Slurm, as `teesfs status` shows it),
+    /// or hex with 0x.
     #[arg(
         long,
         value_name = "ID",
@@ -184,11 +185,10 @@ fn from_job(args: &RecordArgs, job: Option<&str>) -> anyhow::Result<()> {
         .context("the daemon's answer is not a job record (is it another teesfs version?)")?;
     check_recorded(&rec, &text)?;
     let absent = exist_nowhere(rec.absent.iter().map(|p| p.0.as_slice()));
-    // The job as the user named it, and as `teesfs status` shows it if that differs.
-    let named = if text.trim() == rec.job {
-        rec.job.clone()
-    } else {
-        format!("{} ({})", text.trim(), rec.job)
+    // The job as `teesfs status` shows it, and as the user named it if that is another job.
+    let named = match text.trim().parse::<peertree::relay::JobId>() {
+        Ok(j) if j.to_string() == rec.job => rec.job.clone(),
+        _ => format!("{} ({})", text.trim(), rec.job),
     };
     let header = [
         format!(

@@ -33,8 +33,8 @@ you, with no_new_privs, in new user, mount and PID namespaces; setuid bits give 
 When it ends, every mount of the environment goes away and its exit status (or signal) is
 passed on.")]
 pub struct RunArgs {
-    /// The job whose layer to use: the Slurm job id in decimal (e.g. 1234), the 16 hex
-    /// digits of its directory under --mount-root, or hex with 0x (default: $TEESFS_JOB,
+    /// The job whose layer to use: the Slurm job id in decimal (e.g. 1234), the name
+    /// of its directory under --mount-root (16 hex digits outside Slurm), or hex with 0x (default: $TEESFS_JOB,
     /// then the job pushed for $SLURM_JOB_ID, then the only job mounted on this node).
     #[arg(long, value_name = "ID", conflicts_with = "layer")]
     job: Option<JobId>,
@@ -121,11 +121,13 @@ fn readable(layer: &Path, is_job: bool) -> anyhow::Result<()> {
     };
     let me = Uid::current();
     let what = match layer.file_name().filter(|_| is_job) {
-        Some(job) => format!(
-            "job {}'s layer ({})",
-            job.to_string_lossy(),
-            layer.display()
-        ),
+        Some(job) => {
+            let job = job.to_string_lossy();
+            let shown = job
+                .parse::<JobId>()
+                .map_or(job.to_string(), |j| j.to_string());
+            format!("job {shown}'s layer ({})", layer.display())
+        }
         None => format!("layer {}", layer.display()),
     };
     bail!(
@@ -138,19 +140,22 @@ fn readable(layer: &Path, is_job: bool) -> anyhow::Result<()> {
 /// Finds the mount of `job` (or the default job) under `root`, waiting up to `wait` for it.
 fn find_job(root: &Path, job: Option<JobId>, wait: Duration) -> anyhow::Result<PathBuf> {
     let wanted = match job {
-        Some(j) => Some(j.to_string()),
-        None => util::job_from_env()?.map(|j| j.to_string()),
+        Some(j) => Some(j),
+        None => util::job_from_env()?,
     };
     let deadline = Instant::now() + wait;
     let mut watch = teesfs::sys::mountinfo::Watch::new().context("watching the mount table")?;
     loop {
         let mounted = mounted_jobs(root);
         let found: Vec<&PathBuf> = match &wanted {
+            // By its number, or by the 16 hex digits a daemon of an earlier release used.
             Some(w) => mounted
                 .iter()
                 .filter(|p| {
                     p.file_name()
-                        .is_some_and(|n| n.to_string_lossy() == w.as_str())
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| n.parse::<JobId>().ok())
+                        == Some(*w)
                 })
                 .collect(),
             None => mounted.iter().collect(),
@@ -159,7 +164,7 @@ fn find_job(root: &Path, job: Option<JobId>, wait: Duration) -> anyhow::Result<P
             ([one], _) => return Ok((*one).clone()),
             ([], _) if Instant::now() < deadline => {}
             ([], Some(w)) => bail!(
-                "no job {w:?} is mounted under {} after {} (is `teesfs daemon` running and \
+                "no job {w} is mounted under {} after {} (is `teesfs daemon` running and \
                  was the job pushed to this node? Under Slurm the prolog pushes it with \
                  --job-id $SLURM_JOB_ID; otherwise pass --job ID. `teesfs status` lists jobs)",
                 root.display(),

@@ -31,7 +31,7 @@ pub struct StatusArgs {
     control: PathBuf,
     /// What to print: `text`, or `json`: the daemon's answer, `{"version": 1, "host",
     /// "listen", "store_bytes", "store_chunks", "store_budget", "jobs": [JOB]}`, or with a job
-    /// JOB alone: `{"version": 1, "job" (16 hex digits), "index", "parent", "children",
+    /// JOB alone: `{"version": 1, "job" (a Slurm job id in decimal, else 16 hex digits), "index", "parent", "children",
     /// "have", "chunks", "urgent_s", "all_s", "mountpoint", "finished", "owner", "counters":
     /// {"chunks_in", "bytes_in", "bad_chunks", "chunks_out", "bytes_out", ...}}`; with --stop
     /// `{"version": 1, "stopped": JOB}` (teesfs::node::control::Status and JobStatus).
@@ -41,7 +41,7 @@ pub struct StatusArgs {
     #[arg(long, hide = true)]
     json: bool,
     /// Only this job: the Slurm job id in decimal (e.g. 1234), the 16 hex digits this
-    /// command shows, or hex with 0x. Default: $TEESFS_JOB, else $SLURM_JOB_ID (inside a
+    /// command shows for a push outside Slurm, or hex with 0x. Default: $TEESFS_JOB, else $SLURM_JOB_ID (inside a
     /// Slurm job, its own job), else every job you may see.
     #[arg(long, value_name = "ID", conflicts_with = "all")]
     job: Option<JobId>,
@@ -205,8 +205,8 @@ fn slurm_number(job: &str) -> String {
 /// Arguments of `teesfs release`.
 #[derive(Debug, clap::Args)]
 pub struct ReleaseArgs {
-    /// The job to end on this node: the Slurm job id in decimal (e.g. 1234), its 16 hex
-    /// digits as `teesfs status` shows them, or hex with 0x. Default: $TEESFS_JOB, else
+    /// The job to end on this node: the Slurm job id in decimal (e.g. 1234), 16 hex
+    /// digits (a push outside Slurm, as `teesfs status` shows it), or hex with 0x. Default: $TEESFS_JOB, else
     /// $SLURM_JOB_ID (as the Slurm epilog runs it).
     #[arg(long, value_name = "ID")]
     job: Option<JobId>,

@@ -207,7 +207,7 @@ fn push_and_status_print_typed_versioned_json() {
         .expect("push");
     let rep: PushReport = parse(&ok(&out, "push"), "push --format json");
     assert_eq!(rep.version, 1);
-    assert_eq!(rep.job, "000000000000004d", "Slurm job 77");
+    assert_eq!(rep.job, "77", "Slurm job 77, in decimal (issue 30 item 9)");
     assert_eq!(rep.index, id);
     assert_eq!(rep.nodes, 2);
     assert!(rep.failures.is_empty(), "{:?}", rep.failures);

@@ -257,8 +257,8 @@ fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_rele
     .expect("report JSON");
     assert_eq!(
         report["job"].as_str(),
-        Some(format!("{:016x}", job.0).as_str()),
-        "the push used the Slurm job id: {report}"
+        Some(job.0.to_string().as_str()),
+        "the push used the Slurm job id, shown in decimal (issue 30 item 9): {report}"
     );
 
     // srun -N <all> teesfs run -- the application, inside the allocation.

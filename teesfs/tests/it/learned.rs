@@ -181,7 +181,7 @@ fn learned_records_of_every_node_are_merged_and_the_next_push_sends_them_first()
     assert_eq!(entries(&copy), (files, absent));
     let listed = std::fs::read_to_string(&list).expect("list");
     assert!(
-        listed.contains("learned from job 00000000000010") && listed.contains("skipped 1 node"),
+        listed.contains("learned from job 4242:") && listed.contains("skipped 1 node"),
         "{listed}"
     );
 
@@ -263,11 +263,11 @@ fn learn_fails_naming_every_node_when_none_has_a_record() {
     assert!(!out.status.success(), "{out:?}");
     let err = text(&out.stderr);
     assert!(
-        err.contains("skipped n01: no job 0000000000001092 on this node"),
+        err.contains("skipped n01: no job 4242 on this node"),
         "{err}"
     );
     assert!(
-        err.contains("nothing learned from job 0000000000001092: none of its 1 node(s)"),
+        err.contains("nothing learned from job 4242: none of its 1 node(s)"),
         "{err}"
     );
     assert!(!c.ws.store().join("learned").exists());

@@ -144,7 +144,8 @@ fn record_from_job_lists_what_the_job_read_before_the_layer_arrived_in_read_orde
     std::fs::read(mnt.join("app/c.txt")).expect("read c");
     assert!(!mnt.join("app/late-probe").exists());
 
-    // Named by its 16 hex digits as `teesfs status` shows it: the same job.
+    // Named by its 16 hex digits as earlier releases showed it: the same job, shown as its
+    // Slurm number (issue 30 item 9).
     let out = record(&c, "0000000000001092", &list);
     assert!(out.status.success(), "{out:?}");
     assert!(
@@ -160,7 +161,7 @@ fn record_from_job_lists_what_the_job_read_before_the_layer_arrived_in_read_orde
     let listed = std::fs::read_to_string(&list).expect("list");
     let header = listed.lines().next().expect("header");
     assert!(
-        header.starts_with("# teesfs record learned from job 0000000000001092 on n01: 3 files"),
+        header.starts_with("# teesfs record learned from job 4242 on n01: 3 files"),
         "{header}"
     );
 
@@ -171,7 +172,7 @@ fn record_from_job_lists_what_the_job_read_before_the_layer_arrived_in_read_orde
     let out = record(&c, "999", &list);
     assert!(!out.status.success(), "{out:?}");
     assert!(
-        text(&out.stderr).contains("no job 00000000000003e7 on this node"),
+        text(&out.stderr).contains("no job 999 on this node"),
         "{out:?}"
     );
 }

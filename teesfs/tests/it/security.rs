@@ -369,7 +369,10 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
         .as_str()
         .expect("job id")
         .to_owned();
-    assert_eq!(job, "00000000000004d2", "`--job 1234` is Slurm job 1234");
+    assert_eq!(
+        job, "1234",
+        "`--job 1234` is Slurm job 1234, shown in decimal"
+    );
     let sock = c.nodes[0].control();
     let sock = sock.to_str().expect("utf8");
     let as_user_in = |uid: u32, slurm_job: Option<&str>, program: &str, args: &[&str]| {

@@ -526,7 +526,11 @@ impl Daemon {
             core.follow_losses(self.store.watch());
         }
 
-        self.rt.spawn(log_events(nj.clone(), events));
+        let logged = tracing::Instrument::instrument(
+            log_events(nj.clone(), events),
+            tracing::info_span!("job", %job),
+        );
+        self.rt.spawn(logged);
 
         if self.cfg.mount {
             let source: Arc<dyn crate::source::ChunkSource> = match shared {
@@ -735,16 +739,16 @@ async fn log_events(
             Event::ParentLost(p) => {
                 nj.failed_edges
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(parent = ?p, "parent lost; re-attaching")
+                tracing::warn!(parent = %nj.core.host_of(p), "parent lost; re-attaching")
             }
-            Event::Reattached(p) => tracing::warn!(parent = ?p, "re-attached"),
+            Event::Reattached(p) => tracing::warn!(parent = %nj.core.host_of(p), "re-attached"),
             Event::ChildFailed(c) => {
                 nj.failed_edges
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(child = ?c, "child failed")
+                tracing::warn!(child = %nj.core.host_of(c), "child failed")
             }
             Event::BadChunk { from, chunk } => {
-                tracing::error!(?from, chunk, "peer sent a corrupt chunk")
+                tracing::error!(from = %nj.core.host_of(from), chunk, "peer sent a corrupt chunk")
             }
             _ => {}
         }
