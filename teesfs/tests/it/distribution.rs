@@ -277,6 +277,13 @@ fn concurrent_demands_for_one_chunk_make_one_request_per_edge() {
 }
 
 fn prefetch(c: &Cluster, extra_nodes: &str, extra_network: &str) -> std::process::Output {
+    prefetch_cmd(c, extra_nodes, extra_network)
+        .output()
+        .expect("run prefetch")
+}
+
+/// `teesfs prefetch` of a job spec for the cluster's only index, to be run.
+fn prefetch_cmd(c: &Cluster, extra_nodes: &str, extra_network: &str) -> std::process::Command {
     let store = c.ws.store();
     let id =
         c.ws.teesfs(&["inspect", "--store", store.to_str().expect("utf8")])
@@ -298,12 +305,11 @@ fn prefetch(c: &Cluster, extra_nodes: &str, extra_network: &str) -> std::process
     );
     let path = c.ws.path().join("manifest.toml");
     std::fs::write(&path, spec).expect("spec");
-    std::process::Command::new(crate::util::teesfs_bin())
-        .args(["prefetch", "--quiet", "--listen", "127.0.0.1:0", "--trust"])
+    let mut cmd = std::process::Command::new(crate::util::teesfs_bin());
+    cmd.args(["prefetch", "--quiet", "--listen", "127.0.0.1:0", "--trust"])
         .arg(c.ws.pubkey())
-        .arg(&path)
-        .output()
-        .expect("run prefetch")
+        .arg(&path);
+    cmd
 }
 
 #[test]
@@ -315,7 +321,27 @@ fn prefetch_runs_the_job_spec() {
     let src = c.ws.path().join("layer");
     make_tree(&src, 20, 0);
     c.ws.publish(&src);
-    let out = prefetch(&c, "strategy = \"topo\"", "");
+    // As the Slurm prolog runs it: a report per job in a log directory that holds the files
+    // of four earlier jobs, and a site that keeps three jobs' files (issue 30 item 9).
+    let logs = c.ws.path().join("logs");
+    std::fs::create_dir(&logs).expect("logs");
+    let now = std::time::SystemTime::now();
+    for job in 1..=4u64 {
+        for ext in ["log", "json", "html"] {
+            let f = std::fs::File::create(logs.join(format!("job-{job}.{ext}"))).expect("file");
+            let age = Duration::from_secs(3600 * (5 - job));
+            f.set_modified(now - age).expect("mtime");
+        }
+    }
+    std::fs::write(logs.join("notes.txt"), "not a job's").expect("notes");
+    let site = c.ws.path().join("site.toml");
+    std::fs::write(&site, "[reports]\nkeep = 3\n").expect("site");
+    let out = prefetch_cmd(&c, "strategy = \"topo\"", "")
+        .args(["--job-id", "5", "--report"])
+        .arg(logs.join("job-5.json"))
+        .env("TEESFS_SITE_CONFIG", &site)
+        .output()
+        .expect("prefetch");
     assert!(
         out.status.success(),
         "{}{}",
@@ -325,6 +351,26 @@ fn prefetch_runs_the_job_spec() {
     for i in 0..4 {
         assert_same_tree(&src, &c.mount_of(i));
     }
+    let mut left: Vec<String> = std::fs::read_dir(&logs)
+        .expect("logs")
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "job-3.html",
+            "job-3.json",
+            "job-3.log",
+            "job-4.html",
+            "job-4.json",
+            "job-4.log",
+            "job-5.json",
+            "notes.txt"
+        ],
+        "the newest three jobs' files stay, this one's included"
+    );
 }
 
 #[test]
