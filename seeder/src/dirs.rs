@@ -30,6 +30,7 @@ pub(crate) struct Dir {
 pub(crate) struct Meta {
     pub kind: SFlag,
     pub uid: u32,
+    pub gid: u32,
     pub bytes: u64,
     pub modified: SystemTime,
 }
@@ -42,6 +43,7 @@ impl Meta {
         Meta {
             kind: SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT,
             uid: st.st_uid,
+            gid: st.st_gid,
             bytes: u64::try_from(st.st_size).unwrap_or(0),
             modified,
         }
@@ -160,9 +162,11 @@ impl StoreDirs {
             Mode::empty(),
         )
         .map_err(nix_io(root.to_path_buf()))?;
-        let owner = nix::sys::stat::fstat(&fd)
-            .map_err(nix_io(root.to_path_buf()))?
-            .st_uid;
+        let root_st = nix::sys::stat::fstat(&fd).map_err(nix_io(root.to_path_buf()))?;
+        let owner = root_st.st_uid;
+        // A store shared by a group (`crate::shared`): its members make entries too.
+        let group = (root_st.st_mode & 0o2020 == 0o2020).then_some(root_st.st_gid);
+        let trusted = |uid: u32, gid: u32| uid == owner || uid == 0 || group == Some(gid);
         let top = Dir {
             fd,
             path: root.to_path_buf(),
@@ -178,7 +182,7 @@ impl StoreDirs {
             if m.is_symlink() {
                 return Err(unsafe_store(&name, "is a symbolic link".into()));
             }
-            if m.uid != owner && m.uid != 0 {
+            if !trusted(m.uid, m.gid) {
                 return Err(unsafe_store(&name, format!("belongs to uid {}", m.uid)));
             }
         }
@@ -195,7 +199,7 @@ impl StoreDirs {
                 Err(e) => return Err(nix_io(parent.path_of(name))(e)),
             };
             let st = nix::sys::stat::fstat(&d.fd).map_err(nix_io(d.path.clone()))?;
-            if st.st_uid != owner && st.st_uid != 0 {
+            if !trusted(st.st_uid, st.st_gid) {
                 return Err(unsafe_store(entry, format!("belongs to uid {}", st.st_uid)));
             }
             if st.st_mode & 0o002 != 0 {

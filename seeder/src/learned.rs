@@ -187,7 +187,7 @@ pub fn write_learned(
             ));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&dir) {
-            Ok(()) => {}
+            Ok(()) => crate::shared::make_dirs(store.root(), &dir).map_err(io(&dir))?,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io(&dir)(e)),
         },

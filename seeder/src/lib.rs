@@ -25,6 +25,7 @@ mod holders;
 pub mod learned;
 pub mod lock;
 pub mod publish;
+pub mod shared;
 pub mod store;
 pub mod tags;
 

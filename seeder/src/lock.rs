@@ -124,6 +124,9 @@ impl DirStore {
                 "is not a regular file; remove it",
             )));
         }
+        if writable {
+            crate::shared::share_lock_file(self.root(), &file).map_err(|e| self.lock_io(e))?;
+        }
         Ok((file, writable))
     }
 

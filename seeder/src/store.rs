@@ -49,7 +49,7 @@ impl DirStore {
     pub fn create(root: &Path) -> Result<Self, Error> {
         for sub in ["chunks", "indexes"] {
             let p = root.join(sub);
-            std::fs::create_dir_all(&p).map_err(io(&p))?;
+            crate::shared::make_dirs(root, &p).map_err(io(&p))?;
         }
         Ok(Self {
             root: root.to_path_buf(),
@@ -147,7 +147,7 @@ impl DirStore {
         let mut tmp = match create() {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(dir)?;
+                crate::shared::make_dirs(&self.root, dir)?;
                 create()?
             }
             Err(e) => return Err(e),

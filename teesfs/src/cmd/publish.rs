@@ -172,6 +172,25 @@ fn warn_system_dirs(layer: &Path, host: &Path) {
     }
 }
 
+/// `e`, with how to share the store if it is a permission error in a store that is not
+/// shared by a group (see `seeder::shared`).
+fn sharing_hint(e: anyhow::Error, store: &Path) -> anyhow::Error {
+    let denied = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    if !denied || seeder::shared::is_shared(store) {
+        return e;
+    }
+    e.context(format!(
+        "this user may not write into store {0}, which another user made: a store several \
+         users publish into is a group's (as its owner or root: `chgrp GROUP {0} && chmod \
+         2775 {0}`, and the same for the directories already in it: `find {0} -type d \
+         -exec chmod 2775 {{}} +`), or publish into a store of your own",
+        store.display()
+    ))
+}
+
 struct Bar(ProgressBar);
 
 impl BuildProgress for Bar {
@@ -194,7 +213,8 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     let key_path = args.key.clone().unwrap_or_else(util::default_key_path);
     let key = util::load_secret(&key_path)?;
     let store = DirStore::create(&args.store)
-        .with_context(|| format!("opening store {}", args.store.display()))?
+        .with_context(|| format!("opening store {}", args.store.display()))
+        .map_err(|e| sharing_hint(e, &args.store))?
         .with_lock_wait(args.lock_wait);
     let opts = BuildOptions {
         chunk_size,
@@ -229,7 +249,8 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
         args.tag.as_ref(),
         &progress,
     )
-    .with_context(|| format!("publishing {}", args.layer.display()))?;
+    .with_context(|| format!("publishing {}", args.layer.display()))
+    .map_err(|e| sharing_hint(e, &args.store))?;
     progress.0.finish_and_clear();
     match args.format {
         util::Format::Text => print_summary(&p, opts.expires, args.tag.as_ref()),

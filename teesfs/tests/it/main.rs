@@ -36,6 +36,7 @@ mod report;
 mod roundtrip;
 mod run;
 mod security;
+mod shared_store;
 mod site_config;
 mod slow_source;
 mod store_integrity;
