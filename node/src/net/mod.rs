@@ -18,6 +18,7 @@
 //! protocol's messages (those are `peertree::relay`), keeps no job state and never retries:
 //! deciding what a lost connection means is the daemon's business.
 
+pub mod csr;
 pub mod pki;
 pub mod stream;
 pub mod tls;
@@ -26,6 +27,7 @@ pub mod transport;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+pub use csr::{make_request, sign_request};
 pub use pki::{make_cluster, make_cluster_valid_for, revoke};
 pub use stream::{FrameReceiver, FrameSender, StreamKind};
 pub use tls::Identity;

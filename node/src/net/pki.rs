@@ -84,22 +84,7 @@ pub fn make_cluster_valid_for(
             continue;
         }
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(vec![host.clone()])?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, host.as_str());
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        params.use_authority_key_identifier_extension = true;
-        if let Some(not_after) = not_after {
-            params.not_before = time::OffsetDateTime::now_utc() - time::Duration::HOUR;
-            params.not_after = not_after;
-        }
-        let cert = params.signed_by(&key, &issuer)?;
+        let cert = host_params(host, not_after)?.signed_by(&key, &issuer)?;
         write_atomic(&key_path, key.serialize_pem().as_bytes(), 0o600, true)?;
         write_atomic(&cert_path, cert.pem().as_bytes(), 0o644, true)?;
         written.extend([cert_path, key_path]);
@@ -107,9 +92,31 @@ pub fn make_cluster_valid_for(
     Ok(written)
 }
 
+/// What a host's certificate says: its name as CN and only SAN, server and client use, and
+/// the validity (from an hour ago, for clock skew, to `not_after`; `None`: no expiry).
+pub(super) fn host_params(
+    host: &str,
+    not_after: Option<time::OffsetDateTime>,
+) -> Result<CertificateParams, NetError> {
+    let mut params = CertificateParams::new(vec![host.to_owned()])?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, host);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    if let Some(not_after) = not_after {
+        params.not_before = time::OffsetDateTime::now_utc() - time::Duration::HOUR;
+        params.not_after = not_after;
+    }
+    Ok(params)
+}
+
 /// The end of a new host certificate's validity, `valid_for` from now. A validity that
 /// overflows the calendar (it panicked) or is empty is refused before anything is written.
-fn not_after(
+pub(super) fn not_after(
     dir: &Path,
     valid_for: Option<std::time::Duration>,
 ) -> Result<Option<time::OffsetDateTime>, NetError> {
@@ -245,7 +252,7 @@ pub fn revoke(dir: &Path, hosts: &[String]) -> Result<Vec<String>, NetError> {
 }
 
 /// The cluster CA as an issuer, from `dir/ca.crt` and `dir/ca.key`.
-fn load_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, NetError> {
+pub(super) fn load_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, NetError> {
     let ca_cert = dir.join(CA_CERT);
     let ca_key = dir.join(CA_KEY);
     let key = KeyPair::from_pem(&read_string(&ca_key)?).map_err(|e| NetError::Credential {
@@ -361,7 +368,7 @@ pub(super) fn read(path: &Path) -> Result<Vec<u8>, NetError> {
         .map_err(|source| io_err(path, source))
 }
 
-fn read_string(path: &Path) -> Result<String, NetError> {
+pub(super) fn read_string(path: &Path) -> Result<String, NetError> {
     seeder::files::read_limited_to_string(
         path,
         MAX_CREDENTIAL_FILE,
@@ -394,7 +401,12 @@ fn io_err(path: &Path, source: std::io::Error) -> NetError {
 /// Writes through a private temporary file in the same directory and renames it into place,
 /// so a crash never leaves a half-written key behind. Replaces an existing file only if
 /// `replace`.
-fn write_atomic(path: &Path, bytes: &[u8], mode: u32, replace: bool) -> Result<(), NetError> {
+pub(super) fn write_atomic(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    replace: bool,
+) -> Result<(), NetError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|source| io_err(dir, source))?;
     tmp.write_all(bytes)

@@ -591,3 +591,71 @@ async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connectio
     // Nothing was started: a job needs a verified `Start`.
     assert_eq!(c.status(0)["jobs"].as_array().map(Vec::len), Some(0));
 }
+
+/// Issue 30 item 6: a node makes its own key and a request; the admin host signs it with
+/// the CA, and the key never moves. Node certificates expire after a year unless told.
+#[test]
+fn a_nodes_own_key_is_certified_by_request_and_certificates_expire_by_default() {
+    let ws = Workspace::new();
+    let (ca, node) = (ws.path().join("ca"), ws.path().join("node"));
+    let (c, n) = (ca.to_str().expect("utf8"), node.to_str().expect("utf8"));
+    let days_left = |crt: &Path| {
+        let s = teesfs::net::pki::cert_summary(crt).expect("summary");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs() as i64;
+        (s.not_after - now) / 86_400
+    };
+    let out = ws.teesfs(&["keygen", "--cluster", c, "--nodes", "login"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        (364..=365).contains(&days_left(&ca.join("login.crt"))),
+        "a year by default"
+    );
+    let out = ws.teesfs(&["keygen", "--request", n, "--host", "n07"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let key = std::fs::metadata(node.join("n07.key")).expect("the node's key");
+    assert_eq!(key.mode() & 0o777, 0o600);
+    let key_text = std::fs::read(node.join("n07.key")).expect("key");
+    let csr = node.join("n07.csr");
+    let out = ws.teesfs(&[
+        "keygen",
+        "--cluster",
+        c,
+        "--sign",
+        csr.to_str().expect("utf8"),
+        "--valid-days",
+        "10",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("signed n07"));
+    assert!((9..=10).contains(&days_left(&node.join("n07.crt"))));
+    assert!(
+        !ca.join("n07.key").exists(),
+        "the key never reached the CA's host"
+    );
+    assert_eq!(std::fs::read(node.join("n07.key")).expect("key"), key_text);
+    std::fs::copy(ca.join("ca.crt"), node.join("ca.crt")).expect("ca.crt");
+    teesfs::net::Identity::load(&node, "n07").expect("the node's identity loads");
+    // --no-expiry, as before the default changed.
+    let out = ws.teesfs(&["keygen", "--cluster", c, "--nodes", "n1", "--no-expiry"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(days_left(&ca.join("n1.crt")) > 100 * 365);
+    // A request that is not one is named.
+    std::fs::write(
+        node.join("bad.csr"),
+        "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n",
+    )
+    .expect("bad");
+    let bad = node.join("bad.csr");
+    let out = ws.teesfs(&[
+        "keygen",
+        "--cluster",
+        c,
+        "--sign",
+        bad.to_str().expect("utf8"),
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("bad.csr"), "{}", stderr(&out));
+}
