@@ -42,6 +42,6 @@ if "$TEESFS" prefetch "$spec" --nodes "$SLURM_JOB_NODELIST" --job-id "$SLURM_JOB
     --report-html "$LOGDIR/job-$SLURM_JOB_ID.html" >"$log" 2>&1; then
     exit 0
 fi
-echo "teesfs: pushing $spec to $SLURM_JOB_NODELIST failed; see $log" >&2
+echo "teesfs: pushing $spec to $SLURM_JOB_NODELIST failed; see $log (each error and its fix: /usr/share/doc/teesfs/troubleshooting.md)" >&2
 cat "$log" >&2
 exit 1
