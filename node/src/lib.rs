@@ -59,6 +59,20 @@ pub enum Error {
          the layer again and push the new index"
     )]
     Revoked(manifest::IndexId),
+    /// A job's index is signed by a key this node trusts only for other users' jobs.
+    #[error(
+        "its index is signed by publisher key {key}, which this node trusts only for jobs of \
+         uid {allowed}, and the job's owner is {owner}: sign the layer with the owner's own key \
+         (or a site key), or push it as its owner (`push --owner UID`)"
+    )]
+    KeyNotForOwner {
+        /// The publisher key (hex).
+        key: String,
+        /// The uids it signs for, comma-separated.
+        allowed: String,
+        /// The job's owner as the push named it (`uid N`, or `not named`).
+        owner: String,
+    },
     /// A job offered to this node did not come from the parent it names.
     #[error("it did not come from the parent it names (it came from {from:?})")]
     WrongParent {

@@ -5,9 +5,10 @@
 //! A `Start` is admitted when it names this node first, comes from the parent it names (the
 //! host the TLS handshake proved), and, for a real job, carries an index signed by a
 //! trusted publisher, not expired and not revoked on this node, with a push order that is a
-//! permutation of its chunk table.
+//! permutation of its chunk table. A key bound to users (the daemon's `--trusted-users`
+//! directory) signs only the jobs those users own.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use manifest::{Index, IndexId, Limits, PublicKey, SignedIndex};
@@ -30,11 +31,25 @@ pub enum Admitted {
     },
 }
 
+/// Publisher keys bound to users: a key (hex) signs only jobs whose owner is one of its uids.
+pub type KeyOwners = HashMap<String, HashSet<u32>>;
+
+/// The publisher keys a node trusts, and the users some of them sign for.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    /// Every trusted key (site keys and user-bound ones).
+    pub keys: Vec<PublicKey>,
+    /// The user-bound keys' uids.
+    pub owners: KeyOwners,
+}
+
 /// What this node accepts: the publisher keys it trusts, the index ids revoked on it, and
 /// the time (seconds since the Unix epoch) that expiries are checked against.
 pub struct Policy<'a> {
     /// Trusted publisher keys.
     pub trusted: &'a [PublicKey],
+    /// The keys among them that sign only some users' jobs.
+    pub owners: &'a KeyOwners,
     /// Revoked index ids.
     pub revoked: &'a HashSet<IndexId>,
     /// Now.
@@ -74,6 +89,7 @@ pub fn admit(
         return Err(Error::Revoked(signed.id()));
     }
     signed.check_expiry(policy.now)?;
+    check_owner(&signed, start.owner, policy.owners)?;
     let sizes = index.chunks.iter().map(|c| c.stored_len).collect();
     let schedule = Arc::new(Schedule::new(
         start.order.clone(),
@@ -84,6 +100,28 @@ pub fn admit(
         signed,
         index,
         schedule,
+    })
+}
+
+/// Refuses a job whose index is signed by a key bound to other users than the job's owner.
+fn check_owner(signed: &SignedIndex, owner: Option<u32>, owners: &KeyOwners) -> Result<(), Error> {
+    let key = signed.publisher()?.to_hex();
+    let Some(allowed) = owners.get(&key) else {
+        return Ok(()); // a site key: any job
+    };
+    if owner.is_some_and(|uid| allowed.contains(&uid)) {
+        return Ok(());
+    }
+    let mut uids: Vec<u32> = allowed.iter().copied().collect();
+    uids.sort_unstable();
+    Err(Error::KeyNotForOwner {
+        key,
+        allowed: uids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        owner: owner.map_or_else(|| "not named".to_owned(), |u| format!("uid {u}")),
     })
 }
 
@@ -129,6 +167,7 @@ mod tests {
         let none = nobody();
         let p = Policy {
             trusted: &[],
+            owners: &KeyOwners::new(),
             revoked: &none,
             now: 0,
         };
@@ -151,6 +190,7 @@ mod tests {
         let none = nobody();
         let p = Policy {
             trusted: &[],
+            owners: &KeyOwners::new(),
             revoked: &none,
             now: 0,
         };
@@ -193,8 +233,10 @@ mod tests {
         let job = start("n1", "login", false, signed.as_bytes().to_vec());
         let trusted = [key.public()];
         let none = nobody();
+        let no_owners = KeyOwners::new();
         let at = |now, revoked| Policy {
             trusted: &trusted,
+            owners: &no_owners,
             revoked,
             now,
         };
@@ -211,5 +253,57 @@ mod tests {
             .err()
             .expect("revoked");
         assert!(matches!(e, Error::Revoked(id) if id == signed.id()), "{e}");
+    }
+
+    /// Issue 30 item 4: a key bound to uid 1001 signs alice's jobs only; a job of another
+    /// owner, or of none named, is refused naming the key, its uids and the owner.
+    #[test]
+    fn a_key_bound_to_a_user_signs_only_that_users_jobs() {
+        use manifest::{Entry, EntryFlags, EntryIdx, EntryKind, Meta, SecretKey};
+        let key = SecretKey::generate().expect("key");
+        let index = Index {
+            chunk_size: 1 << 20,
+            chunks: Vec::new(),
+            entries: vec![Entry {
+                parent: EntryIdx(0),
+                name: Box::default(),
+                meta: Meta {
+                    mode: 0o755,
+                    uid: 0,
+                    gid: 0,
+                    mtime: 0,
+                    mtime_nsec: 0,
+                },
+                flags: EntryFlags::default(),
+                kind: EntryKind::Dir,
+            }],
+            urgent: Vec::new(),
+        };
+        let signed = SignedIndex::sign(&index, &key, 3);
+        let trusted = [key.public()];
+        let none = nobody();
+        let owners = KeyOwners::from([(key.public().to_hex(), HashSet::from([1001]))]);
+        let p = Policy {
+            trusted: &trusted,
+            owners: &owners,
+            revoked: &none,
+            now: 0,
+        };
+        let job = |owner| Start {
+            owner,
+            ..start("n1", "login", false, signed.as_bytes().to_vec())
+        };
+        assert!(matches!(
+            admit(&job(Some(1001)), "n1", "login", &p),
+            Ok(Admitted::Job { .. })
+        ));
+        for (owner, named) in [(Some(1002), "uid 1002"), (None, "not named")] {
+            let e = admit(&job(owner), "n1", "login", &p)
+                .err()
+                .expect("another user's job");
+            let text = e.to_string();
+            assert!(matches!(e, Error::KeyNotForOwner { .. }), "{text}");
+            assert!(text.contains("uid 1001") && text.contains(named), "{text}");
+        }
     }
 }

@@ -53,6 +53,12 @@ pub struct DaemonArgs {
     /// Trusted publisher public key (repeatable); default as `teesfs verify --help` says.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
+    /// Publisher keys bound to users: DIR/<user name or uid>/*.pub sign only the jobs that
+    /// user owns (`push --owner`, the Slurm prolog's $SLURM_JOB_UID); a job of anyone else
+    /// is refused, naming the key. A key here is trusted too; one also among the site's keys
+    /// is bound all the same. Read at start and on SIGHUP; a missing directory binds none.
+    #[arg(long, value_name = "DIR", default_value = "/etc/teesfs/trusted/users")]
+    trusted_users: PathBuf,
     /// Index ids this node refuses (revoked): one 64-hex-digit id per line, `#` comments.
     /// Read at start and on SIGHUP (`systemctl reload teesfs-daemon`); a missing default file
     /// means none. Revoke an index by adding its id and reloading every node's daemon.
@@ -100,7 +106,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             .to_string_lossy()
             .into_owned(),
     };
-    let trusted = util::load_trust(&args.trust)?;
+    let trusted = util::load_user_trust(util::load_trust(&args.trust)?, &args.trusted_users)?;
     let revoked = util::load_revoked(&args.revoked)?;
     let root = nix::unistd::geteuid().is_root();
     let cfg = DaemonConfig {
@@ -170,11 +176,13 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         // without touching running jobs.
         let reloading = daemon.clone();
         let trust_args = args.trust.clone();
+        let users_dir = args.trusted_users.clone();
         let revoked_path = args.revoked.clone();
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading]);
                 let reloaded = util::load_trust(&trust_args).and_then(|keys| {
+                    let keys = util::load_user_trust(keys, &users_dir)?;
                     let revoked = util::load_revoked(&revoked_path)?;
                     reloading
                         .reload(keys, revoked)

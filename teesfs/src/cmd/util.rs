@@ -152,6 +152,52 @@ pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
         .collect()
 }
 
+/// The site's `keys` with the user-bound keys of `dir` (`dir/<user or uid>/*.pub`, see
+/// `teesfs daemon --trusted-users`): those are trusted too, for their users' jobs only.
+pub fn load_user_trust(
+    keys: Vec<PublicKey>,
+    dir: &Path,
+) -> anyhow::Result<teesfs::node::admit::Trust> {
+    let mut trust = teesfs::node::admit::Trust {
+        keys,
+        owners: Default::default(),
+    };
+    let Ok(users) = std::fs::read_dir(dir) else {
+        return Ok(trust); // none bound
+    };
+    for user in users.flatten().filter(|e| e.path().is_dir()) {
+        let name = user.file_name().to_string_lossy().into_owned();
+        let uid = match name.parse::<u32>() {
+            Ok(uid) => uid,
+            Err(_) => nix::unistd::User::from_name(&name)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+                .with_context(|| {
+                    format!(
+                        "{}: no user {name:?} on this node; name the directory by the uid",
+                        user.path().display()
+                    )
+                })?,
+        };
+        let rd = std::fs::read_dir(user.path())
+            .with_context(|| format!("reading {}", user.path().display()))?;
+        for f in rd.flatten().map(|e| e.path()) {
+            if f.extension().is_none_or(|x| x != "pub") {
+                continue;
+            }
+            let text = read_text(&f, "trusted key")?;
+            let key =
+                PublicKey::from_file_text(&text).with_context(|| format!("in {}", f.display()))?;
+            trust.owners.entry(key.to_hex()).or_default().insert(uid);
+            if !trust.keys.contains(&key) {
+                trust.keys.push(key);
+            }
+        }
+    }
+    Ok(trust)
+}
+
 /// The files [`load_trust`] reads: the `--trust` files if given, else the defaults.
 pub fn trust_files(explicit: &[PathBuf]) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = explicit.to_vec();

@@ -240,3 +240,65 @@ fn expired_and_revoked_indexes_are_refused() {
     let out = push(&id, "14");
     assert!(out.status.success(), "no longer revoked: {out:?}");
 }
+
+/// Issue 30 item 4: a publisher key bound to a user (`--trusted-users DIR/<uid>/*.pub`, read
+/// again on SIGHUP) signs only that user's jobs: a push for another owner is refused by the
+/// node, and the push prints the node's reason.
+#[test]
+fn a_key_bound_to_a_user_signs_only_that_users_jobs_and_the_push_says_why() {
+    if !can_mount() {
+        return;
+    }
+    let users = tempfile::Builder::new()
+        .prefix("teesfs-it-users-")
+        .tempdir()
+        .expect("users dir");
+    let dir = users.path().display().to_string();
+    let c = Cluster::start(1, |_| vec!["--trusted-users".into(), dir.clone()]);
+    let layer = c.ws.path().join("layer");
+    make_tree(&layer, 3, 0);
+    let id = c.ws.publish(&layer);
+    let push = |owner: &str, job: &str| {
+        c.push_cmd(
+            &id,
+            1,
+            &[&QUICK_GIVE_UP[..], &["--owner", owner, "--job-id", job]].concat(),
+        )
+        .output()
+        .expect("push")
+    };
+    // A site key (only --trust): any owner.
+    assert!(
+        push("4243", "21").status.success(),
+        "a site key signs for anyone"
+    );
+    // The same key bound to uid 4242, and the daemon reloaded.
+    std::fs::create_dir(users.path().join("4242")).expect("uid dir");
+    std::fs::copy(c.ws.pubkey(), users.path().join("4242/alice.pub")).expect("bind");
+    let log = c.nodes[0].dir.join("daemon.log");
+    let reloads = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("reloaded the trusted keys")
+            .count()
+    };
+    let pid = nix::unistd::Pid::from_raw(c.pid(0).expect("running") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while reloads() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no reload logged");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(push("4242", "22").status.success(), "alice's own job");
+    let out = push("4243", "23");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "another user's job: {said}");
+    assert!(
+        said.contains("trusts only for jobs of uid 4242") && said.contains("uid 4243"),
+        "the push names the node's reason: {said}"
+    );
+}

@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use manifest::PublicKey;
 use peertree::relay::{Event, JobId, Msg, Phase, Relay, Routed, Start};
 
 use super::JobSource;
@@ -66,8 +65,8 @@ pub struct DaemonConfig {
     pub copies_budget: u64,
     /// How long a read waits for a chunk before failing with EIO.
     pub read_timeout: std::time::Duration,
-    /// Trusted publisher keys.
-    pub trusted: Vec<PublicKey>,
+    /// Trusted publisher keys, and the users some sign for.
+    pub trusted: super::admit::Trust,
     /// Index ids revoked on this node: jobs carrying them are refused.
     pub revoked: std::collections::HashSet<manifest::IndexId>,
     /// The control socket.
@@ -113,7 +112,7 @@ pub struct Daemon {
     /// Who holds control connections.
     admission: Arc<Mutex<super::control::Admission>>,
     /// Trusted publisher keys (replaced by [`Daemon::reload`]).
-    trusted: std::sync::RwLock<Vec<PublicKey>>,
+    trusted: std::sync::RwLock<super::admit::Trust>,
     /// Revoked index ids (replaced by [`Daemon::reload`]).
     revoked: std::sync::RwLock<std::collections::HashSet<manifest::IndexId>>,
     jobs: Mutex<HashMap<JobId, Arc<NodeJob>>>,
@@ -205,12 +204,12 @@ impl Daemon {
     /// ends it). On an error nothing changes.
     pub fn reload(
         &self,
-        trusted: Vec<PublicKey>,
+        trusted: super::admit::Trust,
         revoked: std::collections::HashSet<manifest::IndexId>,
     ) -> Result<(), Error> {
         let identity = Identity::load(&self.cfg.identity_dir, &self.cfg.host)?;
         self.peers.transport().reload(&identity);
-        let keys = trusted.len();
+        let keys = trusted.keys.len();
         for (job, j) in lock(&self.jobs).iter() {
             if revoked.contains(&j.core.index_id) {
                 tracing::warn!(%job, index = %j.core.index_id.short(), "a running job's index is revoked now; end it with `teesfs release`");
@@ -415,7 +414,8 @@ impl Daemon {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
             let policy = super::admit::Policy {
-                trusted: &trusted,
+                trusted: &trusted.keys,
+                owners: &trusted.owners,
                 revoked: &revoked,
                 now,
             };
