@@ -24,6 +24,8 @@ command -v mktorrent >/dev/null 2>&1 || need+=(mktorrent)
 [ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
 [ -x /usr/sbin/slurmd ] || command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
 command -v sbcast >/dev/null 2>&1 || need+=(slurm-client)
+# POSIX ACLs (the prolog shares a job's files with its owner): libacl's headers to link.
+[ -f /usr/include/sys/acl.h ] || need+=(libacl1-dev)
 # The SPANK plugin (spank/): Slurm's headers, and libclang for the bindings generated from them.
 [ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
 ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-*.so.1 >/dev/null 2>&1 || need+=(libclang-dev)

@@ -32,7 +32,10 @@ if [ -z "$spec" ]; then
     esac
 fi
 
-mkdir -p "$LOGDIR" 2>/dev/null
+# Others may enter but not list the directory: each job's files are shared with the job's
+# owner alone (an ACL entry that prefetch --owner adds).
+mkdir -p -m 0711 "$LOGDIR" 2>/dev/null
+umask 027
 log="$LOGDIR/job-$SLURM_JOB_ID.log"
 owner=""
 [ -n "${SLURM_JOB_UID:-}" ] && owner="--owner $SLURM_JOB_UID"

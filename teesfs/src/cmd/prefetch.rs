@@ -256,8 +256,12 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
     let push = push_args(&spec, &args, &base, &site)
         .with_context(|| format!("in {}", args.spec.display()))?;
     let outcome = super::push::run(push);
-    // The prolog's per-job files beside the report: the oldest go, whatever the outcome.
+    // The prolog's per-job files beside the report: the job's owner may read this job's,
+    // and the oldest go, whatever the outcome.
     if let Some(report) = &args.report {
+        if let Some(owner) = args.owner {
+            super::rotate::share_with_owner(report, owner);
+        }
         super::rotate::prune_beside(report, &site.reports);
     }
     outcome

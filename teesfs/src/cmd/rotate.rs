@@ -1,9 +1,10 @@
-//! Rotation of the per-job files the Slurm prolog leaves beside `prefetch --report`
-//! (`job-<id>.log`, `job-<id>.json`, `job-<id>.html`): after each push the files of jobs
-//! beyond the site's `[reports] keep` newest, or older than `[reports] max_age`, are
+//! The per-job files the Slurm prolog leaves beside `prefetch --report` (`job-<id>.log`,
+//! `job-<id>.json`, `job-<id>.html`): the job's own are made readable by the job's owner
+//! (a POSIX ACL entry, the prolog running as the Slurm user), and after each push the files
+//! of jobs beyond the site's `[reports] keep` newest, or older than `[reports] max_age`, are
 //! removed. The job just pushed is always kept. Only names of that exact shape are
-//! touched, never a link's target, and a file that cannot be removed is a warning: the
-//! push's own outcome stands.
+//! touched, never a link's target, and a problem is a warning: the push's own outcome
+//! stands.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -97,6 +98,45 @@ pub fn prune_beside(report: &Path, rules: &ReportsSection) {
     }
 }
 
+/// Grants `owner` read access to this job's files beside `report` (`job-<id>.*`), with an
+/// ACL entry each; says once what is wrong if the file system has no ACLs or the owner
+/// cannot reach the directory.
+pub fn share_with_owner(report: &Path, owner: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let Some(job) = report.file_name().and_then(|n| n.to_str()).and_then(job_of) else {
+        return;
+    };
+    let dir = match report.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if std::fs::metadata(dir).is_ok_and(|md| md.mode() & 0o001 == 0) {
+        teesfs::errln!(
+            "warning: uid {owner} cannot reach {} to read its job's files: give others \
+             search access (`chmod o+x`, not read: each file is shared by its own ACL)",
+            dir.display()
+        );
+    }
+    for ext in ["log", "json", "html"] {
+        let path = dir.join(format!("job-{job}.{ext}"));
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let granted = posix_acl::PosixACL::read_acl(&path).and_then(|mut acl| {
+            acl.set(posix_acl::Qualifier::User(owner), posix_acl::ACL_READ);
+            acl.write_acl(&path)
+        });
+        if let Err(e) = granted {
+            teesfs::errln!(
+                "warning: could not let uid {owner} read {} ({e}); the file system needs ACLs \
+                 (mount option acl) for job owners to read their job's files",
+                path.display()
+            );
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +180,25 @@ mod tests {
         // Nothing of another shape is ever named.
         let gone = to_remove(&files, 1, DAY / 2, now, "none");
         assert!(gone.iter().all(|n| job_of(n).is_some()), "{gone:?}");
+    }
+
+    /// Issue 30 item 2: the job's owner may read its files (an ACL entry for its uid),
+    /// other jobs' files are left alone.
+    #[test]
+    fn the_jobs_own_files_get_an_acl_entry_for_its_owner() {
+        let t = tempfile::tempdir().expect("tmp");
+        for name in ["job-7.log", "job-7.json", "job-8.log"] {
+            std::fs::write(t.path().join(name), "x").expect("write");
+        }
+        share_with_owner(&t.path().join("job-7.json"), 4242);
+        let read = |name: &str| {
+            posix_acl::PosixACL::read_acl(t.path().join(name))
+                .expect("acl")
+                .get(posix_acl::Qualifier::User(4242))
+        };
+        assert_eq!(read("job-7.log"), Some(posix_acl::ACL_READ));
+        assert_eq!(read("job-7.json"), Some(posix_acl::ACL_READ));
+        assert_eq!(read("job-8.log"), None, "another job's file");
     }
 
     #[test]

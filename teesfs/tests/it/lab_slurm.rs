@@ -673,6 +673,27 @@ fn two_users_jobs_on_the_same_nodes_each_see_only_their_own_layer() {
             );
         }
     }
+    // Issue 30 item 2: each job's owner may read its own prolog log and push report (an
+    // ACL entry), and not the other user's.
+    let reads = |uid: u32, path: &Path| {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("head")
+            .args(["-c", "1"])
+            .arg(path)
+            .uid(uid)
+            .gid(uid)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    for (i, (j, _, _, uid)) in jobs.iter().enumerate() {
+        let other = jobs[1 - i].0;
+        for ext in ["log", "json"] {
+            let own = site.logdir.join(format!("job-{j}.{ext}"));
+            assert!(reads(*uid, &own), "uid {uid} cannot read {}", own.display());
+            let theirs = site.logdir.join(format!("job-{other}.{ext}"));
+            assert!(!reads(*uid, &theirs), "uid {uid} read {}", theirs.display());
+        }
+    }
     drop(slurm);
     lab.down().expect("lab down");
 }
