@@ -150,3 +150,72 @@ fn doctor_passes_a_configured_node_and_names_the_fix_for_a_missing_cert_and_a_ga
         "{cert}"
     );
 }
+
+/// Issue 30 item 9: `doctor --role login` checks the side that roots the pushes: the site
+/// file, the store (shared or personal), this host's certificate as the root, the CA key
+/// left where users log in, the topology and the keys.
+#[test]
+fn doctor_checks_the_login_side_and_names_the_ca_key_left_there() {
+    let ws = crate::util::Workspace::new();
+    let creds = ws.path().join("cluster");
+    let out = ws.teesfs(&[
+        "keygen",
+        "--cluster",
+        creds.to_str().expect("utf8"),
+        "--nodes",
+        "login1",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let layer = ws.path().join("layer");
+    std::fs::create_dir_all(layer.join("opt/app")).expect("layer");
+    std::fs::write(layer.join("opt/app/x"), "x").expect("file");
+    ws.publish(&layer);
+    let site = ws.path().join("teesfs.toml");
+    std::fs::write(
+        &site,
+        format!(
+            "[store]\npath = {:?}\n[topology]\ncluster = \"cn[1-8]\"\ngroup_size = 4\n",
+            ws.store()
+        ),
+    )
+    .expect("site");
+    let doctor = |identity: &Path| {
+        Command::new(teesfs_bin())
+            .args([
+                "doctor",
+                "--role",
+                "login",
+                "--host",
+                "login1",
+                "--identity",
+            ])
+            .arg(identity)
+            .arg("--trust")
+            .arg(ws.pubkey())
+            .env("TEESFS_SITE_CONFIG", &site)
+            .output()
+            .expect("doctor")
+    };
+    let out = doctor(&creds);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "only warnings: {text}");
+    for ok in ["site", "store", "certificate", "topology", "trust"] {
+        assert!(line_of(&text, ok).0.starts_with("OK"), "{ok}: {text}");
+    }
+    let (line, fix) = line_of(&text, "ca-key");
+    assert!(line.starts_with("WARN"), "{text}");
+    assert!(fix.is_some_and(|f| f.contains("admin host")), "{text}");
+    assert!(line_of(&text, "store").0.contains("1 index(es)"), "{text}");
+    // Without the CA key and with no certificate for this host: a FAIL naming the fix.
+    let bare = ws.path().join("bare");
+    std::fs::create_dir(&bare).expect("bare");
+    std::fs::copy(creds.join("ca.crt"), bare.join("ca.crt")).expect("ca.crt");
+    let out = doctor(&bare);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        line_of(&text, "certificate").0.starts_with("FAIL"),
+        "{text}"
+    );
+    assert!(line_of(&text, "ca-key").0.starts_with("OK"), "{text}");
+}

@@ -4,6 +4,7 @@
 //! only looks: it changes nothing on the node.
 
 pub mod checks;
+pub mod login;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,12 +23,23 @@ pub enum Format {
     Json,
 }
 
+/// Which side of teesfs to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// A compute node: FUSE, namespaces, its certificate, the daemon, its store, Slurm.
+    Node,
+    /// The host that roots the trees (the login node, where the prolog's push runs): the
+    /// site file, the store, its certificate, the CA key's place, topology and keys.
+    Login,
+}
+
 /// Arguments of `teesfs doctor`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
     teesfs doctor                         check this node with the site configuration\n  \
     teesfs doctor --format json | jq .    the same for scripts\n  \
-    teesfs doctor --host cn0042 --identity /etc/teesfs/cluster\n\n\
+    teesfs doctor --host cn0042 --identity /etc/teesfs/cluster\n  \
+    teesfs doctor --role login            check the login node that roots the pushes\n\n\
     Exit status: 0 when nothing FAILs (WARNs included), 1 when something would break a job.")]
 pub struct DoctorArgs {
     /// This node's name as the cluster knows it. Default: the system host name.
@@ -60,6 +72,12 @@ pub struct DoctorArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Which side to check: `node` (default) or `login`.
+    #[arg(long, value_enum, default_value_t = Role::Node)]
+    role: Role,
+    /// With --role login: the store (default: the site's [store] path).
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
 }
 
 /// Runs `teesfs doctor`; the exit code is 1 when a check FAILs.
@@ -71,8 +89,11 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
             .to_string_lossy()
             .into_owned(),
     };
-    let facts = gather(&args, host.clone());
-    let report = Report::of(host, checks::evaluate(&facts));
+    let verdicts = match args.role {
+        Role::Node => checks::evaluate(&gather(&args, host.clone())),
+        Role::Login => login::evaluate(&gather_login(&args, host.clone())),
+    };
+    let report = Report::of(host, verdicts);
     match args.format {
         Format::Json => util::print_json(&report)?,
         Format::Text => {
@@ -125,6 +146,32 @@ fn gather(args: &DoctorArgs, host: String) -> Facts {
         ),
         slurm: slurm_facts(&args.slurm_dir),
         host,
+    }
+}
+
+fn gather_login(args: &DoctorArgs, host: String) -> login::LoginFacts {
+    let loaded = teesfs::site::load_lenient(&teesfs::site::main_path());
+    let (store, topology) = match &loaded {
+        Ok(l) => (
+            args.store.clone().or_else(|| l.config.store.path.clone()),
+            l.config.topology.file.is_some() || l.config.topology.cluster.is_some(),
+        ),
+        Err(_) => (args.store.clone(), false),
+    };
+    let site = loaded.map_err(|e| e.to_string()).map(|l| {
+        let (invalid, unknown): (Vec<_>, Vec<_>) = l.problems.iter().partition(|p| p.is_invalid());
+        let text = |v: Vec<&manifest::SiteProblem>| v.iter().map(|p| p.to_string()).collect();
+        (l.read, text(invalid), text(unknown))
+    });
+    let ca_key = args.identity.join(pki::CA_KEY);
+    login::LoginFacts {
+        now: util::unix_now() as i64,
+        site,
+        store: login::store_facts(store.as_deref()),
+        cert: cert_facts(&args.identity, &host),
+        ca_key: ca_key.exists().then_some(ca_key),
+        topology,
+        trust: trust_facts(&args.trust),
     }
 }
 
