@@ -142,6 +142,16 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// A `--metrics-allow` value is not an address or a network.
+    #[error(
+        "--metrics-allow {text:?}: {problem}; give an address or a network, e.g. 10.0.0.5 or 10.0.0.0/24"
+    )]
+    MetricsAllow {
+        /// The value given.
+        text: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// The push report cannot be drawn (plotters refused a drawing command).
     #[error("cannot draw the push report: {detail}")]
     Draw {

@@ -59,7 +59,7 @@ pub struct LayerFs {
     next_fh: AtomicU64,
     ttl: Duration,
     recorder: Option<Arc<Recorder>>,
-    read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
+    read_waits: Vec<prometheus_client::metrics::histogram::Histogram>,
     counters: Arc<FsCounters>,
     /// Where to put file contents into the kernel's page cache, once the session exists.
     notifier: Arc<OnceLock<fuser::Notifier>>,
@@ -156,7 +156,7 @@ impl LayerFs {
             // The layer is immutable: the kernel may cache names and attributes for good.
             ttl: Duration::from_secs(365 * 24 * 3600),
             recorder: None,
-            read_waits: None,
+            read_waits: Vec::new(),
             counters: Arc::default(),
             notifier: Arc::default(),
             prefilled: Mutex::default(),
@@ -208,11 +208,11 @@ impl LayerFs {
         self
     }
 
-    /// Observes into `read_waits` how long each read that waits for a chunk waits (the
-    /// daemon's metrics).
+    /// Observes into each of `read_waits` how long each read that waits for a chunk waits
+    /// (the daemon's metrics: the job's histogram and the node's).
     pub fn with_read_waits(
         mut self,
-        read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
+        read_waits: Vec<prometheus_client::metrics::histogram::Histogram>,
     ) -> Self {
         self.read_waits = read_waits;
         self
@@ -389,23 +389,23 @@ impl Filesystem for LayerFs {
                 Err(e) => reply.error(err(&e)),
             };
         }
-        let waits = (self.recorder.is_some() || self.read_waits.is_some())
+        let waits = (self.recorder.is_some() || !self.read_waits.is_empty())
             && self.data.must_wait(entry, offset, size);
         if let (true, Some(r)) = (waits, &self.recorder) {
             r.note_wait(Ino(ino.0));
         }
-        let waited = self
-            .read_waits
-            .clone()
-            .filter(|_| waits)
-            .map(|h| (h, std::time::Instant::now()));
+        let waited = (waits && !self.read_waits.is_empty())
+            .then(|| (self.read_waits.clone(), std::time::Instant::now()));
         let data = self.data.clone();
         self.counters.count(Op::ReadSlow);
         let counters = self.counters.clone();
         self.rt.spawn(async move {
             let read = data.read_shared(entry, offset, size).await;
-            if let Some((h, t0)) = waited {
-                h.observe(t0.elapsed().as_secs_f64());
+            if let Some((hs, t0)) = waited {
+                let waited = t0.elapsed().as_secs_f64();
+                for h in &hs {
+                    h.observe(waited);
+                }
             }
             match read {
                 Ok(bytes) => {

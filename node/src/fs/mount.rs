@@ -32,8 +32,9 @@ pub struct MountConfig {
     pub root_owner: Option<u32>,
     /// How long a read waits for a chunk before failing with EIO.
     pub read_timeout: std::time::Duration,
-    /// Observes how long each read that waits for a chunk waits (the daemon's metrics).
-    pub read_waits: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// Each observes how long each read that waits for a chunk waits (the daemon's
+    /// metrics: the job's histogram and the node's).
+    pub read_waits: Vec<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl Default for MountConfig {
@@ -45,7 +46,7 @@ impl Default for MountConfig {
             recorder: None,
             root_owner: None,
             read_timeout: super::data::DEFAULT_READ_TIMEOUT,
-            read_waits: None,
+            read_waits: Vec::new(),
         }
     }
 }

@@ -12,11 +12,13 @@
 //!   the rest.
 //! - [`report`]: the push report (documented JSON).
 //! - [`metrics`]: the daemon's Prometheus metrics and their HTTP endpoint.
+//! - [`accept`]: the back-off the daemon's accept loops share when `accept` keeps failing.
 //! - [`health`]: `teesfs health`, an empty broadcast measuring every edge (documented JSON).
 //! - [`learn`]: `teesfs learn`, asking a finished job's nodes for their records of it.
 //!
 //! All protocol decisions are made by `peertree::relay`; this module only moves bytes.
 
+pub mod accept;
 pub mod admit;
 pub mod control;
 pub mod daemon;

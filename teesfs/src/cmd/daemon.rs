@@ -67,14 +67,26 @@ pub struct DaemonArgs {
     /// Control socket for `teesfs status`. Default: <state-dir>/daemon.sock
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
-    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics: the store's bytes and
-    /// chunks (in all and by job), chunks received, forwarded, refused and corrupt, demand
-    /// requests, how long FUSE reads waited (a histogram), each job's urgent and
-    /// whole-layer times, links and failed edges. Jobs are labelled with their decimal id
-    /// and their series end when the job is released. Port 0 picks a free port; the
+    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (off by default): the
+    /// store's bytes and chunks, links, jobs running, chunks received, forwarded, refused
+    /// and corrupt, demand requests, failed edges and how long FUSE reads waited (a
+    /// histogram), summed over every job since the daemon started. Any local user can
+    /// connect to a loopback ADDR; see --metrics-allow. Port 0 picks a free port; the
     /// address bound is printed and logged. Example: --metrics 127.0.0.1:9464
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Only these peers may scrape --metrics (repeatable): an address or a network, e.g.
+    /// 10.0.0.5 or 10.0.0.0/24. Others are answered 403 Forbidden. Default: any peer that
+    /// reaches ADDR. Local users connect from the node's own addresses and loopback: leave
+    /// those out to keep them out.
+    #[arg(long, value_name = "NET", requires = "metrics")]
+    metrics_allow: Vec<teesfs::node::metrics::endpoint::AllowedNet>,
+    /// Also show each job's series in --metrics, labelled job="ID": its bytes and chunks
+    /// in the store, its traffic, its urgent and whole-layer times and its read waits
+    /// (they end when the job is released). Whoever may scrape sees every job, whoever
+    /// owns it: give --metrics-allow the scraper's address on nodes users share.
+    #[arg(long, requires = "metrics")]
+    metrics_per_job: bool,
     /// Relay only: forward to children but do not mount.
     #[arg(long)]
     no_mount: bool,
@@ -158,7 +170,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
                     .await
                     .map_err(|source| teesfs::Error::MetricsListen { addr, source })?;
                 let bound = listener.local_addr().context("the metrics address bound")?;
-                daemon.serve_metrics(listener);
+                daemon.serve_metrics(listener, metrics_config(&args.metrics_allow, args.metrics_per_job));
                 tracing::info!("serving metrics at http://{bound}/metrics");
                 Some(bound)
             }
@@ -220,6 +232,29 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
     })?;
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     Ok(())
+}
+
+/// What `--metrics-allow` and `--metrics-per-job` let the endpoint tell, and to whom; a
+/// warning when every local user may read every job's series.
+fn metrics_config(
+    allow: &[teesfs::node::metrics::endpoint::AllowedNet],
+    per_job: bool,
+) -> teesfs::node::metrics::endpoint::EndpointConfig {
+    use teesfs::node::metrics::Detail;
+    let open_to_local_users = allow.is_empty() || allow.iter().any(|n| n.has_loopback());
+    if per_job && open_to_local_users {
+        tracing::warn!(
+            "--metrics-per-job without a --metrics-allow that leaves loopback out: every local user can read every job's sizes, times and read waits; give --metrics-allow the scraper's address"
+        );
+    }
+    teesfs::node::metrics::endpoint::EndpointConfig {
+        allow: allow.to_vec(),
+        detail: if per_job {
+            Detail::PerJob
+        } else {
+            Detail::Node
+        },
+    }
 }
 
 /// `--fault`.

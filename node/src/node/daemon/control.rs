@@ -20,17 +20,15 @@ impl Daemon {
         let Some(listener) = listener else {
             return std::future::pending().await;
         };
+        // Out of file descriptors or memory, accept fails at once: back off instead of
+        // spinning, and warn now and then rather than every time.
+        let mut backoff = crate::node::accept::AcceptBackoff::default();
         loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // Out of file descriptors or memory: back off instead of spinning
-                    // on an accept that fails at once.
-                    tracing::warn!(error = %e, "control socket accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
+            let (stream, _) =
+                crate::node::accept::accept_with_backoff("control socket", &mut backoff, || {
+                    listener.accept()
+                })
+                .await;
             let uid = match stream.peer_cred() {
                 Ok(cred) => cred.uid(),
                 Err(e) => {

@@ -18,7 +18,8 @@
 //! By concern: `control` serves the control socket, `probe` answers health probes,
 //! `records` releases jobs, keeping their records, and answers a login node asking for
 //! them, `host` is what the daemon does to its host at start (state lock, stale mounts,
-//! file limit); job admission is decided in [`super::admit`].
+//! file limit), `scrape` is what a metrics scrape reads; job admission is decided in
+//! [`super::admit`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -303,58 +304,6 @@ impl Daemon {
         }
     }
 
-    /// The daemon as a metrics scrape sees it: the store, the links and every job but
-    /// health probes. Walks each job's chunk list: call it off the network's tasks.
-    pub fn metrics_sample(&self) -> super::metrics::Sample {
-        let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs)
-            .values()
-            .filter(|j| !j.probe)
-            .cloned()
-            .collect();
-        let jobs = jobs
-            .iter()
-            .map(|j| {
-                let (mut chunks, mut bytes) = (0u64, 0u64);
-                for c in &j.core.index.chunks {
-                    if self.store.contains(&c.id) {
-                        chunks += 1;
-                        bytes += u64::from(c.stored_len);
-                    }
-                }
-                let phases = *lock(&j.phases);
-                super::metrics::JobSample {
-                    // Decimal, as Slurm shows a job id (`--job-id $SLURM_JOB_ID`).
-                    job: j.core.job.0.to_string(),
-                    store_bytes: bytes,
-                    store_chunks: chunks,
-                    counters: j.core.counters(),
-                    failed_edges: j.failed_edges.load(std::sync::atomic::Ordering::Relaxed),
-                    urgent_s: phases[0],
-                    all_s: phases[1],
-                    read_waits: j.read_waits.clone(),
-                }
-            })
-            .collect();
-        super::metrics::Sample {
-            store_bytes: self.store.bytes(),
-            store_chunks: self.store.len() as u64,
-            store_budget: self.cfg.store_budget,
-            peer_links: self.peers.link_count() as u64,
-            refused: self.metrics.refused(),
-            jobs,
-        }
-    }
-
-    /// Serves `GET /metrics` on `listener` (`teesfs daemon --metrics`) for the daemon's
-    /// life.
-    pub fn serve_metrics(&self, listener: tokio::net::TcpListener) {
-        *lock(&self.metrics_addr) = listener.local_addr().ok();
-        let me = self.me.clone();
-        let sample: super::metrics::SampleFn =
-            Arc::new(move || me.upgrade().map(|d| d.metrics_sample()));
-        self.rt.spawn(super::metrics::serve(listener, sample));
-    }
-
     /// Unmounts a job and removes its mountpoint (after it left the job table).
     async fn teardown(j: Arc<NodeJob>) {
         j.core.close();
@@ -564,10 +513,14 @@ impl Daemon {
         };
         let removed = {
             let mut jobs = lock(&self.jobs);
-            match jobs.get(&job) {
+            let removed = match jobs.get(&job) {
                 Some(j) if Arc::ptr_eq(j, &old) => jobs.remove(&job),
                 _ => None,
+            };
+            if let Some(j) = &removed {
+                self.retire(j);
             }
+            removed
         };
         let Some(old) = removed else {
             return;
@@ -643,6 +596,7 @@ mod mounting;
 mod prepare;
 mod probe;
 mod records;
+mod scrape;
 
 use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};
 

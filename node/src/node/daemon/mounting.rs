@@ -29,7 +29,7 @@ impl Daemon {
             root_owner: owner,
             read_timeout: self.cfg.read_timeout,
             recorder: nj.record.clone(),
-            read_waits: Some(nj.read_waits.clone()),
+            read_waits: vec![nj.read_waits.clone(), self.metrics.read_waits()],
             ..MountConfig::default()
         };
         let peers = self.peers.clone();

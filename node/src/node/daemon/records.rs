@@ -83,10 +83,14 @@ impl Daemon {
         self.keep_record(&j).await;
         let removed = {
             let mut jobs = lock(&self.jobs);
-            match jobs.get(&job) {
+            let removed = match jobs.get(&job) {
                 Some(now) if Arc::ptr_eq(now, &j) => jobs.remove(&job),
                 _ => None,
+            };
+            if let Some(j) = &removed {
+                self.retire(j);
             }
+            removed
         };
         if let Some(j) = removed {
             Self::teardown(j).await;
