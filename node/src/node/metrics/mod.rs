@@ -244,9 +244,11 @@ fn single(
     )
 }
 
-/// The traffic counters, shown summed over the node or per job: name, what is counted,
-/// whether in bytes, and where the count is.
-const COUNTS: [(&str, &str, bool, fn(&Totals) -> u64); 8] = [
+/// A traffic counter: its name, what it counts, whether in bytes, and where the count is.
+type CountSpec = (&'static str, &'static str, bool, fn(&Totals) -> u64);
+
+/// The traffic counters, shown summed over the node or per job.
+const COUNTS: [CountSpec; 8] = [
     (
         "teesfs_chunks_received",
         "Chunks received from peers, verified and stored",
