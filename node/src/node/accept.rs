@@ -127,7 +127,7 @@ where
                     Some(unlogged) => tracing::warn!(
                         error = %e,
                         unlogged,
-                        "{what}: accept still failing; waiting before trying again (raise the open-file limit if this is EMFILE)"
+                        "{what}: accept failed again; waiting before trying again (raise the open-file limit if this is EMFILE)"
                     ),
                     None => tracing::debug!(error = %e, "{what}: accept failed"),
                 }
