@@ -58,7 +58,8 @@ Examples:
   teesfs push --store /shared/teesfs --index 3a6a --nodes 'cn[01-32]' --rate-limit 200MiB \\
       --stream urgent
 
-The site configuration (teesfs.toml(5)) gives the defaults of the Topology and Network flags;
+The site configuration (teesfs.toml(5)) gives the defaults of the Topology and Network flags
+and of --timeout ([push] timeout);
 --index takes a tag (`teesfs publish --tag`) or at least 4 hex characters of an index id
 (`teesfs inspect --store DIR` lists both). Exit status 0 when every node holds what --wait asked for, 1 otherwise.")]
 pub struct PushArgs {
