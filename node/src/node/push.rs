@@ -194,7 +194,7 @@ pub async fn push(
     )
     .await;
     if let Some(serve) = spec_serve.filter(|_| !out.timed_out && out.store_fault.is_none()) {
-        serve_demand(&mut session, serve, &mut out).await;
+        serve_demand(&mut session, serve, &mut watch, &mut out).await;
     }
     // Edge byte counts of the root's own children, which the relay keeps itself.
     let starved = session.core().counters().starved;
@@ -297,8 +297,15 @@ async fn follow(
 }
 
 /// Keeps the root serving the nodes' demand for chunks the push did not stream, for `serve`
-/// or until SIGTERM or SIGINT, then finishes the job on every node.
-async fn serve_demand(session: &mut RootSession, serve: Duration, out: &mut Outcome) {
+/// or until SIGTERM or SIGINT, then finishes the job on every node. A demanded chunk the
+/// store cannot deliver is kept for the push's outcome (it fails, naming them), while the
+/// rest of the layer is still served.
+async fn serve_demand(
+    session: &mut RootSession,
+    serve: Duration,
+    watch: &mut StoreWatch,
+    out: &mut Outcome,
+) {
     use tokio::signal::unix::{Signal, SignalKind, signal};
     async fn fired(s: &mut Option<Signal>) {
         match s {
@@ -321,6 +328,16 @@ async fn serve_demand(session: &mut RootSession, serve: Duration, out: &mut Outc
                 Some(e) => out.events.push(e),
                 None => break,
             },
+            Some(bad) = watch.faults.recv() => {
+                let at = session.start.elapsed().as_secs_f64();
+                let (store, index) = (watch.store.clone(), watch.index);
+                let (_, fault) = out.store_fault.get_or_insert_with(|| {
+                    (at, StoreFault { store, index, bad: Vec::new() })
+                });
+                if !fault.bad.iter().any(|b| b.position == bad.position) {
+                    fault.bad.push(bad);
+                }
+            }
             () = fired(&mut term) => break,
             () = fired(&mut int) => break,
         }

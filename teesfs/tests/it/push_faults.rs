@@ -365,3 +365,39 @@ fn a_node_whose_push_root_is_gone_stops_asking_it_and_keeps_its_data() {
         "what the job holds is still served"
     );
 }
+
+/// A chunk the store lacks, demanded by a node while the root serves the layer on demand
+/// (`--stream none --serve`): the read fails, the rest is still served, and the push fails
+/// at its end naming the chunk instead of exiting 0.
+#[test]
+fn a_demanded_chunk_the_root_store_lacks_is_named_when_the_push_ends() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(1, |_| vec!["--read-timeout".into(), "2s".into()]);
+    let (id, chunks) = noise_layer(&c);
+    std::fs::remove_file(&chunks[0]).expect("rm");
+    let cmd = c.push_cmd(&id, 1, &["--stream", "none", "--serve", "6s"]);
+    let push = std::thread::spawn(move || run_within(cmd, Duration::from_secs(25)));
+    let mp = c.mount_of(0);
+    let file = std::fs::File::open(mp.join("data.bin")).expect("open");
+    let want = noise(3 << 20, 29);
+    let mut failed = 0;
+    for mib in 0..3 {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; 1 << 20];
+        match file.read_exact_at(&mut buf, mib << 20) {
+            Ok(()) => assert!(buf == want[(mib as usize) << 20..][..1 << 20], "MiB {mib}"),
+            Err(_) => failed += 1,
+        }
+    }
+    assert_eq!(failed, 1, "the chunk that is gone, and only it, fails");
+    let (out, _) = push.join().expect("push");
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    let chunk = chunks[0]
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("name");
+    assert!(all.contains(chunk) && all.contains("is missing"), "{all}");
+}
