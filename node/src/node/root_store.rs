@@ -229,13 +229,31 @@ impl CheckedStore {
         Ok(StoredChunk::Checked(checked))
     }
 
-    /// Checks the chunks at `positions`, in order, and returns those the store cannot
-    /// deliver (for a push whose nodes read the store themselves). Blocks on the files.
+    /// Checks the chunks at `positions` and returns those the store cannot deliver, in the
+    /// order given (for a push whose nodes read the store themselves). Blocks on the files,
+    /// a few threads at a time: a parallel file system answers several reads at once.
     pub fn check(&self, positions: impl IntoIterator<Item = u32>) -> Vec<BadChunk> {
-        positions
-            .into_iter()
-            .filter_map(|p| self.read(p).err())
-            .collect()
+        let positions: Vec<u32> = positions.into_iter().collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, 4);
+        let per = positions.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            let parts: Vec<_> = positions
+                .chunks(per)
+                .map(|part| {
+                    s.spawn(move || {
+                        part.iter()
+                            .filter_map(|&p| self.read(p).err())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            parts
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        })
     }
 }
 
