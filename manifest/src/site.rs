@@ -26,6 +26,10 @@
 //! width = 15
 //! threshold = 512
 //!
+//! [push]
+//! timeout = "30m"                  # how long push and prefetch wait for the nodes before
+//!                                  # giving up (the Slurm prolog waits that long at most)
+//!
 //! [network]
 //! identity = "/etc/teesfs/cluster" # ca.crt, <host>.crt, <host>.key
 //! hosts = "/etc/teesfs/hosts"      # optional `host address[:port]` map
@@ -75,6 +79,27 @@ pub struct SiteConfig {
     /// `[reports]`.
     #[serde(default)]
     pub reports: ReportsSection,
+    /// `[push]`.
+    #[serde(default)]
+    pub push: PushSection,
+}
+
+/// `[push]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushSection {
+    /// How long `push` and `prefetch` wait for the nodes before giving up, as a duration
+    /// (`"30m"`, `"90s"`; checked when read).
+    pub timeout: Option<String>,
+}
+
+impl PushSection {
+    /// `timeout` as a duration (a bad one was left out when the file was read).
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        self.timeout
+            .as_deref()
+            .and_then(|t| humantime::parse_duration(t).ok())
+    }
 }
 
 /// `[store]`.
@@ -162,13 +187,14 @@ impl ReportsSection {
 }
 
 /// Every section and its keys.
-const SECTIONS: [(&str, &[&str]); 6] = [
+const SECTIONS: [(&str, &[&str]); 7] = [
     ("store", &["path", "shared"]),
     ("root", &["host"]),
     ("topology", &["file", "cluster", "group_size", "links"]),
     ("tree", &["strategy", "width", "threshold"]),
     ("network", &["identity", "hosts", "port", "trust"]),
     ("reports", &["keep", "max_age"]),
+    ("push", &["timeout"]),
 ];
 
 /// Whether `key = value` alone parses as its section; the parser's message if not.
@@ -355,6 +381,19 @@ impl SiteConfig {
             bad("tree", "width", "must be at least 1");
             self.tree.width = None;
         }
+        if let Some(t) = &self.push.timeout {
+            match humantime::parse_duration(t) {
+                Ok(d) if !d.is_zero() => {}
+                _ => {
+                    bad(
+                        "push",
+                        "timeout",
+                        "must be a duration above zero, such as \"30m\" or \"90s\"",
+                    );
+                    self.push.timeout = None;
+                }
+            }
+        }
         if self.topology.group_size == Some(0) {
             bad("topology", "group_size", "must be at least 1");
             self.topology.group_size = None;
@@ -404,6 +443,7 @@ impl SiteConfig {
             tree,
             network,
             reports,
+            push,
         } = later;
         overlay_fields!(self.store, store, path, shared);
         overlay_fields!(self.root, root, host);
@@ -418,6 +458,7 @@ impl SiteConfig {
         overlay_fields!(self.tree, tree, strategy, width, threshold);
         overlay_fields!(self.network, network, identity, hosts, port, trust);
         overlay_fields!(self.reports, reports, keep, max_age);
+        overlay_fields!(self.push, push, timeout);
         self
     }
 }
@@ -486,6 +527,8 @@ mod tests {
                 "[topology]\nfile = \"t\"\ncluster = \"c\"\ngroup_size = 2\n",
                 "alternatives",
             ),
+            ("[push]\ntimeout = \"soon\"\n", "[push] timeout"),
+            ("[push]\ntimeout = \"0s\"\n", "above zero"),
         ] {
             let e = SiteConfig::from_toml(text, "x").expect_err(text);
             assert!(e.to_string().contains(key), "{e}");

@@ -14,6 +14,10 @@
 //!   on a task that carries messages, before the relay hears of them; what is sent on comes
 //!   from the store's memory of recent chunks when it can, else from a read on the blocking
 //!   pool;
+//! - a chunk the store cannot keep (its directory full, read-only or not writable) makes
+//!   the node leave the job's tree, telling its parent why (the push names the node and
+//!   the reason) and its children, which re-attach elsewhere at once: kept silent, the
+//!   node took chunks it could not hold and its subtree waited for the push's timeout;
 //! - a chunk the store drops (evicted, unreadable) is reported to the relay as lost, at
 //!   once when the store announces it and whenever a read or a send finds it missing, so a
 //!   reader never waits for a chunk the relay believes it holds; a waiting reader gets the
@@ -139,6 +143,8 @@ enum Input {
     PumpDone(NodeId),
     /// The root stops serving demand and finishes the job.
     EndServing,
+    /// This node's store cannot keep the job's chunks: it leaves the tree, saying why.
+    StoreFailed(String),
 }
 
 /// What the job's task last published of its relay, for status and reports.
@@ -208,6 +214,8 @@ pub struct JobCore {
     /// Files opened and names looked up in this node's mount of the job (its recorder
     /// counts them): told to the relay as signs of applications starting.
     activity: Arc<AtomicU64>,
+    /// This node's store failed to keep a chunk of the job, and the job left the tree.
+    store_failed: std::sync::atomic::AtomicBool,
 }
 
 /// The job's task's own state besides the relay: the pumps it started.
@@ -266,6 +274,7 @@ impl JobCore {
             closing: watch::Sender::new(false),
             knobs,
             activity: Arc::new(AtomicU64::new(0)),
+            store_failed: std::sync::atomic::AtomicBool::new(false),
         });
         (core, rx)
     }
@@ -384,6 +393,7 @@ impl JobCore {
                 pumps.idle.remove(&child);
             }
             Input::EndServing => r.end_serving(),
+            Input::StoreFailed(why) => r.leave(&why),
         }
     }
 

@@ -8,6 +8,8 @@
 //! - [`control`]: the daemon's control requests and who may make them.
 //! - [`root`]: the login node as the root of one job's tree (one session for push and probe).
 //! - [`push`]: a push: the root over the login node's store, and its report.
+//! - [`root_store`]: the root's reads from that store, checked, and the chunks it cannot
+//!   deliver named.
 //! - [`handover`]: a push that returns at the urgent set while a background copy streams
 //!   the rest.
 //! - [`report`]: the push report (documented JSON).
@@ -31,6 +33,7 @@ pub mod peers;
 pub mod push;
 pub mod report;
 pub mod root;
+pub mod root_store;
 pub mod store;
 
 use std::net::SocketAddr;

@@ -1,5 +1,8 @@
 //! The login node as the root of a job's tree: plan in hand, it binds a QUIC endpoint,
-//! runs the root relay over the login node's store and follows the job to completion.
+//! runs the root relay over the login node's store and follows the job to completion. A
+//! chunk the store cannot deliver ends the push at once, named ([`super::root_store`]);
+//! in shared-storage mode, where the nodes read the store themselves, the root checks the
+//! store's chunks before it reports a phase complete.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -9,10 +12,12 @@ use std::time::Duration;
 use manifest::{Index, IndexId};
 use peertree::relay::{BulkHold, Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
 use peertree::{NodeId, Plan, Topology};
+use tokio::sync::mpsc;
 
 use super::job::JobKnobs;
 use super::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
 use super::root::{RootEndpoint, RootJob, RootSession};
+use super::root_store::{BadChunk, CheckedStore, StoreFault};
 use crate::Error;
 use crate::net::Identity;
 
@@ -80,6 +85,48 @@ pub struct Outcome {
     pub all_s: Option<f64>,
     /// Whether the wait ended by timeout.
     pub timed_out: bool,
+    /// The root's store could not deliver chunks of the index (and when it was found):
+    /// the push ended there.
+    pub store_fault: Option<(f64, StoreFault)>,
+}
+
+/// What ended a wait of the push's loop.
+enum Step {
+    /// A relay event, or `None` at the timeout.
+    Event(Option<(f64, Event)>),
+    /// The root's store could not deliver chunks.
+    Bad(Vec<BadChunk>),
+    /// Shared-storage mode: the store's chunks of a phase were checked; the bad ones.
+    Scanned(Phase, Vec<BadChunk>),
+}
+
+/// Shared-storage mode: checks, on the blocking pool, the chunks the nodes will read from
+/// the store themselves (the root sends none, so nothing else would), the urgent set
+/// first; each phase's result is sent when it is known.
+fn scan_store(
+    store: Arc<CheckedStore>,
+    order: &(Vec<u32>, usize),
+    chunks: usize,
+) -> mpsc::UnboundedReceiver<(Phase, Vec<BadChunk>)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let urgent: Vec<u32> = order.0[..order.1].to_vec();
+    tokio::task::spawn_blocking(move || {
+        let first: std::collections::HashSet<u32> = urgent.iter().copied().collect();
+        let _ = tx.send((Phase::Urgent, store.check(urgent)));
+        let rest = (0..chunks as u32).filter(|p| !first.contains(p));
+        let _ = tx.send((Phase::All, store.check(rest)));
+    });
+    rx
+}
+
+/// The next scan result, never if there is no scan.
+async fn scanned(
+    scan: &mut Option<mpsc::UnboundedReceiver<(Phase, Vec<BadChunk>)>>,
+) -> Option<(Phase, Vec<BadChunk>)> {
+    match scan {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs the root until `wait` completes for every reachable node (or `timeout`).
@@ -88,19 +135,27 @@ pub async fn push(
     spec: PushSpec,
     wait: Phase,
     timeout: Duration,
-    mut on_progress: impl FnMut(&Progress, &Outcome),
+    on_progress: impl FnMut(&Progress, &Outcome),
 ) -> Result<Outcome, Error> {
     let sizes = spec.index.chunks.iter().map(|c| c.stored_len).collect();
+    let schedule_order = spec.order.clone();
     let schedule = Arc::new(Schedule::new(spec.order.0, spec.order.1, sizes)?);
     let endpoint = RootEndpoint {
         identity: spec.identity,
         listen: spec.listen,
         advertise: spec.advertise,
     };
+    let (store_dir, index_id) = (spec.store.root().to_path_buf(), spec.index_id);
+    let (checked, faults) = CheckedStore::new(spec.store, spec.index.clone());
+    let checked = Arc::new(checked);
+    let scan = spec
+        .shared_store
+        .is_some()
+        .then(|| scan_store(checked.clone(), &schedule_order, spec.index.chunks.len()));
     let job = RootJob {
         index: spec.index,
         index_id: spec.index_id,
-        bytes: Arc::new(spec.store),
+        bytes: checked,
         knobs: JobKnobs::rate_limited(spec.rate_limit),
     };
     let (id, timing, signed) = (spec.job, spec.timing, spec.signed_index);
@@ -119,38 +174,27 @@ pub async fn push(
         Ok(relay)
     })?;
 
-    let mut out = Outcome::default();
-    let mut progress = Progress {
+    let mut watch = StoreWatch {
+        faults,
+        scan,
+        store: store_dir,
+        index: index_id,
+    };
+    let progress = Progress {
         nodes: nodes.saturating_sub(1),
         ..Progress::default()
     };
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let Some((t, ev)) = session.next_event(deadline).await else {
-            out.timed_out = true;
-            break;
-        };
-        match &ev {
-            Event::NodeDone(_, Phase::Urgent) => progress.urgent += 1,
-            Event::NodeDone(_, Phase::All) => progress.all += 1,
-            Event::EdgeFailed(..) | Event::Unreachable(..) => progress.failed += 1,
-            Event::JobPhaseDone(Phase::Urgent) => out.urgent_s = Some(t),
-            Event::JobPhaseDone(Phase::All) => out.all_s = Some(t),
-            _ => {}
-        }
-        progress.bytes_out = session.core().counters().bytes_out;
-        out.events.push((t, ev));
-        on_progress(&progress, &out);
-        let done = match wait {
-            Phase::Urgent => out.urgent_s.is_some(),
-            Phase::All => out.all_s.is_some(),
-        };
-        if done {
-            break;
-        }
-    }
-    if let Some(serve) = spec_serve.filter(|_| !out.timed_out) {
-        serve_demand(&mut session, serve, &mut out).await;
+    let mut out = follow(
+        &mut session,
+        &mut watch,
+        progress,
+        wait,
+        timeout,
+        on_progress,
+    )
+    .await;
+    if let Some(serve) = spec_serve.filter(|_| !out.timed_out && out.store_fault.is_none()) {
+        serve_demand(&mut session, serve, &mut watch, &mut out).await;
     }
     // Edge byte counts of the root's own children, which the relay keeps itself.
     let starved = session.core().counters().starved;
@@ -171,9 +215,97 @@ pub async fn push(
     Ok(out)
 }
 
+/// What the push watches in the root's store besides the relay's events.
+struct StoreWatch {
+    /// Chunks the root could not send.
+    faults: mpsc::UnboundedReceiver<BadChunk>,
+    /// Shared-storage mode: the check of the store's chunks.
+    scan: Option<mpsc::UnboundedReceiver<(Phase, Vec<BadChunk>)>>,
+    /// The store's directory.
+    store: std::path::PathBuf,
+    /// The index pushed.
+    index: IndexId,
+}
+
+/// Follows the root's events until `wait` completes for every reachable node, the store
+/// fails or `timeout` passes. A phase is complete when the nodes hold it and, in
+/// shared-storage mode, its chunks in the store were found whole.
+async fn follow(
+    session: &mut RootSession,
+    watch: &mut StoreWatch,
+    mut progress: Progress,
+    wait: Phase,
+    timeout: Duration,
+    mut on_progress: impl FnMut(&Progress, &Outcome),
+) -> Outcome {
+    let mut out = Outcome::default();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut nodes_done: [Option<f64>; 2] = [None, None];
+    let scanning = watch.scan.is_some();
+    let mut checked = [!scanning; 2];
+    loop {
+        let step = tokio::select! {
+            e = session.next_event(deadline) => Step::Event(e),
+            Some(bad) = watch.faults.recv() => Step::Bad(vec![bad]),
+            Some((phase, bad)) = scanned(&mut watch.scan) => Step::Scanned(phase, bad),
+        };
+        let at = session.start.elapsed().as_secs_f64();
+        match step {
+            Step::Event(None) => {
+                out.timed_out = true;
+                break;
+            }
+            Step::Event(Some((t, ev))) => {
+                match &ev {
+                    Event::NodeDone(_, Phase::Urgent) => progress.urgent += 1,
+                    Event::NodeDone(_, Phase::All) => progress.all += 1,
+                    Event::EdgeFailed(..) | Event::Unreachable(..) => progress.failed += 1,
+                    Event::JobPhaseDone(p) => nodes_done[p.index()] = Some(t),
+                    _ => {}
+                }
+                out.events.push((t, ev));
+            }
+            Step::Bad(bad) | Step::Scanned(_, bad) if !bad.is_empty() => {
+                let (store, index) = (watch.store.clone(), watch.index);
+                out.store_fault = Some((at, StoreFault { store, index, bad }));
+                break;
+            }
+            Step::Bad(_) => {}
+            Step::Scanned(phase, _) => checked[phase.index()] = true,
+        }
+        for phase in Phase::BOTH {
+            let slot = match phase {
+                Phase::Urgent => &mut out.urgent_s,
+                Phase::All => &mut out.all_s,
+            };
+            if slot.is_none() && checked[phase.index()] {
+                // Complete when the later of the two is known.
+                *slot = nodes_done[phase.index()].map(|t| if scanning { t.max(at) } else { t });
+            }
+        }
+        progress.bytes_out = session.core().counters().bytes_out;
+        on_progress(&progress, &out);
+        let done = match wait {
+            Phase::Urgent => out.urgent_s.is_some(),
+            Phase::All => out.all_s.is_some(),
+        };
+        if done {
+            break;
+        }
+    }
+    out
+}
+
 /// Keeps the root serving the nodes' demand for chunks the push did not stream, for `serve`
-/// or until SIGTERM or SIGINT, then finishes the job on every node.
-async fn serve_demand(session: &mut RootSession, serve: Duration, out: &mut Outcome) {
+/// or until SIGTERM or SIGINT, then finishes the job on every node. A demanded chunk the
+/// store cannot deliver is kept for the push's outcome (it fails, naming them), while the
+/// rest of the layer is still served.
+async fn serve_demand(
+    session: &mut RootSession,
+    serve: Duration,
+    watch: &mut StoreWatch,
+    out: &mut Outcome,
+) {
     use tokio::signal::unix::{Signal, SignalKind, signal};
     async fn fired(s: &mut Option<Signal>) {
         match s {
@@ -196,6 +328,16 @@ async fn serve_demand(session: &mut RootSession, serve: Duration, out: &mut Outc
                 Some(e) => out.events.push(e),
                 None => break,
             },
+            Some(bad) = watch.faults.recv() => {
+                let at = session.start.elapsed().as_secs_f64();
+                let (store, index) = (watch.store.clone(), watch.index);
+                let (_, fault) = out.store_fault.get_or_insert_with(|| {
+                    (at, StoreFault { store, index, bad: Vec::new() })
+                });
+                if !fault.bad.iter().any(|b| b.position == bad.position) {
+                    fault.bad.push(bad);
+                }
+            }
             () = fired(&mut term) => break,
             () = fired(&mut int) => break,
         }
@@ -309,6 +451,15 @@ pub fn report(
             }
         })
         .collect();
+    if let Some((at, fault)) = &out.store_fault {
+        failures.push(Failure {
+            kind: "store".into(),
+            parent: host(plan.root),
+            child: host(plan.root),
+            at_s: *at,
+            reason: Some(fault.to_string()),
+        });
+    }
     let uplinks = topology.map_or_else(Vec::new, |topo| uplinks(plan, topo, &edges));
     let mut edge_list: Vec<EdgeBytes> = edges
         .into_iter()

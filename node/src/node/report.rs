@@ -10,7 +10,7 @@
 //!                   "group": 0, "app_start_s": 1.1 } ],
 //!   "edges": [ { "parent": "login", "child": "cn01", "bytes": N } ],
 //!   "uplinks": [ { "group": 0, "proxy": "cn01", "in_bytes": N, "out_bytes": N } ],
-//!   "failures": [ { "kind": "failed" | "unreachable" | "liar" | "refused", "parent": "cn01", "child": "cn02", "at_s": 1.0, "reason": "..." } ] }
+//!   "failures": [ { "kind": "failed" | "unreachable" | "liar" | "refused" | "store", "parent": "cn01", "child": "cn02", "at_s": 1.0, "reason": "..." } ] }
 //! ```
 //! Times are seconds since the push started, as observed by the root. `group` (the node's
 //! group in the topology) is absent without a topology and in reports of older versions;
@@ -66,8 +66,11 @@ pub struct Uplink {
 /// A failure the root learned of.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
-    /// `failed` (a child stopped answering), `unreachable` (never re-attached) or `liar`
-    /// (the parent sent a chunk that did not match its id).
+    /// `failed` (a child stopped answering), `unreachable` (never re-attached), `liar`
+    /// (the parent sent a chunk that did not match its id), `refused` (the child would not
+    /// take the job, or could no longer keep its chunks: its store failed) or `store` (the
+    /// root's own store could not deliver chunks of the index; parent and child are the
+    /// root, and the push ended there).
     pub kind: String,
     /// Parent end of the edge.
     pub parent: String,
@@ -75,7 +78,8 @@ pub struct Failure {
     pub child: String,
     /// When the root learned of it.
     pub at_s: f64,
-    /// Why, when the child said (`refused`).
+    /// Why, when the child said (`refused`), or what the root's store lacks and what to do
+    /// (`store`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

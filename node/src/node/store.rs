@@ -126,14 +126,17 @@ impl NodeStore {
         self
     }
 
-    /// Writes a chunk's file (slowly, under fault injection).
+    /// Writes a chunk's file (slowly, under fault injection). An error names the file.
     fn write(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
         #[cfg(feature = "fault-injection")]
         if !self.write_delay.is_zero() {
             // The injected fault itself: this thread is the slow disk.
             std::thread::sleep(self.write_delay);
         }
-        self.dir.put(id, stored)
+        self.dir.put(id, stored).map_err(|e| {
+            let path = self.dir.chunk_path(id);
+            std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        })
     }
 
     /// Bytes held.

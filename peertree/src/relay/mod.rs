@@ -75,6 +75,7 @@ pub struct BulkHold {
     /// Release sooner once no demand has reached the root for this long.
     pub quiet: Option<Duration>,
 }
+pub use recovery::ROOT_ASKS;
 pub use subtree::{forward_prepare, plan_nodes, prepares_for};
 pub use timers::STARVED_DEADLINES;
 
@@ -138,6 +139,10 @@ pub enum Event {
     Refused(NodeId, String),
     /// The root declared the job finished (on every node, when it hears so).
     Finished,
+    /// The root is gone: asked to adopt this node this many times ([`ROOT_ASKS`]), each
+    /// wait twice the last, it never answered. This node stops asking and keeps what it
+    /// holds; nothing more comes from the tree.
+    RootGone(u32),
 }
 
 /// Counters for tests and status.
@@ -236,6 +241,8 @@ pub struct Relay {
     deputy_asked: bool,
     /// The root's wall clock at the job's start ([`Start::root_clock_ms`]).
     root_clock_ms: Option<u64>,
+    /// How many times the root was asked to adopt this node since it last had a parent.
+    root_asks: u32,
 }
 
 impl Relay {
@@ -418,6 +425,7 @@ impl Relay {
             kin: Vec::new(),
             deputy_asked: false,
             root_clock_ms: None,
+            root_asks: 0,
         }
     }
 
@@ -613,7 +621,11 @@ impl Relay {
                 }
             }
             RelayMsg::Refused { reason } => {
-                if self.children.contains_key(&from) {
+                if Some(from) == self.parent && self.root.is_none() && self.attaching.is_none() {
+                    // The parent left the job (its store failed): re-attach now, not at
+                    // its deadline, which its live transport would stretch.
+                    self.lose_parent(now);
+                } else if self.children.contains_key(&from) {
                     // Said once, before it is dropped as a failed child below.
                     self.absorb(
                         now,

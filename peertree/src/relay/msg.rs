@@ -273,7 +273,10 @@ pub enum Msg {
     },
     /// Child to parent, instead of joining: this node will not take the job, and why (the
     /// index is not trusted, has expired or is revoked here), so the push can say so at
-    /// once instead of waiting for a deadline and blaming the network.
+    /// once instead of waiting for a deadline and blaming the network. Also sent by a node
+    /// that leaves the job because its store cannot keep the chunks
+    /// ([`crate::relay::Relay::leave`]): to its parent, which drops it and reports it, and
+    /// to its children, which re-attach elsewhere at once.
     Refused {
         /// Why, for the operator.
         reason: String,

@@ -9,6 +9,13 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
+/// How many times a node whose parent is lost asks the root to adopt it before it gives
+/// up on the tree ([`super::Event::RootGone`]). Each ask waits twice as long as the one
+/// before, from one deadline: 15 deadlines in all (75 s with the default 5 s). A root
+/// that is gone (the push ended or was killed) was asked every deadline until the job was
+/// released.
+pub const ROOT_ASKS: u32 = 4;
+
 use super::demand::Waiter;
 use super::msg::{bits_from_words, pack_words};
 use super::subtree::Child;
@@ -36,9 +43,16 @@ impl Relay {
             self.fail_child(now, peer);
         } else if self.attaching.is_none() && Some(peer) == self.parent && self.root.is_none() {
             self.lose_parent(now);
-        } else if self.asking() == Some(peer) {
+        } else if self.asking() == Some(peer) && !self.asking_root() {
+            // The root is asked again when its back-off is over, not at once.
             self.attach_next(now);
         }
+    }
+
+    /// Whether this node is asking the root to adopt it.
+    fn asking_root(&self) -> bool {
+        self.asking()
+            .is_some_and(|p| self.ancestors.last().is_some_and(|r| r.id == p))
     }
 
     /// Whom this node is asking to adopt it, while re-attaching.
@@ -152,18 +166,64 @@ impl Relay {
         self.attach_next(now);
     }
 
-    /// Ask the next ancestor up (the root is asked again and again: it never gives up on us).
+    /// Ask the next ancestor up. The root never gives up on a live node, but it may be
+    /// gone: it is asked [`ROOT_ASKS`] times, each wait twice the last, then this node
+    /// stops asking ([`Event::RootGone`]) and keeps what it holds.
     pub(super) fn attach_next(&mut self, now: Instant) {
         let Some(a) = &self.attaching else { return };
         // After the deputy, the ancestor after the lost parent.
-        let target = (a.target + 1).min(self.ancestors.len() - 1);
+        let last = self.ancestors.len() - 1;
+        let target = (a.target + 1).min(last);
+        let mut wait = ms(self.timing.deadline_ms);
+        if target == last {
+            if self.root_asks >= ROOT_ASKS {
+                self.attaching = None;
+                self.parent = None;
+                // No more heartbeats, deadlines or asks for this job here.
+                self.finished = true;
+                self.events.push_back(Event::RootGone(self.root_asks));
+                return;
+            }
+            wait *= 1 << self.root_asks;
+            self.root_asks += 1;
+        }
         let to = self.ancestors[target].id;
         self.send_attach(to);
         self.attaching = Some(Attaching {
             target,
             deputy: None,
-            deadline: now + ms(self.timing.deadline_ms),
+            deadline: now + wait,
         });
+    }
+
+    /// This node can no longer keep the job's chunks (its store failed): it leaves the
+    /// tree. The parent is told why ([`Msg::Refused`]; the root names this node and the
+    /// reason in the push's report) and drops it; the children are told the same, and
+    /// re-attach elsewhere at once instead of at their deadline. Nothing more is sent or
+    /// checked for the job here. Not at the root, nor twice.
+    pub fn leave(&mut self, reason: &str) {
+        if self.root.is_some() || self.finished {
+            return;
+        }
+        let refused = || Msg::Refused {
+            reason: reason.to_string(),
+        };
+        if let Some(p) = self.parent {
+            self.control.push_back(Transmit::Control {
+                to: p,
+                msg: refused(),
+            });
+        }
+        let kids: Vec<NodeId> = self.children.keys().copied().collect();
+        for c in kids {
+            self.control.push_back(Transmit::Control {
+                to: c,
+                msg: refused(),
+            });
+            self.drop_child(c);
+        }
+        self.attaching = None;
+        self.finished = true;
     }
 
     /// Asks `to` to adopt me, saying what I hold.
@@ -244,6 +304,7 @@ impl Relay {
     pub(super) fn on_adopted(&mut self, now: Instant, from: NodeId) {
         if self.attaching.is_some() && self.asking() == Some(from) {
             self.attaching = None;
+            self.root_asks = 0;
             self.parent = Some(from);
             self.parent_heard = now;
             self.parent_transport = now;
@@ -266,3 +327,7 @@ impl Relay {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "leave_tests.rs"]
+mod tests;

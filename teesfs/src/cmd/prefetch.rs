@@ -50,6 +50,11 @@ pub struct PrefetchArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// Give up waiting for the nodes after this long (default: the site's `[push] timeout`,
+    /// else 30m): the Slurm prolog, and so the job, waits at most this long. A bad chunk in
+    /// the store or a node that cannot keep the job ends the push at once instead.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    timeout: Option<Duration>,
     /// Ignore the layer's learned urgent list (see `teesfs push --help`).
     #[arg(long)]
     no_learned: bool,
@@ -146,7 +151,10 @@ fn push_args(
         no_learned: args.no_learned,
         heartbeat: Duration::from_secs(1),
         deadline: Duration::from_secs(5),
-        timeout: Duration::from_secs(30 * 60),
+        timeout: args
+            .timeout
+            .or_else(|| site.push.timeout())
+            .unwrap_or(super::push::DEFAULT_TIMEOUT),
         trust: args.trust.clone(),
         rate_limit: None,
         quiet: args.quiet,
@@ -285,6 +293,7 @@ mod tests {
             no_learned: false,
             job_id: None,
             owner: None,
+            timeout: None,
         }
     }
 
@@ -313,6 +322,26 @@ mod tests {
         assert_eq!(plan.strategy, peertree::Strategy::Topo);
         assert_eq!(push.bulk_after, Duration::from_secs(120));
         assert_eq!(push.bulk_quiet, Duration::from_secs(2));
+        assert_eq!(push.timeout, Duration::from_secs(30 * 60));
+    }
+
+    /// `prefetch` waited 30 minutes, hard-coded, whatever the site said: a Slurm job sat in
+    /// its prolog that long. The site's `[push] timeout` is its default now, and
+    /// `--timeout` overrides it.
+    #[test]
+    fn prefetch_takes_its_timeout_from_the_site_configuration() {
+        let spec = JobSpec::from_toml(
+            "[layer]\nstore = \"/s\"\nindex = \"3a6a\"\n[nodes]\nlist = \"cn[1-4]\"\ngroup_size = 4\n",
+        )
+        .expect("spec");
+        let site =
+            manifest::SiteConfig::from_toml("[push]\ntimeout = \"90s\"\n", "site").expect("site");
+        let mut args = args();
+        let push = push_args(&spec, &args, std::path::Path::new("/"), &site).expect("push");
+        assert_eq!(push.timeout, Duration::from_secs(90));
+        args.timeout = Some(Duration::from_secs(7));
+        let push = push_args(&spec, &args, std::path::Path::new("/"), &site).expect("push");
+        assert_eq!(push.timeout, Duration::from_secs(7), "the flag wins");
     }
 
     /// A user's spec names only the layer and the urgent globs; the site configuration

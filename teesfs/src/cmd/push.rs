@@ -21,6 +21,8 @@ use super::util;
 pub const DEFAULT_BULK_AFTER: Duration = Duration::from_secs(120);
 /// How quiet the nodes must be for the held rest to flow by default (`--bulk-quiet`).
 pub const DEFAULT_BULK_QUIET: Duration = Duration::from_secs(2);
+/// How long a push waits for the nodes without a site's `[push] timeout` (`--timeout`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// What to wait for before returning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -56,7 +58,8 @@ Examples:
   teesfs push --store /shared/teesfs --index 3a6a --nodes 'cn[01-32]' --rate-limit 200MiB \\
       --stream urgent
 
-The site configuration (teesfs.toml(5)) gives the defaults of the Topology and Network flags;
+The site configuration (teesfs.toml(5)) gives the defaults of the Topology and Network flags
+and of --timeout ([push] timeout);
 --index takes a tag (`teesfs publish --tag`) or at least 4 hex characters of an index id
 (`teesfs inspect --store DIR` lists both). Exit status 0 when every node holds what --wait asked for, 1 otherwise.")]
 pub struct PushArgs {
@@ -133,7 +136,9 @@ pub struct PushArgs {
     /// A peer silent this long is declared failed.
     #[arg(help_heading = "Timing", long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub deadline: Duration,
-    /// Give up waiting after this long.
+    /// Give up waiting after this long (default: the site's `[push] timeout`, else 30m). A
+    /// chunk the store cannot deliver, and a node that refuses the job or cannot keep its
+    /// chunks, end the push at once instead.
     #[arg(help_heading = "Timing", long, default_value = "30m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
     /// Trusted publisher key(s) to check the index before sending it.
@@ -289,18 +294,34 @@ fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> 
         show_report(args, rep)?;
     }
     write_report(args, rep);
+    if let Some(e) = failed(rep) {
+        return Err(e);
+    }
     if timed_out {
         bail!("timed out after {}", util::duration(args.timeout));
-    }
-    if !rep.failures.is_empty() {
-        bail!(
-            "{} node(s) failed; see the report above",
-            rep.failures.len()
-        );
     }
     // A background copy that completed leaves no log behind (a failed one keeps it).
     handover::completed();
     Ok(())
+}
+
+/// Why the push failed, if it did: the root's store (named with its chunks and what to do)
+/// before the nodes.
+fn failed(rep: &PushReport) -> Option<anyhow::Error> {
+    if let Some(why) = rep
+        .failures
+        .iter()
+        .find(|f| f.kind == "store")
+        .and_then(|f| f.reason.as_deref())
+    {
+        return Some(anyhow::anyhow!("{why}"));
+    }
+    (!rep.failures.is_empty()).then(|| {
+        anyhow::anyhow!(
+            "{} node(s) failed; see the report above",
+            rep.failures.len()
+        )
+    })
 }
 
 /// The shared store nodes read from when the plan is `storage`.
@@ -384,11 +405,8 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
             bg.log().display()
         );
     }
-    if !rep.failures.is_empty() {
-        bail!(
-            "{} node(s) failed; see the report above",
-            rep.failures.len()
-        );
+    if let Some(e) = failed(rep) {
+        return Err(e);
     }
     Ok(())
 }
@@ -551,6 +569,7 @@ fn print_report(r: &PushReport) {
     }
     for f in &r.failures {
         match &f.reason {
+            Some(why) if f.kind == "store" => outln!("  STORE FAILED at {:.2} s: {why}", f.at_s),
             Some(why) => outln!("  REFUSED by {} at {:.2} s: {why}", f.child, f.at_s),
             None => outln!(
                 "  FAILED ({}) {} -> {} at {:.2} s",
@@ -611,5 +630,6 @@ mod tests {
             .expect("0s")
             .push;
         assert!(eager.bulk_after.is_zero());
+        assert_eq!(p.timeout, DEFAULT_TIMEOUT);
     }
 }

@@ -52,10 +52,17 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
     one("identity", site.network.identity.as_deref().map(path));
     one("hosts", site.network.hosts.as_deref().map(path));
     one("port", site.network.port.map(|n| leak(n.to_string())));
+    one("timeout", site.push.timeout.clone().map(leak));
     if let Some(trust) = &site.network.trust {
         out.push(("trust", trust.iter().map(|p| path(p)).collect()));
     }
     out
+}
+
+/// Whether `command` takes the site's value for its argument `id`: the push's timeout is
+/// not `learn`'s, which has its own `--timeout`.
+fn takes(command: &str, id: &str) -> bool {
+    id != "timeout" || command == "push" || command == "prefetch"
 }
 
 /// The argument a site key stands for, by its id in the commands that take it.
@@ -75,6 +82,7 @@ fn arg_of(section: &str, key: &str) -> Option<&'static str> {
         ("network", "hosts") => "hosts",
         ("network", "port") => "port",
         ("network", "trust") => "trust",
+        ("push", "timeout") => "timeout",
         _ => return None,
     })
 }
@@ -128,6 +136,9 @@ pub fn fatal<'a>(
                 // A whole section of the wrong kind: every command that reads the site.
                 return COMMANDS.contains(&sc.get_name()) && p.key.is_none();
             };
+            if !takes(sc.get_name(), id) {
+                return false;
+            }
             // The daemon listens on the site's port unless told where.
             let ids: &[&str] = if id == "port" {
                 &["port", "listen"]
@@ -152,9 +163,10 @@ pub fn apply(mut cmd: clap::Command, site: &SiteConfig, argv: &[OsString]) -> cl
     let defaults = defaults(site, argv);
     for name in COMMANDS {
         for (id, values) in &defaults {
-            let has = cmd
-                .find_subcommand(name)
-                .is_some_and(|sc| sc.get_arguments().any(|a| a.get_id() == *id));
+            let has = takes(name, id)
+                && cmd
+                    .find_subcommand(name)
+                    .is_some_and(|sc| sc.get_arguments().any(|a| a.get_id() == *id));
             if !has {
                 continue;
             }
@@ -246,5 +258,35 @@ mod tests {
                 .map(|a| a.port()),
             Some(9000)
         );
+    }
+
+    /// The site's `[push] timeout` is the default of `push --timeout` and
+    /// `prefetch --timeout`, and of nothing else (`learn` has a `--timeout` of its own).
+    #[test]
+    fn the_sites_push_timeout_is_the_default_of_push_and_prefetch_only() {
+        use clap::CommandFactory;
+        let s = site("[push]\ntimeout = \"90s\"\n");
+        let timeout = |args: &[&str]| {
+            let argv: Vec<OsString> = args.iter().map(OsString::from).collect();
+            let m = apply(crate::Cli::command(), &s, &argv)
+                .try_get_matches_from(&argv)
+                .expect("parses");
+            m.subcommand()
+                .expect("a command")
+                .1
+                .get_one::<std::time::Duration>("timeout")
+                .copied()
+        };
+        let push = [
+            "teesfs", "push", "--store", "/s", "--index", "abcd", "--nodes", "n1",
+        ];
+        assert_eq!(timeout(&push), Some(std::time::Duration::from_secs(90)));
+        let mut given = push.to_vec();
+        given.extend(["--timeout", "5s"]);
+        assert_eq!(timeout(&given), Some(std::time::Duration::from_secs(5)));
+        let prefetch = ["teesfs", "prefetch", "manifest.toml"];
+        assert_eq!(timeout(&prefetch), Some(std::time::Duration::from_secs(90)));
+        let learn = ["teesfs", "learn", "--job", "1", "--nodes", "n1"];
+        assert_ne!(timeout(&learn), Some(std::time::Duration::from_secs(90)));
     }
 }

@@ -30,6 +30,7 @@ mod learned;
 mod local_state;
 mod metrics;
 mod packaging;
+mod push_faults;
 mod read_path;
 mod record_job;
 mod report;

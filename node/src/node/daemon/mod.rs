@@ -704,6 +704,11 @@ async fn log_events(
             Event::BadChunk { from, chunk } => {
                 tracing::error!(from = %nj.core.host_of(from), chunk, "peer sent a corrupt chunk")
             }
+            Event::RootGone(asks) => tracing::warn!(
+                asks,
+                "the push's root is gone (it never answered): no longer asking it; the job \
+                 keeps serving what it holds, and reads of the rest fail until it is released"
+            ),
             _ => {}
         }
     }

@@ -106,9 +106,19 @@ impl JobCore {
             }
         };
         if let Err(e) = self.bytes.put_checked(&checked) {
-            tracing::error!(error = %e, "cannot store a chunk: is the state directory full?");
             // Readers waiting for it still get it; the relay does not count it as held.
             self.wake(chunk, &plain);
+            if !self
+                .store_failed
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                let why = format!(
+                    "its store cannot keep the job's chunks: {e}; free space there or make it \
+                     writable (the daemon's --state-dir), then push again"
+                );
+                tracing::error!("leaving the job's tree: {why}");
+                self.tell(Input::StoreFailed(why));
+            }
             return;
         }
         {

@@ -1,0 +1,356 @@
+//! The push root's reads from the login node's store, checked: every chunk it is about to
+//! send is verified against the index first, and a chunk that is missing, unreadable or
+//! damaged is reported to the push at once ([`BadChunk`]), named with its index and the
+//! store, instead of being sent for the nodes to refuse. Sent anyway, the nodes called the
+//! root a liar and the push waited out its timeout (30 minutes in the Slurm prolog) without
+//! a word about the store.
+//!
+//! A chunk is hashed once per file: read again (the root sends each chunk to every child),
+//! it is checked again only if its file changed since (another inode, size or change
+//! time), so the root's CPU stays on sending. This never repairs the store and never
+//! fetches anything: what to do is the operator's (`teesfs verify`, publish again).
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use manifest::{ChunkId, ChunkSink, Index, IndexId};
+use seeder::{ChunkStore, DirStore, StoredChunk};
+use tokio::sync::mpsc;
+
+/// What is wrong with a chunk in the root's store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// Its file is gone (removed by `teesfs gc` or by hand, or never published whole).
+    Missing,
+    /// Its file is there but cannot be read (permissions, a symlink, an I/O error).
+    Unreadable(String),
+    /// Its bytes do not decode to its id (damaged on disk, truncated, planted).
+    Damaged(String),
+}
+
+/// A chunk of the index the root could not send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadChunk {
+    /// The chunk.
+    pub chunk: ChunkId,
+    /// Its number in the index's chunk table.
+    pub position: u32,
+    /// Its file.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+impl std::fmt::Display for BadChunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "chunk {} (number {}) ", self.chunk, self.position)?;
+        match &self.problem {
+            Problem::Missing => write!(
+                f,
+                "is missing: {} is gone (removed by `teesfs gc` or by hand, or the layer was \
+                 never published whole)",
+                self.path.display()
+            ),
+            Problem::Unreadable(why) => {
+                write!(f, "cannot be read: {}: {why}", self.path.display())
+            }
+            Problem::Damaged(why) => write!(
+                f,
+                "is damaged on disk: {} does not match its id ({why})",
+                self.path.display()
+            ),
+        }
+    }
+}
+
+/// Chunks of a pushed index the root's store cannot deliver: the push fails with this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreFault {
+    /// The store.
+    pub store: PathBuf,
+    /// The index pushed.
+    pub index: IndexId,
+    /// The chunks, at least one.
+    pub bad: Vec<BadChunk>,
+}
+
+/// How many bad chunks a fault names one by one.
+const NAMED: usize = 5;
+
+impl std::fmt::Display for StoreFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let store = self.store.display();
+        write!(
+            f,
+            "the root's store {store} cannot deliver index {}: ",
+            self.index
+        )?;
+        for (i, b) in self.bad.iter().take(NAMED).enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{b}")?;
+        }
+        if self.bad.len() > NAMED {
+            write!(f, "; and {} more", self.bad.len() - NAMED)?;
+        }
+        let verify = format!(
+            "`teesfs verify --store {store} --index {}` lists every chunk at fault",
+            self.index.short()
+        );
+        let missing = self.bad.iter().any(|b| b.problem == Problem::Missing);
+        let damaged = self
+            .bad
+            .iter()
+            .any(|b| matches!(b.problem, Problem::Damaged(_)));
+        match (missing, damaged) {
+            (true, _) => write!(
+                f,
+                ". Publish the layer again into {store} (or push an index the store still \
+                 holds whole); {verify}"
+            )?,
+            (false, true) => write!(
+                f,
+                ". The store is damaged: {verify}; publishing the layer again replaces the \
+                 damaged chunks"
+            )?,
+            (false, false) => write!(
+                f,
+                ". Check the file's owner, permissions and disk; {verify}"
+            )?,
+        }
+        f.write_str(". The nodes and the network are not at fault")
+    }
+}
+
+/// What identifies a chunk file's content without reading it: a file checked once and
+/// unchanged since need not be hashed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(md: &std::fs::Metadata) -> Self {
+        Self {
+            dev: md.dev(),
+            ino: md.ino(),
+            len: md.len(),
+            ctime: (md.ctime(), md.ctime_nsec()),
+            mtime: (md.mtime(), md.mtime_nsec()),
+        }
+    }
+}
+
+/// The login node's store as a push root reads it: checked (see the module's doc).
+pub struct CheckedStore {
+    store: DirStore,
+    index: Arc<Index>,
+    position: HashMap<ChunkId, u32>,
+    checked: Mutex<HashMap<u32, Stamp>>,
+    faults: mpsc::UnboundedSender<BadChunk>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl CheckedStore {
+    /// `store` read for `index`; every chunk it cannot deliver is also sent to the
+    /// receiver returned.
+    pub fn new(store: DirStore, index: Arc<Index>) -> (Self, mpsc::UnboundedReceiver<BadChunk>) {
+        let (faults, rx) = mpsc::unbounded_channel();
+        let position = (0u32..)
+            .zip(&index.chunks)
+            .map(|(p, c)| (c.id, p))
+            .collect();
+        let s = Self {
+            store,
+            index,
+            position,
+            checked: Mutex::new(HashMap::new()),
+            faults,
+        };
+        (s, rx)
+    }
+
+    /// The store's directory.
+    pub fn root(&self) -> &Path {
+        self.store.root()
+    }
+
+    /// Chunk number `position`'s stored bytes, checked against its id unless its file was
+    /// checked before and has not changed since. Blocks on the file.
+    pub fn read(&self, position: u32) -> Result<StoredChunk, BadChunk> {
+        let info = self.index.chunks[position as usize];
+        let path = self.store.chunk_path(&info.id);
+        let bad = |problem| BadChunk {
+            chunk: info.id,
+            position,
+            path: path.clone(),
+            problem,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => bad(Problem::Missing),
+                _ if e.raw_os_error() == Some(libc::ELOOP) => {
+                    bad(Problem::Unreadable("is a symlink".into()))
+                }
+                _ => bad(Problem::Unreadable(e.to_string())),
+            })?;
+        let stamp = file
+            .metadata()
+            .map(|md| Stamp::of(&md))
+            .map_err(|e| bad(Problem::Unreadable(e.to_string())))?;
+        let bytes = seeder::files::read_file_limited(file, seeder::store::MAX_STORED_CHUNK)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => bad(Problem::Damaged(e.to_string())),
+                _ => bad(Problem::Unreadable(e.to_string())),
+            })?;
+        if lock(&self.checked).get(&position) == Some(&stamp) {
+            return Ok(StoredChunk::Unchecked(bytes.into()));
+        }
+        let (checked, _) = manifest::verify_chunk(bytes.into(), &info.id, info.plain_len).map_err(
+            |e| match e {
+                manifest::Error::CorruptChunk { reason, .. } => bad(Problem::Damaged(reason)),
+                other => bad(Problem::Damaged(other.to_string())),
+            },
+        )?;
+        lock(&self.checked).insert(position, stamp);
+        Ok(StoredChunk::Checked(checked))
+    }
+
+    /// Checks the chunks at `positions` and returns those the store cannot deliver, in the
+    /// order given (for a push whose nodes read the store themselves). Blocks on the files,
+    /// a few threads at a time: a parallel file system answers several reads at once.
+    pub fn check(&self, positions: impl IntoIterator<Item = u32>) -> Vec<BadChunk> {
+        let positions: Vec<u32> = positions.into_iter().collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, 4);
+        let per = positions.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            let parts: Vec<_> = positions
+                .chunks(per)
+                .map(|part| {
+                    s.spawn(move || {
+                        part.iter()
+                            .filter_map(|&p| self.read(p).err())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            parts
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        })
+    }
+}
+
+impl ChunkStore for CheckedStore {
+    fn get(&self, id: &ChunkId) -> Option<StoredChunk> {
+        let &position = self.position.get(id)?;
+        match self.read(position) {
+            Ok(s) => Some(s),
+            Err(bad) => {
+                tracing::error!("{bad}");
+                let _ = self.faults.send(bad);
+                None
+            }
+        }
+    }
+    fn contains(&self, id: &ChunkId) -> bool {
+        self.store.contains(id)
+    }
+}
+
+impl ChunkSink for CheckedStore {
+    fn stored_len(&self, id: &ChunkId, plain_len: u32) -> Option<u32> {
+        self.store.stored_len(id, plain_len)
+    }
+    fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+        self.store.put(id, stored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store holding a three-chunk index of incompressible bytes.
+    fn store() -> (tempfile::TempDir, DirStore, Arc<Index>) {
+        let t = tempfile::tempdir().expect("tempdir");
+        let store = DirStore::create(&t.path().join("store")).expect("store");
+        let mut chunks = Vec::new();
+        for seed in 0u8..3 {
+            let mut plain = vec![0u8; 5000];
+            blake3::Hasher::new()
+                .update(&[seed])
+                .finalize_xof()
+                .fill(&mut plain);
+            let id = ChunkId::of(&plain);
+            let stored = manifest::encode_chunk(&plain, 1);
+            store.put(&id, &stored).expect("put");
+            chunks.push(manifest::ChunkInfo {
+                id,
+                plain_len: plain.len() as u32,
+                stored_len: stored.len() as u32,
+            });
+        }
+        let index = Index {
+            chunk_size: 1 << 20,
+            chunks,
+            entries: Vec::new(),
+            urgent: Vec::new(),
+        };
+        (t, store, Arc::new(index))
+    }
+
+    /// The root sent a damaged chunk as it lay, and the nodes called the root a liar. Each
+    /// problem is told apart now, and a file damaged after its first check (the root reads
+    /// every chunk once per child) is caught when read again.
+    #[test]
+    fn a_missing_or_damaged_chunk_in_the_root_store_is_named_not_sent() {
+        let (_t, store, index) = store();
+        let (checked, mut faults) = CheckedStore::new(store.clone(), index.clone());
+        assert!(checked.check(0..3).is_empty(), "a whole store");
+        let path = store.chunk_path(&index.chunks[1].id);
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[100] ^= 1;
+        std::fs::write(&path, &bytes).expect("damage it after it was checked once");
+        let bad = checked.read(1).expect_err("damaged");
+        assert!(matches!(bad.problem, Problem::Damaged(_)), "{bad:?}");
+        std::fs::remove_file(store.chunk_path(&index.chunks[2].id)).expect("rm");
+        assert!(checked.get(&index.chunks[2].id).is_none(), "not sent");
+        let sent = faults.try_recv().expect("the push hears of it");
+        assert_eq!((sent.position, sent.problem), (2, Problem::Missing));
+        let fault = StoreFault {
+            store: store.root().to_path_buf(),
+            index: IndexId([7; 32]),
+            bad: checked.check(0..3),
+        };
+        let text = fault.to_string();
+        for part in [
+            &index.chunks[1].id.to_hex(),
+            &index.chunks[2].id.to_hex(),
+            "damaged on disk",
+            "is missing",
+            "teesfs gc",
+            "teesfs verify --store",
+            &IndexId([7; 32]).to_hex(),
+            "not at fault",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+    }
+}
