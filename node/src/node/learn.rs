@@ -71,8 +71,10 @@ impl Router for Collector {
         None
     }
 
-    fn unreachable(&self, host: &str) {
-        let _ = self.tx.send((host.to_string(), Err("unreachable".into())));
+    fn unreachable(&self, host: &str, why: &str) {
+        let _ = self
+            .tx
+            .send((host.to_string(), Err(format!("unreachable: {why}"))));
     }
 }
 

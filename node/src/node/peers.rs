@@ -24,8 +24,8 @@ pub trait Router: Send + Sync + 'static {
     /// work still running for it (a chunk being verified and stored), which the stream's
     /// reader waits for before it delivers the stream's next frame ([`InOrder`]).
     fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending>;
-    /// `host` could not be reached at all.
-    fn unreachable(&self, host: &str);
+    /// `host` could not be reached at all, for the reason `why` (the connection's error).
+    fn unreachable(&self, host: &str, why: &str);
 }
 
 /// Work a [`Router`] still does for a delivered message.
@@ -390,7 +390,7 @@ impl Peers {
                 Err(e) => {
                     tracing::warn!(peer = %host, %addr, error = %e, "peer unreachable");
                     if let Some(r) = this.router() {
-                        r.unreachable(&host);
+                        r.unreachable(&host, &e.to_string());
                     }
                 }
             }

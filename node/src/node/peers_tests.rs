@@ -58,7 +58,7 @@ impl Router for Gated {
         }))
     }
 
-    fn unreachable(&self, _host: &str) {}
+    fn unreachable(&self, _host: &str, _why: &str) {}
 }
 
 /// Over real QUIC between two `Peers`: a stream's chunks reach the router in the order
@@ -195,7 +195,7 @@ impl Router for Sink {
     fn deliver(&self, _from_host: &str, _job: JobId, _msg: Routed) -> Option<Pending> {
         None
     }
-    fn unreachable(&self, _host: &str) {}
+    fn unreachable(&self, _host: &str, _why: &str) {}
 }
 
 /// Polls `f` until it holds, for at most 10 s.
@@ -247,7 +247,7 @@ impl Router for Count {
         self.0.send_modify(|n| *n += 1);
         None
     }
-    fn unreachable(&self, _host: &str) {}
+    fn unreachable(&self, _host: &str, _why: &str) {}
 }
 
 /// Over real QUIC: a frame sent after the link to another peer (a grandchild's

@@ -88,6 +88,8 @@ pub struct Outcome {
     /// The root's store could not deliver chunks of the index (and when it was found):
     /// the push ended there.
     pub store_fault: Option<(f64, StoreFault)>,
+    /// Why the root could not connect to each of its own peers it failed to reach.
+    pub connect_errors: HashMap<String, String>,
 }
 
 /// What ended a wait of the push's loop.
@@ -206,6 +208,7 @@ pub async fn push(
             "children stayed silent past the deadline while their transport answered"
         );
     }
+    out.connect_errors = session.connect_errors();
     let root_edges = session.core().view().child_bytes;
     let now = session.start.elapsed().as_secs_f64();
     for (p, c, b) in root_edges {
@@ -377,6 +380,25 @@ fn uplinks(plan: &Plan, topo: &Topology, edges: &HashMap<(NodeId, NodeId), u64>)
         .collect()
 }
 
+/// Why an edge of kind `kind` failed, as far as the root can tell: the connection's own error
+/// when the root dialled the node itself, else what the kind means and where to look.
+fn edge_reason(kind: &str, connect_error: Option<&String>) -> String {
+    let seen = connect_error.map(|e| format!("{e}; ")).unwrap_or_default();
+    match kind {
+        "unreachable" => format!(
+            "{seen}never answered: no daemon there, or it never got the job (is \
+             teesfs-daemon running there, on the port and address [network] names?)"
+        ),
+        "failed" => format!(
+            "{seen}stopped answering its parent during the push (its daemon stopped or \
+             crashed, the host went down, or the link was lost); its journal says which"
+        ),
+        _ => "sent a chunk that failed verification; the child fetched it elsewhere (check \
+              the parent's memory and store)"
+            .to_owned(),
+    }
+}
+
 /// Builds the report from what the root saw.
 pub fn report(
     plan: &Plan,
@@ -422,12 +444,21 @@ pub fn report(
                     Event::Unreachable(..) => "unreachable",
                     _ => "liar",
                 };
+                let child = host(c);
+                // A node that never reported anything never joined, whatever the kind.
+                let heard = times.contains_key(&c) || edges.keys().any(|&(_, to)| to == c);
+                let kind_seen = if kind == "failed" && !heard {
+                    "unreachable"
+                } else {
+                    kind
+                };
+                let reason = edge_reason(kind_seen, out.connect_errors.get(&child));
                 failures.push(Failure {
                     kind: kind.into(),
                     parent: host(p),
-                    child: host(c),
+                    child,
                     at_s: *t,
-                    reason: None,
+                    reason: Some(reason),
                 });
             }
             _ => {}

@@ -5,7 +5,7 @@
 //! probe) and when it is done are the caller's: [`super::push`] and [`super::health`].
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use manifest::{Index, IndexId};
@@ -44,8 +44,12 @@ pub struct RootJob {
     pub knobs: JobKnobs,
 }
 
-/// Routes the messages of a root's one job to it.
-struct RootRouter(Arc<JobCore>);
+/// Routes the messages of a root's one job to it, and keeps why each of the root's own
+/// peers could not be reached (for the push's report).
+struct RootRouter(
+    Arc<JobCore>,
+    std::sync::Mutex<std::collections::HashMap<String, String>>,
+);
 
 impl Router for RootRouter {
     fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
@@ -67,7 +71,11 @@ impl Router for RootRouter {
         }
         None
     }
-    fn unreachable(&self, host: &str) {
+    fn unreachable(&self, host: &str, why: &str) {
+        self.1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(host.to_owned(), why.to_owned());
         self.0.on_unreachable(host);
     }
 }
@@ -80,7 +88,7 @@ pub struct RootSession {
     peers: Arc<Peers>,
     events: mpsc::UnboundedReceiver<TimedEvent>,
     // Kept alive for as long as the session: the connection manager holds it weakly.
-    _router: Arc<dyn Router>,
+    router: Arc<RootRouter>,
 }
 
 impl RootSession {
@@ -109,8 +117,9 @@ impl RootSession {
             &nodes,
             job.knobs,
         );
-        let router: Arc<dyn Router> = Arc::new(RootRouter(core.clone()));
-        peers.set_router(Arc::downgrade(&router) as Weak<dyn Router>);
+        let router = Arc::new(RootRouter(core.clone(), Default::default()));
+        let dyn_router: Arc<dyn Router> = router.clone();
+        peers.set_router(Arc::downgrade(&dyn_router));
         tokio::spawn(peers.clone().accept_loop());
         core.start();
         Ok(RootSession {
@@ -118,8 +127,17 @@ impl RootSession {
             core,
             peers,
             events,
-            _router: router,
+            router,
         })
+    }
+
+    /// Why the root could not reach each of its peers it failed to connect to, by host.
+    pub fn connect_errors(&self) -> std::collections::HashMap<String, String> {
+        self.router
+            .1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The job's shared state (counters, the relay).

@@ -538,14 +538,30 @@ fn show_report(args: &PushArgs, rep: &PushReport) -> anyhow::Result<()> {
 fn print_report(r: &PushReport) {
     let secs = |s: Option<f64>| s.map_or("not reached".to_string(), |s| format!("{s:.2} s"));
     outln!("job {} index {}", r.job, &r.index[..12]);
+    // With failures, "all" is every node reached: say how many that was.
+    let lost: std::collections::HashSet<&str> = r
+        .failures
+        .iter()
+        .filter(|f| f.kind != "store")
+        .map(|f| f.child.as_str())
+        .collect();
+    let on = if lost.is_empty() {
+        "on all nodes".to_owned()
+    } else {
+        let n = r.per_node.len();
+        format!(
+            "on the {} of {n} nodes reached",
+            n.saturating_sub(lost.len())
+        )
+    };
     outln!(
-        "  urgent set ({} chunks, {}) on all nodes: {}",
+        "  urgent set ({} chunks, {}) {on}: {}",
         r.urgent_chunks,
         util::bytes(r.urgent_bytes),
         secs(r.urgent_complete_s)
     );
     outln!(
-        "  whole layer ({} chunks, {}) on all nodes: {}",
+        "  whole layer ({} chunks, {}) {on}: {}",
         r.chunks,
         util::bytes(r.total_bytes),
         secs(r.all_complete_s)
@@ -570,7 +586,16 @@ fn print_report(r: &PushReport) {
     for f in &r.failures {
         match &f.reason {
             Some(why) if f.kind == "store" => outln!("  STORE FAILED at {:.2} s: {why}", f.at_s),
-            Some(why) => outln!("  REFUSED by {} at {:.2} s: {why}", f.child, f.at_s),
+            Some(why) if f.kind == "refused" => {
+                outln!("  REFUSED by {} at {:.2} s: {why}", f.child, f.at_s)
+            }
+            Some(why) => outln!(
+                "  FAILED ({}) {} -> {} at {:.2} s: {why}",
+                f.kind,
+                f.parent,
+                f.child,
+                f.at_s
+            ),
             None => outln!(
                 "  FAILED ({}) {} -> {} at {:.2} s",
                 f.kind,

@@ -224,14 +224,65 @@ fn a_killed_proxy_is_reported_and_the_survivors_complete() {
         .iter()
         .collect();
     assert!(
-        failed
-            .iter()
-            .any(|f| f["kind"] == "failed" && f["child"] == "n05"),
-        "the failed edge names n05: {failed:?}"
+        failed.iter().any(|f| f["kind"] == "failed"
+            && f["child"] == "n05"
+            && f["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("stopped answering its parent"))),
+        "the failed edge names n05 and why: {failed:?}"
     );
     for i in (0..8).filter(|&i| c.alive(i)) {
         assert_same_tree(&src, &c.mount_of(i));
     }
+}
+
+/// Issue 30 item 2: a push to two nodes, one without a daemon, names the node, the edge
+/// and why (the root's own connection error), in the text and in the JSON report.
+#[test]
+fn a_node_without_a_daemon_is_named_with_the_reason_the_root_saw() {
+    if !can_mount() {
+        return;
+    }
+    let mut c = Cluster::start(2, |_| vec![]);
+    let src = c.ws.path().join("layer");
+    make_tree(&src, 5, 0);
+    let id = c.ws.publish(&src);
+    c.kill(1);
+    let report = c.ws.path().join("report.json");
+    let out = c
+        .push_cmd(&id, 1, &QUICK_GIVE_UP)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .expect("push");
+    assert!(
+        !out.status.success(),
+        "a push with a dead node exits non-zero"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("FAILED (") && l.contains("-> n02"))
+        .unwrap_or_else(|| panic!("no failed edge to n02 in {text}"));
+    assert!(line.contains("never answered"), "{line}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
+    let f = report["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .find(|f| f["child"] == "n02")
+        .unwrap_or_else(|| panic!("n02 in {report}"));
+    let why = f["reason"].as_str().expect("a reason");
+    assert!(
+        why.contains("never answered") && why.contains("teesfs-daemon running"),
+        "what a node that never answered means: {why}"
+    );
+    assert!(
+        text.contains("on the 1 of 2 nodes reached"),
+        "the summary says how many nodes it counts: {text}"
+    );
+    assert_same_tree(&src, &c.mount_of(0));
 }
 
 #[test]

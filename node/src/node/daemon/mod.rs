@@ -643,7 +643,7 @@ impl Router for Daemon {
         None
     }
 
-    fn unreachable(&self, host: &str) {
+    fn unreachable(&self, host: &str, _why: &str) {
         let jobs: Vec<Arc<NodeJob>> = lock(&self.jobs).values().cloned().collect();
         for j in jobs {
             j.core.on_unreachable(host);
