@@ -322,12 +322,13 @@ fn index_name(id: &IndexId) -> String {
     format!("{id}.idx")
 }
 
+/// The tags of a store by the index each names.
+type TagsById = BTreeMap<IndexId, Vec<TagName>>;
+
 /// Every tag, by the index it names, read through the store's `indexes/tags/`; and the
 /// tag files that cannot be read as tags (damaged, or not a regular file), by path with
 /// why, which the caller must assume may name any index.
-fn read_tags(
-    dirs: &StoreDirs,
-) -> Result<(BTreeMap<IndexId, Vec<TagName>>, Vec<UnreadableTag>), Error> {
+fn read_tags(dirs: &StoreDirs) -> Result<(TagsById, Vec<UnreadableTag>), Error> {
     let mut tags: BTreeMap<IndexId, Vec<TagName>> = BTreeMap::new();
     let mut bad = Vec::new();
     let Some(dir) = &dirs.tags else {
