@@ -1,4 +1,6 @@
 //! Fuzz harness support: the checks each target runs (shared with the corpus replay test in
-//! `peertree/tests/fuzz_corpus.rs`, which includes `checks.rs` by path).
+//! `peertree/tests/fuzz_corpus.rs`, which includes `checks.rs` by path; the push report's
+//! check is apart, in `report_check.rs`, replayed by `pushreport/tests/fuzz_corpus.rs`).
 
 pub mod checks;
+pub mod report_check;

@@ -3,16 +3,30 @@
 //! pull a node's cable (its switch port down) and plug it back; plus a push left running
 //! in the background while that happens, and what a node's daemon reports and mounts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use teesfs::sys::mountinfo::Mount;
 
 use crate::cluster::{Lab, PushOptions};
 use crate::error::{LabError, Result};
 use crate::proc::NodeProc;
 use crate::report::PushReport;
 use crate::{check_interrupt, sh};
+
+/// The FUSE mounts among `mounts` (a daemon's mount table) that are a node's own: under
+/// `node_dir`, the node's directory in the lab, which holds its mount root. A daemon's mount
+/// namespace begins as a copy of the host's, so it also lists every FUSE mount the host had
+/// (a developer's sshfs, another teesfs mount, another lab's nodes); none of those is the
+/// node's, and counting them failed the soak's "every mount gone" on such a machine.
+pub fn own_fuse_mounts(mounts: Vec<Mount>, node_dir: &Path) -> Vec<PathBuf> {
+    mounts
+        .into_iter()
+        .filter(|m| m.fs_type.starts_with("fuse") && m.mount_point.starts_with(node_dir))
+        .map(|m| m.mount_point)
+        .collect()
+}
 
 /// A `teesfs push` running in the background; killed if dropped before it ends.
 #[derive(Debug)]
@@ -152,18 +166,13 @@ impl Lab {
         })
     }
 
-    /// This lab's FUSE mounts in the mount namespace of `host`'s daemon.
+    /// The FUSE mounts of `host` in the mount namespace of its daemon: those under the
+    /// node's own directory (its mount root, state and copies), see [`own_fuse_mounts`].
     pub fn fuse_mounts(&self, host: &str) -> Result<Vec<PathBuf>> {
         let pid = self.with_daemon(host, |d| d.pid().unwrap_or(0))?;
         let path = PathBuf::from(format!("/proc/{pid}/mountinfo"));
         let mounts = teesfs::sys::mountinfo::read(Some(pid)).map_err(LabError::io(&path))?;
-        Ok(mounts
-            .into_iter()
-            // The daemon's mount namespace began as a copy of the host's: FUSE mounts
-            // made on the host by anything else are not the node's.
-            .filter(|m| m.fs_type.starts_with("fuse") && m.mount_point.starts_with(self.work()))
-            .map(|m| m.mount_point)
-            .collect())
+        Ok(own_fuse_mounts(mounts, &self.work().join(host)))
     }
 
     /// Starts `teesfs push` on the root node and returns at once; the push is measured by
@@ -184,5 +193,31 @@ impl Lab {
             report,
             log,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 29: `lab_soak::a_short_soak_leaves_nothing_behind` failed ("every mount gone:
+    /// left 16") on a machine with other FUSE mounts: the host's mounts propagate into the
+    /// daemons' namespaces and were counted. Only the node's own count.
+    #[test]
+    fn fuse_mounts_elsewhere_on_the_host_are_not_a_nodes_own() {
+        let table = "\
+22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 22 0:40 / /home/dev/remote rw,nosuid,nodev - fuse.sshfs dev@host:/srv rw,user_id=1000
+41 22 0:41 / /tmp/other/jobs/00000000000004d2 ro,nosuid,nodev - fuse.teesfs teesfs ro
+42 22 0:42 / /tmp/lab-x/n02/jobs/00000000000004d2 ro,nosuid,nodev - fuse.teesfs teesfs ro
+43 22 0:43 / /tmp/lab-x/n01/jobs/00000000000004d2 ro,nosuid,nodev - fuse.teesfs teesfs ro
+44 22 0:44 / /tmp/lab-x/n01/state rw - tmpfs tmpfs rw
+45 22 0:45 / /tmp/lab-x/n010/jobs/1 ro - fuse.teesfs teesfs ro
+";
+        let mounts = teesfs::sys::mountinfo::parse(table);
+        assert_eq!(
+            own_fuse_mounts(mounts, Path::new("/tmp/lab-x/n01")),
+            vec![PathBuf::from("/tmp/lab-x/n01/jobs/00000000000004d2")]
+        );
     }
 }

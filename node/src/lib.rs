@@ -4,7 +4,8 @@
 //! - [`source`]: the [`source::ChunkSource`] interface and the local-store source.
 //! - [`net`]: QUIC transport with mutual TLS between cluster nodes.
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
-//! - [`report`]: the push report drawn as SVG and HTML (`teesfs report`), pure functions.
+//! - [`report`]: the push report drawn as SVG and HTML (`teesfs report`), pure functions
+//!   (the `pushreport` crate, re-exported).
 //! - [`output`]: the JSON documents of the store commands (`--format json`).
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //! - [`say`]: best-effort stdout and stderr for the commands (never panics on a full log).
@@ -18,7 +19,7 @@ pub mod fs;
 pub mod net;
 pub mod node;
 pub mod output;
-pub mod report;
+pub use pushreport as report;
 pub mod runenv;
 pub mod say;
 pub mod site;
@@ -151,11 +152,5 @@ pub enum Error {
         text: String,
         /// What is wrong with it.
         problem: &'static str,
-    },
-    /// The push report cannot be drawn (plotters refused a drawing command).
-    #[error("cannot draw the push report: {detail}")]
-    Draw {
-        /// What plotters said.
-        detail: String,
     },
 }

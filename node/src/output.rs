@@ -220,6 +220,19 @@ pub struct GcDoc {
     pub removed_temp_bytes: u64,
     /// Bytes freed: removed chunks, index files and temporary files.
     pub freed_bytes: u64,
+    /// Tag files that could not be read as tags; while there is one, every index counts as
+    /// tagged (gc removes none that a tag would keep).
+    #[serde(default)]
+    pub unreadable_tags: Vec<GcUnreadableTag>,
+}
+
+/// A tag file of [`GcDoc`] that does not hold an index id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcUnreadableTag {
+    /// The file.
+    pub path: String,
+    /// What is wrong with it.
+    pub reason: String,
 }
 
 /// One index of [`GcDoc`].

@@ -11,6 +11,11 @@
 //! a symlink (one planted there is removed as a link) and never leaves the store: it works
 //! through descriptors of the store's own directories ([`crate::dirs`]) and refuses a store
 //! whose top-level entries are links or someone else's.
+//!
+//! A tag file that cannot be read (damaged, or not a regular file) does not stop gc: it is
+//! reported ([`Report::unreadable_tags`]) and, as it may name any index, every index counts
+//! as tagged while it is there, so gc removes none that a tag keeps (only unreferenced
+//! chunks and leftovers go).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -117,6 +122,19 @@ pub struct Report {
     pub removed_temp_files: u64,
     /// Their bytes.
     pub removed_temp_bytes: u64,
+    /// Tag files that could not be read as tags. While there is one, every index counts as
+    /// tagged (with [`Policy::keep_tagged`], gc removes no index): it may name any of them.
+    pub unreadable_tags: Vec<UnreadableTag>,
+}
+
+/// A file in `indexes/tags/` with a tag's name that does not hold an index id (damaged,
+/// or a directory, link or FIFO in its place).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableTag {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
 }
 
 impl Report {
@@ -145,8 +163,10 @@ pub fn collect(
 ) -> Result<Report, Error> {
     let dirs = StoreDirs::open(store.root())?;
     let lock = store.try_lock_exclusive()?;
-    let mut tags = read_tags(&dirs)?;
-    let ages = read_ages(&dirs, &tags)?;
+    let (mut tags, unreadable_tags) = read_tags(&dirs)?;
+    // A tag that cannot be read may name any index: while one is there, every index counts
+    // as tagged, so that gc keeps all of them rather than one that tag protects.
+    let ages = read_ages(&dirs, &tags, !unreadable_tags.is_empty())?;
     let remove: HashSet<IndexId> = indexes_to_remove(&ages, policy, now).into_iter().collect();
 
     // Everything the kept indexes need, read before anything is deleted.
@@ -154,6 +174,7 @@ pub fn collect(
     let mut report = Report {
         dry_run,
         locked: lock.is_held(),
+        unreadable_tags,
         ..Report::default()
     };
     for a in ages.iter().filter(|a| !remove.contains(&a.id)) {
@@ -301,45 +322,52 @@ fn index_name(id: &IndexId) -> String {
     format!("{id}.idx")
 }
 
-/// Every tag, by the index it names, read through the store's `indexes/tags/`.
-fn read_tags(dirs: &StoreDirs) -> Result<BTreeMap<IndexId, Vec<TagName>>, Error> {
+/// The tags of a store by the index each names.
+type TagsById = BTreeMap<IndexId, Vec<TagName>>;
+
+/// Every tag, by the index it names, read through the store's `indexes/tags/`; and the
+/// tag files that cannot be read as tags (damaged, or not a regular file), by path with
+/// why, which the caller must assume may name any index.
+fn read_tags(dirs: &StoreDirs) -> Result<(TagsById, Vec<UnreadableTag>), Error> {
     let mut tags: BTreeMap<IndexId, Vec<TagName>> = BTreeMap::new();
+    let mut bad = Vec::new();
     let Some(dir) = &dirs.tags else {
-        return Ok(tags);
+        return Ok((tags, bad));
     };
     for n in dir.names()? {
         let Ok(name) = n.parse::<TagName>() else {
             continue;
         };
-        let bytes = match dir.read(&n, MAX_TAG_FILE) {
-            Ok(b) => b,
+        let id = match dir.read(&n, MAX_TAG_FILE) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes)
+                .trim()
+                .parse::<IndexId>()
+                .map_err(|e| e.to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(source) => {
-                return Err(Error::Io {
+            Err(e) => Err(e.to_string()),
+        };
+        match id {
+            Ok(id) => tags.entry(id).or_default().push(name),
+            Err(reason) => {
+                tracing::warn!(path = %dir.path_of(&n).display(), %reason, "unreadable tag file");
+                bad.push(UnreadableTag {
                     path: dir.path_of(&n),
-                    source,
+                    reason,
                 });
             }
-        };
-        let id = String::from_utf8_lossy(&bytes)
-            .trim()
-            .parse::<IndexId>()
-            .map_err(|e| Error::BadTag {
-                path: dir.path_of(&n),
-                reason: e.to_string(),
-            })?;
-        tags.entry(id).or_default().push(name);
+        }
     }
     for names in tags.values_mut() {
         names.sort();
     }
-    Ok(tags)
+    Ok((tags, bad))
 }
 
 /// The store's indexes with their publication times (their files' modification times).
 fn read_ages(
     dirs: &StoreDirs,
     tags: &BTreeMap<IndexId, Vec<TagName>>,
+    any_may_be_tagged: bool,
 ) -> Result<Vec<IndexAge>, Error> {
     let mut ages = Vec::new();
     for n in dirs.indexes.names()? {
@@ -355,7 +383,7 @@ fn read_ages(
         ages.push(IndexAge {
             id,
             published: meta.modified,
-            tagged: tags.contains_key(&id),
+            tagged: any_may_be_tagged || tags.contains_key(&id),
         });
     }
     ages.sort_by_key(|a| a.id);

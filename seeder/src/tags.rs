@@ -68,6 +68,16 @@ impl FromStr for TagName {
     }
 }
 
+/// The tags of a store ([`DirStore::tags`]).
+#[derive(Debug, Default)]
+pub struct Tags {
+    /// Every readable tag and the index it points at, by name.
+    pub tags: Vec<(TagName, IndexId)>,
+    /// Each tag file that cannot be read as a tag, as the error that names it and says
+    /// what to do.
+    pub unreadable: Vec<Error>,
+}
+
 /// The longest tag file: a hex id and a newline, with room to spare.
 pub(crate) const MAX_TAG_FILE: u64 = 256;
 
@@ -118,16 +128,18 @@ impl DirStore {
             })
     }
 
-    /// Every tag and the index it points at, by name. Files in the tags directory that are
-    /// not valid tag names (a publish's temporary file) are skipped.
-    pub fn tags(&self) -> Result<Vec<(TagName, IndexId)>, Error> {
+    /// Every tag and the index it points at, by name, and apart the tag files that cannot
+    /// be read (damaged, or not a regular file), each as the error naming it: one bad tag
+    /// must not hide the others. Files in the tags directory that are not valid tag names
+    /// (a publish's temporary file) are skipped.
+    pub fn tags(&self) -> Result<Tags, Error> {
         let dir = self.tags_dir();
+        let mut out = Tags::default();
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
             Err(source) => return Err(Error::Io { path: dir, source }),
         };
-        let mut out = Vec::new();
         for item in rd {
             let item = item.map_err(|source| Error::Io {
                 path: dir.clone(),
@@ -136,11 +148,13 @@ impl DirStore {
             let Some(name) = item.file_name().to_str().and_then(|n| n.parse().ok()) else {
                 continue;
             };
-            if let Some(id) = self.tag(&name)? {
-                out.push((name, id));
+            match self.tag(&name) {
+                Ok(Some(id)) => out.tags.push((name, id)),
+                Ok(None) => {}
+                Err(e) => out.unreadable.push(e),
             }
         }
-        out.sort();
+        out.tags.sort();
         Ok(out)
     }
 
@@ -252,14 +266,14 @@ mod tests {
         assert_eq!(s.resolve_index(" stable ").expect("tag"), id(0x22));
         s.set_tag(&name("old"), &id(0x11)).expect("tag");
         assert_eq!(
-            s.tags().expect("tags"),
+            s.tags().expect("tags").tags,
             vec![(name("old"), id(0x11)), (name("stable"), id(0x22))]
         );
         // A publish's temporary file in the tags directory is not a tag.
         std::fs::write(s.tags_dir().join(".tmpXYZ"), b"junk").expect("tmp");
-        assert_eq!(s.tags().expect("tags").len(), 2);
+        assert_eq!(s.tags().expect("tags").tags.len(), 2);
         s.remove_tag(&name("old")).expect("rm");
-        assert_eq!(s.tags().expect("tags").len(), 1);
+        assert_eq!(s.tags().expect("tags").tags.len(), 1);
     }
 
     #[test]
@@ -315,5 +329,23 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", s.tag_path(&name("link"))).expect("ln");
         let e = s.resolve_index("link").expect_err("link").to_string();
         assert!(e.contains("symlink"), "{e}");
+    }
+
+    /// Issue 29: one bad tag file made listing the tags (and so `inspect`) fail for the
+    /// whole store. The good tags are listed; the bad file comes back as its error.
+    #[test]
+    fn one_bad_tag_file_does_not_hide_the_other_tags() {
+        let (_t, s) = store();
+        let id = IndexId([7; 32]);
+        s.set_tag(&name("good"), &id).expect("tag");
+        std::fs::write(s.tag_path(&name("broken")), b"not an id").expect("write");
+        let all = s.tags().expect("tags");
+        assert_eq!(all.tags, vec![(name("good"), id)]);
+        assert_eq!(all.unreadable.len(), 1);
+        let e = all.unreadable[0].to_string();
+        assert!(
+            e.contains("indexes/tags/broken") && e.contains("remove the file"),
+            "{e}"
+        );
     }
 }

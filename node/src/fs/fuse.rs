@@ -116,7 +116,7 @@ fn to_fuse(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino.0),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        blocks: a.blocks,
         atime: a.mtime,
         mtime: a.mtime,
         ctime: a.mtime,

@@ -4,9 +4,10 @@
 //! No I/O and no FUSE types here, so it is tested directly. Inode `n` is entry `n - 1`
 //! (FUSE's root inode 1 is entry 0); a hard link resolves to its target's inode.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use manifest::{EntryIdx, EntryKind, Index};
+use manifest::{EntryIdx, EntryKind, FileData, Index};
 
 use super::FsError;
 
@@ -54,6 +55,9 @@ pub struct Attr {
     pub kind: NodeKind,
     /// Size in bytes (symlinks: target length).
     pub size: u64,
+    /// 512-byte blocks of data (`st_blocks`): the size less a sparse file's holes, which
+    /// hold nothing, so that `du` and `cp --sparse` see the file as it was published.
+    pub blocks: u64,
     /// Permission bits.
     pub perm: u16,
     /// Hard link count.
@@ -77,6 +81,30 @@ pub struct DirEntry<'a> {
     pub name: &'a [u8],
 }
 
+/// Bytes in holes ([`manifest::Slot::HOLE`]: zeros neither stored nor sent) of every file
+/// that has any, by entry.
+fn hole_bytes(index: &Index) -> HashMap<u32, u64> {
+    let mut out = HashMap::new();
+    for (i, e) in index.entries.iter().enumerate() {
+        let EntryKind::File {
+            size,
+            data: FileData::Chunks(slots),
+        } = &e.kind
+        else {
+            continue;
+        };
+        let holes: u64 = (0u64..)
+            .zip(slots.iter())
+            .filter(|(_, s)| s.chunk_index().is_none())
+            .map(|(pos, _)| u64::from(index.slot_len(*size, pos)))
+            .sum();
+        if holes > 0 {
+            out.insert(i as u32, holes);
+        }
+    }
+    out
+}
+
 /// Navigation structures over an [`Index`].
 pub struct Tree {
     index: Index,
@@ -88,6 +116,8 @@ pub struct Tree {
     root_owner: Option<u32>,
     /// Whether any entry has extended attributes (see [`Tree::has_xattrs`]).
     xattrs: bool,
+    /// Bytes in holes, for the files that have any (few do: a map, not a column).
+    hole_bytes: HashMap<u32, u64>,
 }
 
 impl Tree {
@@ -130,6 +160,7 @@ impl Tree {
             }
         }
         let xattrs = index.entries.iter().any(|e| e.flags.opaque());
+        let hole_bytes = hole_bytes(&index);
         Self {
             index,
             start,
@@ -137,6 +168,7 @@ impl Tree {
             nlink,
             root_owner: None,
             xattrs,
+            hole_bytes,
         }
     }
 
@@ -227,6 +259,8 @@ impl Tree {
             EntryKind::Symlink { target } => target.len() as u64,
             EntryKind::Dir | EntryKind::Hardlink { .. } => 0,
         };
+        let holes = self.hole_bytes.get(&(e.get() as u32)).copied().unwrap_or(0);
+        let blocks = size.saturating_sub(holes).div_ceil(512);
         let m = entry.meta;
         let mtime = if m.mtime >= 0 {
             UNIX_EPOCH + Duration::new(m.mtime as u64, m.mtime_nsec)
@@ -242,6 +276,7 @@ impl Tree {
             ino: Ino::of(e),
             kind: self.kind_of(e),
             size,
+            blocks,
             perm,
             nlink: self.nlink[e.get()],
             uid,
@@ -409,5 +444,38 @@ mod tests {
         assert_eq!(t.getattr(Ino(99)), Err(FsError::NotFound));
         assert_eq!(t.readlink(Ino(6)).expect("symlink"), b"alpha");
         assert_eq!(t.readlink(Ino(3)), Err(FsError::Invalid));
+    }
+
+    /// Issue 29: a sparse file reported its full size as blocks in use. Its blocks are the
+    /// bytes of its data slots; holes count nothing.
+    #[test]
+    fn a_sparse_file_reports_only_its_data_as_blocks() {
+        let sparse = EntryKind::File {
+            size: 3 * 4096 + 100,
+            data: FileData::Chunks(
+                vec![
+                    manifest::Slot::chunk(0),
+                    manifest::Slot::HOLE,
+                    manifest::Slot::HOLE,
+                    manifest::Slot::chunk(0),
+                ]
+                .into(),
+            ),
+        };
+        let t = Tree::new(Index {
+            chunk_size: 4096,
+            chunks: vec![manifest::ChunkInfo {
+                id: manifest::ChunkId([1; 32]),
+                plain_len: 4096,
+                stored_len: 4097,
+            }],
+            entries: vec![e(0, "", EntryKind::Dir), e(0, "sparse", sparse)],
+            urgent: vec![],
+        });
+        let a = t.lookup(Ino::ROOT, b"sparse").expect("exists");
+        assert_eq!(a.size, 3 * 4096 + 100);
+        // The first slot (4096) and the last (100 bytes): 4196 bytes, 9 blocks.
+        assert_eq!(a.blocks, 9);
+        assert_eq!(tree().lookup(Ino::ROOT, b"alpha").expect("dense").blocks, 1);
     }
 }

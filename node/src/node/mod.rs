@@ -31,7 +31,7 @@ pub mod learn;
 pub mod metrics;
 pub mod peers;
 pub mod push;
-pub mod report;
+pub use pushreport::format as report;
 pub mod root;
 pub mod root_store;
 pub mod store;

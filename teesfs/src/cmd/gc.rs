@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use seeder::DirStore;
 use seeder::gc::{Policy, Report};
-use teesfs::output::{self, GcDoc, GcRemovedIndex};
+use teesfs::output::{self, GcDoc, GcRemovedIndex, GcUnreadableTag};
 
 use super::util;
 
@@ -30,6 +30,10 @@ chunks/<xx>/<id>, learned/<id>.list of no index and those .tmp* files are ever d
 symlinks are not followed: gc works through the store's own directories, opened without
 following links, and refuses a store whose top-level entries are links or belong to someone
 other than the store directory's owner (or root).
+
+A tag file that cannot be read (damaged, or a directory or link in its place) is named in a
+warning and does not stop gc; as it may name any index, every index counts as tagged while
+it is there, so no index a tag keeps is removed until the file is fixed or removed.
 
 Safe beside a publish and beside readers: a publish writes its chunks before its index, so
 while it runs they belong to no index. Publish holds STORE/.lock shared (a record lock,
@@ -65,7 +69,8 @@ pub struct GcArgs {
     /// "kept_indexes": [ID], "removed_indexes": [{"id", "tags": [NAME], "published",
     /// "bytes", "learned_bytes"}], "kept_chunks", "kept_chunk_bytes", "young_chunks",
     /// "young_chunk_bytes", "removed_chunks", "removed_chunk_bytes", "removed_temp_files",
-    /// "removed_temp_bytes", "freed_bytes"}` (sizes in bytes, times in seconds since the
+    /// "removed_temp_bytes", "freed_bytes", "unreadable_tags": [{"path", "reason"}]}` (sizes
+    /// in bytes, times in seconds since the
     /// epoch; teesfs::output::GcDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
@@ -118,6 +123,14 @@ fn doc(store: &std::path::Path, r: &Report) -> GcDoc {
         removed_temp_files: r.removed_temp_files,
         removed_temp_bytes: r.removed_temp_bytes,
         freed_bytes: r.freed_bytes(),
+        unreadable_tags: r
+            .unreadable_tags
+            .iter()
+            .map(|t| GcUnreadableTag {
+                path: t.path.display().to_string(),
+                reason: t.reason.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -127,6 +140,15 @@ fn print_text(d: &GcDoc) {
     } else {
         ("removed", "freed")
     };
+    for t in &d.unreadable_tags {
+        errln!(
+            "warning: tag file {} is damaged ({}); every index counts as tagged while it is \
+             there, so gc removed no index a tag keeps: tag the index again with `teesfs \
+             publish --tag` or remove the file",
+            t.path,
+            t.reason
+        );
+    }
     if !d.locked {
         errln!(
             "warning: the store's filesystem has no locks; only --grace protected a concurrent publish"

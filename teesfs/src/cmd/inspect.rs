@@ -173,8 +173,13 @@ fn print_learned(store: &DirStore, id: &manifest::IndexId, index: &manifest::Ind
 /// listing is for choosing one, which the command that uses it then verifies.
 fn index_list(store: &DirStore, dir: &std::path::Path) -> anyhow::Result<IndexList> {
     let mut tags: std::collections::HashMap<manifest::IndexId, Vec<String>> = Default::default();
-    for (name, id) in store.tags()? {
+    let all = store.tags()?;
+    for (name, id) in all.tags {
         tags.entry(id).or_default().push(name.to_string());
+    }
+    // One bad tag file must not hide the store: it is named, and the listing goes on.
+    for e in all.unreadable {
+        errln!("warning: {e}; the listing shows no tag from it");
     }
     let mut list = IndexList {
         version: output::VERSION,

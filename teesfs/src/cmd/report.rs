@@ -63,15 +63,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
 }
 
 /// Reads a push report, saying what to do when the file is not one.
+///
+/// Root may run this on a user's file, so it must be a regular file (a FIFO is refused
+/// without waiting for a writer, a device without reading it), is read up to the report's
+/// size bound, and then every field is checked ([`teesfs::report::from_json`]).
 pub fn load(path: &Path) -> anyhow::Result<PushReport> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| {
-        format!(
-            "{} is not a push report (the JSON `teesfs push --report FILE` or `teesfs prefetch \
-             --report FILE` writes)",
-            path.display()
-        )
-    })
+    let limits = teesfs::report::Limits::default();
+    let bytes =
+        seeder::files::read_limited(path, limits.max_input, seeder::files::Symlinks::Follow)
+            .with_context(|| format!("reading the push report {}", path.display()))?;
+    teesfs::report::from_json(&bytes, &limits).with_context(|| path.display().to_string())
 }
 
 /// Writes the HTML page of `rep` to `path` (`--report-html` of push and prefetch).

@@ -219,3 +219,68 @@ fn doctor_checks_the_login_side_and_names_the_ca_key_left_there() {
     );
     assert!(line_of(&text, "ca-key").0.starts_with("OK"), "{text}");
 }
+
+/// Issue 29: `doctor` as a user other than root could not read the node's key (0600 root)
+/// and said the certificate FAILed, with "issue a new one" as the fix. It WARNs that this
+/// uid cannot read the key, and says to run as root; root gets the real verdict.
+#[test]
+fn doctor_as_non_root_warns_it_cannot_read_the_key_instead_of_failing_the_certificate() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !can_mount() {
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let ca = dir.path().join("ca");
+    let out = Command::new(teesfs_bin())
+        .args(["keygen", "--cluster"])
+        .arg(&ca)
+        .args(["--nodes", "n01"])
+        .output()
+        .expect("keygen");
+    assert!(out.status.success(), "keygen: {out:?}");
+    let identity = dir.path().join("identity");
+    std::fs::create_dir(&identity).expect("mkdir");
+    std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    for (f, mode) in [("ca.crt", 0o644), ("n01.crt", 0o644), ("n01.key", 0o600)] {
+        std::fs::copy(ca.join(f), identity.join(f)).expect("copy credential");
+        std::fs::set_permissions(identity.join(f), std::fs::Permissions::from_mode(mode))
+            .expect("chmod");
+    }
+    let run = |uid: u32| {
+        let mut cmd = Command::new(teesfs_bin());
+        cmd.args(["doctor", "--host", "n01", "--format", "json", "--identity"])
+            .arg(&identity)
+            .arg("--state-dir")
+            .arg(dir.path())
+            .arg("--control")
+            .arg(dir.path().join("no.sock"))
+            .env("TEESFS_SITE_CONFIG", dir.path().join("no-site.toml"))
+            .env("TEESFS_CONFIG", dir.path().join("config"));
+        if uid != 0 {
+            cmd.uid(uid).gid(uid);
+        }
+        let out = cmd.output().expect("run doctor");
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        report["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["name"] == "certificate")
+            .expect("certificate check")
+            .clone()
+    };
+    let cert = run(NOBODY);
+    assert_eq!(cert["level"], "warn", "{cert}");
+    let detail = cert["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("n01.key") && detail.contains("as uid 65534"),
+        "{detail}"
+    );
+    let fix = cert["fix"].as_str().expect("fix");
+    assert!(fix.contains("as root") && !fix.contains("keygen"), "{fix}");
+    assert_eq!(run(0)["level"], "ok", "root reads and checks it");
+}

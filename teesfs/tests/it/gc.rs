@@ -396,3 +396,76 @@ fn gc_refuses_symlinked_chunks_and_indexes_and_leaves_the_other_store_alone() {
         assert!(!out.status.success() && err.contains("uid 65534"), "{err}");
     }
 }
+
+/// Issue 29: one bad tag file made `inspect` and `gc` fail for the whole store. Now both
+/// name the file and go on; gc, not knowing which index the bad tag names, keeps every
+/// index (and the chunks they need), and removes only what no index references.
+#[test]
+fn one_bad_tag_file_is_named_and_skipped_and_gc_keeps_every_index_it_might_protect() {
+    let ws = Workspace::new();
+    let store = ws.store();
+    let s = store.to_str().expect("utf8");
+    let v1 = publish(&ws, &layer(&ws, "v1", 1), "v1");
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(ws.index_file(&v1.index))
+        .and_then(|f| f.set_modified(day_ago))
+        .expect("age v1");
+    let v2 = publish(&ws, &layer(&ws, "v2", 2), "stable");
+    let tags = store.join("indexes").join("tags");
+    // The tag of v1, damaged: gc cannot tell it names v1.
+    std::fs::write(tags.join("v1"), b"not an id\n").expect("damage the tag");
+    std::fs::create_dir(tags.join("odd")).expect("a directory as a tag");
+    // A chunk no index references, old: the only thing gc may remove.
+    let orphan = ChunkId::of(b"orphan");
+    let orphan_path = chunk_path(&store, &orphan);
+    std::fs::create_dir_all(orphan_path.parent().expect("dir")).expect("mkdir");
+    std::fs::write(&orphan_path, b"x").expect("orphan");
+    std::fs::File::options()
+        .write(true)
+        .open(&orphan_path)
+        .and_then(|f| f.set_modified(day_ago))
+        .expect("age orphan");
+
+    let out = ws.teesfs(&["inspect", "--store", s, "--format", "json"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let list: IndexList = json(&out, "inspect with a bad tag");
+    assert_eq!(list.indexes.len(), 2, "both indexes listed");
+    assert!(
+        err.contains("indexes/tags/v1") && err.contains("indexes/tags/odd"),
+        "{err}"
+    );
+    assert!(err.contains("remove the file"), "says what to do: {err}");
+
+    let out = ws.teesfs(&["gc", "--store", s, "--keep", "1", "--grace", "0s"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let text = ok(&out, "gc with a bad tag");
+    assert!(
+        err.contains("indexes/tags/v1") && err.contains("removed no index a tag keeps"),
+        "{err}"
+    );
+    assert!(
+        text.contains("removed 0 index(es) and 1 chunk(s)"),
+        "{text}"
+    );
+    assert!(ws.index_file(&v1.index).exists() && ws.index_file(&v2.index).exists());
+    assert!(!orphan_path.exists(), "the unreferenced chunk went");
+    for id in chunks_of(&store, &v1.index) {
+        assert!(chunk_path(&store, &id).exists(), "a chunk of v1 went");
+    }
+    let doc: GcDoc = json(
+        &ws.teesfs(&["gc", "--store", s, "--keep", "1", "--format", "json"]),
+        "gc json",
+    );
+    assert_eq!(doc.unreadable_tags.len(), 2, "{:?}", doc.unreadable_tags);
+
+    // Once the bad tags are gone, --keep 1 removes v1 again.
+    std::fs::remove_file(tags.join("v1")).expect("rm");
+    std::fs::remove_dir(tags.join("odd")).expect("rmdir");
+    let text = ok(
+        &ws.teesfs(&["gc", "--store", s, "--keep", "1", "--grace", "0s"]),
+        "gc",
+    );
+    assert!(text.contains("removed 1 index(es)"), "{text}");
+}

@@ -49,3 +49,39 @@ fn a_short_soak_leaves_nothing_behind() {
     assert!(leaks.is_empty(), "left behind: {leaks:#?}");
     lab.down().expect("lab down");
 }
+
+/// Issue 29: with any other FUSE mount on the machine (a developer's sshfs, here a
+/// `teesfs mount` outside the lab), the host's mounts propagate into the lab daemons'
+/// namespaces and the soak counted them as the nodes' ("every mount gone: left 16"). The
+/// stray mount is in each daemon's table, and no node counts it.
+#[test]
+fn a_fuse_mount_elsewhere_on_the_host_is_not_counted_as_a_lab_nodes() {
+    if !can_lab() {
+        return;
+    }
+    let ws = crate::util::Workspace::new();
+    let layer = ws.path().join("layer");
+    std::fs::create_dir_all(&layer).expect("mkdir");
+    std::fs::write(layer.join("f"), b"stray").expect("write");
+    let id = ws.publish(&layer);
+    let stray = ws.mount(&id, "stray-mnt", &[]);
+    let spec = LabSpec {
+        groups: 1,
+        group_size: 2,
+        ..LabSpec::default()
+    };
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    for node in lab.layout().compute() {
+        let pid = lab.daemon_pid(&node.host).expect("daemon pid");
+        let table = teesfs::sys::mountinfo::read(Some(pid)).expect("mountinfo");
+        assert!(
+            table.iter().any(|m| m.mount_point == stray.mountpoint),
+            "the stray mount should be in {}'s table: the test would prove nothing",
+            node.host
+        );
+        let own = lab.fuse_mounts(&node.host).expect("mounts");
+        assert!(own.is_empty(), "{} counts {own:?}", node.host);
+    }
+    lab.down().expect("lab down");
+    drop(stray);
+}

@@ -280,3 +280,78 @@ fn report_does_not_write_through_a_symlink_at_its_output_path() {
             .starts_with("<svg")
     );
 }
+
+/// Runs `teesfs report args`, killing it after `limit` (then the test fails: the defects
+/// below hung the command).
+fn report_within(args: &[&std::ffi::OsStr], limit: Duration) -> std::process::Output {
+    let t0 = Instant::now();
+    let mut child = Command::new(teesfs_bin())
+        .arg("report")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run teesfs report");
+    while child.try_wait().expect("wait").is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("teesfs report {args:?} still ran after {limit:?}: {out:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Issue 29: a time of about 1.25e308 made plotters' axis range overflow to infinity and
+/// `teesfs report` spin forever. It is refused at once, naming the file and the field.
+#[test]
+fn report_refuses_a_time_of_1e308_instead_of_spinning() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("huge-time.json");
+    let text = serde_json::to_string(&push_report(1))
+        .expect("json")
+        .replacen(
+            "\"all_complete_s\":",
+            "\"all_complete_s\":1.3e308,\"x\":",
+            1,
+        );
+    std::fs::write(&json, text).expect("write");
+    let out = report_within(&[json.as_os_str()], Duration::from_secs(20));
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("huge-time.json") && err.contains("all_complete_s") && err.contains("e308"),
+        "{err}"
+    );
+    assert!(!dir.path().join("huge-time.html").exists());
+}
+
+/// Issue 29: a FIFO as the report hung `teesfs report` (it waited for a writer), and a
+/// report was read without a size bound. Both are refused at once, naming the file.
+#[test]
+fn report_refuses_a_fifo_and_an_oversized_file_as_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pipe = dir.path().join("pipe.json");
+    nix::unistd::mkfifo(&pipe, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let out = report_within(&[pipe.as_os_str()], Duration::from_secs(20));
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pipe.json") && err.contains("FIFO") && err.contains("not a regular file"),
+        "{err}"
+    );
+
+    let big = dir.path().join("big.json");
+    let f = std::fs::File::create(&big).expect("create");
+    // Sparse: the bound is on the length, checked before anything is read.
+    f.set_len(teesfs::report::Limits::default().max_input + 1)
+        .expect("set_len");
+    let out = report_within(&[big.as_os_str()], Duration::from_secs(20));
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("big.json") && err.contains("larger than"),
+        "{err}"
+    );
+}

@@ -179,3 +179,30 @@ fn mount_refuses_a_file_a_live_mount_and_a_dead_one_saying_what_to_do() {
     assert!(!err.contains("modprobe"), "{err}");
     // The guard detaches the dead mount.
 }
+
+/// Issue 29: a sparse file in a mount reported its full size as blocks in use (`du` said
+/// 64 MiB for a file holding 1 MiB). Its blocks are its data; a dense file's are its size.
+#[test]
+fn a_sparse_file_in_a_mount_reports_only_its_data_as_blocks() {
+    use std::os::unix::fs::MetadataExt;
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("layer");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let sparse = std::fs::File::create(src.join("sparse.img")).expect("create");
+    std::os::unix::fs::FileExt::write_all_at(&sparse, &data, 0).expect("write");
+    sparse.set_len(64 << 20).expect("extend with a hole");
+    drop(sparse);
+    std::fs::write(src.join("dense.bin"), &data).expect("write");
+    let ws = Workspace::new();
+    let id = ws.publish_mib_chunks(&src);
+    let guard = ws.mount(&id, "mnt", &[]);
+    let md = std::fs::metadata(guard.mountpoint.join("sparse.img")).expect("stat");
+    assert_eq!(md.len(), 64 << 20);
+    assert_eq!(md.blocks() * 512, 1 << 20, "blocks of the sparse file");
+    let md = std::fs::metadata(guard.mountpoint.join("dense.bin")).expect("stat");
+    assert_eq!(md.blocks() * 512, 1 << 20, "blocks of the dense file");
+}

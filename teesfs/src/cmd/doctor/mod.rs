@@ -134,6 +134,8 @@ fn gather(args: &DoctorArgs, host: String) -> Facts {
         userns_clone: read_number("/proc/sys/kernel/unprivileged_userns_clone"),
         max_user_namespaces: read_number("/proc/sys/user/max_user_namespaces"),
         cert: cert_facts(&args.identity, &host),
+        uid: nix::unistd::geteuid().as_raw(),
+        denied: denied(&args.identity, &host),
         crl: crl_facts(&args.identity),
         trust: trust_facts(&args.trust),
         daemon,
@@ -194,9 +196,35 @@ fn read_number(path: &str) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// The credential files that exist (or may: a directory on the way cannot be searched)
+/// but this uid may not read. Always empty for root, for whom a refusal is a real fault.
+fn denied(identity: &Path, host: &str) -> Vec<PathBuf> {
+    if nix::unistd::geteuid().is_root() {
+        return Vec::new();
+    }
+    [
+        format!("{host}.crt"),
+        format!("{host}.key"),
+        pki::CA_CERT.to_string(),
+        pki::CRL.to_string(),
+    ]
+    .into_iter()
+    .map(|f| identity.join(f))
+    .filter(|p| {
+        std::fs::File::open(p).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    })
+    .collect()
+}
+
+/// Whether `path` is known not to exist (a directory on the way that cannot be searched
+/// says nothing, and is left to [`denied`]).
+fn missing(path: &Path) -> bool {
+    std::fs::metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+}
+
 fn cert_facts(identity: &Path, host: &str) -> CertFacts {
     let path = identity.join(format!("{host}.crt"));
-    let summary = if !path.exists() {
+    let summary = if missing(&path) {
         Found::Missing
     } else {
         match pki::cert_summary(&path) {
@@ -217,7 +245,7 @@ fn cert_facts(identity: &Path, host: &str) -> CertFacts {
 
 fn crl_facts(identity: &Path) -> Found<Option<i64>> {
     let path = identity.join(pki::CRL);
-    if !path.exists() {
+    if missing(&path) {
         return Found::Missing;
     }
     match pki::crl_next_update(&path) {

@@ -3,19 +3,21 @@
 //! for small jobs every node). Long tables are cut, saying so, to keep the page a few MB
 //! at most at 17,560 nodes; the JSON report has everything.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use super::draw::svg_of;
 use super::model::{Arrivals, Model, Spread};
 use super::{esc, human_bytes, human_secs, human_when};
 use crate::Error;
-use crate::node::report::PushReport;
+use crate::format::PushReport;
 
 /// Most rows of the edge and failure tables.
 const MAX_TABLE_ROWS: usize = 300;
 
 /// The page: the title, a summary table, the picture ([`super::svg`]) and the tables.
 pub fn html(rep: &PushReport, title: &str) -> Result<String, Error> {
+    crate::read::check_times(rep, crate::Limits::default().max_seconds)?;
     let m = Model::new(rep);
     let picture = svg_of(&m, title)?;
     let mut out = String::with_capacity(picture.len() + 64 * 1024);
@@ -39,7 +41,7 @@ pub fn html(rep: &PushReport, title: &str) -> Result<String, Error> {
     levels(&mut out, &m);
     edges(&mut out, rep);
     if m.detail {
-        nodes(&mut out, rep);
+        nodes(&mut out, &m);
     }
     out.push_str("</body></html>\n");
     Ok(out)
@@ -211,11 +213,13 @@ fn edges(out: &mut String, rep: &PushReport) {
          <th>bytes</th></tr>",
         rep.edges.len()
     );
+    let failed_edges: HashSet<(&str, &str)> = rep
+        .failures
+        .iter()
+        .map(|f| (f.parent.as_str(), f.child.as_str()))
+        .collect();
     for e in sorted.iter().take(MAX_TABLE_ROWS) {
-        let failed = rep
-            .failures
-            .iter()
-            .any(|f| f.parent == e.parent && f.child == e.child);
+        let failed = failed_edges.contains(&(e.parent.as_str(), e.child.as_str()));
         let class = if failed { " class=\"failed\"" } else { "" };
         let _ = write!(
             out,
@@ -229,13 +233,14 @@ fn edges(out: &mut String, rep: &PushReport) {
     cut_note(out, rep.edges.len());
 }
 
-fn nodes(out: &mut String, rep: &PushReport) {
+fn nodes(out: &mut String, m: &Model<'_>) {
+    let rep = m.rep;
     out.push_str(
         "<h2>Nodes</h2>\n<table id=\"nodes\"><tr><th>host</th><th>group</th><th>parent</th>\
          <th>urgent set</th><th>whole layer</th><th>application started</th></tr>",
     );
     for n in &rep.per_node {
-        let failed = rep.failures.iter().any(|f| f.child == n.host);
+        let failed = m.failed.contains(n.host.as_str());
         let class = if failed { " class=\"failed\"" } else { "" };
         let _ = write!(
             out,
@@ -264,7 +269,7 @@ fn cut_note(out: &mut String, total: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::sample;
+    use crate::model::tests::sample;
 
     #[test]
     fn the_page_holds_the_summary_the_picture_and_the_tables() {

@@ -16,7 +16,7 @@
 //! group in the topology) is absent without a topology and in reports of older versions;
 //! `app_start_s` (when the application had started on the node) only when the writer knows
 //! it, as `teesfs lab launch` does; a plain push does not.
-//! `teesfs report` draws a report as HTML or SVG ([`crate::report`]).
+//! `teesfs report` draws a report as HTML or SVG ([`crate`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -130,8 +130,11 @@ pub struct PushReport {
 }
 
 impl PushReport {
-    /// Payload bytes the plan sends into all groups over their uplinks.
+    /// Payload bytes the plan sends into all groups over their uplinks (saturating: a
+    /// report is read from a file).
     pub fn predicted_uplink_in(&self) -> u64 {
-        self.uplinks.iter().map(|u| u.in_bytes).sum()
+        self.uplinks
+            .iter()
+            .fold(0, |sum, u| sum.saturating_add(u.in_bytes))
     }
 }

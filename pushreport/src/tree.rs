@@ -3,7 +3,7 @@
 //! [`super::svg`] when the report is small enough to show each node. Positions come from
 //! the [`Model`] alone; it must not read anything else.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -114,16 +114,23 @@ impl Tree {
                 .get(&(n.parent.as_str(), n.host.as_str()))
                 .copied()
                 .unwrap_or(0);
-            let w = 1 + u32::try_from(3 * b / most).unwrap_or(3);
+            let w = 1 + u32::try_from(3 * u128::from(b) / u128::from(most)).unwrap_or(3);
             area.draw(&PathElement::new(
                 vec![at(&n.parent), at(&n.host)],
                 EDGE.stroke_width(w),
             ))
             .map_err(draw_err)?;
         }
+        // One red line per pair of places: a report may repeat a failure any number of
+        // times, and the picture would only grow, not change.
+        let mut drawn = HashSet::new();
         for f in &m.rep.failures {
+            let line = (at(&f.parent), at(&f.child));
+            if !drawn.insert(line) {
+                continue;
+            }
             area.draw(&PathElement::new(
-                vec![at(&f.parent), at(&f.child)],
+                vec![line.0, line.1],
                 FAILED.stroke_width(3),
             ))
             .map_err(draw_err)?;

@@ -14,15 +14,16 @@ use super::timeline::draw_timeline;
 use super::tree::Tree;
 use super::{draw_err, human_bytes, human_when};
 use crate::Error;
-use crate::node::report::PushReport;
+use crate::format::PushReport;
 
 /// The narrowest picture: what a laptop browser shows without scrolling.
 const MIN_WIDTH: i32 = 1360;
 const HEADER_H: i32 = 86;
 const CURVE_H: i32 = 300;
 
-/// Draws the report as SVG (see the module doc of [`crate::report`] for what it shows).
+/// Draws the report as SVG (see the module doc of [`crate`] for what it shows).
 pub fn svg(rep: &PushReport, title: &str) -> Result<String, Error> {
+    crate::read::check_times(rep, crate::Limits::default().max_seconds)?;
     svg_of(&Model::new(rep), title)
 }
 
@@ -133,8 +134,9 @@ fn draw_header(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::sample;
-    use crate::report::style::{FAILED, PROXY, hex};
+    use crate::format::{Failure, NodeTimes};
+    use crate::model::tests::sample;
+    use crate::style::{FAILED, PROXY, hex};
 
     #[test]
     fn a_small_push_draws_every_node_its_groups_and_the_summary() {
@@ -197,5 +199,47 @@ mod tests {
         };
         let s = svg(&rep, "empty").expect("draws");
         assert!(s.contains("job 1"));
+    }
+
+    /// A crafted report: `n` nodes in one chain of parents, each in its own group, each
+    /// with a failure into it.
+    fn chain(n: usize) -> PushReport {
+        let host = |i: usize| format!("n{i}");
+        let mut rep = sample(1, 1);
+        rep.per_node = (0..n)
+            .map(|i| NodeTimes {
+                host: host(i),
+                parent: if i == 0 { "login".into() } else { host(i - 1) },
+                urgent_s: Some(i as f64 / 1000.0),
+                all_s: Some(i as f64 / 500.0),
+                group: Some(i),
+                app_start_s: None,
+            })
+            .collect();
+        rep.failures = (0..n)
+            .map(|i| Failure {
+                kind: "failed".into(),
+                parent: host(i.saturating_sub(1)),
+                child: host(i),
+                at_s: 0.5,
+                reason: None,
+            })
+            .collect();
+        rep.nodes = n;
+        rep
+    }
+
+    /// Issue 29: drawing was quadratic on crafted input (20,000 nodes in a chain, each its
+    /// own group with a failure, took 7-11 s). At 40,000 the quadratic parts (walking every
+    /// chain to the root, every group searching every failure and uplink) would take
+    /// minutes; linear drawing takes about a second.
+    #[test]
+    fn a_long_chain_of_nodes_with_many_failures_draws_in_linear_time() {
+        let rep = chain(40_000);
+        let t = std::time::Instant::now();
+        let page = crate::html(&rep, "chain").expect("drawn");
+        let took = t.elapsed();
+        assert!(page.contains("tree depth 40000"), "the depth is counted");
+        assert!(took.as_secs() < 15, "drawing 40,000 nodes took {took:?}");
     }
 }

@@ -1,6 +1,7 @@
-//! The push report ([`crate::node::report::PushReport`]) drawn for a person: an SVG picture
-//! and an HTML page around it, as `teesfs report`, `teesfs push --report-html` and the lab's
-//! launch reports write them.
+//! The push report: its JSON format ([`format`]), how untrusted bytes become one
+//! ([`read`]: a size bound, then strict checks of every time, size and count), and the report
+//! drawn for a person: an SVG picture and an HTML page around it, as `teesfs report`,
+//! `teesfs push --report-html` and the lab's launch reports write them.
 //!
 //! The picture has a summary header (job, index, nodes, sizes, completion times), the tree by
 //! group (every node for small jobs; for large ones a map of groups coloured by arrival),
@@ -10,22 +11,25 @@
 //! edges with their bytes, and (small jobs) nodes.
 //!
 //! Everything here is a pure function of the report: no I/O, no clock. It must not grow a
-//! second copy of the report's format; it reads the one in `node::report`.
+//! second copy of the report's format; it reads the one in [`format`]. Drawing is linear in
+//! the report's size, so that a report of the largest size [`read`] accepts draws in seconds.
 
 mod curve;
 mod draw;
+pub mod format;
 mod group_map;
 mod model;
 mod page;
+pub mod read;
 mod style;
 mod timeline;
 mod tree;
 
 pub use draw::svg;
+pub use format::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
 pub use model::{DETAIL_MAX_NODES, MAX_ROWS};
 pub use page::html;
-
-use crate::node::report::PushReport;
+pub use read::{Limits, from_json};
 
 /// A byte count for people: `16.0 MiB`.
 pub fn human_bytes(b: u64) -> String {
@@ -74,9 +78,53 @@ pub fn job_label(job: &str) -> String {
     }
 }
 
+/// Errors of reading and drawing a push report.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The bytes are larger than a report may be.
+    #[error(
+        "the push report is {size} bytes, more than the {max} a report may have; it is not one \
+         `teesfs push --report` wrote"
+    )]
+    TooLarge {
+        /// Its size (or the bytes read before giving up).
+        size: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// The bytes are not the JSON of a push report.
+    #[error(
+        "this is not a push report (the JSON `teesfs push --report FILE` or `teesfs prefetch --report \
+         FILE` writes): {source}"
+    )]
+    Json {
+        /// What serde_json said (with the line and column).
+        source: serde_json::Error,
+    },
+    /// A field holds a value no push produces (a time that is negative, not finite or
+    /// beyond [`Limits::max_seconds`], a size beyond [`Limits::max_bytes`], too many entries).
+    #[error(
+        "the push report's {field} is {value}: {why}; the report is damaged or was not written by teesfs"
+    )]
+    Invalid {
+        /// The field, with its position (`per_node[3].all_s`).
+        field: String,
+        /// Its value as read.
+        value: String,
+        /// What it should be.
+        why: String,
+    },
+    /// The push report cannot be drawn (plotters refused a drawing command).
+    #[error("cannot draw the push report: {detail}")]
+    Draw {
+        /// What plotters said.
+        detail: String,
+    },
+}
+
 /// Plotters' errors carry their backend's error type: kept as text.
-fn draw_err<E: std::fmt::Debug>(e: E) -> crate::Error {
-    crate::Error::Draw {
+fn draw_err<E: std::fmt::Debug>(e: E) -> Error {
+    Error::Draw {
         detail: format!("{e:?}"),
     }
 }

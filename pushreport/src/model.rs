@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::node::report::PushReport;
+use crate::format::{NodeTimes, PushReport, Uplink};
 
 /// Up to this many nodes every node gets its own circle in the tree and its own timeline
 /// row; above it both are drawn per group.
@@ -101,6 +101,8 @@ pub struct Model<'a> {
     pub depth: Vec<usize>,
     /// Hosts at the child end of a failure.
     pub failed: HashSet<&'a str>,
+    /// The failures by the host at their child end.
+    pub fails: Fails<'a>,
     /// Hosts that own a group uplink.
     pub proxies: HashSet<&'a str>,
     /// The latest time anything happens (at least 0.1 s).
@@ -122,20 +124,7 @@ impl<'a> Model<'a> {
             .enumerate()
             .map(|(i, n)| (n.host.as_str(), i))
             .collect();
-        // Depth and top ancestor by walking parents; bounded because a corrupt report could
-        // hold a cycle.
-        let walk = |mut i: usize| {
-            let mut depth = 1;
-            while let Some(&p) = index.get(nodes[i].parent.as_str()) {
-                if depth > nodes.len() {
-                    break;
-                }
-                depth += 1;
-                i = p;
-            }
-            (depth, i)
-        };
-        let walked: Vec<(usize, usize)> = (0..nodes.len()).map(walk).collect();
+        let walked = walk_parents(nodes, &index);
         let depth = walked.iter().map(|w| w.0).collect();
 
         let mut by_key: HashMap<Key<'a>, Vec<usize>> = HashMap::new();
@@ -152,16 +141,22 @@ impl<'a> Model<'a> {
         let mut keys: Vec<Key<'a>> = by_key.keys().cloned().collect();
         keys.sort();
 
-        let failed: HashSet<&str> = rep.failures.iter().map(|f| f.child.as_str()).collect();
+        let fails = Fails::new(rep);
+        let failed: HashSet<&str> = fails.first.keys().copied().collect();
         let proxies: HashSet<&str> = rep.uplinks.iter().map(|u| u.proxy.as_str()).collect();
+        // The first uplink of each group, as a search of the list would find it.
+        let mut uplink: HashMap<usize, &Uplink> = HashMap::new();
+        for u in &rep.uplinks {
+            uplink.entry(u.group).or_insert(u);
+        }
         let groups: Vec<Group> = keys
             .into_iter()
             .map(|k| {
                 let members = by_key.remove(&k).unwrap_or_default();
-                let arrivals = arrivals(rep, &members);
+                let arrivals = arrivals(rep, &fails, &members);
                 match k {
                     Key::Group(g) => {
-                        let up = rep.uplinks.iter().find(|u| u.group == g);
+                        let up = uplink.get(&g);
                         Group {
                             label: format!("group {g}"),
                             number: Some(g),
@@ -186,7 +181,7 @@ impl<'a> Model<'a> {
             .collect();
 
         let detail = nodes.len() <= DETAIL_MAX_NODES;
-        let rows = rows(rep, &groups, detail, &failed);
+        let rows = rows(rep, &fails, &groups, detail);
         let tmax = nodes
             .iter()
             .flat_map(|n| [n.urgent_s, n.all_s, n.app_start_s])
@@ -202,6 +197,7 @@ impl<'a> Model<'a> {
             rows,
             depth,
             failed,
+            fails,
             proxies,
             tmax,
         }
@@ -221,32 +217,92 @@ impl<'a> Model<'a> {
         by.into_iter()
             .enumerate()
             .filter(|(_, v)| !v.is_empty())
-            .map(|(d, v)| (d, arrivals(self.rep, &v), v.len()))
+            .map(|(d, v)| (d, arrivals(self.rep, &self.fails, &v), v.len()))
             .collect()
     }
 }
 
+/// The failures of a report by the host at their child end: looked up per node, so that
+/// arranging a report is linear in its size however many groups and failures it has.
+#[derive(Debug, Default)]
+pub struct Fails<'a> {
+    /// Each failed host's earliest failure, as an index into `failures`.
+    pub first: HashMap<&'a str, usize>,
+}
+
+impl<'a> Fails<'a> {
+    fn new(rep: &'a PushReport) -> Self {
+        let mut first: HashMap<&'a str, usize> = HashMap::new();
+        for (i, f) in rep.failures.iter().enumerate() {
+            let e = first.entry(f.child.as_str()).or_insert(i);
+            if f.at_s < rep.failures[*e].at_s {
+                *e = i;
+            }
+        }
+        Fails { first }
+    }
+}
+
+/// Each node's depth below the root (1: the root's children) and its top ancestor (the
+/// node under the root its chain of parents reaches), each node visited once. A chain of
+/// parents that comes back on itself (a corrupt report) is cut where it closes: the node
+/// whose parent is already on the chain counts as a child of the root.
+fn walk_parents(nodes: &[NodeTimes], index: &HashMap<&str, usize>) -> Vec<(usize, usize)> {
+    const TODO: usize = usize::MAX;
+    let mut walked = vec![(TODO, TODO); nodes.len()];
+    let mut on_chain = vec![false; nodes.len()];
+    let mut chain = Vec::new();
+    for start in 0..nodes.len() {
+        let mut i = start;
+        // Up to a node already walked, the root (a parent not in the report), or a cycle.
+        let mut above = loop {
+            if walked[i].0 != TODO {
+                break walked[i];
+            }
+            if on_chain[i] {
+                break (0, i);
+            }
+            on_chain[i] = true;
+            chain.push(i);
+            match index.get(nodes[i].parent.as_str()) {
+                Some(&p) => i = p,
+                None => break (0, i),
+            }
+        };
+        while let Some(c) = chain.pop() {
+            on_chain[c] = false;
+            let top = if above.0 == 0 { c } else { above.1 };
+            above = (above.0 + 1, top);
+            walked[c] = above;
+        }
+    }
+    walked
+}
+
 /// The arrivals of `members` (indices into `per_node`).
-fn arrivals(rep: &PushReport, members: &[usize]) -> Arrivals {
+fn arrivals(rep: &PushReport, fails: &Fails<'_>, members: &[usize]) -> Arrivals {
     let nodes = || members.iter().map(|&i| &rep.per_node[i]);
-    let hosts: HashSet<&str> = nodes().map(|n| n.host.as_str()).collect();
-    let fails = || {
-        rep.failures
-            .iter()
-            .filter(|f| hosts.contains(f.child.as_str()))
-    };
-    let failed: HashSet<&str> = fails().map(|f| f.child.as_str()).collect();
+    let mut failed: HashSet<&str> = HashSet::new();
+    let mut first_failure_s: Option<f64> = None;
+    for n in nodes() {
+        if let Some(&f) = fails.first.get(n.host.as_str())
+            && failed.insert(n.host.as_str())
+        {
+            let at = rep.failures[f].at_s;
+            first_failure_s = Some(first_failure_s.map_or(at, |t| t.min(at)));
+        }
+    }
     Arrivals {
         urgent: spread(nodes().filter_map(|n| n.urgent_s)),
         all: spread(nodes().filter_map(|n| n.all_s)),
         app: spread(nodes().filter_map(|n| n.app_start_s)),
         never_all: nodes().filter(|n| n.all_s.is_none()).count(),
         failed: failed.len(),
-        first_failure_s: fails().map(|f| f.at_s).reduce(f64::min),
+        first_failure_s,
     }
 }
 
-fn rows(rep: &PushReport, groups: &[Group], detail: bool, failed: &HashSet<&str>) -> Vec<Row> {
+fn rows(rep: &PushReport, fails: &Fails<'_>, groups: &[Group], detail: bool) -> Vec<Row> {
     if detail {
         return groups
             .iter()
@@ -255,14 +311,14 @@ fn rows(rep: &PushReport, groups: &[Group], detail: bool, failed: &HashSet<&str>
                 grp.nodes.iter().map(move |&i| {
                     let host = &rep.per_node[i].host;
                     Row {
-                        label: if failed.contains(host.as_str()) {
+                        label: if fails.first.contains_key(host.as_str()) {
                             format!("{host} (failed)")
                         } else {
                             host.clone()
                         },
                         nodes: vec![i],
                         group: g,
-                        arrivals: arrivals(rep, &[i]),
+                        arrivals: arrivals(rep, fails, &[i]),
                     }
                 })
             })
@@ -284,7 +340,7 @@ fn rows(rep: &PushReport, groups: &[Group], detail: bool, failed: &HashSet<&str>
             };
             Row {
                 label,
-                arrivals: arrivals(rep, &nodes),
+                arrivals: arrivals(rep, fails, &nodes),
                 nodes,
                 group: k * per_row,
             }
@@ -295,7 +351,7 @@ fn rows(rep: &PushReport, groups: &[Group], detail: bool, failed: &HashSet<&str>
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::node::report::{EdgeBytes, Failure, NodeTimes, Uplink};
+    use crate::format::{EdgeBytes, Failure, NodeTimes, Uplink};
 
     /// `groups` groups of `size`: the root feeds each proxy, the proxy its members; node k
     /// of group g arrives at (g + k) / 10 s (urgent at half that). The first member of

@@ -260,11 +260,13 @@ fn draw_row_marks(
             let t = r.arrivals.first_failure_s?;
             let text = if m.detail {
                 let host = &m.rep.per_node[*r.nodes.first()?].host;
-                m.rep
-                    .failures
-                    .iter()
-                    .find(|f| &f.child == host)
-                    .map(|f| format!("{} (from {})", f.kind, f.parent))
+                m.fails
+                    .first
+                    .get(host.as_str())
+                    .map(|&f| {
+                        let f = &m.rep.failures[f];
+                        format!("{} (from {})", f.kind, f.parent)
+                    })
                     .unwrap_or_default()
             } else {
                 format!("{} node(s) failed", r.arrivals.failed)
