@@ -26,6 +26,11 @@ command -v mktorrent >/dev/null 2>&1 || need+=(mktorrent)
 command -v sbcast >/dev/null 2>&1 || need+=(slurm-client)
 # POSIX ACLs (the prolog shares a job's files with its owner): libacl's headers to link.
 [ -f /usr/include/sys/acl.h ] || need+=(libacl1-dev)
+# The package test (teesfs/tests/it/packaging.rs) lists and lints the RPMs.
+command -v rpm >/dev/null 2>&1 || need+=(rpm)
+command -v rpmlint >/dev/null 2>&1 || need+=(rpmlint)
+# cargo-deb works out the .deb's Depends with dpkg-shlibdeps.
+command -v dpkg-shlibdeps >/dev/null 2>&1 || need+=(dpkg-dev)
 # The SPANK plugin (spank/): Slurm's headers, and libclang for the bindings generated from them.
 [ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
 ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-*.so.1 >/dev/null 2>&1 || need+=(libclang-dev)

@@ -1,134 +1,149 @@
 #!/usr/bin/env bash
-# Builds the teesfs Debian package: the binary, the systemd unit, the Slurm scripts, the
-# default config in /etc/teesfs/, man pages and shell completions generated from the CLI.
+# Builds teesfs's packages for Debian (.deb) and the RHEL family (.rpm):
+#   teesfs                         the binary, teesfs-daemon.service, /etc/teesfs/ (conffiles),
+#                                  the Slurm scripts, man pages and bash/zsh/fish completions
+#   teesfs-spank-slurm<MAJOR.MINOR>  the SPANK plugin, built for that Slurm release and
+#                                  depending on it (Slurm refuses a plugin of another release)
 #
-#   bash scripts/package.sh                      # release build -> target/debian/teesfs_<v>_<arch>.deb
-#   bash scripts/package.sh --binary PATH --plugin SO --out DIR   # package existing builds
-#   bash scripts/package.sh ... --compression none     # skip xz (tests: debug binaries are big)
+#   bash scripts/package.sh                     # release build -> target/packages/
+#   bash scripts/package.sh --profile dev --no-build --fast --out DIR   # package debug builds
 #
-# Install with `apt-get install ./teesfs_<v>_<arch>.deb` (or dpkg -i); then edit
-# /etc/teesfs/daemon.env and `systemctl enable --now teesfs-daemon`.
+# --profile P   cargo profile packaged (release); `dev` takes target/debug
+# --no-build    package what is built already (teesfs, without the lab for sites, and the plugin)
+# --fast        quick compression (gzip -1 for .deb, none for .rpm): tests
+# --out DIR     where the packages go (target/packages); their paths are printed, one a line
+#
+# The Slurm release is read from $SLURM_INCLUDE_DIR/slurm/slurm_version.h (/usr/include:
+# Debian's libslurm-dev, RHEL's slurm-devel), as the plugin's build does. cargo-deb and
+# cargo-generate-rpm (scripts/package-tools.sh installs them) package the files listed in
+# teesfs/Cargo.toml and spank/Cargo.toml; the plugin's .deb is written here with dpkg-deb,
+# because cargo-deb takes its package name and dependencies only from Cargo.toml, and they
+# depend on the Slurm release found at build time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-binary=""
-plugin=""
-out="target/debian"
-compression=xz
+profile=release
+build=1
+fast=0
+out=target/packages
 while [ $# -gt 0 ]; do
     case "$1" in
-        --binary) binary=$2; shift 2 ;;
-        --plugin) plugin=$2; shift 2 ;;
+        --profile) profile=$2; shift 2 ;;
+        --no-build) build=0; shift ;;
+        --fast) fast=1; shift ;;
         --out) out=$2; shift 2 ;;
-        --compression) compression=$2; shift 2 ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "package.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-if [ -z "$binary" ]; then
-    # Without the lab (feature `lab`): compute nodes get the product only.
-    cargo build --release --locked -p teesfs --no-default-features
-    binary=target/release/teesfs
-fi
-if [ -z "$plugin" ]; then
-    # The SPANK plugin, built against this machine's libslurm-dev headers.
+die() { echo "package.sh: $*" >&2; exit 1; }
+for tool in dpkg-deb strip gzip flock python3; do
+    command -v "$tool" >/dev/null || die "needs $tool (bash scripts/deps.sh installs it)"
+done
+bash scripts/package-tools.sh
+
+if [ "$build" = 1 ]; then
     bash scripts/deps.sh
-    cargo build --release --locked -p teesfs-spank
-    plugin=target/release/libteesfs_spank.so
+    # Without the lab (feature `lab`): compute nodes get the product only.
+    cargo build --locked --profile "$profile" -p teesfs --no-default-features
+    cargo build --locked --profile "$profile" -p teesfs-spank
 fi
-[ -x "$binary" ] || { echo "package.sh: $binary is not an executable" >&2; exit 1; }
-[ -f "$plugin" ] || { echo "package.sh: $plugin (the SPANK plugin, --plugin) is missing" >&2; exit 1; }
-command -v dpkg-deb >/dev/null || { echo "package.sh: needs dpkg-deb (Debian's dpkg)" >&2; exit 1; }
+target_dir=$(cargo metadata --format-version 1 --no-deps --locked \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+case "$profile" in dev|test) dir="$target_dir/debug" ;; *) dir="$target_dir/$profile" ;; esac
+[ -x "$dir/teesfs" ] || die "$dir/teesfs is missing: build it (cargo build --profile $profile -p teesfs) or drop --no-build"
+[ -f "$dir/libteesfs_spank.so" ] || die "$dir/libteesfs_spank.so is missing: build it (cargo build --profile $profile -p teesfs-spank) or drop --no-build"
+
+# Slurm's release, as the plugin was built for it.
+header="${SLURM_INCLUDE_DIR:-/usr/include}/slurm/slurm_version.h"
+[ -f "$header" ] || die "$header is missing: install Debian's libslurm-dev or RHEL's slurm-devel, or set SLURM_INCLUDE_DIR"
+hex=$(sed -n 's/^#define SLURM_VERSION_NUMBER[[:space:]]*0x\([0-9a-fA-F]*\).*/\1/p' "$header")
+[ -n "$hex" ] || die "no SLURM_VERSION_NUMBER in $header"
+slurm_major=$((16#$hex >> 16 & 0xff))
+slurm_minor=$(printf '%02d' $((16#$hex >> 8 & 0xff)))
+slurm_micro=$((16#$hex & 0xff))
+slurm="$slurm_major.$slurm_minor"
+slurm_next="$slurm_major.$(printf '%02d' $((10#$slurm_minor + 1)))"
+spank_name="teesfs-spank-slurm$slurm"
+
+# The files are staged where teesfs/Cargo.toml and spank/Cargo.toml list them:
+# target/release/package/, `target/release/` being the packagers' name for the target
+# directory (the tools are always told --profile release; the binaries come from $dir). One
+# packaging at a time per target directory.
+mkdir -p "$target_dir/release"
+exec 9>"$target_dir/release/.package.lock"
+flock 9
+stage="$target_dir/release/package"
+rm -rf "$stage"
+mkdir -p "$stage/man/man1" "$stage/man/man5" "$out"
+strip -o "$stage/teesfs" "$dir/teesfs"
+strip -o "$stage/teesfs_spank.so" "$dir/libteesfs_spank.so"
+"$stage/teesfs" generate-docs --man "$stage/gen" --completions "$stage/completions"
+for page in "$stage"/gen/*.1; do
+    gzip -9n -c "$page" > "$stage/man/man1/$(basename "$page").gz"
+done
+for page in packaging/man/*.5; do
+    gzip -9n -c "$page" > "$stage/man/man5/$(basename "$page").gz"
+done
+rm -rf "$stage/gen"
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+deb_compress=(); rpm_compress=zstd; dpkg_compress=-Zxz
+if [ "$fast" = 1 ]; then
+    # cargo-deb's own gzip is zopfli (~40 s for the binary); the gzip command takes 1 s.
+    deb_compress=(--fast -Z gz --compress-system); rpm_compress=none; dpkg_compress=-Znone
+fi
+
+# teesfs: cargo-deb and cargo-generate-rpm from teesfs/Cargo.toml.
+cargo deb --quiet --no-build --no-strip --locked -p teesfs --profile release \
+    "${deb_compress[@]}" -o "$out" >"$stage/deb.log" 2>&1 \
+    || die "cargo deb failed: $(cat "$stage/deb.log")"
+ls "$out"/teesfs_"$version"-1_*.deb
+cargo generate-rpm -p teesfs --profile release --target-dir "$target_dir" \
+    --payload-compress "$rpm_compress" -o "$out"
+ls "$out"/teesfs-"$version"-1.*.rpm
+
+# The SPANK plugin: the .rpm from spank/Cargo.toml with its name and Slurm dependency set here.
+# RHEL-family Slurm (SchedMD's spec, EPEL) ships libslurm and the plugin loaders in `slurm`.
+cargo generate-rpm -p spank --profile release --target-dir "$target_dir" \
+    --payload-compress "$rpm_compress" -o "$out" \
+    -s "name = \"$spank_name\"" \
+    -s "summary = \"SPANK plugin of teesfs for Slurm $slurm (built with $slurm.$slurm_micro)\"" \
+    -s "requires = { slurm = \">= $slurm, < $slurm_next\" }"
+ls "$out/$spank_name-$version"-1.*.rpm
+
+# ... and the .deb. Debian's slurmd and slurm-client both depend on slurm-wlm-basic-plugins of
+# their own release, so the plugin depends on that release of it. Provides/Conflicts: one
+# plugin at a time at /usr/lib/teesfs/teesfs_spank.so; Replaces/Breaks: the teesfs packages
+# before 0.1.0-1 shipped it themselves.
 arch=$(dpkg --print-architecture)
-mkdir -p "$out"
-stage=$(mktemp -d "${TMPDIR:-/tmp}/teesfs-deb.XXXXXX")
-trap 'rm -rf "$stage"' EXIT
-
-install -D -m 0755 "$binary" "$stage/usr/bin/teesfs"
-install -D -m 0644 packaging/systemd/teesfs-daemon.service "$stage/lib/systemd/system/teesfs-daemon.service"
-install -D -m 0644 packaging/etc/daemon.env "$stage/etc/teesfs/daemon.env"
-install -D -m 0644 packaging/etc/teesfs.toml "$stage/etc/teesfs/teesfs.toml"
-install -d -m 0755 "$stage/etc/teesfs/teesfs.d"
-install -d -m 0755 "$stage/etc/teesfs/cluster" "$stage/etc/teesfs/trusted"
-install -D -m 0755 packaging/slurm/prolog-slurmctld.sh "$stage/usr/share/teesfs/slurm/prolog-slurmctld.sh"
-install -D -m 0755 packaging/slurm/epilog.sh "$stage/usr/share/teesfs/slurm/epilog.sh"
-install -D -m 0755 packaging/slurm/epilog-slurmctld.sh "$stage/usr/share/teesfs/slurm/epilog-slurmctld.sh"
-install -D -m 0644 packaging/slurm/plugstack.conf "$stage/usr/share/teesfs/slurm/plugstack.conf"
-install -D -m 0644 "$plugin" "$stage/usr/lib/teesfs/teesfs_spank.so"
-install -D -m 0644 docs/slurm.md "$stage/usr/share/doc/teesfs/slurm.md"
-install -D -m 0644 README.md "$stage/usr/share/doc/teesfs/README.md"
-
-gen="$stage/gen"
-"$binary" generate-docs --man "$gen/man" --completions "$gen/completions"
-install -d "$stage/usr/share/man/man1"
-for page in "$gen"/man/*.1; do
-    gzip -9n -c "$page" > "$stage/usr/share/man/man1/$(basename "$page").gz"
-done
-install -d "$stage/usr/share/man/man5"
-for page in packaging/man/*.5; do
-    gzip -9n -c "$page" > "$stage/usr/share/man/man5/$(basename "$page").gz"
-done
-install -D -m 0644 "$gen/completions/teesfs.bash" "$stage/usr/share/bash-completion/completions/teesfs"
-install -D -m 0644 "$gen/completions/_teesfs" "$stage/usr/share/zsh/vendor-completions/_teesfs"
-install -D -m 0644 "$gen/completions/teesfs.fish" "$stage/usr/share/fish/vendor_completions.d/teesfs.fish"
-rm -rf "$gen"
-
-install -d "$stage/DEBIAN"
-printf '%s\n' /etc/teesfs/daemon.env /etc/teesfs/teesfs.toml > "$stage/DEBIAN/conffiles"
-size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
-cat > "$stage/DEBIAN/control" <<CONTROL
-Package: teesfs
-Version: $version
+debroot="$stage/spank-deb"
+install -D -m 0644 "$stage/teesfs_spank.so" "$debroot/usr/lib/teesfs/teesfs_spank.so"
+install -D -m 0644 packaging/spank/README.md "$debroot/usr/share/doc/$spank_name/README.md"
+install -d "$debroot/DEBIAN"
+printf 'teesfs SPANK plugin for Slurm %s\nLicense: %s\n' "$slurm" \
+    "$(sed -n 's/^license = "\(.*\)"/\1/p' Cargo.toml | head -n1)" \
+    > "$debroot/usr/share/doc/$spank_name/copyright"
+cat > "$debroot/DEBIAN/control" <<CONTROL
+Package: $spank_name
+Version: $version-1
 Architecture: $arch
 Maintainer: teesfs developers <teesfs@example.invalid>
-Installed-Size: $size
-Depends: libc6, iproute2
-Recommends: fuse3
-Suggests: slurm-client, slurmd
+Installed-Size: $(du -sk --exclude=DEBIAN "$debroot" | cut -f1)
+Depends: libc6, slurm-wlm-basic-plugins (>= $slurm), slurm-wlm-basic-plugins (<< $slurm_next~)
+Recommends: teesfs (= $version-1)
+Provides: teesfs-spank
+Conflicts: teesfs-spank
+Replaces: teesfs-spank, teesfs (<< 0.1.0-1)
+Breaks: teesfs (<< 0.1.0-1)
 Section: admin
 Priority: optional
 Homepage: https://example.invalid/teesfs
-Description: topology-aware lazy-fetch filesystem for fast HPC job launch
- teesfs gets a user's software layer from an HPC login node onto thousands of
- compute nodes fast enough that the job starts within seconds: the layer is
- published as content-addressed chunks with a signed index, pushed down a
- topology-aware tree over QUIC (urgent set first), and mounted read-only with
- FUSE on every node, where reads of data not yet arrived wait for it.
+Description: SPANK plugin of teesfs for Slurm $slurm (built with $slurm.$slurm_micro)
+ Adds --teesfs=SPEC to sbatch, salloc and srun, and starts every task of such a
+ job inside its teesfs layer. Slurm loads only plugins built for its own release:
+ install the package named after the release the cluster runs, and list the
+ plugin as optional in plugstack.conf (see /usr/share/doc/teesfs/slurm.md).
 CONTROL
-# Maintainer scripts. An upgrade leaves a running daemon running (it keeps the old binary
-# until its next restart, so jobs keep their mounts); only removal stops it. The Slurm
-# prolog runs as the Slurm user and logs to /var/log/teesfs. ($TEESFS_TEST_SYSTEMD stands
-# for /run/systemd/system in the package test.)
-cat > "$stage/DEBIAN/postinst" <<'POSTINST'
-#!/bin/sh
-set -e
-if [ "$1" = configure ]; then
-    install -d -m 0750 /var/log/teesfs
-    if getent passwd slurm >/dev/null 2>&1; then
-        chown slurm:slurm /var/log/teesfs 2>/dev/null \
-            || echo "teesfs: could not give /var/log/teesfs to the slurm user; the Slurm prolog logs there" >&2
-    fi
-    if [ -d "${TEESFS_TEST_SYSTEMD:-/run/systemd/system}" ]; then
-        systemctl daemon-reload >/dev/null 2>&1 || true
-        if [ -z "$2" ]; then
-            echo "teesfs: edit /etc/teesfs/daemon.env, then: systemctl enable --now teesfs-daemon"
-        elif systemctl is-active --quiet teesfs-daemon.service; then
-            echo "teesfs: the running daemon keeps its jobs; restart it between jobs to use the new version (systemctl restart teesfs-daemon)"
-        fi
-    fi
-fi
-POSTINST
-cat > "$stage/DEBIAN/prerm" <<'PRERM'
-#!/bin/sh
-set -e
-if [ "$1" = remove ] && [ -d "${TEESFS_TEST_SYSTEMD:-/run/systemd/system}" ]; then
-    systemctl stop teesfs-daemon.service >/dev/null 2>&1 || true
-fi
-PRERM
-chmod 0755 "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm"
-
-deb="$out/teesfs_${version}_${arch}.deb"
-dpkg-deb --root-owner-group "-Z$compression" -b "$stage" "$deb" >/dev/null
-echo "$deb"
+dpkg-deb --root-owner-group "$dpkg_compress" -b "$debroot" "$out/${spank_name}_$version-1_$arch.deb" >/dev/null
+ls "$out/${spank_name}_$version-1_$arch.deb"

@@ -18,9 +18,11 @@
 //!   A task of a job that asked for a layer which is not mounted fails with an error saying
 //!   so; tasks of other jobs are untouched.
 //!
-//! plugstack.conf: `required /usr/lib/teesfs/teesfs_spank.so [teesfs=PATH] [mount_root=DIR]`
+//! plugstack.conf: `optional /usr/lib/teesfs/teesfs_spank.so teesfs=PATH mount_root=DIR`
 //! (`%h` in `mount_root` is the node's short host name, for several nodes on one host as in
-//! teesfs's lab).
+//! teesfs's lab). `optional` so that a plugin Slurm refuses (built for another release) does
+//! not stop every job; give at least one argument: with none, Slurm passes a null `argv`,
+//! which slurm-spank 0.2 turns into a slice (debug builds abort on it).
 
 // Implementing SPANK's `Plugin` trait is `unsafe` by the crate's design (callbacks run in
 // forked children of a threaded daemon); everything here is single-threaded system calls.

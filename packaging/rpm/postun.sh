@@ -1,0 +1,5 @@
+# teesfs's %postun: systemd forgets the removed unit.
+if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload >/dev/null 2>&1 || :
+fi
+exit 0
