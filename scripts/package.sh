@@ -103,17 +103,18 @@ cargo generate-rpm -p teesfs --profile release --target-dir "$target_dir" \
     --payload-compress "$rpm_compress" -o "$out"
 ls "$out"/teesfs-"$version"-1.*.rpm
 
-# The SPANK plugin: the .rpm from spank/Cargo.toml with its name and Slurm dependency set here.
+# The SPANK plugin: the .rpm from spank/Cargo.toml with its name and dependencies set here.
 # RHEL-family Slurm (SchedMD's spec, EPEL) ships libslurm and the plugin loaders in `slurm`.
 cargo generate-rpm -p spank --profile release --target-dir "$target_dir" \
     --payload-compress "$rpm_compress" -o "$out" \
     -s "name = \"$spank_name\"" \
     -s "summary = \"SPANK plugin of teesfs for Slurm $slurm (built with $slurm.$slurm_micro)\"" \
-    -s "requires = { slurm = \">= $slurm, < $slurm_next\" }"
+    -s "requires = { slurm = \">= $slurm, < $slurm_next\", teesfs = \"= $version\" }"
 ls "$out/$spank_name-$version"-1.*.rpm
 
 # ... and the .deb. Debian's slurmd and slurm-client both depend on slurm-wlm-basic-plugins of
-# their own release, so the plugin depends on that release of it. Provides/Conflicts: one
+# their own release, so the plugin depends on that release of it; and on the teesfs it was
+# built with, whose `teesfs __task-env` it runs. Provides/Conflicts: one
 # plugin at a time at /usr/lib/teesfs/teesfs_spank.so; Replaces/Breaks: the teesfs packages
 # before 0.1.0-1 shipped it themselves.
 arch=$(dpkg --print-architecture)
@@ -130,8 +131,7 @@ Version: $version-1
 Architecture: $arch
 Maintainer: teesfs developers <teesfs@example.invalid>
 Installed-Size: $(du -sk --exclude=DEBIAN "$debroot" | cut -f1)
-Depends: libc6, slurm-wlm-basic-plugins (>= $slurm), slurm-wlm-basic-plugins (<< $slurm_next~)
-Recommends: teesfs (= $version-1)
+Depends: libc6, slurm-wlm-basic-plugins (>= $slurm), slurm-wlm-basic-plugins (<< $slurm_next~), teesfs (= $version-1)
 Provides: teesfs-spank
 Conflicts: teesfs-spank
 Replaces: teesfs-spank, teesfs (<< 0.1.0-1)

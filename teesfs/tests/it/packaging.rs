@@ -293,6 +293,7 @@ fn the_spank_plugin_is_a_package_of_its_own_named_after_its_slurm_release() {
     for dep in [
         format!("slurm-wlm-basic-plugins (>= {release})"),
         format!("slurm-wlm-basic-plugins (<< {next}~)"),
+        "teesfs (= ".to_string(),
         "Provides: teesfs-spank".to_string(),
         "Conflicts: teesfs-spank".to_string(),
     ] {
@@ -318,6 +319,10 @@ fn the_spank_plugin_is_a_package_of_its_own_named_after_its_slurm_release() {
             "{dep} missing: {requires}"
         );
     }
+    assert!(
+        requires.lines().any(|l| l.starts_with("teesfs = ")),
+        "the teesfs it was built with: {requires}"
+    );
     let provides = stdout_of("rpm", &["-qp", "--provides", &p.spank_rpm]);
     assert!(provides.lines().any(|l| l == "teesfs-spank"), "{provides}");
     let files = rpm_files(&p.spank_rpm);
