@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-# cargo-deb and cargo-generate-rpm, for the package test (once: ~1 + ~3-5 min).
+# cargo-deb and cargo-generate-rpm, for the package test (once per machine: ~5 min).
 bash scripts/package-tools.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
