@@ -404,19 +404,23 @@ fn the_debian_package_installs_into_a_clean_node_root() {
 
 /// An upgrade must never leave a node without its daemon: the old maintainer script
 /// stopped it on every `prerm`, upgrades included, and nothing started it again. The
-/// package's scripts are run with a stand-in `systemctl` that records what it is asked.
+/// packages' scripts (.deb's prerm, .rpm's %preun) are run with a stand-in `systemctl` that
+/// records what it is asked.
 #[test]
 fn an_upgrade_leaves_the_daemon_running_and_removal_stops_it() {
     let ws = Workspace::new();
-    let deb = build_packages(&ws).deb;
+    let p = build_packages(&ws);
     let ctrl = ws.path().join("control");
     let out = Command::new("dpkg-deb")
         .arg("-e")
-        .arg(&deb)
+        .arg(&p.deb)
         .arg(&ctrl)
         .output()
         .expect("dpkg-deb");
     assert!(out.status.success(), "{out:?}");
+    // The .rpm's %preun, as rpm runs it: $1 is the number of versions left (0: removal).
+    let preun = stdout_of("rpm", &["-qp", "--qf", "%{PREUN}", &p.rpm]);
+    std::fs::write(ctrl.join("rpm-preun"), preun).expect("preun");
     let bin = ws.path().join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
     let calls = ws.path().join("calls");
@@ -461,6 +465,13 @@ fn an_upgrade_leaves_the_daemon_running_and_removal_stops_it() {
         "an upgrade stopped the daemon: {upgrade}"
     );
     let remove = run("prerm", &["remove"]);
+    assert!(remove.contains("stop teesfs-daemon.service"), "{remove}");
+    let upgrade = run("rpm-preun", &["1"]);
+    assert!(
+        !upgrade.contains("stop"),
+        "an rpm upgrade stopped the daemon: {upgrade}"
+    );
+    let remove = run("rpm-preun", &["0"]);
     assert!(remove.contains("stop teesfs-daemon.service"), "{remove}");
 }
 
@@ -559,4 +570,46 @@ fn a_plugin_built_for_another_slurm_release_does_not_stop_every_job() {
     assert!(out.status.success(), "{out:?}");
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("--teesfs"), "{help}");
+}
+
+/// The package made the Slurm prolog's log directory 0750 for the Slurm user, so a job's
+/// owner could not enter it to read the files the prolog shares with them (an ACL entry
+/// each): the maintainer scripts (.deb's postinst, .rpm's %post), run in a throwaway node
+/// root over a 0750 directory as an upgrade finds it, leave it 0711.
+#[test]
+fn the_package_leaves_the_prolog_log_directory_enterable_by_job_owners() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "maintainer scripts run as root, and CI runs as root"
+        );
+        eprintln!("SKIP: maintainer scripts run as root (CI runs as root)");
+        return;
+    }
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.path().join("empty")).expect("empty layer");
+    for (script, args) in [
+        ("packaging/debian/postinst", "configure 0.1.0"),
+        ("packaging/rpm/post.sh", "2"),
+    ] {
+        let script = format!(
+            "mkdir -p /var/log/teesfs && chmod 0750 /var/log/teesfs \
+             && sh {} {args} >/dev/null && stat -c %a /var/log/teesfs",
+            repo().join(script).display()
+        );
+        let out = Command::new(teesfs_bin())
+            .args(["run", "--layer"])
+            .arg(ws.path().join("empty"))
+            .args(["--", "sh", "-c", &script])
+            .env("TEESFS_TEST_SYSTEMD", ws.path().join("no-systemd"))
+            .current_dir("/")
+            .output()
+            .expect("teesfs run");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "711",
+            "{script}"
+        );
+    }
 }
