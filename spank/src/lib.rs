@@ -140,10 +140,9 @@ impl Conf {
     /// Where the job's layer is mounted on host `host`, if it is: [`Self::job_dir`], or
     /// during a rolling upgrade the 16 hex digits a daemon of an earlier release names it by.
     pub fn mounted_dir(&self, host: &str, job: u32) -> Option<PathBuf> {
-        let root = PathBuf::from(self.mount_root.replace("%h", host));
-        [root.join(job.to_string()), root.join(job_hex(job))]
-            .into_iter()
-            .find(|d| is_mount(d))
+        let dir = self.job_dir(host, job);
+        let earlier = dir.with_file_name(job_hex(job));
+        [dir, earlier].into_iter().find(|d| is_mount(d))
     }
 }
 

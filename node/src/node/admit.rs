@@ -205,13 +205,10 @@ mod tests {
         assert!(matches!(e, Error::Manifest(_)), "{e}");
     }
 
-    /// Issue 17: an index past its expiry, or revoked on this node, is refused; the same
-    /// index before its expiry and not revoked is taken.
-    #[test]
-    fn an_expired_or_revoked_index_is_refused() {
-        use manifest::{Entry, EntryFlags, EntryIdx, EntryKind, Meta, SecretKey};
-        let key = SecretKey::generate().expect("key");
-        let index = Index {
+    /// An index of the root directory alone.
+    fn root_only() -> Index {
+        use manifest::{Entry, EntryFlags, EntryIdx, EntryKind, Meta};
+        Index {
             chunk_size: 1 << 20,
             chunks: Vec::new(),
             entries: vec![Entry {
@@ -228,7 +225,15 @@ mod tests {
                 kind: EntryKind::Dir,
             }],
             urgent: Vec::new(),
-        };
+        }
+    }
+
+    /// Issue 17: an index past its expiry, or revoked on this node, is refused; the same
+    /// index before its expiry and not revoked is taken.
+    #[test]
+    fn an_expired_or_revoked_index_is_refused() {
+        let key = manifest::SecretKey::generate().expect("key");
+        let index = root_only();
         let signed = SignedIndex::sign_until(&index, &key, 3, Some(5_000));
         let job = start("n1", "login", false, signed.as_bytes().to_vec());
         let trusted = [key.public()];
@@ -259,26 +264,8 @@ mod tests {
     /// owner, or of none named, is refused naming the key, its uids and the owner.
     #[test]
     fn a_key_bound_to_a_user_signs_only_that_users_jobs() {
-        use manifest::{Entry, EntryFlags, EntryIdx, EntryKind, Meta, SecretKey};
-        let key = SecretKey::generate().expect("key");
-        let index = Index {
-            chunk_size: 1 << 20,
-            chunks: Vec::new(),
-            entries: vec![Entry {
-                parent: EntryIdx(0),
-                name: Box::default(),
-                meta: Meta {
-                    mode: 0o755,
-                    uid: 0,
-                    gid: 0,
-                    mtime: 0,
-                    mtime_nsec: 0,
-                },
-                flags: EntryFlags::default(),
-                kind: EntryKind::Dir,
-            }],
-            urgent: Vec::new(),
-        };
+        let key = manifest::SecretKey::generate().expect("key");
+        let index = root_only();
         let signed = SignedIndex::sign(&index, &key, 3);
         let trusted = [key.public()];
         let none = nobody();

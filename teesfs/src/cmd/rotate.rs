@@ -23,6 +23,19 @@ fn job_of(name: &str) -> Option<&str> {
         .then_some(id)
 }
 
+/// The job a per-job report belongs to, and the directory it is in.
+fn job_and_dir(report: &Path) -> Option<(&str, &Path)> {
+    let job = report
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(job_of)?;
+    let dir = match report.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Some((job, dir))
+}
+
 /// Which of `files` (name, last modified) to remove: every file of a job that is not among
 /// the `keep` most recently modified jobs or was last modified more than `max_age` before
 /// `now`; never a file of job `current`. Pure.
@@ -67,12 +80,8 @@ pub fn to_remove(
 /// job is the one `report` (`job-<id>.json`) belongs to. Best-effort: problems are warned
 /// about on stderr.
 pub fn prune_beside(report: &Path, rules: &ReportsSection) {
-    let Some(current) = report.file_name().and_then(|n| n.to_str()).and_then(job_of) else {
+    let Some((current, dir)) = job_and_dir(report) else {
         return; // not a per-job report: nothing of this shape to rotate
-    };
-    let dir = match report.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -103,12 +112,8 @@ pub fn prune_beside(report: &Path, rules: &ReportsSection) {
 /// cannot reach the directory.
 pub fn share_with_owner(report: &Path, owner: u32) {
     use std::os::unix::fs::MetadataExt;
-    let Some(job) = report.file_name().and_then(|n| n.to_str()).and_then(job_of) else {
+    let Some((job, dir)) = job_and_dir(report) else {
         return;
-    };
-    let dir = match report.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
     };
     if std::fs::metadata(dir).is_ok_and(|md| md.mode() & 0o001 == 0) {
         teesfs::errln!(

@@ -140,7 +140,7 @@ fn certificate(f: &LoginFacts) -> Check {
         ),
         (Found::Ok((_, not_after)), None) => {
             let days = (not_after - f.now) / 86_400;
-            if days < 30 {
+            if days < super::checks::EXPIRY_WARN_DAYS {
                 check(
                     "certificate",
                     Level::Warn,
