@@ -28,63 +28,6 @@ async fn connected() -> (tempfile::TempDir, [Transport; 2], Conn, Conn) {
     (dir, [ta, tb], conn, server)
 }
 
-/// CPU time of one connection's set-up (QUIC with the mutual-TLS handshake and the
-/// hello), each side on its own thread and runtime: a measurement for BENCHMARKS.md
-/// ("Fixed costs") and the simulator's set-up cost, not a check. Run with
-/// `cargo test --release -p teesfs-node --lib handshake_cpu -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, printed"]
-fn handshake_cpu() {
-    fn thread_cpu() -> std::time::Duration {
-        use nix::sys::resource::{UsageWho, getrusage};
-        let u = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
-        let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
-        std::time::Duration::from_micros(us(u.user_time()) + us(u.system_time()))
-    }
-    const N: u32 = 200;
-    let (dir, a, b) = pair();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let server = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let tb = Transport::bind(localhost(), &b).expect("bind b");
-            tx.send(tb.local_addr()).expect("send addr");
-            let mut kept = Vec::new();
-            let t = thread_cpu();
-            for _ in 0..N {
-                kept.push(tb.accept().await.expect("accept"));
-            }
-            thread_cpu() - t
-        })
-    });
-    let addr = rx.recv().expect("addr");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (client, wall) = rt.block_on(async {
-        let ta = Transport::bind(localhost(), &a).expect("bind a");
-        let mut kept = Vec::new();
-        let (t, w) = (thread_cpu(), std::time::Instant::now());
-        for _ in 0..N {
-            kept.push(ta.connect(addr, "b").await.expect("connect"));
-        }
-        (thread_cpu() - t, w.elapsed())
-    });
-    let server = server.join().expect("server thread");
-    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / f64::from(N);
-    println!(
-        "per connection: client {:.0} us CPU, server {:.0} us CPU, wall {:.0} us",
-        per(client),
-        per(server),
-        per(wall)
-    );
-    drop(dir);
-}
-
 /// A new connection may send a whole 1 MiB chunk frame before its first acknowledgement
 /// (quinn's default window, 14,720 bytes, cost the first cold read 27-33 ms per edge).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -599,31 +599,3 @@ fn a_hosts_handshakes_take_turns_on_its_cpu_share() {
         "{later} ns later, expected about {expected}"
     );
 }
-
-/// A one-file push to the lab's shapes (groups x group size, `topo` with link rates) in
-/// the scale model and pooled, with the fitted fixed costs: the simulator's side of the
-/// validation in BENCHMARKS.md ("Fixed costs"). A measurement, printed. Run with
-/// `cargo test --release -p peertree --lib fit_fixed_costs -- --ignored --nocapture`.
-#[test]
-#[ignore = "a fit, printed"]
-fn fit_fixed_costs() {
-    for (name, net) in [("lab-model", Network::lab_model()), ("lab", Network::lab())] {
-        for (groups, size) in [(1usize, 2usize), (2, 4), (4, 4), (4, 8)] {
-            let nodes: Vec<String> = (1..=groups * size).map(|i| format!("cn{i:04}")).collect();
-            let topo = Topology::generated(&nodes, size, ProxyPick::First)
-                .expect("topology")
-                .with_links(net.link_rates());
-            let plan =
-                crate::plan(&topo, &nodes, Strategy::Topo, &PlanOptions::default()).expect("plan");
-            let mut cfg = SimConfig::new(net.clone(), 1024, 1024);
-            cfg.app_start = Duration::from_millis(57);
-            let r = run(&plan, Some(&topo), cfg);
-            println!(
-                "{name} {groups}x{size}: depth {}, root done {:.1} ms, app started {:.1} ms",
-                plan.depth(),
-                r.root_done.as_secs_f64() * 1e3,
-                r.app_started.as_secs_f64() * 1e3
-            );
-        }
-    }
-}
