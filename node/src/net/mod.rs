@@ -3,6 +3,8 @@
 //! - [`pki`]: issuing cluster credentials. [`make_cluster`] writes a cluster CA and one
 //!   certificate and key per host (the host name is the certificate's only subject alternative
 //!   name); [`revoke`] lists hosts' certificates in the cluster's revocation list.
+//! - [`crl`]: the revocation list as nodes pass it on: whether one received may replace the
+//!   one held (signed by the cluster CA, a greater CRL number, not past its next update).
 //! - [`tls`]: verifying them. [`Identity`] loads one node's credentials, checks them before
 //!   any socket exists, and holds the rustls configurations that refuse peers from another
 //!   CA, under another name, outside their validity period or revoked. Their clock is the
@@ -18,6 +20,7 @@
 //! protocol's messages (those are `peertree::relay`), keeps no job state and never retries:
 //! deciding what a lost connection means is the daemon's business.
 
+pub mod crl;
 pub mod csr;
 pub mod pki;
 pub mod stream;
@@ -52,6 +55,10 @@ pub enum NetError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A revocation list from a peer (or `crl.pem`) that cannot be used: corrupt, too large,
+    /// or not issued and signed by this cluster's CA.
+    #[error("revocation list refused: {0}")]
+    BadCrl(String),
     /// A host name that cannot name a certificate (or a credential file).
     #[error("invalid host name {0:?}: use letters, digits, '-', '.' and '_'")]
     BadHost(String),
