@@ -15,7 +15,7 @@ use std::path::Path;
 use rustls_pki_types::CertificateDer;
 
 use super::NetError;
-use super::pki::{CRL, write_atomic};
+use super::pki::{CA_CERT, CRL, read_cert, read_crl, write_atomic};
 
 /// Largest CRL accepted from a peer (a revoked certificate costs about 40 bytes, so this
 /// is some 25,000 of them).
@@ -118,6 +118,20 @@ pub fn verify(der: &[u8], ca: &CertificateDer<'_>) -> Result<CrlFacts, NetError>
         ))
     })?;
     facts(der)
+}
+
+/// [`verify`] against the cluster CA of the identity directory `dir` (`dir/ca.crt`).
+pub fn verify_in(dir: &Path, der: &[u8]) -> Result<CrlFacts, NetError> {
+    verify(der, &read_cert(&dir.join(CA_CERT))?)
+}
+
+/// What the identity directory `dir`'s own `crl.pem` says (`None`: there is none).
+pub fn held(dir: &Path) -> Result<Option<CrlFacts>, NetError> {
+    let path = dir.join(CRL);
+    if !path.exists() {
+        return Ok(None);
+    }
+    facts(&read_crl(&path)?).map(Some)
 }
 
 /// The PEM form of a CRL, as `teesfs keygen --revoke` writes it (so every node's

@@ -88,7 +88,10 @@ fn verify_refuses_another_clusters_list_and_corrupt_bytes() {
     let ca = read_cert(&ours.path().join(CA_CERT)).expect("ca");
     let forged = read_crl(&theirs.path().join(CRL)).expect("crl");
     let err = verify(&forged, &ca).expect_err("another CA's list");
-    assert!(err.to_string().contains("not by this cluster's CA"), "{err}");
+    assert!(
+        err.to_string().contains("not by this cluster's CA"),
+        "{err}"
+    );
 
     // Their list under our CA's name: the name matches, the signature does not.
     let params = rcgen::CertificateRevocationListParams {
@@ -105,7 +108,10 @@ fn verify_refuses_another_clusters_list_and_corrupt_bytes() {
     let impostor = rcgen::Issuer::from_ca_cert_der(&ca, theirs_key).expect("our CA's name");
     let forged = params.signed_by(&impostor).expect("sign");
     let err = verify(forged.der(), &ca).expect_err("a forged signature");
-    assert!(err.to_string().contains("signature does not check out"), "{err}");
+    assert!(
+        err.to_string().contains("signature does not check out"),
+        "{err}"
+    );
 
     let ours_crl = {
         revoke(ours.path(), &hosts(&["a"])).expect("revoke");

@@ -32,11 +32,20 @@ pub enum StreamKind {
     Demand,
     /// Pushed chunks. Sent when nothing more urgent is waiting.
     Bulk,
+    /// The cluster's revocation list (one frame, DER), which every node passes on to the
+    /// peers it connects to. Outside any job. A node of a release before it skips such a
+    /// stream as one of an unknown kind.
+    Crl,
 }
 
 impl StreamKind {
     /// Every kind, for tests and loops.
-    pub const ALL: [StreamKind; 3] = [StreamKind::Control, StreamKind::Demand, StreamKind::Bulk];
+    pub const ALL: [StreamKind; 4] = [
+        StreamKind::Control,
+        StreamKind::Demand,
+        StreamKind::Bulk,
+        StreamKind::Crl,
+    ];
 
     /// The first byte of a stream of this kind.
     pub(crate) fn tag(self) -> u8 {
@@ -44,6 +53,7 @@ impl StreamKind {
             StreamKind::Control => 1,
             StreamKind::Demand => 2,
             StreamKind::Bulk => 3,
+            StreamKind::Crl => 4,
         }
     }
 
@@ -57,7 +67,7 @@ impl StreamKind {
     pub(crate) fn priority(self) -> i32 {
         match self {
             StreamKind::Demand => 2,
-            StreamKind::Control => 1,
+            StreamKind::Control | StreamKind::Crl => 1,
             StreamKind::Bulk => 0,
         }
     }
@@ -69,6 +79,7 @@ impl fmt::Display for StreamKind {
             StreamKind::Control => "control",
             StreamKind::Demand => "demand",
             StreamKind::Bulk => "bulk",
+            StreamKind::Crl => "crl",
         })
     }
 }
@@ -225,6 +236,12 @@ impl FrameReceiver {
     /// [`NetError::FrameTooLarge`] before anything is allocated for it; the stream is then
     /// unusable (the receiver no longer knows where frames start) and is stopped.
     pub async fn recv(&mut self) -> Result<Option<Vec<u8>>, NetError> {
+        self.recv_at_most(MAX_MESSAGE).await
+    }
+
+    /// [`recv`](Self::recv) of a frame this stream's kind keeps smaller: one announced
+    /// longer than `max` is refused the same way, before anything is allocated for it.
+    pub async fn recv_at_most(&mut self, max: usize) -> Result<Option<Vec<u8>>, NetError> {
         let mut prefix = [0u8; 4];
         match self.stream.read_exact(&mut prefix).await {
             Ok(()) => {}
@@ -235,7 +252,7 @@ impl FrameReceiver {
             Err(quinn::ReadExactError::ReadError(e)) => return Err(e.into()),
         }
         let len = usize::try_from(u32::from_be_bytes(prefix)).unwrap_or(usize::MAX);
-        if len > MAX_MESSAGE {
+        if len > max.min(MAX_MESSAGE) {
             // Tell the peer to stop sending; the error code is informational only.
             let _ = self.stream.stop(quinn::VarInt::from_u32(1));
             return Err(NetError::FrameTooLarge(len));

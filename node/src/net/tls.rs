@@ -46,6 +46,8 @@ pub struct Identity {
     pub host: String,
     pub(crate) server: Arc<ServerConfig>,
     pub(crate) client: Arc<ClientConfig>,
+    /// The revocation list the verifiers use (DER), which the node passes on to its peers.
+    pub(crate) crl: Option<bytes::Bytes>,
 }
 
 impl fmt::Debug for Identity {
@@ -96,6 +98,7 @@ impl Identity {
         } else {
             Vec::new()
         };
+        let crl = crls.first().map(|c| bytes::Bytes::copy_from_slice(c));
         let verifier_err = |role: &str, e: rustls::server::VerifierBuilderError| match e {
             rustls::server::VerifierBuilderError::InvalidCrl(e) => NetError::Credential {
                 path: crl_path.clone(),
@@ -164,7 +167,14 @@ impl Identity {
             host: host.to_owned(),
             server: Arc::new(server),
             client: Arc::new(client),
+            crl,
         })
+    }
+
+    /// The revocation list (DER) this identity's verifiers refuse peers by, as read from
+    /// `crl.pem` (`None`: there was none).
+    pub fn crl(&self) -> Option<&[u8]> {
+        self.crl.as_deref()
     }
 
     /// This identity with `clock` as the current time of both its configurations: what they
@@ -189,6 +199,13 @@ impl Identity {
 /// The one crypto provider the net layer uses.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A certificate's serial number (raw DER integer bytes; empty if it does not parse).
+pub(crate) fn cert_serial(der: &CertificateDer<'_>) -> Vec<u8> {
+    x509_parser::parse_x509_certificate(der)
+        .map(|(_, cert)| cert.raw_serial().to_vec())
+        .unwrap_or_default()
 }
 
 /// The names a certificate is valid for: DNS names as written, IP addresses in their usual

@@ -29,7 +29,7 @@ use tracing::{Instrument as _, debug, info_span, warn};
 use super::NetError;
 pub use super::stream::{FrameReceiver, FrameSender, StreamKind};
 use super::stream::{HELLO_TAG, Tagged};
-use super::tls::{Identity, cert_names};
+use super::tls::{Identity, cert_names, cert_serial};
 
 /// How long [`Transport::connect`] waits for a peer to complete the handshake and accept us.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -104,6 +104,8 @@ struct Inner {
     client: std::sync::Mutex<quinn::ClientConfig>,
     /// The server side of the current credentials, shared with the accept task.
     server: ServerShared,
+    /// The revocation list of the current credentials (DER), passed on to peers.
+    crl: std::sync::Mutex<Option<bytes::Bytes>>,
     local_addr: SocketAddr,
     host: String,
     /// Connections whose handshake succeeded, from the accept task.
@@ -206,6 +208,7 @@ impl Transport {
                 endpoint,
                 client: std::sync::Mutex::new(client),
                 server,
+                crl: std::sync::Mutex::new(id.crl.clone()),
                 local_addr,
                 host: id.host.clone(),
                 accepted: Mutex::new(rx),
@@ -217,6 +220,11 @@ impl Transport {
     /// Uses `id` (new certificate, CA, CRL) for connections made from now on, both ways;
     /// connections already up keep theirs.
     pub fn reload(&self, id: &Identity) {
+        *self
+            .inner
+            .crl
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = id.crl.clone();
         let (server, client) = quic_configs(id);
         self.inner.endpoint.set_server_config(Some(server.clone()));
         *self
@@ -229,6 +237,15 @@ impl Transport {
             .client
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+    }
+
+    /// The revocation list (DER) new connections are verified against, if any.
+    pub fn crl(&self) -> Option<bytes::Bytes> {
+        self.inner
+            .crl
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The address the endpoint is bound to (with the real port when bound to port 0).
@@ -492,6 +509,8 @@ pub struct PathStats {
 pub struct Conn {
     inner: quinn::Connection,
     peer: Arc<str>,
+    /// The serial number of the peer's certificate (raw DER integer bytes).
+    serial: Arc<[u8]>,
 }
 
 impl fmt::Debug for Conn {
@@ -507,14 +526,15 @@ impl Conn {
     /// Wraps a handshaken connection, naming the peer after its verified certificate.
     fn new(inner: quinn::Connection) -> Result<Conn, NetError> {
         let remote = inner.remote_address();
-        let names = inner
+        let leaf = inner
             .peer_identity()
             .and_then(|id| {
                 id.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
                     .ok()
             })
-            .and_then(|chain| chain.first().map(cert_names))
-            .unwrap_or_default();
+            .and_then(|chain| chain.first().cloned());
+        let names = leaf.as_ref().map(cert_names).unwrap_or_default();
+        let serial = leaf.as_ref().map(cert_serial).unwrap_or_default();
         // Cluster certificates carry exactly one name; take the first if someone added more.
         let Some(peer) = names.into_iter().next() else {
             inner.close(VarInt::from_u32(CLOSE_NORMAL), b"certificate names no host");
@@ -525,12 +545,19 @@ impl Conn {
         Ok(Conn {
             inner,
             peer: peer.into(),
+            serial: serial.into(),
         })
     }
 
     /// The peer's host name, taken from its verified certificate (not from anything it says).
     pub fn peer_host(&self) -> &str {
         &self.peer
+    }
+
+    /// The serial number of the peer's verified certificate (raw DER integer bytes), to
+    /// tell whether a revocation list that arrives later lists it.
+    pub fn peer_serial(&self) -> &[u8] {
+        &self.serial
     }
 
     /// The peer's current UDP address.

@@ -1,6 +1,8 @@
 //! The distribution side of teesfs over real networks.
 //!
 //! - [`peers`]: QUIC connections to other nodes, shared by all jobs, frames in and out.
+//! - [`crls`]: the cluster's revocation list passed on to every peer a process connects
+//!   to, and installed by daemons when it is newer than theirs.
 //! - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
 //! - [`store`]: the node's budgeted, content-addressed chunk store.
 //! - [`admit`]: whether a node takes a job a parent offers (pure checks of the `Start`).
@@ -23,6 +25,7 @@
 pub mod accept;
 pub mod admit;
 pub mod control;
+pub mod crls;
 pub mod daemon;
 pub mod handover;
 pub mod health;

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use peertree::relay::{JobId, Msg, Routed};
 use tokio::sync::{mpsc, watch};
 
+use super::crls::CrlKeeper;
 use crate::net::{Conn, NetError, StreamKind, Transport};
 
 /// Where incoming messages go.
@@ -173,6 +174,9 @@ pub struct Peers {
     /// life ([`Peers::heard_from`]).
     heard: Mutex<HashMap<String, Heard>>,
     router: Mutex<Option<Weak<dyn Router>>>,
+    /// Where revocation lists from peers go (`None`: they are dropped), see `crls`.
+    crls: Mutex<Option<Arc<CrlKeeper>>>,
+    me: Weak<Peers>,
     rt: tokio::runtime::Handle,
 }
 
@@ -194,11 +198,13 @@ async fn resolve(addr: &str) -> Result<SocketAddr, NetError> {
 impl Peers {
     /// A manager over `transport`; call [`Peers::set_router`] before traffic flows.
     pub fn new(transport: Transport) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
             transport,
             links: Mutex::new(HashMap::new()),
             heard: Mutex::new(HashMap::new()),
             router: Mutex::new(None),
+            crls: Mutex::new(None),
+            me: me.clone(),
             rt: tokio::runtime::Handle::current(),
         })
     }
@@ -210,6 +216,46 @@ impl Peers {
 
     fn router(&self) -> Option<Arc<dyn Router>> {
         lock(&self.router).as_ref().and_then(Weak::upgrade)
+    }
+
+    /// Installs newer revocation lists from peers with `keeper` (a daemon does; a push's
+    /// root only hands its own on), see [`super::crls`].
+    pub fn keep_crls(&self, keeper: CrlKeeper) {
+        *lock(&self.crls) = Some(Arc::new(keeper));
+    }
+
+    /// Every connection up now (both ways, whoever opened it).
+    fn live_connections(&self) -> Vec<Conn> {
+        let mut heard = lock(&self.heard);
+        heard
+            .values_mut()
+            .flat_map(|h| {
+                h.conns.retain(|(c, _)| !c.is_closed());
+                h.conns.iter().map(|(c, _)| c.clone())
+            })
+            .collect()
+    }
+
+    /// Closes and forgets the connections to peers whose certificate serial is among
+    /// `serials` (a revocation list just installed lists them).
+    pub(crate) fn close_revoked(&self, serials: &[Vec<u8>]) {
+        for conn in self.live_connections() {
+            if serials.iter().any(|s| s.as_slice() == conn.peer_serial()) {
+                tracing::warn!(peer = %conn.peer_host(), "closing the connection: the peer's certificate is revoked now");
+                conn.close();
+                self.forget(conn.peer_host());
+            }
+        }
+    }
+
+    /// Sends a revocation list just installed to every peer connected now but `from`,
+    /// which sent it.
+    pub(crate) fn pass_on_crl(&self, der: &Bytes, from: &str) {
+        for conn in self.live_connections() {
+            if conn.peer_host() != from {
+                super::crls::send(&self.rt, conn, der.clone());
+            }
+        }
     }
 
     /// The transport.
@@ -266,17 +312,27 @@ impl Peers {
 
     fn spawn_readers(&self, conn: Conn) {
         self.watch(&conn);
+        // Every peer hears the revocation list this process uses as the link comes up.
+        if let Some(der) = self.transport.crl() {
+            super::crls::send(&self.rt, conn.clone(), der);
+        }
         let weak_router = lock(&self.router).clone();
+        let (me, keeper) = (self.me.clone(), lock(&self.crls).clone());
         self.rt.spawn(async move {
             let host = conn.peer_host().to_string();
             loop {
-                let (_kind, mut rx) = match conn.accept_stream().await {
+                let (kind, mut rx) = match conn.accept_stream().await {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::debug!(peer = %host, error = %e, "connection ended");
                         return;
                     }
                 };
+                if kind == StreamKind::Crl {
+                    let from = host.clone();
+                    tokio::spawn(super::crls::receive(me.clone(), keeper.clone(), from, rx));
+                    continue;
+                }
                 let router = weak_router.clone();
                 let host = host.clone();
                 tokio::spawn(async move {

@@ -13,6 +13,8 @@ pub struct Node {
     pub host: String,
     pub addr: String,
     pub dir: PathBuf,
+    /// Its identity directory: the cluster's `creds`, or one of its own.
+    pub identity: PathBuf,
     child: Option<Child>,
 }
 
@@ -27,6 +29,8 @@ pub struct Cluster {
     pub ws: Workspace,
     pub nodes: Vec<Node>,
     pub creds: PathBuf,
+    /// The daemons' `TEESFS_LOG`.
+    log: &'static str,
 }
 
 /// `teesfs daemon` as `host` with its state, mounts and control socket under `dir`, on a
@@ -63,8 +67,9 @@ fn spawn_daemon(
     host: &str,
     dir: &Path,
     extra: &[&str],
+    log: &str,
 ) -> (Child, String) {
-    spawn_daemon_at(ws, creds, host, dir, extra, "127.0.0.1:0")
+    spawn_daemon_at(ws, creds, host, dir, extra, "127.0.0.1:0", log)
 }
 
 fn spawn_daemon_at(
@@ -74,11 +79,12 @@ fn spawn_daemon_at(
     dir: &Path,
     extra: &[&str],
     listen: &str,
+    log: &str,
 ) -> (Child, String) {
     std::fs::create_dir_all(dir).expect("node dir");
     let mut child = daemon_command_at(ws, creds, host, dir, listen)
         .args(extra)
-        .env("TEESFS_LOG", "teesfs=info")
+        .env("TEESFS_LOG", log)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.join("daemon.log")).expect("log"))
         .spawn()
@@ -108,6 +114,20 @@ fn spawn_daemon_at(
     (child, addr)
 }
 
+/// An identity directory of `host`'s own at `dir`, copied from the cluster directory
+/// `creds`: the CA certificate and the host's certificate and key, nothing else.
+fn own_identity(creds: &Path, host: &str, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("identity dir");
+    for name in [
+        "ca.crt".to_string(),
+        format!("{host}.crt"),
+        format!("{host}.key"),
+    ] {
+        std::fs::copy(creds.join(&name), dir.join(&name)).expect("copy a credential");
+    }
+    dir.to_path_buf()
+}
+
 /// `push_cmd` extras for a push nobody will accept: two children per node, and it gives up
 /// after a 1 s deadline instead of waiting for the default liveness timing.
 pub const QUICK_GIVE_UP: [&str; 8] = [
@@ -124,9 +144,35 @@ pub const QUICK_GIVE_UP: [&str; 8] = [
 impl Cluster {
     /// `n` daemons named n01..; `extra(i)` adds arguments to daemon `i`.
     pub fn start(n: usize, extra: impl Fn(usize) -> Vec<String>) -> Self {
+        Self::start_as(n, extra, None, "teesfs=info")
+    }
+
+    /// [`Cluster::start`], every daemon with an identity directory of its own
+    /// (`<its dir>/identity`: `ca.crt` and its certificate and key) while `creds` stays the
+    /// login node's, so a CRL written there reaches a node only if something carries it.
+    /// Certificates are also made in `creds` for `more` (hosts without a daemon); the
+    /// daemons log at `log`.
+    pub fn start_own_identities(
+        n: usize,
+        more: &str,
+        log: &'static str,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Self {
+        Self::start_as(n, extra, Some(more), log)
+    }
+
+    fn start_as(
+        n: usize,
+        extra: impl Fn(usize) -> Vec<String>,
+        own_identities: Option<&str>,
+        log: &'static str,
+    ) -> Self {
         let ws = Workspace::new();
         let creds = ws.path().join("cluster");
-        let names = format!("login,n[01-{n:02}]");
+        let mut names = format!("login,n[01-{n:02}]");
+        if let Some(more) = own_identities {
+            names = format!("{names},{more}");
+        }
         let out = ws.teesfs(&[
             "keygen",
             "--cluster",
@@ -141,11 +187,16 @@ impl Cluster {
             let dir = ws.path().join(&host);
             let args = extra(i);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let (child, addr) = spawn_daemon(&ws, &creds, &host, &dir, &args);
+            let identity = match own_identities {
+                Some(_) => own_identity(&creds, &host, &dir.join("identity")),
+                None => creds.clone(),
+            };
+            let (child, addr) = spawn_daemon(&ws, &identity, &host, &dir, &args, log);
             nodes.push(Node {
                 host,
                 addr,
                 dir,
+                identity,
                 child: Some(child),
             });
         }
@@ -154,7 +205,12 @@ impl Cluster {
             .map(|n| format!("{} {}\n", n.host, n.addr))
             .collect();
         std::fs::write(ws.path().join("hosts"), hosts).expect("hosts file");
-        Self { ws, nodes, creds }
+        Self {
+            ws,
+            nodes,
+            creds,
+            log,
+        }
     }
 
     pub fn hosts_file(&self) -> PathBuf {
@@ -227,7 +283,7 @@ impl Cluster {
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
         let n = &self.nodes[i];
-        let (child, addr) = spawn_daemon(&self.ws, &self.creds, &n.host, &n.dir, &[]);
+        let (child, addr) = spawn_daemon(&self.ws, &n.identity, &n.host, &n.dir, &[], self.log);
         self.nodes[i].child = Some(child);
         self.nodes[i].addr = addr;
     }
@@ -237,7 +293,15 @@ impl Cluster {
     pub fn restart_in_place(&mut self, i: usize) {
         self.kill(i);
         let n = &self.nodes[i];
-        let (child, addr) = spawn_daemon_at(&self.ws, &self.creds, &n.host, &n.dir, &[], &n.addr);
+        let (child, addr) = spawn_daemon_at(
+            &self.ws,
+            &n.identity,
+            &n.host,
+            &n.dir,
+            &[],
+            &n.addr,
+            self.log,
+        );
         assert_eq!(addr, n.addr, "restarted at the same address");
         self.nodes[i].child = Some(child);
     }

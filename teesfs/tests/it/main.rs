@@ -9,6 +9,7 @@ mod bad_input;
 mod best_effort_output;
 mod cluster;
 mod corruption;
+mod crl_tree;
 mod daemon_bounds;
 mod daemon_service;
 mod deps;

@@ -172,6 +172,11 @@ impl Daemon {
             None
         };
         let peers = Peers::new(transport);
+        // Newer revocation lists from peers are installed and passed on (`node::crls`).
+        peers.keep_crls(super::crls::CrlKeeper::new(
+            cfg.identity_dir.clone(),
+            cfg.host.clone(),
+        ));
         let trusted = std::sync::RwLock::new(cfg.trusted.clone());
         let revoked = std::sync::RwLock::new(cfg.revoked.clone());
         let daemon = Arc::new_cyclic(|me| Self {
