@@ -11,7 +11,8 @@
 //! here are bounded (credentials are small) and are also what `tls` loads an identity with.
 //!
 //! Revocation: [`revoke`] adds hosts' certificate serials to a CRL signed by the cluster CA.
-//! Enforcing it is not this module's business: `tls` reads the CRL and refuses listed peers.
+//! Enforcing it is not this module's business: `tls` reads the CRL and refuses listed peers,
+//! and `crl` decides whether a CRL from a peer replaces a node's own.
 //!
 //! This module only writes and reads files: it builds no TLS configuration, judges no peer
 //! and opens no sockets.
@@ -192,10 +193,12 @@ fn cluster_ca(
 /// revocation list `dir/crl.pem` (created if absent, signed by `dir/ca.key`; entries already
 /// there are kept and the CRL number goes up by one). Returns the revoked serials in hex.
 ///
-/// Peers refuse a revoked certificate once they have the new `crl.pem` and restarted (it is
-/// read by [`Identity::load`](super::Identity::load)); so after revoking, copy `crl.pem` to
-/// every node's identity directory and restart their daemons. Running [`make_cluster`] for a
-/// revoked host afterwards issues it a fresh certificate and key.
+/// Peers refuse a revoked certificate once they have the new `crl.pem` (it is read by
+/// [`Identity::load`](super::Identity::load)). The tree carries it: with the new `crl.pem`
+/// in the login node's identity directory, every push hands it to the nodes, which install
+/// it and pass it on (see [`super::crl`]); copying it to each node and reloading its daemon
+/// works too. Running [`make_cluster`] for a revoked host afterwards issues it a fresh
+/// certificate and key.
 pub fn revoke(dir: &Path, hosts: &[String]) -> Result<Vec<String>, NetError> {
     let issuer = load_issuer(dir)?;
     let crl_path = dir.join(CRL);
@@ -238,8 +241,8 @@ pub fn revoke(dir: &Path, hosts: &[String]) -> Result<Vec<String>, NetError> {
     }
     let params = CertificateRevocationListParams {
         this_update: now - time::Duration::HOUR,
-        // Nodes do not enforce the CRL's own expiry; a far next update keeps it that way for
-        // other tools reading it too.
+        // TLS does not enforce the CRL's own expiry, and nodes pass on no list past its next
+        // update: a far next update keeps revocation in force, for other tools reading it too.
         next_update: now + time::Duration::days(100 * 365),
         crl_number: SerialNumber::from(crl_number),
         issuing_distribution_point: None,
@@ -319,17 +322,6 @@ pub fn cert_summary(path: &Path) -> Result<CertSummary, NetError> {
         names,
         not_after: cert.validity().not_after.timestamp(),
     })
-}
-
-/// The next update a revocation list at `path` names, in seconds since the Unix epoch
-/// (`None`: it names none). Errors name the file when it is unreadable or no CRL.
-pub fn crl_next_update(path: &Path) -> Result<Option<i64>, NetError> {
-    let der = read_crl(path)?;
-    let (_, crl) = x509_parser::parse_x509_crl(&der).map_err(|e| NetError::Credential {
-        path: path.to_owned(),
-        reason: format!("not a revocation list: {e}"),
-    })?;
-    Ok(crl.next_update().map(|t| t.timestamp()))
 }
 
 /// A certificate's serial number as its raw DER integer bytes.

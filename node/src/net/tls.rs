@@ -4,7 +4,9 @@
 //!
 //! Both verifiers (as server and as client) refuse a certificate from another CA, one whose
 //! validity does not cover the current time, and one that `crl.pem` lists. Nodes read the CRL
-//! at start (see [`pki::revoke`](super::pki::revoke)). The current time comes from the
+//! at start and with every reload, including a newer one a peer passed on (see
+//! [`pki::revoke`](super::pki::revoke) and [`crl`](super::crl)); [`Identity::crl`] is the list
+//! a node passes on in turn. The current time comes from the
 //! configurations' clock, the system clock unless a test gives the identity another with
 //! [`Identity::with_clock`]; [`Identity::load_at`] checks the node's own certificate at a given
 //! time. Session resumption is off in both roles, so every connection is verified in full.

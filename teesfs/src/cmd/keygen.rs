@@ -16,7 +16,8 @@ use super::util;
 /// With `--request DIR --host NAME` on a node and `--cluster DIR --sign NAME.csr` on the
 /// admin host: the node's key never leaves it, only its certificate travels.
 /// With `--cluster DIR --revoke EXPR`: revoke those nodes' certificates (`DIR/crl.pem`; copy it
-/// to every node and restart their daemons).
+/// to the login node's identity directory: every push hands it down the tree, and each node
+/// installs it and passes it on).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
   # on an admin host (not the login node): the CA, kept there
@@ -54,9 +55,10 @@ pub struct KeygenArgs {
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
     /// With --cluster: revoke the current certificates of these nodes (a Slurm hostlist) by
-    /// adding them to the cluster's revocation list DIR/crl.pem, which every node must get.
-    /// Peers refuse a revoked certificate in both directions. Re-run with --nodes to issue the
-    /// nodes fresh certificates.
+    /// adding them to the cluster's revocation list DIR/crl.pem. Copy it to the login node's
+    /// identity directory: the next push hands it to every node (each installs a newer list
+    /// signed by the cluster CA and passes it on). Peers refuse a revoked certificate in both
+    /// directions. Re-run with --nodes to issue the nodes fresh certificates.
     #[arg(
         long,
         value_name = "EXPR",
@@ -95,7 +97,9 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
             outln!("revoked {host} (serial {serial})");
         }
         outln!(
-            "Copy {} to every node's identity directory and restart the daemons.",
+            "Copy {} to the login node's identity directory: the next push (or `teesfs health`) \
+             hands it to every node, which installs it and passes it on. Copying it to a node's \
+             identity directory and `systemctl reload teesfs-daemon` works too.",
             dir.join(teesfs::net::tls::CRL).display()
         );
         return Ok(());

@@ -155,8 +155,8 @@ pub struct Facts {
     /// Credential files (certificate, key, CA, CRL) that exist but this uid may not read
     /// (never set for root): not a fault of the node, and not checked.
     pub denied: Vec<PathBuf>,
-    /// `<identity>/crl.pem`: absent (not configured), unusable, or its next update.
-    pub crl: Found<Option<i64>>,
+    /// `<identity>/crl.pem`: absent (not configured), unusable, or what it says.
+    pub crl: Found<teesfs::net::crl::CrlFacts>,
     /// Trusted publisher keys: each file and why it does not parse, if it does not.
     /// Empty: none found.
     pub trust: Vec<(PathBuf, Option<String>)>,
@@ -386,37 +386,49 @@ fn crl(f: &Facts) -> Check {
     if matches!(f.crl, Found::Bad(_)) && f.denied.iter().any(|p| p.ends_with(pki::CRL)) {
         return not_readable(name, f, true);
     }
-    let fix = "copy the cluster's current crl.pem (`teesfs keygen --cluster DIR --revoke HOST` writes it) next to the certificate and `systemctl reload teesfs-daemon`";
-    match &f.crl {
-        Found::Missing => check(
-            name,
-            Level::Info,
-            "no crl.pem: no certificate is revoked on this node".into(),
-            None,
-        ),
-        Found::Bad(why) => check(
-            name,
-            Level::Fail,
-            format!("{why}: the daemon will not start with it"),
-            Some(fix.into()),
-        ),
-        Found::Ok(None) => ok(name, "crl.pem readable".into()),
-        Found::Ok(Some(next)) if *next < f.now => check(
+    let fix = "the tree passes the login node's crl.pem on with every push: copy the cluster's current crl.pem (`teesfs keygen --cluster DIR --revoke HOST` writes it) to the login node's identity directory, or next to this node's certificate and `systemctl reload teesfs-daemon`";
+    let crl = match &f.crl {
+        Found::Missing => {
+            return check(
+                name,
+                Level::Info,
+                "no crl.pem: no certificate is revoked on this node (the next push brings the login node's, if it has one)".into(),
+                None,
+            );
+        }
+        Found::Bad(why) => {
+            return check(
+                name,
+                Level::Fail,
+                format!("{why}: the daemon will not start with it"),
+                Some(fix.into()),
+            );
+        }
+        Found::Ok(crl) => crl,
+    };
+    let number = crl
+        .number
+        .map_or_else(|| "without a number".to_owned(), |n| format!("number {n}"));
+    let said = format!(
+        "crl.pem {number}, {} revoked, issued {} days ago",
+        crl.revoked.len(),
+        days(f.now - crl.this_update)
+    );
+    match crl.next_update {
+        Some(next) if next < f.now => check(
             name,
             Level::Warn,
             format!(
-                "crl.pem is past its next update ({} days ago)",
+                "{said}, past its next update ({} days ago): nodes refuse to pass it on",
                 days(f.now - next)
             ),
             Some(fix.into()),
         ),
-        Found::Ok(Some(next)) => ok(
+        Some(next) => ok(
             name,
-            format!(
-                "crl.pem readable, next update in {} days",
-                days(next - f.now)
-            ),
+            format!("{said}, next update in {} days", days(next - f.now)),
         ),
+        None => ok(name, said),
     }
 }
 

@@ -111,8 +111,27 @@ fn what_breaks_a_job_fails_with_a_fix_and_what_degrades_warns() {
     let mut f = healthy();
     f.crl = Found::Bad("crl.pem: not a revocation list".into());
     assert_eq!(level(&f, "crl"), Level::Fail);
-    f.crl = Found::Ok(Some(f.now - 86_400));
+    let now = f.now;
+    let listed = |next_update| teesfs::net::crl::CrlFacts {
+        number: Some(3),
+        this_update: now - 2 * 86_400,
+        next_update,
+        revoked: vec![vec![1], vec![2]],
+    };
+    f.crl = Found::Ok(listed(Some(now - 86_400)));
     assert_eq!(level(&f, "crl"), Level::Warn);
+    f.crl = Found::Ok(listed(Some(now + 10 * 86_400)));
+    let c = evaluate(&f)
+        .into_iter()
+        .find(|c| c.name == "crl")
+        .expect("crl");
+    assert_eq!(c.level, Level::Ok);
+    assert!(
+        c.detail
+            .contains("number 3, 2 revoked, issued 2 days ago, next update in 10 days"),
+        "{}",
+        c.detail
+    );
     let mut f = healthy();
     f.trust = Vec::new();
     assert_eq!(level(&f, "publisher-keys"), Level::Fail);

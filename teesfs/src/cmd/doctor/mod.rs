@@ -243,13 +243,14 @@ fn cert_facts(identity: &Path, host: &str) -> CertFacts {
     }
 }
 
-fn crl_facts(identity: &Path) -> Found<Option<i64>> {
+fn crl_facts(identity: &Path) -> Found<teesfs::net::crl::CrlFacts> {
     let path = identity.join(pki::CRL);
     if missing(&path) {
         return Found::Missing;
     }
-    match pki::crl_next_update(&path) {
-        Ok(next) => Found::Ok(next),
+    match teesfs::net::crl::held(identity) {
+        Ok(Some(facts)) => Found::Ok(facts),
+        Ok(None) => Found::Missing,
         Err(e) => Found::Bad(e.to_string()),
     }
 }
