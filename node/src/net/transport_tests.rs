@@ -231,3 +231,28 @@ async fn truncated_frame_is_an_error_not_an_end() {
         "{err}"
     );
 }
+
+/// A transport passes on the CRL its verifiers use: none without `crl.pem`, the file's
+/// list once a reload brought one, and each connection names its peer's serial so a list
+/// can be matched against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transport_hands_out_the_crl_it_verifies_with_and_a_reload_replaces_it() {
+    let (dir, a, b) = pair();
+    let ta = Transport::bind(localhost(), &a).expect("bind a");
+    let tb = Transport::bind(localhost(), &b).expect("bind b");
+    assert!(ta.crl().is_none());
+    let conn = ta.connect(tb.local_addr(), "b").await.expect("connect");
+    let b_serial = crate::net::tls::cert_serial(
+        &crate::net::pki::read_cert(&dir.path().join("b.crt")).expect("b.crt"),
+    );
+    assert_eq!(conn.peer_serial(), b_serial.as_slice());
+
+    crate::net::revoke(dir.path(), &["b".to_owned()]).expect("revoke b");
+    let a = Identity::load(dir.path(), "a").expect("a again");
+    ta.reload(&a);
+    let der = crate::net::pki::read_crl(&dir.path().join(crate::net::pki::CRL)).expect("crl");
+    assert_eq!(ta.crl().as_deref(), Some(der.as_ref()));
+    assert_eq!(a.crl(), Some(der.as_ref()));
+    let listed = crate::net::crl::facts(&der).expect("facts").revoked;
+    assert_eq!(listed, [b_serial]);
+}
