@@ -39,6 +39,8 @@ enum Outcome {
     Kept(Verdict, Option<u64>),
     /// Not even a list of this cluster's CA.
     Refused(NetError),
+    /// A newer list that could not be written.
+    Unwritable(NetError),
 }
 
 impl CrlKeeper {
@@ -72,7 +74,7 @@ impl CrlKeeper {
             return Outcome::Kept(verdict, offered.number);
         }
         if let Err(e) = crl::install(&self.dir, der) {
-            return Outcome::Refused(e);
+            return Outcome::Unwritable(e);
         }
         match Identity::load(&self.dir, &self.host) {
             Ok(id) => transport.reload(&id),
@@ -165,6 +167,81 @@ pub(crate) async fn receive(
         Ok(Outcome::Refused(e)) => {
             tracing::warn!(peer = %from, "refused a revocation list: {e}");
         }
+        Ok(Outcome::Unwritable(e)) => {
+            tracing::error!(peer = %from, "cannot install a newer revocation list: {e}; make the identity directory writable by the daemon, or copy crl.pem there by hand");
+        }
         Err(e) => tracing::error!(peer = %from, error = %e, "checking a revocation list failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{make_cluster, revoke};
+
+    fn hosts(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn der_at(dir: &std::path::Path) -> Vec<u8> {
+        use rustls_pki_types::pem::PemObject as _;
+        rustls_pki_types::CertificateRevocationListDer::from_pem_file(
+            dir.join(crate::net::tls::CRL),
+        )
+        .expect("crl")
+        .to_vec()
+    }
+
+    /// The keeper installs a newer list and makes the transport use it; the same, an older
+    /// and another CA's list change nothing, and a list it cannot write is said to be so.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_keeper_installs_only_a_newer_list_of_its_ca_and_reloads_the_transport() {
+        let ca = tempfile::tempdir().expect("tempdir");
+        make_cluster(ca.path(), &hosts(&["a", "b"])).expect("cluster");
+        let node = tempfile::tempdir().expect("tempdir");
+        for f in ["ca.crt", "a.crt", "a.key"] {
+            std::fs::copy(ca.path().join(f), node.path().join(f)).expect("copy");
+        }
+        let id = Identity::load(node.path(), "a").expect("a");
+        let transport = Transport::bind("127.0.0.1:0".parse().expect("addr"), &id).expect("bind");
+        let keeper = CrlKeeper::new(node.path().to_path_buf(), "a".into());
+        revoke(ca.path(), &hosts(&["b"])).expect("revoke");
+        let first = der_at(ca.path());
+        revoke(ca.path(), &hosts(&["b"])).expect("again");
+        let second = der_at(ca.path());
+
+        let consider = |der: &[u8]| keeper.consider(der, &transport);
+        assert!(matches!(
+            consider(&second),
+            Outcome::Installed { number: 2, .. }
+        ));
+        assert_eq!(transport.crl().as_deref(), Some(second.as_slice()));
+        assert!(matches!(consider(&second), Outcome::Kept(Verdict::Same, _)));
+        assert!(matches!(
+            consider(&first),
+            Outcome::Kept(Verdict::Older { held: 2 }, Some(1))
+        ));
+        let other = tempfile::tempdir().expect("tempdir");
+        make_cluster(other.path(), &hosts(&["b"])).expect("other");
+        for _ in 0..3 {
+            revoke(other.path(), &hosts(&["b"])).expect("revoke there");
+        }
+        assert!(matches!(
+            consider(&der_at(other.path())),
+            Outcome::Refused(_)
+        ));
+        assert_eq!(der_at(node.path()), second, "the list held stays");
+
+        // A newer list that cannot be written (a directory in the way of crl.pem: root
+        // ignores file modes) is said to be so, not refused as a bad list.
+        revoke(ca.path(), &hosts(&["b"])).expect("third");
+        let blocked = tempfile::tempdir().expect("tempdir");
+        std::fs::copy(ca.path().join("ca.crt"), blocked.path().join("ca.crt")).expect("copy");
+        std::fs::create_dir(blocked.path().join(crate::net::tls::CRL)).expect("mkdir");
+        let keeper = CrlKeeper::new(blocked.path().to_path_buf(), "a".into());
+        assert!(matches!(
+            keeper.consider(&der_at(ca.path()), &transport),
+            Outcome::Unwritable(_)
+        ));
     }
 }
