@@ -37,6 +37,7 @@ fn spec(groups: usize, group_size: usize) -> LabSpec {
 
 #[test]
 fn lab_slurm_srun_and_sbcast_reach_every_node_and_clean_up() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -99,6 +100,7 @@ fn lab_slurm_srun_and_sbcast_reach_every_node_and_clean_up() {
 
 #[test]
 fn lab_bittorrent_reaches_every_node_byte_exact_and_stops_its_clients() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }

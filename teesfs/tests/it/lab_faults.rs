@@ -195,6 +195,7 @@ fn lab_down(s: Scene) {
 
 #[test]
 fn lab_a_leaf_crashing_mid_push_is_reported_and_can_be_pushed_to_again() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -215,6 +216,7 @@ fn lab_a_leaf_crashing_mid_push_is_reported_and_can_be_pushed_to_again() {
 
 #[test]
 fn lab_a_proxy_crashing_mid_push_is_reported_its_group_completes_and_it_comes_back() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -236,6 +238,7 @@ fn lab_a_proxy_crashing_mid_push_is_reported_its_group_completes_and_it_comes_ba
 
 #[test]
 fn lab_a_group_cut_off_mid_push_is_reported_edge_by_edge_and_reached_after_link_up() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -262,6 +265,7 @@ fn lab_a_group_cut_off_mid_push_is_reported_edge_by_edge_and_reached_after_link_
 
 #[test]
 fn lab_a_stopped_proxy_is_reported_its_group_completes_and_it_resumes() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -335,6 +339,7 @@ fn health(s: &Scene, deadline: &str) -> (bool, serde_json::Value) {
 
 #[test]
 fn lab_health_names_a_cut_off_group_and_sees_it_again_after_link_up() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }

@@ -14,6 +14,7 @@ use crate::util::teesfs_bin;
 
 #[test]
 fn lab_launch_starts_the_app_on_every_node_by_every_method() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -98,6 +99,7 @@ fn lab_status(lab: &Lab, host: &str) -> serde_json::Value {
 /// the right bytes.
 #[test]
 fn a_demand_read_overtakes_the_bulk_queued_at_every_hop_of_a_chain() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }

@@ -129,6 +129,7 @@ fn starved(s: &Scene) -> u64 {
 
 #[test]
 fn lab_a_push_holding_the_rest_past_quics_idle_timeout_under_full_load_fails_no_node() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -197,6 +198,7 @@ fn dropped_after(lab: &Lab, parent: &str, child: &str, since: Instant) -> Durati
 
 #[test]
 fn lab_a_daemon_killed_under_full_load_is_reported_with_its_edge_within_its_deadline() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }

@@ -81,6 +81,7 @@ fn cpu_of(spinners: &Spinners) -> f64 {
 
 #[test]
 fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -171,6 +172,7 @@ fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
 
 #[test]
 fn lab_model_refuses_more_cpu_than_the_machine_has_and_says_what_to_change() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }

@@ -225,6 +225,7 @@ fn small_lab(group_size: usize) -> Lab {
 
 #[test]
 fn slurm_prolog_pushes_srun_teesfs_run_starts_the_app_everywhere_and_epilog_releases() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -402,6 +403,7 @@ fn chown_file(p: &Path, owner: (u32, u32)) {
 
 #[test]
 fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -594,6 +596,7 @@ fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
 
 #[test]
 fn two_users_jobs_on_the_same_nodes_each_see_only_their_own_layer() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -716,6 +719,7 @@ fn last_push_log(lab: &Lab) -> String {
 /// and it is resumed when the push ends. A proxy running another job is not borrowed.
 #[test]
 fn a_proxy_is_borrowed_only_when_slurm_reports_it_idle_and_is_held_until_the_push_ends() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }

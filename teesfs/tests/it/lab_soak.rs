@@ -13,6 +13,7 @@ use crate::util::teesfs_bin;
 
 #[test]
 fn a_short_soak_leaves_nothing_behind() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
@@ -56,6 +57,7 @@ fn a_short_soak_leaves_nothing_behind() {
 /// stray mount is in each daemon's table, and no node counts it.
 #[test]
 fn a_fuse_mount_elsewhere_on_the_host_is_not_counted_as_a_lab_nodes() {
+    let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
