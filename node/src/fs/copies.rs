@@ -40,6 +40,8 @@ struct State {
     /// Least recently leased first.
     files: lru::LruCache<String, Copy>,
     bytes: u64,
+    /// Room held for copies being made ahead of their first open ([`Copies::hold`]).
+    held: u64,
 }
 
 /// The copies directory and its budget, shared by every mount of a daemon.
@@ -174,6 +176,7 @@ impl Copies {
             state: Mutex::new(State {
                 files: lru::LruCache::unbounded(),
                 bytes: 0,
+                held: 0,
             }),
         }))
     }
@@ -227,7 +230,7 @@ impl Copies {
         let mut gone = Vec::new();
         {
             let mut st = lock(&self.state);
-            while st.bytes + size > self.budget {
+            while st.bytes + st.held + size > self.budget {
                 let victim = st
                     .files
                     .iter()
@@ -271,6 +274,52 @@ impl Copies {
         self.lease(name, user).expect(
             "the copy was recorded just now and only eviction of unopened copies removes it",
         )
+    }
+
+    /// Whether the copy `name` exists.
+    pub fn contains(&self, name: &str) -> bool {
+        lock(&self.state).files.contains(name)
+    }
+
+    /// Holds room for a copy of `size` bytes made ahead of its first open, from the free
+    /// part of the budget only: nothing is evicted for it, so copies made ahead never push
+    /// out the copies of files in use. Give the room back with [`Copies::unhold`], or turn
+    /// it into the copy with [`Copies::add_held`].
+    pub fn hold(&self, size: u64) -> bool {
+        let mut st = lock(&self.state);
+        if st.bytes + st.held + size > self.budget {
+            return false;
+        }
+        st.held += size;
+        true
+    }
+
+    /// Gives back room held with [`Copies::hold`] for a copy that will not be made.
+    pub fn unhold(&self, size: u64) {
+        let mut st = lock(&self.state);
+        st.held = st.held.saturating_sub(size);
+    }
+
+    /// Records the copy `name` made ahead with room held for it (just renamed into place),
+    /// used by `user` and open nowhere yet.
+    pub fn add_held(&self, name: &str, size: u64, user: CopyUser) {
+        let mut st = lock(&self.state);
+        st.held = st.held.saturating_sub(size);
+        if let Some(c) = st.files.get_mut(name) {
+            c.users.insert(user);
+            c.orphan = false;
+            return;
+        }
+        st.bytes += size;
+        st.files.put(
+            name.to_owned(),
+            Copy {
+                size,
+                open: 0,
+                users: HashSet::from([user]),
+                orphan: false,
+            },
+        );
     }
 
     /// Forgets a copy that failed its check and removes its file.
@@ -317,6 +366,17 @@ impl Copies {
             );
         }
     }
+}
+
+/// The name of the copy of a file of `size` bytes made of `pieces` (chunk ids, `None` for
+/// a hole): a digest of both, so equal files share one copy.
+pub fn copy_name(size: u64, pieces: &[Option<manifest::ChunkId>]) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(&size.to_le_bytes());
+    for p in pieces {
+        h.update(p.as_ref().map_or(&[0u8; 32], |id| &id.0));
+    }
+    h.finalize().to_hex().to_string()
 }
 
 /// Checks the copy at `path` against what it must hold: a regular file of this user (not

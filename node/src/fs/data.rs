@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,8 @@ use manifest::{EntryIdx, EntryKind, FileData, verify_chunk};
 use tokio::sync::OnceCell;
 
 use super::FsError;
-use super::copies::{Copies, CopyUser, Lease, verify_copy};
+use super::ahead::Ahead;
+use super::copies::{Copies, CopyUser, Lease, copy_name, verify_copy};
 use super::tree::Tree;
 use crate::source::{ChunkSource, Fetched};
 
@@ -72,6 +73,10 @@ pub struct Data {
     failed: Mutex<HashMap<u32, (Instant, FsError)>>,
     /// How long such a chunk is remembered ([`FAILURE_MEMORY`]).
     failure_memory: Duration,
+    /// Copies made as chunks arrive ([`Data::with_ahead`]).
+    ahead: Option<Ahead>,
+    /// The kernel refused passthrough: copies are of no use, none is made ahead.
+    ahead_off: AtomicBool,
 }
 
 /// How long a chunk whose fetch timed out is remembered as not to be had: long enough that
@@ -150,6 +155,59 @@ impl Data {
             verified: Mutex::new(HashSet::new()),
             failed: Mutex::new(HashMap::new()),
             failure_memory: FAILURE_MEMORY,
+            ahead: None,
+            ahead_off: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes the passthrough copies of files of at least `min_size` bytes in `copies` as
+    /// their chunks arrive ([`Data::arrived`]), unless the kernel refuses passthrough
+    /// ([`Data::no_passthrough`]).
+    pub fn with_ahead(mut self, copies: Arc<Copies>, min_size: u64) -> Self {
+        self.ahead = Some(Ahead::plan(
+            self.tree.index(),
+            min_size,
+            copies,
+            self.copy_user,
+        ));
+        self
+    }
+
+    /// The kernel refused passthrough for this mount: no copy is made ahead from now on.
+    pub fn no_passthrough(&self) {
+        self.ahead_off.store(true, Ordering::Relaxed);
+    }
+
+    /// Chunk number `ci` arrived at this node, verified, with the plain bytes `plain`:
+    /// written into the copies made ahead that need it. Its caller already paid for the
+    /// decoding, so a file whose chunks all arrived is a copy before its first open.
+    pub fn arrived(&self, ci: u32, plain: &[u8]) {
+        let Some(ahead) = &self.ahead else {
+            return;
+        };
+        if self.ahead_off.load(Ordering::Relaxed) {
+            return;
+        }
+        let made = ahead.arrived(ci, plain);
+        if !made.is_empty() {
+            // Written by this mount from verified bytes: no check before its first use.
+            lock(&self.verified).extend(made);
+        }
+    }
+
+    /// Chunks that arrived before the copies made ahead could be told of them (before the
+    /// mount was up): read from the source, checked, and written as if arriving now.
+    pub fn arrived_earlier(&self, chunks: &[u32]) {
+        let Some(ahead) = &self.ahead else {
+            return;
+        };
+        for &ci in chunks {
+            if !ahead.awaits(ci) {
+                continue;
+            }
+            if let Some(Ok(plain)) = self.plain_now(ci) {
+                self.arrived(ci, &plain);
+            }
         }
     }
 
@@ -563,12 +621,7 @@ impl Data {
         let cs = u64::from(idx.chunk_size);
         // Holes take no memory in the copy: the budget counts the bytes of chunks.
         let cost = (pieces.iter().flatten().count() as u64 * cs).min(size);
-        let mut h = blake3::Hasher::new();
-        h.update(&size.to_le_bytes());
-        for p in &pieces {
-            h.update(p.as_ref().map_or(&[0u8; 32], |id| &id.0));
-        }
-        let name = h.finalize().to_hex().to_string();
+        let name = copy_name(size, &pieces);
         if let Some((lease, path)) = copies.lease(&name, self.copy_user) {
             if lock(&self.verified).contains(&name) {
                 return Ok((lease, path));

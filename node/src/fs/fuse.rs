@@ -250,6 +250,7 @@ impl Filesystem for LayerFs {
                 tracing::warn!(
                     "kernel refused FUSE passthrough: serving all reads from the daemon"
                 );
+                self.data.no_passthrough();
             }
             self.passthrough_on.store(ok, Ordering::Relaxed);
         }

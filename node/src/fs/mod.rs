@@ -1,6 +1,7 @@
 //! The read-only layer filesystem.
 //!
 //! - [`tree`]: pure navigation over an index (lookup, attributes, listings).
+//! - [`ahead`]: passthrough copies made as a node's chunks arrive, before any open.
 //! - [`copies`]: materialised files for passthrough: a private directory, a budget, and
 //!   a check before each mount's first use.
 //! - [`data`]: file contents: chunk fetch through a [`crate::source::ChunkSource`], verify,
@@ -11,6 +12,7 @@
 //! - [`record`]: what a program opens, probes and waits for, for `teesfs record` and the
 //!   daemon's record of each job's start.
 
+pub mod ahead;
 pub mod copies;
 pub mod counters;
 pub mod data;

@@ -35,6 +35,9 @@ pub struct MountConfig {
     /// Each observes how long each read that waits for a chunk waits (the daemon's
     /// metrics: the job's histogram and the node's).
     pub read_waits: Vec<prometheus_client::metrics::histogram::Histogram>,
+    /// Make passthrough copies as chunks arrive ([`Data::arrived`]): a node's mount of a
+    /// job, whose chunks come from the tree (not a mount of a store, where none arrive).
+    pub ahead: bool,
 }
 
 impl Default for MountConfig {
@@ -47,6 +50,7 @@ impl Default for MountConfig {
             root_owner: None,
             read_timeout: super::data::DEFAULT_READ_TIMEOUT,
             read_waits: Vec::new(),
+            ahead: false,
         }
     }
 }
@@ -154,10 +158,13 @@ pub fn mount(
     let mut tree = Tree::new(index);
     tree.set_root_owner(cfg.root_owner);
     let tree = Arc::new(tree);
-    let data = Arc::new(
-        Data::new(tree.clone(), source, cfg.cache_bytes).with_read_timeout(cfg.read_timeout),
-    );
     let passthrough_on = Arc::new(AtomicBool::new(false));
+    let mut data =
+        Data::new(tree.clone(), source, cfg.cache_bytes).with_read_timeout(cfg.read_timeout);
+    if let (true, Some(pt)) = (cfg.ahead, &cfg.passthrough) {
+        data = data.with_ahead(pt.copies.clone(), pt.min_size);
+    }
+    let data = Arc::new(data);
     let fs = LayerFs::new(
         tree,
         data.clone(),

@@ -216,6 +216,18 @@ pub struct JobCore {
     activity: Arc<AtomicU64>,
     /// This node's store failed to keep a chunk of the job, and the job left the tree.
     store_failed: std::sync::atomic::AtomicBool,
+    /// Who hears of each chunk that arrives verified (the job's mount, to make its
+    /// passthrough copies ahead); until one listens, the chunks that arrived.
+    arrivals: Mutex<Arrivals>,
+}
+
+/// Told of each chunk that arrives at a job, verified: its number and plain bytes.
+pub type ArrivalHook = Arc<dyn Fn(u32, &Verified) + Send + Sync>;
+
+/// The listener to a job's arrivals, or the chunks that arrived before one listened.
+enum Arrivals {
+    Early(Vec<u32>),
+    Hook(ArrivalHook),
 }
 
 /// The job's task's own state besides the relay: the pumps it started.
@@ -275,6 +287,7 @@ impl JobCore {
             knobs,
             activity: Arc::new(AtomicU64::new(0)),
             store_failed: std::sync::atomic::AtomicBool::new(false),
+            arrivals: Mutex::new(Arrivals::Early(Vec::new())),
         });
         (core, rx)
     }

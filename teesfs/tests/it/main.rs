@@ -8,6 +8,7 @@
 mod bad_input;
 mod best_effort_output;
 mod cluster;
+mod copies_ahead;
 mod corruption;
 mod crl_tree;
 mod daemon_bounds;

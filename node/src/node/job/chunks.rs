@@ -9,7 +9,7 @@ use manifest::{ChunkId, Verified, verify_chunk};
 use peertree::NodeId;
 use seeder::StoredChunk;
 
-use super::{Input, JobCore, lock};
+use super::{ArrivalHook, Arrivals, Input, JobCore, lock};
 
 /// Chunks of at most this many stored bytes are verified and kept (or read from a node's
 /// store) on the task that needs them: tens of microseconds of work, less than a hand-off
@@ -132,6 +132,29 @@ impl JobCore {
             valid: true,
         });
         self.wake(chunk, &plain);
+        self.arrived(chunk, &plain);
+    }
+
+    /// Tells the job's listener of a chunk that arrived ([`JobCore::on_arrival`]), or
+    /// notes it until one listens.
+    fn arrived(&self, chunk: u32, plain: &Verified) {
+        let hook = match &mut *lock(&self.arrivals) {
+            Arrivals::Hook(h) => h.clone(),
+            Arrivals::Early(early) => {
+                early.push(chunk);
+                return;
+            }
+        };
+        hook(chunk, plain);
+    }
+
+    /// From now on `hook` hears of each chunk that arrives verified. Returns the chunks
+    /// that arrived before, which it did not hear of (each number once at most).
+    pub fn on_arrival(&self, hook: ArrivalHook) -> Vec<u32> {
+        match std::mem::replace(&mut *lock(&self.arrivals), Arrivals::Hook(hook)) {
+            Arrivals::Early(early) => early,
+            Arrivals::Hook(_) => Vec::new(),
+        }
     }
 
     /// Hands a verified chunk to the readers waiting for it.
