@@ -9,10 +9,13 @@
 #
 #   MODE=mounts (default)  N `teesfs mount`s of one store, one application each: N nodes,
 #                          each with its own mount process, on this machine's shared cores;
-#   MODE=daemons           N `teesfs daemon`s on loopback; each round pushes the layer as a
-#                          job (the first round copies it, later ones find it stored) and
-#                          starts one application per node on the job's mount, as
-#                          `lab launch`'s copy-first does; then releases the job;
+#   MODE=daemons           N `teesfs daemon`s on loopback, the nodes: each round starts
+#                          them with empty stores, pushes the whole layer to them as a job
+#                          (`push --wait all`, not timed), then starts one application per
+#                          node on the job's mount, as `lab launch`'s copy-first does, and
+#                          stops the daemons; KEEP=1 keeps the daemons and their stores
+#                          from round to round (later rounds find the layer stored: a
+#                          second job of the same layer);
 #   MODE=shared            one mount, N applications reading through it at once.
 #   OVERLAY=1              each application runs chrooted in an overlay of its layer over
 #                          "/", as a job does (`teesfs run`, the SPANK plugin); the plain
@@ -27,7 +30,7 @@
 # kernel's FUSE requests by opcode (perf and the fuse:fuse_request_send tracepoint, these
 # mounts only).
 #
-# Usage: sudo scripts/bench-readpath.sh     (NODES=16 ROUNDS=5 MODE=mounts OVERLAY=0 WARM=0 COUNT=0)
+# Usage: sudo scripts/bench-readpath.sh     (NODES=16 ROUNDS=5 MODE=mounts OVERLAY=0 WARM=0 COUNT=0 KEEP=0)
 #        NODES=1 sudo -E scripts/bench-readpath.sh
 #        MOUNT_ARGS="--passthrough never"   (extra `teesfs mount` or `teesfs daemon` arguments)
 #        TEESFS_BIN=path LAYER_OUT=dir      (binary; where the layer is built, reused)
@@ -40,6 +43,7 @@ mode=${MODE:-mounts}
 overlay=${OVERLAY:-0}
 count=${COUNT:-0}
 warm=${WARM:-0}
+keep=${KEEP:-0}
 bin=${TEESFS_BIN:-$PWD/target/release/teesfs}
 layer_out=${LAYER_OUT:-/tmp/teesfs-realistic}
 py=$(${PYTHON:-python3} -c 'import sys; print(sys.executable)')
@@ -82,7 +86,10 @@ wait_line() {
 
 start_daemons() {
     local i host dir
-    "$bin" keygen --cluster "$work/cluster" --nodes "login,n[01-$(printf %02d "$nodes")]" >/dev/null
+    [ -d "$work/cluster" ] ||
+        "$bin" keygen --cluster "$work/cluster" --nodes "login,n[01-$(printf %02d "$nodes")]" >/dev/null
+    servers=()
+    rm -rf "$work/nodes"
     : >"$work/hosts"
     for i in $(seq "$nodes"); do
         host=n$(printf %02d "$i"); dir="$work/nodes/$host"
@@ -101,6 +108,7 @@ up() {
     local i dir mp
     roots=()
     if [ "$mode" = daemons ]; then
+        [ "$keep" = 1 ] && [ ${#servers[@]} -gt 0 ] || start_daemons
         job=$((job + 1))
         "$bin" push --quiet --store "$work/store" --index "$id" \
             --nodes "n[01-$(printf %02d "$nodes")]" --group-size 4 --identity "$work/cluster" \
@@ -135,6 +143,10 @@ down() {
         for i in $(seq "$nodes"); do
             "$bin" release --job "$job" --control "$work/nodes/n$(printf %02d "$i")/sock" >/dev/null
         done
+        [ "$keep" = 1 ] && return
+        for p in "${servers[@]}"; do kill -TERM "$p"; done
+        for p in "${servers[@]}"; do wait "$p" || true; done
+        servers=()
         return
     fi
     for p in "${servers[@]}"; do kill -TERM "$p"; done
@@ -226,7 +238,6 @@ summary() {
     echo "$kind: wall $w s against $pw s plain: $(echo "scale=2; $w / $pw" | bc)x; CPU (applications + mounts) $(echo "$u + $s + $d" | bc) s against $(echo "$pu + $ps" | bc) s plain: $(echo "scale=2; ($u + $s + $d) / ($pu + $ps)" | bc)x (applications user $u s, sys $s s against $pu s, $ps s; mounts $d s)"
 }
 
-[ "$mode" = daemons ] && start_daemons
 echo "read path: $nodes application(s), mode $mode ($nmounts mount(s)), overlay $overlay, $rounds rounds, $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "layer: $(du -sh "$layer_out/layer" | cut -f1), $(find "$layer_out/layer" -type f | wc -l) files; binary $bin ${MOUNT_ARGS:-}"
 : >"$work/plain.txt"; : >"$work/cold.txt"; : >"$work/warm.txt"
