@@ -114,8 +114,12 @@ fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
     push_all(&c, &id, &[]);
     let mp = c.mount_of(1);
     // The chunk files vanish behind the stores' backs (what an I/O error or an operator's
-    // rm does); the root (the push) has exited, so nobody can give them back.
+    // rm does), and so do the passthrough copies made as they arrived, which hold the
+    // same verified bytes; the root (the push) has exited, so nobody can give them back.
     for i in 0..2 {
+        for f in std::fs::read_dir(copies_dir(&c, i)).expect("copies").flatten() {
+            std::fs::remove_file(f.path()).expect("rm copy");
+        }
         let chunks = c.nodes[i].dir.join("state/store/chunks");
         for shard in std::fs::read_dir(&chunks).expect("store").flatten() {
             for f in std::fs::read_dir(shard.path()).expect("shard").flatten() {
@@ -125,6 +129,7 @@ fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
     }
     let t0 = Instant::now();
     let err = read_within(&mp.join("a.bin"), Duration::from_secs(30))
+        .map(|bytes| bytes.len())
         .expect_err("the chunk cannot be had: the read must fail");
     let waited = t0.elapsed();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
@@ -136,7 +141,9 @@ fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
     );
     // A read of it again fails at once: the chunk is remembered as not to be had.
     let t0 = Instant::now();
-    let err = read_within(&mp.join("a.bin"), Duration::from_secs(30)).expect_err("fails");
+    let err = read_within(&mp.join("a.bin"), Duration::from_secs(30))
+        .map(|bytes| bytes.len())
+        .expect_err("fails");
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     assert!(
         t0.elapsed() < Duration::from_secs(1),
@@ -169,6 +176,14 @@ fn copies(c: &Cluster, i: usize) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The copy in the node's copies directory holding `data`.
+fn copy_holding(c: &Cluster, data: &[u8]) -> PathBuf {
+    copies(c, 0)
+        .into_iter()
+        .find(|p| std::fs::read(p).is_ok_and(|b| b == data))
+        .unwrap_or_else(|| panic!("no copy holds the file's bytes: {:?}", copies(c, 0)))
+}
+
 /// A byte flipped in a passthrough copy under the state directory was served to a new job
 /// and again after a daemon restart. Now a copy is checked before each job's first use
 /// (and made again when it fails), copies from an earlier run are removed at start, and a
@@ -192,14 +207,19 @@ fn a_tampered_passthrough_copy_is_never_served_to_a_new_job_or_after_a_restart()
         .mode();
     assert_eq!(mode & 0o777, 0o700, "copies live in a private directory");
     let made = copies(&c, 0);
-    assert_eq!(made.len(), 1, "one copy for the passthrough file: {made:?}");
-    // Tamper with it (as root could, or a bug) and start a second job on the same layer.
+    assert_eq!(
+        made.len(),
+        3,
+        "a copy of each large file, made as its chunks arrived: {made:?}"
+    );
+    // Tamper with the read file's (as root could, or a bug) and start a second job on the
+    // same layer.
     let flip = |p: &Path| {
         let mut b = std::fs::read(p).expect("copy");
         b[1000] ^= 0x55;
         std::fs::write(p, b).expect("tamper");
     };
-    flip(&made[0]);
+    flip(&copy_holding(&c, data));
     push_all(&c, &id, &["--job-id", "102"]);
     let st = c.status(0);
     let mp2 = st["jobs"]
@@ -222,9 +242,7 @@ fn a_tampered_passthrough_copy_is_never_served_to_a_new_job_or_after_a_restart()
         "the bad copy is reported"
     );
     // Tamper again, restart the daemon: the copy is gone before anything can serve it.
-    let again = copies(&c, 0);
-    assert_eq!(again.len(), 1);
-    flip(&again[0]);
+    flip(&copy_holding(&c, data));
     c.restart(0);
     assert!(
         copies(&c, 0).is_empty(),
