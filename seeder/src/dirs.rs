@@ -16,7 +16,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 
-use crate::Error;
+use crate::{Error, layout};
 
 /// A directory of the store, by descriptor (its path is for messages only).
 #[derive(Debug)]
@@ -207,16 +207,17 @@ impl StoreDirs {
             }
             Ok(Some(d))
         };
-        let chunks = open(&top, "chunks", "chunks")?;
-        let indexes = open(&top, "indexes", "indexes")?.ok_or_else(|| Error::Io {
+        let chunks = open(&top, layout::CHUNKS, layout::CHUNKS)?;
+        let indexes = open(&top, layout::INDEXES, layout::INDEXES)?.ok_or_else(|| Error::Io {
             path: root.to_path_buf(),
             source: std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "not a teesfs store (no indexes/ directory); publish into it first",
             ),
         })?;
-        let tags = open(&indexes, "tags", "indexes/tags")?;
-        let learned = open(&top, crate::learned::LEARNED_DIR, "learned")?;
+        let tags_entry = format!("{}/{}", layout::INDEXES, layout::TAGS);
+        let tags = open(&indexes, layout::TAGS, &tags_entry)?;
+        let learned = open(&top, layout::LEARNED, layout::LEARNED)?;
         Ok(StoreDirs {
             chunks,
             indexes,

@@ -92,7 +92,7 @@ pub enum Error {
     },
     /// Another process holds the store's lock (a publish, a reader such as a push, a mount
     /// or a storage-mode node, or another gc).
-    #[error("store {} is busy: {holder} holds {} (a publish, a push, a mount or another gc); run gc again when it is done", store.display(), store.join(".lock").display())]
+    #[error("store {} is busy: {holder} holds {} (a publish, a push, a mount or another gc); run gc again when it is done", store.display(), crate::layout::lock_path(store).display())]
     StoreBusy {
         /// The store.
         store: PathBuf,
@@ -100,7 +100,7 @@ pub enum Error {
         holder: String,
     },
     /// A wait for the store's lock (a gc holds it) gave up.
-    #[error("gave up after {waited} waiting for the lock of store {}: {holder} holds {} (a gc); run again when it is done, or wait longer (--lock-wait)", store.display(), store.join(".lock").display())]
+    #[error("gave up after {waited} waiting for the lock of store {}: {holder} holds {} (a gc); run again when it is done, or wait longer (--lock-wait)", store.display(), crate::layout::lock_path(store).display())]
     LockTimeout {
         /// The store.
         store: PathBuf,
@@ -129,10 +129,10 @@ pub enum Error {
     },
     /// An index that gc keeps cannot be read, so the chunks it needs are unknown.
     #[error("index {id} in store {} cannot be read ({reason}), so gc cannot tell which chunks it needs; \
-             publish it again or remove {}, then run gc again", store.display(), store.join("indexes").join(format!("{id}.idx")).display())]
+             publish it again or remove {}, then run gc again", store.display(), crate::layout::index_path(store, id).display())]
     UnreadableIndex {
         /// The index.
-        id: String,
+        id: manifest::IndexId,
         /// The store.
         store: PathBuf,
         /// What is wrong.

@@ -24,7 +24,7 @@ use manifest::{ChunkId, IndexId, Limits, SignedIndex};
 
 use crate::dirs::{Dir, StoreDirs};
 use crate::tags::{MAX_TAG_FILE, TagName};
-use crate::{DirStore, Error};
+use crate::{DirStore, Error, layout};
 
 /// What gc keeps. An index is removed only if no rule keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,13 +179,16 @@ pub fn collect(
     };
     for a in ages.iter().filter(|a| !remove.contains(&a.id)) {
         let unreadable = |reason: String| Error::UnreadableIndex {
-            id: a.id.to_hex(),
+            id: a.id,
             store: store.root().to_path_buf(),
             reason,
         };
         let bytes = dirs
             .indexes
-            .read(&index_name(&a.id), Limits::default().max_signed_bytes)
+            .read(
+                &layout::index_file_name(&a.id),
+                Limits::default().max_signed_bytes,
+            )
             .map_err(|e| unreadable(e.to_string()))?;
         let index = SignedIndex::from_bytes(bytes, &Limits::default())
             .and_then(|s| s.decode(&Limits::default()))
@@ -197,7 +200,7 @@ pub fn collect(
     let mut removed: Vec<&IndexAge> = ages.iter().filter(|a| remove.contains(&a.id)).collect();
     removed.sort_by(|a, b| b.published.cmp(&a.published).then(b.id.cmp(&a.id)));
     for a in removed {
-        let name = index_name(&a.id);
+        let name = layout::index_file_name(&a.id);
         let bytes = dirs.indexes.stat(&name)?.map_or(0, |m| m.bytes);
         let names = tags.remove(&a.id).unwrap_or_default();
         if !dry_run && let Some(t) = &dirs.tags {
@@ -259,11 +262,8 @@ fn sweep(
     if let Some(learned) = &dirs.learned {
         let kept: HashSet<IndexId> = report.kept_indexes.iter().copied().collect();
         for name in learned.names()? {
-            let temporary = name.starts_with(".tmp-");
-            let orphan = name
-                .strip_suffix(".list")
-                .and_then(|hex| hex.parse::<IndexId>().ok())
-                .is_some_and(|id| !kept.contains(&id));
+            let temporary = layout::is_own_temp(&name);
+            let orphan = layout::parse_learned_name(&name).is_some_and(|id| !kept.contains(&id));
             let Some(md) = learned.stat(&name)? else {
                 continue;
             };
@@ -302,7 +302,7 @@ fn remove_learned(dirs: &StoreDirs, id: &IndexId, dry_run: bool) -> Result<u64, 
     let Some(dir) = &dirs.learned else {
         return Ok(0);
     };
-    let name = format!("{}.list", id.to_hex());
+    let name = layout::learned_file_name(id);
     let Some(md) = dir.stat(&name)? else {
         return Ok(0);
     };
@@ -316,10 +316,6 @@ fn remove_learned(dirs: &StoreDirs, id: &IndexId, dry_run: bool) -> Result<u64, 
         dir.remove(&name)?;
     }
     Ok(md.bytes)
-}
-
-fn index_name(id: &IndexId) -> String {
-    format!("{id}.idx")
 }
 
 /// The tags of a store by the index each names.
@@ -371,10 +367,7 @@ fn read_ages(
 ) -> Result<Vec<IndexAge>, Error> {
     let mut ages = Vec::new();
     for n in dirs.indexes.names()? {
-        let Some(id) = n
-            .strip_suffix(".idx")
-            .and_then(|stem| stem.parse::<IndexId>().ok())
-        else {
+        let Some(id) = layout::parse_index_name(&n) else {
             continue;
         };
         let Some(meta) = dirs.indexes.stat(&n)? else {
@@ -448,7 +441,7 @@ fn scan(dirs: &StoreDirs) -> Result<Found, Error> {
         });
     };
     for prefix in top.names()? {
-        if prefix.len() != 2 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !layout::is_shard(&prefix) {
             continue;
         }
         // A link or file where a chunk directory belongs is not gc's.
@@ -466,10 +459,7 @@ fn scan(dirs: &StoreDirs) -> Result<Found, Error> {
         let at = subdirs.len();
         temp_files(&dir, Where::Chunks(at), &mut temps)?;
         for name in dir.names()? {
-            let Some(id) = Some(&name)
-                .filter(|n| n.starts_with(&prefix))
-                .and_then(|n| n.parse::<ChunkId>().ok())
-            else {
+            let Some(id) = layout::parse_chunk_name(&prefix, &name) else {
                 continue;
             };
             let Some(md) = dir.stat(&name)? else { continue };
@@ -496,7 +486,7 @@ fn scan(dirs: &StoreDirs) -> Result<Found, Error> {
 /// Adds the `.tmp*` regular files directly in `dir` to `temps`.
 fn temp_files(dir: &Dir, at: Where, temps: &mut Vec<TempFile>) -> Result<(), Error> {
     for name in dir.names()? {
-        if !name.starts_with(".tmp") {
+        if !layout::is_temp(&name) {
             continue;
         }
         if let Some(md) = dir.stat(&name)?

@@ -17,12 +17,9 @@ use std::path::{Path, PathBuf};
 
 use manifest::IndexId;
 
-use crate::Error;
 use crate::files::{Symlinks, read_limited};
 use crate::store::DirStore;
-
-/// The directory of a store that holds the learned lists.
-pub const LEARNED_DIR: &str = "learned";
+use crate::{Error, layout};
 
 /// The largest learned list read back (a million long paths fit several times).
 pub const MAX_LEARNED_BYTES: u64 = 256 << 20;
@@ -148,10 +145,7 @@ pub fn learned_header(id: &IndexId) -> String {
 
 /// Where the learned list of `id` lives in `store`.
 pub fn learned_path(store: &DirStore, id: &IndexId) -> PathBuf {
-    store
-        .root()
-        .join(LEARNED_DIR)
-        .join(format!("{}.list", id.to_hex()))
+    layout::learned_path(store.root(), id)
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -177,7 +171,7 @@ pub fn write_learned(
     id: &IndexId,
     list: &UrgentList,
 ) -> Result<(PathBuf, usize), Error> {
-    let dir = store.root().join(LEARNED_DIR);
+    let dir = layout::learned_dir(store.root());
     match std::fs::symlink_metadata(&dir) {
         Ok(md) if md.is_dir() => {}
         Ok(_) => {
@@ -201,7 +195,12 @@ pub fn write_learned(
     }
     .render();
     let path = learned_path(store, id);
-    let tmp = dir.join(format!(".tmp-{}-{}", id.to_hex(), std::process::id()));
+    let tmp = dir.join(format!(
+        "{}{}-{}",
+        layout::OWN_TEMP_PREFIX,
+        id.to_hex(),
+        std::process::id()
+    ));
     let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -287,7 +286,7 @@ pub fn strays(
     store: &DirStore,
     indexes: &std::collections::HashSet<IndexId>,
 ) -> Result<Vec<Stray>, Error> {
-    let dir = store.root().join(LEARNED_DIR);
+    let dir = layout::learned_dir(store.root());
     match std::fs::symlink_metadata(&dir) {
         Ok(md) if md.is_dir() => {}
         Ok(_) => return Ok(Vec::new()),
@@ -299,11 +298,8 @@ pub fn strays(
         let entry = entry.map_err(io(&dir))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let temporary = name.starts_with(".tmp-");
-        let orphan = name
-            .strip_suffix(".list")
-            .and_then(|hex| hex.parse::<IndexId>().ok())
-            .is_some_and(|id| !indexes.contains(&id));
+        let temporary = layout::is_own_temp(&name);
+        let orphan = layout::parse_learned_name(&name).is_some_and(|id| !indexes.contains(&id));
         if !(temporary || orphan) {
             continue;
         }

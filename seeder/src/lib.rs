@@ -2,7 +2,8 @@
 //!
 //! - [`store`]: the content-addressed store a layer is published into (chunks and signed
 //!   indexes as files in a directory; on a cluster this is where the tree's root reads from,
-//!   and in shared-storage mode what nodes read directly).
+//!   and in shared-storage mode what nodes read directly); [`layout`]: the one place that
+//!   builds and parses the paths of its objects.
 //! - [`publish`](mod@publish): turning a directory into chunks plus a signed index.
 //! - [`tags`]: names for indexes, and resolving `--index` (a tag or an id prefix).
 //! - [`gc`]: removing old indexes and the chunks no kept index needs, safely beside a
@@ -22,6 +23,7 @@ mod error;
 pub mod files;
 pub mod gc;
 mod holders;
+pub mod layout;
 pub mod learned;
 pub mod lock;
 pub mod publish;

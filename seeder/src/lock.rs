@@ -84,7 +84,7 @@ fn try_take(file: &File, kind: Kind) -> Result<bool, Errno> {
 
 impl DirStore {
     fn lock_path(&self) -> PathBuf {
-        self.root().join(".lock")
+        crate::layout::lock_path(self.root())
     }
 
     fn lock_io(&self, source: std::io::Error) -> Error {

@@ -131,7 +131,7 @@ mod tests {
     }
 
     fn count_chunks(store: &Path) -> usize {
-        walk_files(&store.join("chunks"))
+        walk_files(&crate::layout::chunks_dir(store))
     }
 
     fn walk_files(p: &Path) -> usize {

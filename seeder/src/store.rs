@@ -1,6 +1,7 @@
 //! A content-addressed store in a directory:
 //! `chunks/<first two hex>/<id>` hold encoded chunks, `indexes/<id>.idx` signed indexes,
-//! `indexes/tags/<name>` the ids tags name ([`crate::tags`]).
+//! `indexes/tags/<name>` the ids tags name ([`crate::tags`]); [`crate::layout`] builds and
+//! parses these paths.
 //! An index id names content **and** signer ([`SignedIndex::id`]), so the same layer signed
 //! with two keys is two files, and `--index PREFIX` always means one envelope.
 //!
@@ -19,8 +20,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use manifest::{CheckedChunk, ChunkId, ChunkSink, IndexId, SignedIndex};
 
-use crate::Error;
 use crate::files::{Symlinks, read_limited};
+use crate::{Error, layout};
 
 /// The longest a stored chunk can be: the largest chunk size, raw, plus its header.
 pub const MAX_STORED_CHUNK: u64 = (64 << 20) + 4096;
@@ -47,8 +48,7 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 impl DirStore {
     /// Opens a store, creating its directories if needed.
     pub fn create(root: &Path) -> Result<Self, Error> {
-        for sub in ["chunks", "indexes"] {
-            let p = root.join(sub);
+        for p in [layout::chunks_dir(root), layout::indexes_dir(root)] {
             crate::shared::make_dirs(root, &p).map_err(io(&p))?;
         }
         Ok(Self {
@@ -60,8 +60,7 @@ impl DirStore {
 
     /// Opens an existing store.
     pub fn open(root: &Path) -> Result<Self, Error> {
-        let p = root.join("indexes");
-        if !p.is_dir() {
+        if !layout::indexes_dir(root).is_dir() {
             return Err(Error::Io {
                 path: root.to_path_buf(),
                 source: std::io::Error::new(
@@ -111,13 +110,12 @@ impl DirStore {
 
     /// Where a chunk lives.
     pub fn chunk_path(&self, id: &ChunkId) -> PathBuf {
-        let hex = id.to_hex();
-        self.root.join("chunks").join(&hex[..2]).join(hex)
+        layout::chunk_path(&self.root, id)
     }
 
     /// Where an index lives.
     pub fn index_path(&self, id: &IndexId) -> PathBuf {
-        self.root.join("indexes").join(format!("{id}.idx"))
+        layout::index_path(&self.root, id)
     }
 
     /// Reads a chunk's encoded bytes (a regular file, not a symlink, of at most
@@ -131,6 +129,34 @@ impl DirStore {
                 Error::Io { path: p, source: e }
             }
         })
+    }
+
+    /// The chunk files in the store with their sizes: every `chunks/<xx>/<id>` entry named
+    /// as a chunk ([`layout::parse_chunk_name`]), as found: neither read nor verified, a
+    /// link counted as itself. Best effort: what cannot be read is skipped, as if absent.
+    pub fn stored_chunks(&self) -> Vec<(ChunkId, u64)> {
+        let mut out = Vec::new();
+        let top = layout::chunks_dir(&self.root);
+        for shard in std::fs::read_dir(top).into_iter().flatten().flatten() {
+            let shard_name = shard.file_name();
+            let Some(shard_name) = shard_name.to_str().filter(|n| layout::is_shard(n)) else {
+                continue;
+            };
+            for f in std::fs::read_dir(shard.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let id = f
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| layout::parse_chunk_name(shard_name, n));
+                if let (Some(id), Ok(md)) = (id, f.metadata()) {
+                    out.push((id, md.len()));
+                }
+            }
+        }
+        out
     }
 
     pub(crate) fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -205,14 +231,11 @@ impl DirStore {
 
     /// Ids of all indexes in the store, sorted.
     pub fn list_indexes(&self) -> Result<Vec<IndexId>, Error> {
-        let dir = self.root.join("indexes");
+        let dir = layout::indexes_dir(&self.root);
         let mut out = Vec::new();
         for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
             let item = item.map_err(io(&dir))?;
-            let name = item.file_name();
-            if let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".idx"))
-                && let Ok(id) = stem.parse()
-            {
+            if let Some(id) = item.file_name().to_str().and_then(layout::parse_index_name) {
                 out.push(id);
             }
         }
@@ -333,6 +356,33 @@ mod tests {
     fn chunk() -> (ChunkId, Vec<u8>) {
         let plain = b"teesfs ".repeat(100_000 / 7);
         (ChunkId::of(&plain), manifest::encode_chunk(&plain, 1))
+    }
+
+    /// What a node's store counts at start: the chunk files, by their names' ids, and
+    /// nothing else found in the chunk directories.
+    #[test]
+    fn stored_chunks_are_the_files_named_as_chunks_in_their_shards() {
+        let (_t, s) = store();
+        let (id, stored) = chunk();
+        s.put(&id, &stored).expect("put");
+        let other = ChunkId::of(b"other");
+        s.put(&other, b"12345").expect("put");
+        let top = layout::chunks_dir(s.root());
+        let wrong_shard = if other.to_hex().starts_with("00") {
+            "01"
+        } else {
+            "00"
+        };
+        std::fs::create_dir_all(top.join(wrong_shard)).expect("mkdir");
+        std::fs::write(top.join(wrong_shard).join(other.to_hex()), b"x").expect("misplaced");
+        std::fs::write(top.join(layout::shard_of(&id)).join(".tmp-1"), b"x").expect("tmp");
+        std::fs::create_dir_all(top.join("zz")).expect("mkdir");
+        std::fs::write(top.join("zz").join(id.to_hex()), b"x").expect("not a shard");
+        let mut found = s.stored_chunks();
+        found.sort();
+        let mut want = vec![(id, stored.len() as u64), (other, 5)];
+        want.sort();
+        assert_eq!(found, want);
     }
 
     /// Runs `f` on a thread and fails the test if it has not answered within 10 s (a FIFO

@@ -83,7 +83,7 @@ pub(crate) const MAX_TAG_FILE: u64 = 256;
 
 impl DirStore {
     fn tags_dir(&self) -> PathBuf {
-        self.root().join("indexes").join("tags")
+        crate::layout::tags_dir(self.root())
     }
 
     /// Where a tag lives.

@@ -86,25 +86,9 @@ impl NodeStore {
             recent: lru::LruCache::unbounded(),
             recent_bytes: 0,
         };
-        for shard in std::fs::read_dir(dir.join("chunks"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for f in std::fs::read_dir(shard.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let id = f
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.parse::<ChunkId>().ok());
-                if let (Some(id), Ok(md)) = (id, f.metadata()) {
-                    lru.bytes += md.len();
-                    lru.map.put(id, md.len());
-                }
-            }
+        for (id, len) in store.stored_chunks() {
+            lru.bytes += len;
+            lru.map.put(id, len);
         }
         let s = Self {
             dir: store,

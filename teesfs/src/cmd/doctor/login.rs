@@ -232,12 +232,9 @@ pub fn store_facts(path: Option<&Path>) -> Found<(PathBuf, usize, bool, bool)> {
     let Some(path) = path else {
         return Found::Missing;
     };
-    let indexes = match std::fs::read_dir(path.join("indexes")) {
-        Ok(rd) => rd
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".idx"))
-            .count(),
-        Err(e) => return Found::Bad(format!("{}: {e}", path.join("indexes").display())),
+    let indexes = match seeder::DirStore::open(path).and_then(|s| s.list_indexes()) {
+        Ok(ids) => ids.len(),
+        Err(e) => return Found::Bad(e.to_string()),
     };
     let writable = nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok();
     Found::Ok((
