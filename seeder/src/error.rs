@@ -31,6 +31,12 @@ pub enum Error {
         /// The store searched.
         store: PathBuf,
     },
+    /// A store holds no index to work on.
+    #[error("store {} holds no index", store.display())]
+    NoIndex {
+        /// The store.
+        store: PathBuf,
+    },
     /// What `--index` was given is neither a tag name nor at least 4 hex characters.
     #[error(
         "{given:?} is neither a tag nor an index id prefix: give at least 4 hex characters of \

@@ -9,6 +9,8 @@
 //! - [`gc`]: removing old indexes and the chunks no kept index needs, safely beside a
 //!   publish ([`lock`]: the store's advisory lock; `dirs`: the store's directories, opened
 //!   without following links).
+//! - [`verify`](mod@verify): checking indexes and every chunk they reference, as a typed
+//!   report for `teesfs verify` to print.
 //!
 //! - [`files`]: bounded reads of files named by users or found in stores.
 //! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
@@ -30,8 +32,10 @@ pub mod publish;
 pub mod shared;
 pub mod store;
 pub mod tags;
+pub mod verify;
 
 pub use error::Error;
 pub use publish::{Published, publish, publish_tagged, publish_with_urgent};
 pub use store::{ChunkStore, DirStore, StoredChunk};
 pub use tags::TagName;
+pub use verify::verify;

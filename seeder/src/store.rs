@@ -121,14 +121,21 @@ impl DirStore {
     /// Reads a chunk's encoded bytes (a regular file, not a symlink, of at most
     /// [`MAX_STORED_CHUNK`] bytes).
     pub fn get_chunk(&self, id: &ChunkId) -> Result<Vec<u8>, Error> {
-        let p = self.chunk_path(id);
-        read_limited(&p, MAX_STORED_CHUNK, Symlinks::Refuse).map_err(|e| {
+        self.read_chunk(id).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::MissingChunk(*id)
             } else {
-                Error::Io { path: p, source: e }
+                Error::Io {
+                    path: self.chunk_path(id),
+                    source: e,
+                }
             }
         })
+    }
+
+    /// [`DirStore::get_chunk`], with the I/O error as it is.
+    pub(crate) fn read_chunk(&self, id: &ChunkId) -> std::io::Result<Vec<u8>> {
+        read_limited(&self.chunk_path(id), MAX_STORED_CHUNK, Symlinks::Refuse)
     }
 
     /// The chunk files in the store with their sizes: every `chunks/<xx>/<id>` entry named

@@ -399,6 +399,17 @@ pub enum Format {
     Json,
 }
 
+/// An error with its causes, as `anyhow` prints one with `{:#}`: `error: cause: cause`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
 /// Prints `doc` as pretty JSON on stdout, best-effort ([`teesfs::say`]): a full disk or a
 /// closed pipe costs the output, not the command.
 pub fn print_json<T: serde::Serialize>(doc: &T) -> anyhow::Result<()> {

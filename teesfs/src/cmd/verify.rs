@@ -1,12 +1,15 @@
-//! `teesfs verify`: check an index's signature and every chunk it references.
+//! `teesfs verify`: check an index's signature and every chunk it references
+//! ([`seeder::verify`]), and print what it found.
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use std::sync::Mutex;
+
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
-use manifest::{Limits, SignedIndex, decode_chunk};
-use rayon::prelude::*;
+use manifest::IndexId;
 use seeder::DirStore;
+use seeder::verify::{IndexCheck, Report, Verdict, VerifyProgress, Which};
 use teesfs::output::{VerifiedIndex, VerifyDoc};
 
 use super::util;
@@ -40,119 +43,131 @@ pub struct VerifyArgs {
 pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
     let trusted = util::load_trust(&args.trust)?;
     let store = DirStore::open(&args.store)?;
-    let ids = match &args.index {
-        Some(p) => vec![store.resolve_index(p)?],
-        None => store.list_indexes()?,
-    };
-    if ids.is_empty() {
-        bail!("store {} holds no index", args.store.display());
-    }
-    let mut bad = 0usize;
+    let which = args.index.as_deref().map_or(Which::All, Which::Named);
     let json = args.format == util::Format::Json;
-    let mut doc = VerifyDoc {
-        version: teesfs::output::VERSION,
-        ok: true,
-        indexes: Vec::new(),
+    let shown = Shown {
+        bar: (!args.quiet && !json).then(|| Mutex::new(None)),
+        text: !json,
     };
-    for id in ids {
-        // A bad index file (a symlink, a FIFO, damaged) is one bad index, not the end of
-        // the check.
-        let opened = store
-            .get_index(&id)
-            .map_err(anyhow::Error::from)
-            .and_then(|bytes| {
-                SignedIndex::open(bytes, Some(id), &trusted, &Limits::default())
-                    .map_err(anyhow::Error::from)
-            });
-        let (signed, index) = match opened {
-            Ok(x) => x,
-            Err(e) => {
-                bad += 1;
-                if json {
-                    doc.indexes.push(VerifiedIndex {
-                        id: id.to_string(),
-                        ok: false,
-                        refused: Some(format!("{e:#}")),
-                        publisher: None,
-                        entries: 0,
-                        chunks: 0,
-                        stored_bytes: 0,
-                        bad_chunks: Vec::new(),
-                    });
-                } else {
-                    outln!("index {id}: REFUSED: {e}");
-                }
-                continue;
-            }
-        };
-        let bar = if args.quiet || json {
-            ProgressBar::hidden()
-        } else {
-            ProgressBar::new(index.total_stored_bytes()).with_style(
-                ProgressStyle::with_template(
-                    "{spinner} verifying [{bar:30}] {binary_bytes}/{binary_total_bytes}",
-                )
-                .expect("static template is valid")
-                .progress_chars("=> "),
-            )
-        };
-        let problems: Vec<String> = index
-            .chunks
-            .par_iter()
-            .filter_map(|c| {
-                bar.inc(u64::from(c.stored_len));
-                match store.get_chunk(&c.id) {
-                    Err(e) => Some(e.to_string()),
-                    Ok(stored) => decode_chunk(&stored, &c.id, c.plain_len)
-                        .err()
-                        .map(|e| e.to_string()),
-                }
-            })
-            .collect();
-        bar.finish_and_clear();
-        let publisher = signed.publisher().context("publisher key")?;
-        if !problems.is_empty() {
-            bad += 1;
-        }
-        if json {
-            doc.indexes.push(VerifiedIndex {
-                id: id.to_string(),
-                ok: problems.is_empty(),
-                refused: None,
-                publisher: Some(publisher.to_hex()),
-                entries: index.entries.len() as u64,
-                chunks: index.chunks.len() as u64,
-                stored_bytes: index.total_stored_bytes(),
-                bad_chunks: problems,
-            });
-        } else if problems.is_empty() {
-            outln!(
-                "index {id}: OK (signed by {}, {} entries, {} chunks, {})",
-                publisher.to_hex().get(..16).unwrap_or_default(),
-                index.entries.len(),
-                index.chunks.len(),
-                util::bytes(index.total_stored_bytes())
-            );
-        } else {
-            outln!(
-                "index {id}: {} of {} chunks BAD",
-                problems.len(),
-                index.chunks.len()
-            );
-            for p in problems.iter().take(20) {
-                outln!("  {p}");
-            }
-            if problems.len() > 20 {
-                outln!("  ... and {} more", problems.len() - 20);
-            }
-        }
-    }
+    let report = seeder::verify(&store, which, &trusted, &shown)?;
     if json {
-        doc.ok = bad == 0;
-        util::print_json(&doc)?;
+        util::print_json(&doc(&report))?;
     }
+    let bad = report.failed();
     if bad > 0 {
         bail!("{bad} index(es) failed verification");
     }
     Ok(())
+}
+
+/// What the check shows as it goes: a progress bar per index (unless quiet), and in text
+/// the index's lines once it is checked.
+struct Shown {
+    bar: Option<Mutex<Option<ProgressBar>>>,
+    text: bool,
+}
+
+impl Shown {
+    fn bar(&self) -> Option<std::sync::MutexGuard<'_, Option<ProgressBar>>> {
+        let bar = self.bar.as_ref()?;
+        Some(
+            bar.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+impl VerifyProgress for Shown {
+    fn index_opened(&self, _: &IndexId, stored_bytes: u64) {
+        if let Some(mut bar) = self.bar() {
+            *bar = Some(
+                ProgressBar::new(stored_bytes).with_style(
+                    ProgressStyle::with_template(
+                        "{spinner} verifying [{bar:30}] {binary_bytes}/{binary_total_bytes}",
+                    )
+                    .expect("static template is valid")
+                    .progress_chars("=> "),
+                ),
+            );
+        }
+    }
+
+    fn chunk_checked(&self, stored_len: u64) {
+        if let Some(bar) = self.bar().as_deref().and_then(Option::as_ref) {
+            bar.inc(stored_len);
+        }
+    }
+
+    fn index_checked(&self, check: &IndexCheck) {
+        if let Some(bar) = self.bar().and_then(|mut b| b.take()) {
+            bar.finish_and_clear();
+        }
+        if self.text {
+            print_text(check);
+        }
+    }
+}
+
+/// An index's lines in text.
+fn print_text(check: &IndexCheck) {
+    let id = check.id;
+    let o = match &check.verdict {
+        Verdict::Refused(e) => {
+            outln!("index {id}: REFUSED: {e}");
+            return;
+        }
+        Verdict::Opened(o) => o,
+    };
+    if o.bad_chunks.is_empty() {
+        outln!(
+            "index {id}: OK (signed by {}, {} entries, {} chunks, {})",
+            o.publisher.to_hex().get(..16).unwrap_or_default(),
+            o.entries,
+            o.chunks,
+            util::bytes(o.stored_bytes)
+        );
+        return;
+    }
+    outln!(
+        "index {id}: {} of {} chunks BAD",
+        o.bad_chunks.len(),
+        o.chunks
+    );
+    for p in o.bad_chunks.iter().take(20) {
+        outln!("  {p}");
+    }
+    if o.bad_chunks.len() > 20 {
+        outln!("  ... and {} more", o.bad_chunks.len() - 20);
+    }
+}
+
+/// The report as `--format json` prints it.
+fn doc(report: &Report) -> VerifyDoc {
+    let index = |check: &IndexCheck| match &check.verdict {
+        Verdict::Refused(e) => VerifiedIndex {
+            id: check.id.to_string(),
+            ok: false,
+            refused: Some(util::error_chain(e)),
+            publisher: None,
+            entries: 0,
+            chunks: 0,
+            stored_bytes: 0,
+            bad_chunks: Vec::new(),
+        },
+        Verdict::Opened(o) => VerifiedIndex {
+            id: check.id.to_string(),
+            ok: check.ok(),
+            refused: None,
+            publisher: Some(o.publisher.to_hex()),
+            entries: o.entries,
+            chunks: o.chunks,
+            stored_bytes: o.stored_bytes,
+            bad_chunks: o.bad_chunks.iter().map(ToString::to_string).collect(),
+        },
+    };
+    VerifyDoc {
+        version: teesfs::output::VERSION,
+        ok: report.ok(),
+        indexes: report.indexes.iter().map(index).collect(),
+    }
 }
