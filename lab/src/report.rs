@@ -1,6 +1,6 @@
 //! The push report as `teesfs push --report` writes it: the node library's
 //! [`PushReport`], read from the file the lab's push wrote. Its picture is the node
-//! library's too ([`teesfs::report`], what `teesfs report` draws), so the lab's launch
+//! report crate's ([`pushreport`], what `teesfs report` draws), so the lab's launch
 //! reports and a real push's look the same; nothing is drawn here.
 
 use std::path::Path;
@@ -27,7 +27,7 @@ pub fn load(path: &Path) -> Result<PushReport> {
 }
 
 /// The report's picture with the application's start on each node (`(host, seconds)`)
-/// marked: [`teesfs::report::svg`] of the report with `app_start_s` filled in.
+/// marked: [`pushreport::svg`] of the report with `app_start_s` filled in.
 ///
 /// The drawing only writes into a string, so it does not fail in practice; should plotters
 /// refuse anyway, the picture says why instead of leaving the report without one.
@@ -38,7 +38,7 @@ pub fn svg(rep: &PushReport, app_started: &[(String, f64)], title: &str) -> Stri
             n.app_start_s = Some(*t);
         }
     }
-    teesfs::report::svg(&rep, title).unwrap_or_else(|e| {
+    pushreport::svg(&rep, title).unwrap_or_else(|e| {
         tracing::error!(error = %e, "cannot draw the push report");
         format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"40\"><text x=\"10\" \

@@ -10,7 +10,7 @@ use peertree::relay::{Event, Phase};
 use peertree::sim::{Network, Sim, SimConfig, SimReport, pick_victims};
 use peertree::topology::{GroupId, Topology};
 use peertree::{NodeId, Plan, PlanOptions, Strategy, measure};
-use teesfs::node::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
+use teesfs::node::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
 
 use crate::error::{LabError, Result};
 use bytesize::ByteSize;
@@ -291,13 +291,13 @@ pub fn push_report(
         .root_events()
         .filter_map(|(t, e)| {
             let (kind, p, c) = match e {
-                Event::EdgeFailed(p, c) => ("failed", p, c),
-                Event::Unreachable(p, c) => ("unreachable", p, c),
-                Event::Liar(p, c) => ("liar", p, c),
+                Event::EdgeFailed(p, c) => (FailureKind::Failed, p, c),
+                Event::Unreachable(p, c) => (FailureKind::Unreachable, p, c),
+                Event::Liar(p, c) => (FailureKind::Liar, p, c),
                 _ => return None,
             };
             Some(Failure {
-                kind: kind.into(),
+                kind,
                 parent: host(*p),
                 child: host(*c),
                 at_s: secs(t),

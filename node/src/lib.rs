@@ -4,8 +4,8 @@
 //! - [`source`]: the [`source::ChunkSource`] interface and the local-store source.
 //! - [`net`]: QUIC transport with mutual TLS between cluster nodes.
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
-//! - [`report`]: the push report drawn as SVG and HTML (`teesfs report`), pure functions
-//!   (the `pushreport` crate, re-exported).
+//! - [`report`]: the push report's format and its bounded reader (the `pushreport` crate,
+//!   re-exported; its drawing, the feature `draw`, is the binary's, not linked here).
 //! - [`output`]: the JSON documents of the store commands (`--format json`).
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //! - [`say`]: best-effort stdout and stderr for the commands (never panics on a full log).

@@ -218,7 +218,7 @@ mod tests {
             .collect();
         rep.failures = (0..n)
             .map(|i| Failure {
-                kind: "failed".into(),
+                kind: crate::FailureKind::Failed,
                 parent: host(i.saturating_sub(1)),
                 child: host(i),
                 at_s: 0.5,

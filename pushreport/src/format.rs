@@ -63,15 +63,49 @@ pub struct Uplink {
     pub out_bytes: u64,
 }
 
+/// What kind of failure a [`Failure`] is. In JSON, its name in lower case; the names of
+/// every release so far, so an older report reads, and any other name is refused by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureKind {
+    /// A child stopped answering.
+    Failed,
+    /// A child never re-attached.
+    Unreachable,
+    /// The parent sent a chunk that did not match its id.
+    Liar,
+    /// The child would not take the job, or could no longer keep its chunks (its store
+    /// failed).
+    Refused,
+    /// The root's own store could not deliver chunks of the index; parent and child are
+    /// the root, and the push ended there.
+    Store,
+}
+
+impl FailureKind {
+    /// Its name, as in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Failed => "failed",
+            FailureKind::Unreachable => "unreachable",
+            FailureKind::Liar => "liar",
+            FailureKind::Refused => "refused",
+            FailureKind::Store => "store",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A failure the root learned of.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
-    /// `failed` (a child stopped answering), `unreachable` (never re-attached), `liar`
-    /// (the parent sent a chunk that did not match its id), `refused` (the child would not
-    /// take the job, or could no longer keep its chunks: its store failed) or `store` (the
-    /// root's own store could not deliver chunks of the index; parent and child are the
-    /// root, and the push ended there).
-    pub kind: String,
+    /// What kind of failure.
+    pub kind: FailureKind,
     /// Parent end of the edge.
     pub parent: String,
     /// Child end of the edge.
@@ -136,5 +170,34 @@ impl PushReport {
         self.uplinks
             .iter()
             .fold(0, |sum, u| sum.saturating_add(u.in_bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_kind_is_its_name_in_json_and_an_unknown_one_is_refused_by_name() {
+        let every = [
+            FailureKind::Failed,
+            FailureKind::Unreachable,
+            FailureKind::Liar,
+            FailureKind::Refused,
+            FailureKind::Store,
+        ];
+        for kind in every {
+            let json = serde_json::to_string(&kind).expect("serialises");
+            assert_eq!(json, format!("\"{kind}\""), "the name every release wrote");
+            let back: FailureKind = serde_json::from_str(&json).expect("reads back");
+            assert_eq!(back, kind);
+        }
+        let old = r#"{"kind":"liar","parent":"x","child":"y","at_s":0.0}"#;
+        let f: Failure = serde_json::from_str(old).expect("a report of an earlier release");
+        assert_eq!(f.kind, FailureKind::Liar);
+        let e = serde_json::from_str::<Failure>(&old.replace("liar", "eaten"))
+            .expect_err("no such kind")
+            .to_string();
+        assert!(e.contains("eaten") && e.contains("unreachable"), "{e}");
     }
 }

@@ -10,24 +10,39 @@
 //! and nothing else is. The page adds tables: failures, groups with their uplink bytes,
 //! edges with their bytes, and (small jobs) nodes.
 //!
+//! The drawing (`svg`, `html`) is behind the feature `draw`, which brings plotters: the
+//! binary turns it on, while the node library, which only writes and reads the format, does
+//! not link it.
+//!
 //! Everything here is a pure function of the report: no I/O, no clock. It must not grow a
 //! second copy of the report's format; it reads the one in [`format`]. Drawing is linear in
 //! the report's size, so that a report of the largest size [`read`] accepts draws in seconds.
 
+#[cfg(feature = "draw")]
 mod curve;
+#[cfg(feature = "draw")]
 mod draw;
 pub mod format;
+#[cfg(feature = "draw")]
 mod group_map;
+#[cfg(feature = "draw")]
 mod model;
+#[cfg(feature = "draw")]
 mod page;
 pub mod read;
+#[cfg(feature = "draw")]
 mod style;
+#[cfg(feature = "draw")]
 mod timeline;
+#[cfg(feature = "draw")]
 mod tree;
 
+#[cfg(feature = "draw")]
 pub use draw::svg;
-pub use format::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
+pub use format::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
+#[cfg(feature = "draw")]
 pub use model::{DETAIL_MAX_NODES, MAX_ROWS};
+#[cfg(feature = "draw")]
 pub use page::html;
 pub use read::{Limits, from_json};
 
@@ -123,6 +138,7 @@ pub enum Error {
 }
 
 /// Plotters' errors carry their backend's error type: kept as text.
+#[cfg(feature = "draw")]
 fn draw_err<E: std::fmt::Debug>(e: E) -> Error {
     Error::Draw {
         detail: format!("{e:?}"),
@@ -130,6 +146,7 @@ fn draw_err<E: std::fmt::Debug>(e: E) -> Error {
 }
 
 /// `&`, `<`, `>` and quotes escaped for HTML text and attributes.
+#[cfg(feature = "draw")]
 fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {

@@ -388,7 +388,7 @@ pub(crate) mod tests {
         }
         let failures = if groups > 1 && size > 1 {
             vec![Failure {
-                kind: "failed".into(),
+                kind: crate::FailureKind::Failed,
                 parent: host(1, 0),
                 child: host(1, 1),
                 at_s: 0.5,

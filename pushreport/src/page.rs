@@ -122,7 +122,7 @@ fn failures(out: &mut String, rep: &PushReport) {
         let _ = write!(
             out,
             "<tr class=\"failed\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            esc(&f.kind),
+            f.kind,
             esc(&f.parent),
             esc(&f.child),
             human_secs(f.at_s),

@@ -167,7 +167,6 @@ fn check_texts(rep: &PushReport, max: usize) -> Result<(), Error> {
         text(&|| format!("uplinks[{i}].proxy"), &u.proxy)?;
     }
     for (i, f) in rep.failures.iter().enumerate() {
-        text(&|| format!("failures[{i}].kind"), &f.kind)?;
         text(&|| format!("failures[{i}].parent"), &f.parent)?;
         text(&|| format!("failures[{i}].child"), &f.child)?;
         text(

@@ -15,7 +15,7 @@ use peertree::{NodeId, Plan, Topology};
 use tokio::sync::mpsc;
 
 use super::job::JobKnobs;
-use super::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
+use super::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
 use super::root::{RootEndpoint, RootJob, RootSession};
 use super::root_store::{BadChunk, CheckedStore, StoreFault};
 use crate::Error;
@@ -382,14 +382,14 @@ fn uplinks(plan: &Plan, topo: &Topology, edges: &HashMap<(NodeId, NodeId), u64>)
 
 /// Why an edge of kind `kind` failed, as far as the root can tell: the connection's own error
 /// when the root dialled the node itself, else what the kind means and where to look.
-fn edge_reason(kind: &str, connect_error: Option<&String>) -> String {
+fn edge_reason(kind: FailureKind, connect_error: Option<&String>) -> String {
     let seen = connect_error.map(|e| format!("{e}; ")).unwrap_or_default();
     match kind {
-        "unreachable" => format!(
+        FailureKind::Unreachable => format!(
             "{seen}never answered: no daemon there, or it never got the job (is \
              teesfs-daemon running there, on the port and address [network] names?)"
         ),
-        "failed" => format!(
+        FailureKind::Failed => format!(
             "{seen}stopped answering its parent during the push (its daemon stopped or \
              crashed, the host went down, or the link was lost); its journal says which"
         ),
@@ -425,7 +425,7 @@ pub fn report(
     for (t, ev) in &out.events {
         match *ev {
             Event::Refused(n, ref reason) => failures.push(Failure {
-                kind: "refused".into(),
+                kind: FailureKind::Refused,
                 parent: plan.parent[n.index()].map(host).unwrap_or_default(),
                 child: host(n),
                 at_s: *t,
@@ -440,21 +440,21 @@ pub fn report(
             }
             Event::EdgeFailed(p, c) | Event::Unreachable(p, c) | Event::Liar(p, c) => {
                 let kind = match ev {
-                    Event::EdgeFailed(..) => "failed",
-                    Event::Unreachable(..) => "unreachable",
-                    _ => "liar",
+                    Event::EdgeFailed(..) => FailureKind::Failed,
+                    Event::Unreachable(..) => FailureKind::Unreachable,
+                    _ => FailureKind::Liar,
                 };
                 let child = host(c);
                 // A node that never reported anything never joined, whatever the kind.
                 let heard = times.contains_key(&c) || edges.keys().any(|&(_, to)| to == c);
-                let kind_seen = if kind == "failed" && !heard {
-                    "unreachable"
+                let kind_seen = if kind == FailureKind::Failed && !heard {
+                    FailureKind::Unreachable
                 } else {
                     kind
                 };
                 let reason = edge_reason(kind_seen, out.connect_errors.get(&child));
                 failures.push(Failure {
-                    kind: kind.into(),
+                    kind,
                     parent: host(p),
                     child,
                     at_s: *t,
@@ -484,7 +484,7 @@ pub fn report(
         .collect();
     if let Some((at, fault)) = &out.store_fault {
         failures.push(Failure {
-            kind: "store".into(),
+            kind: FailureKind::Store,
             parent: host(plan.root),
             child: host(plan.root),
             at_s: *at,

@@ -12,7 +12,7 @@ use peertree::relay::{BulkHold, JobId, Phase, Timing};
 use seeder::DirStore;
 use teesfs::node::handover::{self, Background, Handover};
 use teesfs::node::push::{PushSpec, push, report};
-use teesfs::node::report::PushReport;
+use teesfs::node::report::{FailureKind, PushReport};
 
 use super::jobspec::{JobArgs, RootArgs, RootContact};
 use super::util;
@@ -311,7 +311,7 @@ fn failed(rep: &PushReport) -> Option<anyhow::Error> {
     if let Some(why) = rep
         .failures
         .iter()
-        .find(|f| f.kind == "store")
+        .find(|f| f.kind == FailureKind::Store)
         .and_then(|f| f.reason.as_deref())
     {
         return Some(anyhow::anyhow!("{why}"));
@@ -542,7 +542,7 @@ fn print_report(r: &PushReport) {
     let lost: std::collections::HashSet<&str> = r
         .failures
         .iter()
-        .filter(|f| f.kind != "store")
+        .filter(|f| f.kind != FailureKind::Store)
         .map(|f| f.child.as_str())
         .collect();
     let on = if lost.is_empty() {
@@ -585,8 +585,10 @@ fn print_report(r: &PushReport) {
     }
     for f in &r.failures {
         match &f.reason {
-            Some(why) if f.kind == "store" => outln!("  STORE FAILED at {:.2} s: {why}", f.at_s),
-            Some(why) if f.kind == "refused" => {
+            Some(why) if f.kind == FailureKind::Store => {
+                outln!("  STORE FAILED at {:.2} s: {why}", f.at_s)
+            }
+            Some(why) if f.kind == FailureKind::Refused => {
                 outln!("  REFUSED by {} at {:.2} s: {why}", f.child, f.at_s)
             }
             Some(why) => outln!(

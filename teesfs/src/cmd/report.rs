@@ -43,11 +43,11 @@ pub struct ReportArgs {
 /// Runs `teesfs report`.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let rep = load(&args.input)?;
-    let title = args.title.unwrap_or_else(|| teesfs::report::title(&rep));
+    let title = args.title.unwrap_or_else(|| pushreport::title(&rep));
     let text = if args.svg {
-        teesfs::report::svg(&rep, &title)?
+        pushreport::svg(&rep, &title)?
     } else {
-        teesfs::report::html(&rep, &title)?
+        pushreport::html(&rep, &title)?
     };
     let out = args.output.unwrap_or_else(|| {
         args.input
@@ -66,18 +66,18 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
 ///
 /// Root may run this on a user's file, so it must be a regular file (a FIFO is refused
 /// without waiting for a writer, a device without reading it), is read up to the report's
-/// size bound, and then every field is checked ([`teesfs::report::from_json`]).
+/// size bound, and then every field is checked ([`pushreport::from_json`]).
 pub fn load(path: &Path) -> anyhow::Result<PushReport> {
-    let limits = teesfs::report::Limits::default();
+    let limits = pushreport::Limits::default();
     let bytes =
         seeder::files::read_limited(path, limits.max_input, seeder::files::Symlinks::Follow)
             .with_context(|| format!("reading the push report {}", path.display()))?;
-    teesfs::report::from_json(&bytes, &limits).with_context(|| path.display().to_string())
+    pushreport::from_json(&bytes, &limits).with_context(|| path.display().to_string())
 }
 
 /// Writes the HTML page of `rep` to `path` (`--report-html` of push and prefetch).
 pub fn write_html(path: &Path, rep: &PushReport) -> anyhow::Result<()> {
-    let page = teesfs::report::html(rep, &teesfs::report::title(rep))?;
+    let page = pushreport::html(rep, &pushreport::title(rep))?;
     write(path, &page)
 }
 

@@ -204,7 +204,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
                 r.strategy
             );
             let html = base.with_extension("html");
-            super::outfile::write(&html, teesfs::report::html(rep, &title)?.as_bytes())?;
+            super::outfile::write(&html, pushreport::html(rep, &title)?.as_bytes())?;
             outln!("wrote {} and {}", json.display(), html.display());
         }
     }

@@ -89,7 +89,7 @@ fn failures(end: &PushEnd) -> Vec<(String, String, String)> {
         .report
         .failures
         .iter()
-        .map(|f| (f.kind.clone(), f.parent.clone(), f.child.clone()))
+        .map(|f| (f.kind.to_string(), f.parent.clone(), f.child.clone()))
         .collect();
     f.sort();
     f

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use teesfs::node::report::{EdgeBytes, Failure, NodeTimes, PushReport, Uplink};
+use teesfs::node::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
 
 use crate::util::teesfs_bin;
 
@@ -68,7 +68,7 @@ fn push_report(groups: usize) -> PushReport {
         edges,
         uplinks,
         failures: vec![Failure {
-            kind: "failed".into(),
+            kind: FailureKind::Failed,
             parent: host(1, 1),
             child: host(1, 5),
             at_s: 0.4,
