@@ -482,7 +482,7 @@ impl Lab {
             "--format",
             "json",
         ])?;
-        serde_json::from_str::<teesfs::output::PublishDoc>(&out)
+        serde_json::from_str::<pushreport::output::PublishDoc>(&out)
             .map(|doc| doc.index)
             .map_err(|e| LabError::Parse {
                 what: "teesfs publish --format json".into(),

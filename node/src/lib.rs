@@ -6,7 +6,8 @@
 //! - [`node`]: the node daemon and the push root: jobs, relay driving, chunk store.
 //! - [`report`]: the push report's format and its bounded reader (the `pushreport` crate,
 //!   re-exported; its drawing, the feature `draw`, is the binary's, not linked here).
-//! - [`output`]: the JSON documents of the store commands (`--format json`).
+//! - [`output`]: the JSON documents of the store commands (`--format json`), defined in the
+//!   report crate (`pushreport::output`) and re-exported.
 //! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //! - [`say`]: best-effort stdout and stderr for the commands (never panics on a full log).
 //! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
@@ -18,8 +19,8 @@
 pub mod fs;
 pub mod net;
 pub mod node;
-pub mod output;
 pub use pushreport as report;
+pub use pushreport::output;
 pub mod runenv;
 pub mod say;
 pub mod site;

@@ -10,6 +10,10 @@
 //! and nothing else is. The page adds tables: failures, groups with their uplink bytes,
 //! edges with their bytes, and (small jobs) nodes.
 //!
+//! Beside it, [`output`]: the JSON documents the store commands print (`publish`, `inspect`,
+//! `verify`, `gc` with `--format json`), typed once for the binary that fills them and the
+//! tests and scripts that read them.
+//!
 //! The drawing (`svg`, `html`) is behind the feature `draw`, which brings plotters: the
 //! binary turns it on, while the node library, which only writes and reads the format, does
 //! not link it.
@@ -27,6 +31,7 @@ pub mod format;
 mod group_map;
 #[cfg(feature = "draw")]
 mod model;
+pub mod output;
 #[cfg(feature = "draw")]
 mod page;
 pub mod read;

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pushreport::output::{self, GcDoc, GcRemovedIndex, GcUnreadableTag};
 use seeder::DirStore;
 use seeder::gc::{Policy, Report};
-use teesfs::output::{self, GcDoc, GcRemovedIndex, GcUnreadableTag};
 
 use super::util;
 
@@ -71,7 +71,7 @@ pub struct GcArgs {
     /// "young_chunk_bytes", "removed_chunks", "removed_chunk_bytes", "removed_temp_files",
     /// "removed_temp_bytes", "freed_bytes", "unreadable_tags": [{"path", "reason"}]}` (sizes
     /// in bytes, times in seconds since the
-    /// epoch; teesfs::output::GcDoc).
+    /// epoch; pushreport::output::GcDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
 }

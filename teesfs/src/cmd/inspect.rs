@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use manifest::{EntryIdx, EntryKind, FileData, Limits, SignedIndex};
+use pushreport::output::{self, EntryDoc, IndexDoc, IndexList, IndexSummary};
 use seeder::DirStore;
-use teesfs::output::{self, EntryDoc, IndexDoc, IndexList, IndexSummary};
 
 use super::util;
 
@@ -30,7 +30,7 @@ pub struct InspectArgs {
     /// "id", "publisher", "expires", "file_bytes", "chunks", "stored_bytes", "chunk_size",
     /// "entries": [{"path", "kind", "mode", "uid", "gid", "size", "target", "urgent"}]}`
     /// (sizes in bytes, expires in seconds since the epoch or null;
-    /// teesfs::output::IndexList and IndexDoc).
+    /// pushreport::output::IndexList and IndexDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
 }

@@ -81,7 +81,7 @@ pub struct PublishArgs {
     /// "tag", "expires", "files", "dirs", "symlinks", "hardlinks", "skipped": [PATH...],
     /// "file_bytes", "chunk_size", "urgent_entries", "urgent_chunks", "urgent_bytes", "chunks",
     /// "unique_chunks", "new_chunks", "new_stored_bytes", "stored_bytes", "index_bytes",
-    /// "elapsed_s"}` (sizes in bytes; teesfs::output::PublishDoc).
+    /// "elapsed_s"}` (sizes in bytes; pushreport::output::PublishDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
 }
@@ -273,11 +273,11 @@ fn doc(
     p: &seeder::Published,
     expires: Option<u64>,
     tag: Option<&seeder::TagName>,
-) -> teesfs::output::PublishDoc {
+) -> pushreport::output::PublishDoc {
     let r = &p.report;
     let (urgent_entries, urgent_chunks, urgent_bytes) = util::urgent_size(&p.index);
-    teesfs::output::PublishDoc {
-        version: teesfs::output::VERSION,
+    pushreport::output::PublishDoc {
+        version: pushreport::output::VERSION,
         index: p.id.to_string(),
         tag: tag.map(ToString::to_string),
         expires,

@@ -390,7 +390,7 @@ pub fn job_from_env() -> anyhow::Result<Option<peertree::relay::JobId>> {
 
 /// `--format`: what a command prints on stdout. The JSON documents are versioned (a
 /// `"version": 1` field; fields are only ever added within a version) and typed in the
-/// library (`teesfs::output`, `teesfs::node::control::Status`, `teesfs::node::report`).
+/// libraries (`pushreport::output`, `teesfs::node::control::Status`, `teesfs::node::report`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// For people; may change between releases: do not parse it.

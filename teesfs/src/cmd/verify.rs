@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use manifest::IndexId;
+use pushreport::output::{VerifiedIndex, VerifyDoc};
 use seeder::DirStore;
 use seeder::verify::{IndexCheck, Report, Verdict, VerifyProgress, Which};
-use teesfs::output::{VerifiedIndex, VerifyDoc};
 
 use super::util;
 
@@ -33,7 +33,7 @@ pub struct VerifyArgs {
     quiet: bool,
     /// What to print: `text`, or `json`: `{"version": 1, "ok", "indexes": [{"id", "ok",
     /// "refused", "publisher", "entries", "chunks", "stored_bytes", "bad_chunks": [TEXT]}]}`
-    /// (teesfs::output::VerifyDoc). The exit status is the same in both: 1 when anything
+    /// (pushreport::output::VerifyDoc). The exit status is the same in both: 1 when anything
     /// does not verify.
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
@@ -166,7 +166,7 @@ fn doc(report: &Report) -> VerifyDoc {
         },
     };
     VerifyDoc {
-        version: teesfs::output::VERSION,
+        version: pushreport::output::VERSION,
         ok: report.ok(),
         indexes: report.indexes.iter().map(index).collect(),
     }

@@ -5,9 +5,8 @@
 //! Every document carries `"version": 1` ([`VERSION`]). Within a version fields are only ever
 //! added; a field that changes meaning or goes away raises it. Sizes are bytes, times are
 //! seconds since the Unix epoch, ids are lowercase hex. The other commands' documents live
-//! with what they describe: `status` in [`crate::node::control::Status`], `push` and
-//! `prefetch` in [`crate::node::report::PushReport`], `health` in
-//! [`crate::node::health::HealthReport`].
+//! with what they describe: `push` and `prefetch` in [`crate::PushReport`], `status` and
+//! `health` in the node library (`node::control::Status`, `node::health::HealthReport`).
 //!
 //! Nothing here reads a store or formats for a terminal.
 
