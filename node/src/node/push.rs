@@ -399,16 +399,18 @@ fn edge_reason(kind: FailureKind, connect_error: Option<&String>) -> String {
     }
 }
 
-/// Builds the report from what the root saw.
-pub fn report(
-    plan: &Plan,
-    topology: Option<&Topology>,
-    job: JobId,
-    index_id: IndexId,
-    index: &Index,
-    order: &(Vec<u32>, usize),
-    out: &Outcome,
-) -> PushReport {
+/// What the root's events say, per node and edge.
+struct Tally {
+    /// When each node held the urgent set and the whole layer.
+    times: HashMap<NodeId, (Option<f64>, Option<f64>)>,
+    /// The most bytes each edge reported.
+    edges: HashMap<(NodeId, NodeId), u64>,
+    /// The refusals and failed edges, in the order learned.
+    failures: Vec<Failure>,
+}
+
+/// Tallies the root's events into arrival times, edge bytes and failures.
+fn tally(plan: &Plan, out: &Outcome) -> Tally {
     let host = |n: NodeId| plan.host(n).to_string();
     let mut times: HashMap<NodeId, (Option<f64>, Option<f64>)> = HashMap::new();
     let mut edges: HashMap<(NodeId, NodeId), u64> = HashMap::new();
@@ -464,6 +466,29 @@ pub fn report(
             _ => {}
         }
     }
+    Tally {
+        times,
+        edges,
+        failures,
+    }
+}
+
+/// Builds the report from what the root saw.
+pub fn report(
+    plan: &Plan,
+    topology: Option<&Topology>,
+    job: JobId,
+    index_id: IndexId,
+    index: &Index,
+    order: &(Vec<u32>, usize),
+    out: &Outcome,
+) -> PushReport {
+    let host = |n: NodeId| plan.host(n).to_string();
+    let Tally {
+        times,
+        edges,
+        mut failures,
+    } = tally(plan, out);
     let per_node = plan
         .bfs()
         .into_iter()
