@@ -25,6 +25,7 @@ pub mod runenv;
 pub mod say;
 pub mod site;
 pub mod source;
+pub(crate) mod sync;
 pub mod sys;
 
 /// Errors of the node-side library.

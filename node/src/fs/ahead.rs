@@ -22,6 +22,7 @@ use manifest::{EntryIdx, EntryKind, FileData, Index};
 use tempfile::TempPath;
 
 use super::copies::{Copies, CopyUser, copy_name};
+use crate::sync::lock;
 
 /// A copy being made: where its bytes go, and how many chunk places are still to fill.
 struct Partial {
@@ -48,10 +49,6 @@ pub struct Ahead {
     copies: Arc<Copies>,
     user: CopyUser,
     state: Mutex<State>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Ahead {

@@ -17,6 +17,7 @@ use indexmap::IndexSet;
 use manifest::{EntryKind, Index};
 
 use super::tree::Ino;
+use crate::sync::lock;
 
 /// The most accesses one record keeps (some 50 bytes each, so about 50 MB at most, plus the
 /// names looked up in vain); later ones are counted in [`Recording::dropped`], not kept.
@@ -98,10 +99,6 @@ pub struct Recording {
     pub opened_bytes: u64,
     /// Accesses not kept because the record was full.
     pub dropped: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Recorder {

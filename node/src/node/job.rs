@@ -48,16 +48,13 @@ use super::peers::{Peers, chunk_head, frame};
 use crate::Error;
 use crate::net::StreamKind;
 use crate::source::Fetched;
+use crate::sync::lock;
 
 /// A reader waiting for a chunk: it gets the plain bytes verified on arrival.
 type Waiter = oneshot::Sender<Verified>;
 
 /// A timestamped relay event.
 pub type TimedEvent = (Instant, Event);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Counters of a job on this process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

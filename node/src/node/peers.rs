@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::crls::CrlKeeper;
 use crate::net::{Conn, NetError, StreamKind, Transport};
+use crate::sync::lock;
 
 /// Where incoming messages go.
 pub trait Router: Send + Sync + 'static {
@@ -178,10 +179,6 @@ pub struct Peers {
     crls: Mutex<Option<Arc<CrlKeeper>>>,
     me: Weak<Peers>,
     rt: tokio::runtime::Handle,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn resolve(addr: &str) -> Result<SocketAddr, NetError> {

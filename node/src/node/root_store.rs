@@ -15,6 +15,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::lock;
 use manifest::{ChunkId, ChunkSink, Index, IndexId};
 use seeder::{ChunkStore, DirStore, StoredChunk};
 use tokio::sync::mpsc;
@@ -155,10 +156,6 @@ pub struct CheckedStore {
     position: HashMap<ChunkId, u32>,
     checked: Mutex<HashMap<u32, Stamp>>,
     faults: mpsc::UnboundedSender<BadChunk>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl CheckedStore {

@@ -25,6 +25,7 @@ use manifest::{CheckedChunk, ChunkId, ChunkSink};
 use seeder::{DirStore, StoredChunk};
 
 use crate::Error;
+use crate::sync::lock;
 
 /// What the store holds; one lock, so a chunk leaves the files' list and the memory of
 /// recent chunks in one step.
@@ -68,10 +69,6 @@ pub struct NodeStore {
     /// as on a slow or fragmented disk.
     #[cfg(feature = "fault-injection")]
     write_delay: std::time::Duration,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl NodeStore {

@@ -39,6 +39,7 @@ use crate::fs::copies::Copies;
 use crate::fs::mount::Mounted;
 use crate::fs::record::Recorder;
 use crate::net::{Identity, StreamKind, Transport};
+use crate::sync::lock;
 
 /// How a daemon runs.
 #[derive(Debug, Clone)]
@@ -138,10 +139,6 @@ const MOUNT_AFTER_LINKS: std::time::Duration = std::time::Duration::from_secs(1)
 
 /// How many passed-on `Prepare`s a daemon remembers.
 const PREPARED_KEPT: usize = 1024;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 pub use super::control::{JobStatus, STATUS_VERSION, Status};
 
