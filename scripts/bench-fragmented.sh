@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${BIN:-}" ]; then
-    cargo build --release --locked -p teesfs
+    cargo build --release --locked -p teesfs --features lab
     BIN=$PWD/target/release/teesfs
 fi
 RUNS=${RUNS:-3}

@@ -10,6 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cargo build -p teesfs-spank --locked
-CI=true cargo test -p teesfs --test it --locked -- \
+CI=true cargo test -p teesfs --features lab --test it --locked -- \
     lab_slurm::sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes \
     --exact --nocapture 2>&1 | grep -E '^BENCH|test result|panicked'

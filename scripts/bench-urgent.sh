@@ -17,7 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 bash scripts/deps.sh
 if [ -z "${BIN:-}" ]; then
-    cargo build --release --locked -p teesfs
+    cargo build --release --locked -p teesfs --features lab
     BIN="$PWD/target/release/teesfs"
 fi
 runs="${RUNS:-3}"

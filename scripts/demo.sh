@@ -7,5 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TEESFS_NEED_PIP=1 bash scripts/deps.sh
-cargo build --release --locked -p teesfs
+cargo build --release --locked -p teesfs --features lab
 exec target/release/teesfs lab demo "$@"
