@@ -19,6 +19,7 @@ mod doctor;
 mod gc;
 mod health;
 mod help;
+mod house_rules;
 mod json_output;
 mod lab;
 mod lab_baselines;
