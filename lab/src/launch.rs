@@ -248,46 +248,54 @@ pub fn run(
                 teesfs_outcome(m, &run, "every read from the storage node")
             }
             Method::Sbcast => sbcast_untar(lab, l)?,
-            Method::Learned => {
-                let (from, list) = learned.take().ok_or_else(|| {
-                    LabError::Shape(
-                        "urgent-learned learns from an urgent-first or demand-only run of the \
-                         same launch: list one of them before it"
-                            .into(),
-                    )
-                })?;
-                let learned = list?;
-                // A second job of the layer: no urgent globs, the default push.
-                let mut again = l.clone();
-                again.urgent.clear();
-                let mut o = default_options(&again);
-                o.extra.retain(|a| a != "--no-learned");
-                let run = on_mount(lab, &again, o)?;
-                let pushed = run.push.report.learned_files;
-                if pushed == 0 {
-                    return Err(LabError::Shape(format!(
-                        "urgent-learned: the push did not pick up the list learned in {} ({})",
-                        from.name(),
-                        learned.said.trim()
-                    )));
-                }
-                teesfs_outcome(
-                    m,
-                    &run,
-                    &format!(
-                        "{} files learned from {} nodes in {}, {pushed} pushed first with nothing given",
-                        learned.files,
-                        learned.nodes,
-                        from.name()
-                    ),
-                )
-            }
+            Method::Learned => urgent_learned(lab, l, learned.take())?,
         };
         o.cpu_s += lab.cpu_seconds() - cpu_before;
         on_outcome(&o);
         rep.outcomes.push(o);
     }
     Ok(rep)
+}
+
+/// The urgent-learned run: a second job of the layer, pushed by default with no urgent
+/// globs, which must pick up the list `learned` from the earlier run.
+fn urgent_learned(
+    lab: &Lab,
+    l: &Launch,
+    learned: Option<(Method, Result<Learned>)>,
+) -> Result<Outcome> {
+    let (from, list) = learned.ok_or_else(|| {
+        LabError::Shape(
+            "urgent-learned learns from an urgent-first or demand-only run of the \
+             same launch: list one of them before it"
+                .into(),
+        )
+    })?;
+    let learned = list?;
+    // A second job of the layer: no urgent globs, the default push.
+    let mut again = l.clone();
+    again.urgent.clear();
+    let mut o = default_options(&again);
+    o.extra.retain(|a| a != "--no-learned");
+    let run = on_mount(lab, &again, o)?;
+    let pushed = run.push.report.learned_files;
+    if pushed == 0 {
+        return Err(LabError::Shape(format!(
+            "urgent-learned: the push did not pick up the list learned in {} ({})",
+            from.name(),
+            learned.said.trim()
+        )));
+    }
+    Ok(teesfs_outcome(
+        Method::Learned,
+        &run,
+        &format!(
+            "{} files learned from {} nodes in {}, {pushed} pushed first with nothing given",
+            learned.files,
+            learned.nodes,
+            from.name()
+        ),
+    ))
 }
 
 /// What `teesfs learn` merged from the nodes' records of a job.

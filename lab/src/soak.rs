@@ -220,8 +220,7 @@ pub fn run(
     }
     let baseline = resources(lab)?;
     let started = Instant::now();
-    let mut job_s = Vec::with_capacity(spec.jobs);
-    let (mut complete, mut with_failures) = (0, 0);
+    let mut tally = Tally::default();
     let sequential = spec.jobs / 2;
     let first = base_id + 1000;
     for i in 0..sequential {
@@ -237,97 +236,21 @@ pub fn run(
             &reader,
             check,
         )?;
-        job_s.push(t.elapsed().as_secs_f64());
-        if ok {
-            complete += 1;
-        } else {
-            with_failures += 1;
-        }
+        tally.count(ok, t.elapsed().as_secs_f64());
     }
-    // The killed proxy: a push in the background, its proxy killed once it holds the job.
-    let store_allowance;
-    {
-        let mut o = PushOptions::new(kill_index);
-        o.timeout = Duration::from_secs(120);
-        o.extra = vec![
-            "--job-id".into(),
-            (first + 5000).to_string(),
-            "--deadline".into(),
-            "2s".into(),
-            "--rate-limit".into(),
-            "2MiB".into(),
-        ];
-        let t = Instant::now();
-        let push = lab.push_background(&o)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            check_interrupt()?;
-            let st = lab.status(&spec.kill_proxy)?;
-            if !st.jobs.is_empty() {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(LabError::Timeout(format!(
-                    "{} never took the job to be killed in",
-                    spec.kill_proxy
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        lab.kill_daemon(&spec.kill_proxy)?;
-        let end = push.wait(Duration::from_secs(120))?;
-        lab.restart_daemon(&spec.kill_proxy)?;
-        release_everywhere_but(lab, &end.report.job, Some(&spec.kill_proxy))?;
-        job_s.push(t.elapsed().as_secs_f64());
-        store_allowance = end.report.total_bytes * lab.layout().compute().count() as u64;
-        if end.report.failures.is_empty() {
-            complete += 1;
-        } else {
-            with_failures += 1;
-        }
-    }
-    // Several at a time.
-    let lab_ref: &Lab = lab;
-    let mut next = sequential;
-    while next < spec.jobs.saturating_sub(1) {
-        check_interrupt()?;
-        let batch: Vec<usize> = (next..(next + spec.parallel).min(spec.jobs - 1)).collect();
-        next += batch.len();
-        let t = Instant::now();
-        let results: Vec<Result<bool>> = std::thread::scope(|s| {
-            let handles: Vec<_> = batch
-                .iter()
-                .map(|&i| {
-                    let reader = reader.clone();
-                    s.spawn(move || {
-                        one_job(
-                            lab_ref,
-                            &indexes[i % indexes.len()],
-                            first + i as u64,
-                            &reader,
-                            check,
-                        )
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(LabError::Shape("a soak job panicked".into())))
-                })
-                .collect()
-        });
-        let per = t.elapsed().as_secs_f64() / batch.len() as f64;
-        for r in results {
-            if r? {
-                complete += 1;
-            } else {
-                with_failures += 1;
-            }
-            job_s.push(per);
-        }
-    }
+    let store_allowance = killed_proxy_job(lab, kill_index, first + 5000, spec, &mut tally)?;
+    let jobs = Jobs {
+        indexes,
+        first,
+        reader: &reader,
+        check,
+    };
+    jobs.in_parallel(
+        lab,
+        sequential..spec.jobs.saturating_sub(1),
+        spec.parallel,
+        &mut tally,
+    )?;
     let wall_s = started.elapsed().as_secs_f64();
     // Waiting on the daemons' own timers (idle connections closing), not on a message.
     std::thread::sleep(spec.settle);
@@ -336,12 +259,135 @@ pub fn run(
         spec: spec.clone(),
         baseline,
         after,
-        complete,
-        with_failures,
+        complete: tally.complete,
+        with_failures: tally.with_failures,
         store_allowance,
-        job_s,
+        job_s: tally.job_s,
         wall_s,
     })
+}
+
+/// The soak's jobs so far: how long each took, and how many ended complete or with
+/// failures.
+#[derive(Default)]
+struct Tally {
+    job_s: Vec<f64>,
+    complete: usize,
+    with_failures: usize,
+}
+
+impl Tally {
+    /// Counts one job, complete (`ok`) or not, that took `secs`.
+    fn count(&mut self, ok: bool, secs: f64) {
+        self.job_s.push(secs);
+        if ok {
+            self.complete += 1;
+        } else {
+            self.with_failures += 1;
+        }
+    }
+}
+
+/// The killed proxy: a push of `kill_index` (job `job`) in the background, rate-limited,
+/// its proxy killed once it holds the job and restarted after the push ended. Answers the
+/// store bytes the nodes may have grown by (the layer once on every node).
+fn killed_proxy_job(
+    lab: &Lab,
+    kill_index: &str,
+    job: u64,
+    spec: &SoakSpec,
+    tally: &mut Tally,
+) -> Result<u64> {
+    let mut o = PushOptions::new(kill_index);
+    o.timeout = Duration::from_secs(120);
+    o.extra = vec![
+        "--job-id".into(),
+        job.to_string(),
+        "--deadline".into(),
+        "2s".into(),
+        "--rate-limit".into(),
+        "2MiB".into(),
+    ];
+    let t = Instant::now();
+    let push = lab.push_background(&o)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        check_interrupt()?;
+        let st = lab.status(&spec.kill_proxy)?;
+        if !st.jobs.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(LabError::Timeout(format!(
+                "{} never took the job to be killed in",
+                spec.kill_proxy
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    lab.kill_daemon(&spec.kill_proxy)?;
+    let end = push.wait(Duration::from_secs(120))?;
+    lab.restart_daemon(&spec.kill_proxy)?;
+    release_everywhere_but(lab, &end.report.job, Some(&spec.kill_proxy))?;
+    tally.count(end.report.failures.is_empty(), t.elapsed().as_secs_f64());
+    Ok(end.report.total_bytes * lab.layout().compute().count() as u64)
+}
+
+/// The soak's ordinary jobs: job `i` runs layer `i` (cycling) as job id `first + i`, and
+/// `reader` reads `check` in it.
+struct Jobs<'a> {
+    indexes: &'a [String],
+    first: u64,
+    reader: &'a str,
+    check: &'a str,
+}
+
+impl Jobs<'_> {
+    /// Runs the jobs `range`, `parallel` at a time; each of a batch is counted with the
+    /// batch's time shared out.
+    fn in_parallel(
+        &self,
+        lab: &Lab,
+        range: std::ops::Range<usize>,
+        parallel: usize,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let mut next = range.start;
+        while next < range.end {
+            check_interrupt()?;
+            let batch: Vec<usize> = (next..(next + parallel).min(range.end)).collect();
+            next += batch.len();
+            let t = Instant::now();
+            let results: Vec<Result<bool>> = std::thread::scope(|s| {
+                let handles: Vec<_> = batch
+                    .iter()
+                    .map(|&i| {
+                        s.spawn(move || {
+                            one_job(
+                                lab,
+                                &self.indexes[i % self.indexes.len()],
+                                self.first + i as u64,
+                                self.reader,
+                                self.check,
+                            )
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(LabError::Shape("a soak job panicked".into())))
+                    })
+                    .collect()
+            });
+            let per = t.elapsed().as_secs_f64() / batch.len() as f64;
+            for r in results {
+                tally.count(r?, per);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes `count` layers of `bytes` incompressible bytes each (different content per

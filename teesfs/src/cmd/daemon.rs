@@ -111,47 +111,14 @@ pub struct DaemonArgs {
 
 /// Runs `teesfs daemon`.
 pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
-    #[cfg(feature = "lab")]
-    let fault = Fault::parse(args.fault.as_deref())?;
-    let host = match args.host {
-        Some(h) => h,
+    let host = match &args.host {
+        Some(h) => h.clone(),
         None => nix::unistd::gethostname()
             .context("reading the host name; pass --host")?
             .to_string_lossy()
             .into_owned(),
     };
-    let trusted = util::load_user_trust(util::load_trust(&args.trust)?, &args.trusted_users)?;
-    let revoked = util::load_revoked(&args.revoked)?;
-    let root = nix::unistd::geteuid().is_root();
-    let cfg = DaemonConfig {
-        host: host.clone(),
-        listen: args.listen,
-        identity_dir: args.identity.clone(),
-        control: args
-            .control
-            .unwrap_or_else(|| args.state_dir.join("daemon.sock")),
-        state_dir: args.state_dir,
-        mount_root: args.mount_root,
-        store_budget: args.store_budget,
-        recent_bytes: args.recent,
-        cache_bytes: args.cache,
-        passthrough: root && !args.no_passthrough,
-        copies_budget: args.copies_budget,
-        read_timeout: args.read_timeout,
-        trusted,
-        revoked,
-        mount: !args.no_mount,
-        knobs: teesfs::node::job::JobKnobs {
-            rate_limit: args.rate_limit,
-            #[cfg(feature = "lab")]
-            corrupt_outgoing: fault == Fault::CorruptForward,
-            #[cfg(feature = "lab")]
-            slow_store: match fault {
-                Fault::SlowStore(d) => d,
-                _ => std::time::Duration::ZERO,
-            },
-        },
-    };
+    let cfg = config(&args, &host)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.workers))
         .thread_name("teesfs-daemon")
@@ -166,48 +133,16 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             )
         })?;
         let control = daemon.open_control();
-        let metrics = match args.metrics {
-            Some(addr) => {
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| teesfs::Error::MetricsListen { addr, source })?;
-                let bound = listener.local_addr().context("the metrics address bound")?;
-                daemon.serve_metrics(listener, metrics_config(&args.metrics_allow, args.metrics_per_job));
-                tracing::info!("serving metrics at http://{bound}/metrics");
-                Some(bound)
-            }
-            None => None,
-        };
+        let metrics = serve_metrics(&daemon, &args).await?;
         // Signal handlers before the daemon says it is up: a SIGTERM right after readiness
         // must unmount the jobs, not kill the daemon outright.
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing a SIGTERM handler")?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .context("installing a SIGINT handler")?;
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing a SIGHUP handler")?;
-        // `systemctl reload`: the trusted keys and the credentials (CRL included) again,
-        // without touching running jobs.
-        let reloading = daemon.clone();
-        let trust_args = args.trust.clone();
-        let users_dir = args.trusted_users.clone();
-        let revoked_path = args.revoked.clone();
-        tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading]);
-                let reloaded = util::load_trust(&trust_args).and_then(|keys| {
-                    let keys = util::load_user_trust(keys, &users_dir)?;
-                    let revoked = util::load_revoked(&revoked_path)?;
-                    reloading
-                        .reload(keys, revoked)
-                        .map_err(anyhow::Error::from)
-                });
-                if let Err(e) = reloaded {
-                    tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the previous keys and credentials");
-                }
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-            }
-        });
+        reload_on_hangup(&daemon, hup, &args);
         // Scripts and tests read this line to learn the bound address; the control socket
         // is open by then.
         match metrics {
@@ -234,6 +169,90 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
     })?;
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     Ok(())
+}
+
+/// The daemon's configuration from its flags: the trusted keys and revoked indexes read,
+/// the lab's fault parsed.
+fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
+    #[cfg(feature = "lab")]
+    let fault = Fault::parse(args.fault.as_deref())?;
+    let trusted = util::load_user_trust(util::load_trust(&args.trust)?, &args.trusted_users)?;
+    let revoked = util::load_revoked(&args.revoked)?;
+    let root = nix::unistd::geteuid().is_root();
+    Ok(DaemonConfig {
+        host: host.to_string(),
+        listen: args.listen,
+        identity_dir: args.identity.clone(),
+        control: args
+            .control
+            .clone()
+            .unwrap_or_else(|| args.state_dir.join("daemon.sock")),
+        state_dir: args.state_dir.clone(),
+        mount_root: args.mount_root.clone(),
+        store_budget: args.store_budget,
+        recent_bytes: args.recent,
+        cache_bytes: args.cache,
+        passthrough: root && !args.no_passthrough,
+        copies_budget: args.copies_budget,
+        read_timeout: args.read_timeout,
+        trusted,
+        revoked,
+        mount: !args.no_mount,
+        knobs: teesfs::node::job::JobKnobs {
+            rate_limit: args.rate_limit,
+            #[cfg(feature = "lab")]
+            corrupt_outgoing: fault == Fault::CorruptForward,
+            #[cfg(feature = "lab")]
+            slow_store: match fault {
+                Fault::SlowStore(d) => d,
+                _ => std::time::Duration::ZERO,
+            },
+        },
+    })
+}
+
+/// Serves `--metrics`, when given: the address bound.
+async fn serve_metrics(daemon: &Daemon, args: &DaemonArgs) -> anyhow::Result<Option<SocketAddr>> {
+    let Some(addr) = args.metrics else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| teesfs::Error::MetricsListen { addr, source })?;
+    let bound = listener.local_addr().context("the metrics address bound")?;
+    daemon.serve_metrics(
+        listener,
+        metrics_config(&args.metrics_allow, args.metrics_per_job),
+    );
+    tracing::info!("serving metrics at http://{bound}/metrics");
+    Ok(Some(bound))
+}
+
+/// On SIGHUP (`systemctl reload`), reads the trusted keys and the credentials (CRL
+/// included) again, without touching running jobs; a failed reload keeps the old ones.
+fn reload_on_hangup(
+    daemon: &std::sync::Arc<Daemon>,
+    mut hup: tokio::signal::unix::Signal,
+    args: &DaemonArgs,
+) {
+    let reloading = daemon.clone();
+    let trust_args = args.trust.clone();
+    let users_dir = args.trusted_users.clone();
+    let revoked_path = args.revoked.clone();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading]);
+            let reloaded = util::load_trust(&trust_args).and_then(|keys| {
+                let keys = util::load_user_trust(keys, &users_dir)?;
+                let revoked = util::load_revoked(&revoked_path)?;
+                reloading.reload(keys, revoked).map_err(anyhow::Error::from)
+            });
+            if let Err(e) = reloaded {
+                tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the previous keys and credentials");
+            }
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        }
+    });
 }
 
 /// What `--metrics-allow` and `--metrics-per-job` let the endpoint tell, and to whom; a

@@ -11,7 +11,7 @@ use peertree::Strategy;
 use peertree::relay::{BulkHold, JobId, Phase, Timing};
 use seeder::DirStore;
 use teesfs::node::handover::{self, Background, Handover};
-use teesfs::node::push::{PushSpec, push, report};
+use teesfs::node::push::{Outcome, PushSpec, push, report};
 use teesfs::node::report::{FailureKind, PushReport};
 
 use super::jobspec::{JobArgs, RootArgs, RootContact};
@@ -258,17 +258,32 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         return hand_off(&args, &bar);
     }
     let wait = if serving { Phase::All } else { wait };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let report_of = |o: &teesfs::node::push::Outcome| {
+    let report_of = |o: &Outcome| {
         let mut r = report(&plan, Some(&topology), job, index_id, &index, &order, o);
         r.learned_files = hint.len();
         r
     };
+    let outcome = carry_out(spec, wait, args.timeout, &bar, serving, &report_of)?;
+    finish(&args, &report_of(&outcome), outcome.timed_out, serving)
+}
+
+/// Carries the push out on a runtime of its own until `wait` (or `timeout`), the bar
+/// following its progress; a background copy (`serving`) hands its report over once the
+/// urgent set is everywhere, and goes on.
+fn carry_out(
+    spec: PushSpec,
+    wait: Phase,
+    timeout: Duration,
+    bar: &ProgressBar,
+    serving: bool,
+    report_of: &dyn Fn(&Outcome) -> PushReport,
+) -> anyhow::Result<Outcome> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let mut urgent_sent = false;
-    let outcome = rt.block_on(push(spec, wait, args.timeout, |p, so_far| {
+    let outcome = rt.block_on(push(spec, wait, timeout, |p, so_far| {
         bar.set_position(p.urgent as u64);
         bar.set_message(format!(
             "urgent, {} complete, {} failed, {} sent",
@@ -283,7 +298,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
     }))?;
     bar.finish_and_clear();
     rt.shutdown_timeout(Duration::from_secs(1));
-    finish(&args, &report_of(&outcome), outcome.timed_out, serving)
+    Ok(outcome)
 }
 
 /// Shows or hands over the final report, writes `--report`, and fails when nodes did.

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use peertree::relay::{Event, JobId, Msg, Phase, Relay, Routed, Start};
+use peertree::relay::{Event, JobId, Msg, NodeInfo, Phase, Relay, Routed, Start};
 
 use super::JobSource;
 use super::admit::Admitted;
@@ -132,6 +132,22 @@ pub struct Daemon {
     metrics_addr: Mutex<Option<std::net::SocketAddr>>,
     /// The records of the last jobs released here, for `teesfs learn`.
     released: Mutex<records::Released>,
+}
+
+/// The children (host, address) whose links a job's mount waits for: on a node whose
+/// handshakes take turns on its CPU, its direct children (their `Start`s wait for the
+/// links; the application needs its urgent set too, which comes later); none elsewhere.
+fn mount_waits_for(start: &Start) -> Vec<(String, String)> {
+    let me = start.subtree.first().map(|n| n.id);
+    let children: Vec<(String, String)> = (start.subtree.iter().skip(1))
+        .filter(|n| Some(n.parent) == me)
+        .map(|n| (n.host.clone(), n.addr.clone()))
+        .collect();
+    if Peers::handshakes_take_turns(children.len() + 1) {
+        children
+    } else {
+        Vec::new()
+    }
 }
 
 /// The longest a job's mount waits for the links to the node's children.
@@ -339,40 +355,8 @@ impl Daemon {
         let span = tracing::info_span!("job", %job);
         let _g = span.enter();
         let parent = start.ancestors.first().cloned();
-        // The parent hears why at once ([`Msg::Refused`]), so the push names this node and
-        // the reason instead of waiting for its deadline; it drops only its own children.
-        let refuse = |why: String| {
-            tracing::error!(parent = %from_host, "refusing job: {why}");
-            if let Some(p) = &parent {
-                let msg = Msg::Refused {
-                    reason: why.clone(),
-                };
-                let frame = super::peers::frame(job, &msg);
-                self.peers
-                    .send(&p.host, &p.addr, StreamKind::Control, frame);
-            }
-        };
-        let admitted = {
-            let trusted = self
-                .trusted
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let revoked = self
-                .revoked
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let policy = super::admit::Policy {
-                trusted: &trusted.keys,
-                owners: &trusted.owners,
-                revoked: &revoked,
-                now,
-            };
-            super::admit::admit(&start, &self.cfg.host, from_host, &policy)
-        };
-        let (signed, index, schedule) = match admitted {
+        let refuse = |why: String| self.refuse(job, from_host, parent.as_ref(), &why);
+        let (signed, index, schedule) = match self.admit(from_host, &start) {
             Ok(Admitted::Probe) => return self.start_probe(from_host, job, start),
             Ok(Admitted::Job {
                 signed,
@@ -382,24 +366,7 @@ impl Daemon {
             Err(Error::Manifest(e)) => return refuse(format!("index rejected: {e}")),
             Err(e) => return refuse(e.to_string()),
         };
-        let mut known = start.subtree.clone();
-        known.extend(start.ancestors.iter().cloned());
-        // Siblings: the deputy among them adopts the others if our parent fails.
-        known.extend(start.kin.iter().cloned());
-        // The children's links were made afresh by the job's `Prepare`, when one came.
-        let prepared = lock(&self.prepared).contains(&job);
-        let children = start.subtree.iter().skip(1).filter(|_| !prepared);
-        // The connection the `Start` came on is live and its peer is no stale process: the
-        // job's messages to the sender go on it. Made afresh, it would carry only the
-        // sender's bulk stream, which falls silent while the sender holds the rest of the
-        // layer back (`push --bulk-after`) and was closed by QUIC's idle timeout under
-        // it: every edge of the tree failed at the hold's end (issue 28).
-        self.fresh_links(
-            children
-                .chain(&start.ancestors)
-                .map(|n| n.host.as_str())
-                .filter(|h| *h != self.cfg.host && *h != from_host),
-        );
+        let known = self.link_peers(from_host, job, &start);
         // Shared-storage mode reads the parallel file system, the store locked against gc.
         let shared = match &start.shared_store {
             Some(path) => match seeder::DirStore::open_for_a_job(std::path::Path::new(path)) {
@@ -409,34 +376,14 @@ impl Daemon {
             None => None,
         };
         let owner = start.owner;
-        if let Some(root) = start.root_clock_ms {
-            let skew = i128::from(super::push::unix_ms_now()) - i128::from(root);
-            *lock(&self.clock_skew_ms) = i64::try_from(skew).ok();
-        }
-        // On a node whose handshakes take turns on its CPU, its mount waits for its
-        // children's links (their `Start`s wait for them; the application needs its
-        // urgent set too, which comes later).
-        let me = start.subtree.first().map(|n| n.id);
-        let mut children: Vec<(String, String)> = (start.subtree.iter().skip(1))
-            .filter(|n| Some(n.parent) == me)
-            .map(|n| (n.host.clone(), n.addr.clone()))
-            .collect();
-        if !Peers::handshakes_take_turns(children.len() + 1) {
-            children.clear();
-        }
+        self.note_clock_skew(&start);
+        let children = mount_waits_for(&start);
         let mut relay = match Relay::new_node(start, schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => return refuse(e.to_string()),
         };
         if shared.is_none() {
-            // Chunks kept from earlier jobs are not sent again; the parent is told so.
-            let store = &self.store;
-            relay.hold_existing(
-                (0u32..)
-                    .zip(&index.chunks)
-                    .filter(|(_, c)| store.contains(&c.id))
-                    .map(|(p, _)| p),
-            );
+            self.hold_stored(&mut relay, &index);
         }
         let index = Arc::new(index);
         let bytes: Arc<dyn seeder::ChunkStore> = match &shared {
@@ -490,6 +437,87 @@ impl Daemon {
             };
             self.spawn_mount(nj, (*index).clone(), (signed.id(), source), owner, children);
         }
+    }
+
+    /// Refuses a job: logged, and its parent hears why at once ([`Msg::Refused`]), so the
+    /// push names this node and the reason instead of waiting for its deadline; the parent
+    /// drops only its own children.
+    fn refuse(&self, job: JobId, from_host: &str, parent: Option<&NodeInfo>, why: &str) {
+        tracing::error!(parent = %from_host, "refusing job: {why}");
+        if let Some(p) = parent {
+            let msg = Msg::Refused {
+                reason: why.to_string(),
+            };
+            let frame = super::peers::frame(job, &msg);
+            self.peers
+                .send(&p.host, &p.addr, StreamKind::Control, frame);
+        }
+    }
+
+    /// Admits or refuses a `Start` by the trusted keys and revoked index ids in force now.
+    fn admit(&self, from_host: &str, start: &Start) -> Result<Admitted, Error> {
+        let trusted = self
+            .trusted
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let revoked = self
+            .revoked
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let policy = super::admit::Policy {
+            trusted: &trusted.keys,
+            owners: &trusted.owners,
+            revoked: &revoked,
+            now,
+        };
+        super::admit::admit(start, &self.cfg.host, from_host, &policy)
+    }
+
+    /// The peers a job talks to (its subtree, ancestors and siblings), with fresh links
+    /// made to those the job's `Prepare` did not link already.
+    fn link_peers(&self, from_host: &str, job: JobId, start: &Start) -> Vec<NodeInfo> {
+        let mut known = start.subtree.clone();
+        known.extend(start.ancestors.iter().cloned());
+        // Siblings: the deputy among them adopts the others if our parent fails.
+        known.extend(start.kin.iter().cloned());
+        // The children's links were made afresh by the job's `Prepare`, when one came.
+        let prepared = lock(&self.prepared).contains(&job);
+        let children = start.subtree.iter().skip(1).filter(|_| !prepared);
+        // The connection the `Start` came on is live and its peer is no stale process: the
+        // job's messages to the sender go on it. Made afresh, it would carry only the
+        // sender's bulk stream, which falls silent while the sender holds the rest of the
+        // layer back (`push --bulk-after`) and was closed by QUIC's idle timeout under
+        // it: every edge of the tree failed at the hold's end (issue 28).
+        self.fresh_links(
+            children
+                .chain(&start.ancestors)
+                .map(|n| n.host.as_str())
+                .filter(|h| *h != self.cfg.host && *h != from_host),
+        );
+        known
+    }
+
+    /// Remembers how far this node's clock is from the login node's, as a `Start` says.
+    fn note_clock_skew(&self, start: &Start) {
+        if let Some(root) = start.root_clock_ms {
+            let skew = i128::from(super::push::unix_ms_now()) - i128::from(root);
+            *lock(&self.clock_skew_ms) = i64::try_from(skew).ok();
+        }
+    }
+
+    /// Chunks kept from earlier jobs are not sent again: the relay holds them, and tells
+    /// the parent so.
+    fn hold_stored(&self, relay: &mut Relay, index: &manifest::Index) {
+        let store = &self.store;
+        relay.hold_existing(
+            (0u32..)
+                .zip(&index.chunks)
+                .filter(|(_, c)| store.contains(&c.id))
+                .map(|(p, _)| p),
+        );
     }
 
     /// Warns when a layer cannot stay whole in the store.
