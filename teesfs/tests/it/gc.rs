@@ -76,6 +76,34 @@ fn count_chunks(store: &Path) -> usize {
         .count()
 }
 
+/// The listing of the store `s` shows both indexes (`v1`, a day older, tagged `v1`; `v2`
+/// tagged `stable`), with their tags, dates and sizes, newest first.
+fn assert_lists_both(ws: &Workspace, s: &str, v1: &str, v2: &str) {
+    let list: IndexList = json(
+        &ws.teesfs(&["inspect", "--store", s, "--format", "json"]),
+        "inspect",
+    );
+    assert_eq!(list.version, VERSION);
+    let row = |id: &str| {
+        list.indexes
+            .iter()
+            .find(|i| i.id == id)
+            .unwrap_or_else(|| panic!("{id} listed"))
+    };
+    assert_eq!(row(v1).tags, ["v1"]);
+    assert_eq!(row(v2).tags, ["stable"]);
+    assert_eq!(row(v2).files, 2);
+    assert_eq!(row(v2).file_bytes, 900_000);
+    assert!(row(v2).published >= row(v1).published + 86_000);
+    let table = ok(&ws.teesfs(&["inspect", "--store", s]), "inspect");
+    let first = table.lines().nth(1).expect("a row");
+    assert!(
+        first.starts_with(&v2[..16]) && first.contains("stable"),
+        "newest first:\n{table}"
+    );
+    assert!(table.contains("878.9 KiB"), "human sizes:\n{table}");
+}
+
 #[test]
 fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies() {
     let ws = Workspace::new();
@@ -97,30 +125,7 @@ fn gc_keep_1_removes_the_old_layers_own_chunks_and_the_kept_one_still_verifies()
     let only_old: Vec<ChunkId> = old.difference(&new).copied().collect();
     assert!(!only_old.is_empty() && old.intersection(&new).count() > 0);
 
-    // The listing shows both, with their tags, dates and sizes.
-    let list: IndexList = json(
-        &ws.teesfs(&["inspect", "--store", s, "--format", "json"]),
-        "inspect",
-    );
-    assert_eq!(list.version, VERSION);
-    let row = |id: &str| {
-        list.indexes
-            .iter()
-            .find(|i| i.id == id)
-            .unwrap_or_else(|| panic!("{id} listed"))
-    };
-    assert_eq!(row(&v1.index).tags, ["v1"]);
-    assert_eq!(row(&v2.index).tags, ["stable"]);
-    assert_eq!(row(&v2.index).files, 2);
-    assert_eq!(row(&v2.index).file_bytes, 900_000);
-    assert!(row(&v2.index).published >= row(&v1.index).published + 86_000);
-    let table = ok(&ws.teesfs(&["inspect", "--store", s]), "inspect");
-    let first = table.lines().nth(1).expect("a row");
-    assert!(
-        first.starts_with(&v2.index[..16]) && first.contains("stable"),
-        "newest first:\n{table}"
-    );
-    assert!(table.contains("878.9 KiB"), "human sizes:\n{table}");
+    assert_lists_both(&ws, s, &v1.index, &v2.index);
 
     // Every tagged index is kept by default: nothing to do.
     let none: GcDoc = json(

@@ -29,6 +29,68 @@ fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> T {
     })
 }
 
+/// `inspect --index` of the first index (by 8 hex characters of its id): its entries
+/// with their kinds, sizes, urgent positions and link targets.
+fn assert_inspect_index(ws: &Workspace, store: &str, pubkey: &str, first: &PublishDoc) {
+    let one: IndexDoc = parse(
+        &ok(
+            &ws.teesfs(&[
+                "inspect",
+                "--store",
+                store,
+                "--index",
+                &first.index[..8],
+                "--trust",
+                pubkey,
+                "--format",
+                "json",
+            ]),
+            "inspect --index",
+        ),
+        "inspect --index",
+    );
+    assert_eq!((one.version, &one.id), (VERSION, &first.index));
+    assert_eq!(one.file_bytes, first.file_bytes);
+    let small = one
+        .entries
+        .iter()
+        .find(|e| e.path == "a/small.txt")
+        .expect("a/small.txt listed");
+    // make_tree hard-links it, so either entry may be the link.
+    assert!(
+        matches!(small.kind.as_str(), "file" | "hardlink"),
+        "{small:?}"
+    );
+    assert_eq!(small.size, 13);
+    assert!(
+        one.entries
+            .iter()
+            .any(|e| e.kind == "dir" && e.path == "a/b/c")
+    );
+    assert_eq!(small.urgent, Some(1));
+    let link = one
+        .entries
+        .iter()
+        .find(|e| e.path == "rel-link")
+        .expect("rel-link listed");
+    assert_eq!(link.target.as_deref(), Some("a/small.txt"));
+}
+
+/// Overwrites one chunk file of the store with garbage.
+fn damage_a_chunk(store: &std::path::Path) {
+    let shard = std::fs::read_dir(store.join("chunks"))
+        .expect("chunks")
+        .flatten()
+        .next()
+        .expect("a shard");
+    let chunk = std::fs::read_dir(shard.path())
+        .expect("shard")
+        .flatten()
+        .next()
+        .expect("a chunk");
+    std::fs::write(chunk.path(), b"not a chunk").expect("damage it");
+}
+
 #[test]
 fn publish_inspect_and_verify_print_typed_versioned_json() {
     let ws = Workspace::new();
@@ -86,48 +148,7 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
     assert_eq!(list.indexes[0].id, first.index);
     assert_eq!(list.indexes[0].bytes, first.index_bytes);
 
-    let one: IndexDoc = parse(
-        &ok(
-            &ws.teesfs(&[
-                "inspect",
-                "--store",
-                store,
-                "--index",
-                &first.index[..8],
-                "--trust",
-                pubkey,
-                "--format",
-                "json",
-            ]),
-            "inspect --index",
-        ),
-        "inspect --index",
-    );
-    assert_eq!((one.version, &one.id), (VERSION, &first.index));
-    assert_eq!(one.file_bytes, first.file_bytes);
-    let small = one
-        .entries
-        .iter()
-        .find(|e| e.path == "a/small.txt")
-        .expect("a/small.txt listed");
-    // make_tree hard-links it, so either entry may be the link.
-    assert!(
-        matches!(small.kind.as_str(), "file" | "hardlink"),
-        "{small:?}"
-    );
-    assert_eq!(small.size, 13);
-    assert!(
-        one.entries
-            .iter()
-            .any(|e| e.kind == "dir" && e.path == "a/b/c")
-    );
-    assert_eq!(small.urgent, Some(1));
-    let link = one
-        .entries
-        .iter()
-        .find(|e| e.path == "rel-link")
-        .expect("rel-link listed");
-    assert_eq!(link.target.as_deref(), Some("a/small.txt"));
+    assert_inspect_index(&ws, store, pubkey, &first);
 
     let verify = |what: &str| {
         ws.teesfs(&[
@@ -145,17 +166,7 @@ fn publish_inspect_and_verify_print_typed_versioned_json() {
     assert_eq!(good.indexes[0].chunks, first.unique_chunks);
 
     // A damaged chunk: the document says which, and the exit status is still a failure.
-    let shard = std::fs::read_dir(ws.store().join("chunks"))
-        .expect("chunks")
-        .flatten()
-        .next()
-        .expect("a shard");
-    let chunk = std::fs::read_dir(shard.path())
-        .expect("shard")
-        .flatten()
-        .next()
-        .expect("a chunk");
-    std::fs::write(chunk.path(), b"not a chunk").expect("damage it");
+    damage_a_chunk(&ws.store());
     let (status, bad) = verify("verify damaged");
     assert!(!status, "a damaged store verified");
     let bad: VerifyDoc = parse(&bad, "verify damaged");

@@ -51,75 +51,30 @@ impl Site {
             std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).expect("repo");
         let logdir = tmp.path().join("log");
         let config = tmp.path().join("config");
+        let bin = teesfs_bin();
+        let (log, conf) = (logdir.display(), config.display());
         let prolog = tmp.path().join("prolog.sh");
-        std::fs::write(
+        wrapper(
             &prolog,
-            format!(
-                "#!/bin/sh
-export TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={config}
-                 exec sh {script}
-",
-                bin = teesfs_bin(),
-                log = logdir.display(),
-                config = config.display(),
-                script = repo.join("packaging/slurm/prolog-slurmctld.sh").display(),
-            ),
-        )
-        .expect("prolog wrapper");
+            &format!("TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={conf}"),
+            &repo.join("packaging/slurm/prolog-slurmctld.sh"),
+        );
         let epilog = tmp.path().join("epilog.sh");
-        std::fs::write(
+        wrapper(
             &epilog,
-            format!(
-                "#!/bin/sh
-export TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock
-                 exec sh {script}
-",
-                bin = teesfs_bin(),
-                work = work.display(),
-                script = repo.join("packaging/slurm/epilog.sh").display(),
+            &format!(
+                "TEESFS={bin} TEESFS_CONTROL={work}/$(hostname)/sock",
+                work = work.display()
             ),
-        )
-        .expect("epilog wrapper");
+            &repo.join("packaging/slurm/epilog.sh"),
+        );
         let epilog_ctld = tmp.path().join("epilog-slurmctld.sh");
-        std::fs::write(
+        wrapper(
             &epilog_ctld,
-            format!(
-                "#!/bin/sh
-export TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={config}
-                 exec sh {script}
-",
-                bin = teesfs_bin(),
-                log = logdir.display(),
-                config = config.display(),
-                script = repo.join("packaging/slurm/epilog-slurmctld.sh").display(),
-            ),
-        )
-        .expect("epilog-slurmctld wrapper");
-        for f in [&prolog, &epilog, &epilog_ctld] {
-            std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-                .expect("chmod");
-        }
-        // The prolog runs as the Slurm user, as on a site: it needs the login node's key (a
-        // site makes it readable by SlurmUser, see docs/slurm.md) and a log directory it may
-        // write; the rest (spec, store, certificates, trusted keys) is readable by everyone.
-        let slurm_user = nix::unistd::User::from_name("slurm")
-            .expect("users")
-            .expect("the Debian slurm packages create the slurm user");
-        let cluster = work.join("cluster");
-        nix::unistd::chown(&cluster, None, Some(slurm_user.gid)).expect("chgrp credentials");
-        std::fs::set_permissions(
-            &cluster,
-            std::os::unix::fs::PermissionsExt::from_mode(0o750),
-        )
-        .expect("chmod credentials");
-        nix::unistd::chown(&cluster.join("login.key"), Some(slurm_user.uid), None)
-            .expect("chown login key");
-        std::fs::create_dir_all(&logdir).expect("log dir");
-        nix::unistd::chown(&logdir, Some(slurm_user.uid), Some(slurm_user.gid)).expect("chown log");
-        // The EpilogSlurmctld keeps learned urgent lists in the store (docs/slurm.md).
-        let learned = work.join("store/learned");
-        std::fs::create_dir_all(&learned).expect("learned dir");
-        nix::unistd::chown(&learned, Some(slurm_user.uid), None).expect("chown learned");
+            &format!("TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={conf}"),
+            &repo.join("packaging/slurm/epilog-slurmctld.sh"),
+        );
+        let_slurm_user_in(&work, &logdir);
         std::fs::create_dir_all(config.join("trusted")).expect("config");
         std::fs::copy(
             work.join("publisher.pub"),
@@ -189,6 +144,56 @@ export TEESFS={bin} TEESFS_SLURM_LOGDIR={log} TEESFS_CONFIG={config}
             .unwrap_or_default();
         format!("prolog logs: {logs:#?}\nslurmctld: {tail:#?}{nodes}\njobs:\n{jobs}")
     }
+}
+
+/// Writes an executable wrapper at `path` that exports `env` (the lab's stand-in for
+/// /etc/teesfs/slurm.env) and runs the packaged `script`.
+fn wrapper(path: &Path, env: &str, script: &Path) {
+    std::fs::write(
+        path,
+        format!(
+            "#!/bin/sh
+export {env}
+                 exec sh {script}
+",
+            script = script.display(),
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+}
+
+/// The prolog runs as the Slurm user, as on a site: it needs the login node's key (a site
+/// makes it readable by SlurmUser, see docs/slurm.md) and a log directory it may write;
+/// the rest (spec, store, certificates, trusted keys) is readable by everyone. The
+/// EpilogSlurmctld keeps learned urgent lists in the store (docs/slurm.md).
+fn let_slurm_user_in(work: &Path, logdir: &Path) {
+    let slurm_user = nix::unistd::User::from_name("slurm")
+        .expect("users")
+        .expect("the Debian slurm packages create the slurm user");
+    let cluster = work.join("cluster");
+    nix::unistd::chown(&cluster, None, Some(slurm_user.gid)).expect("chgrp credentials");
+    std::fs::set_permissions(
+        &cluster,
+        std::os::unix::fs::PermissionsExt::from_mode(0o750),
+    )
+    .expect("chmod credentials");
+    nix::unistd::chown(&cluster.join("login.key"), Some(slurm_user.uid), None)
+        .expect("chown login key");
+    std::fs::create_dir_all(logdir).expect("log dir");
+    nix::unistd::chown(logdir, Some(slurm_user.uid), Some(slurm_user.gid)).expect("chown log");
+    let learned = work.join("store/learned");
+    std::fs::create_dir_all(&learned).expect("learned dir");
+    nix::unistd::chown(&learned, Some(slurm_user.uid), None).expect("chown learned");
+}
+
+/// The push report the prolog wrote for `job`.
+fn prolog_report(logdir: &Path, job: lab::slurm::JobId) -> serde_json::Value {
+    serde_json::from_slice(
+        &std::fs::read(logdir.join(format!("job-{job}.json"))).expect("prolog's push report"),
+    )
+    .expect("report JSON")
 }
 
 /// Writes `dir/manifest.toml`: the layer `index` in the lab's store, the app's Python files
@@ -450,10 +455,7 @@ fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
         .collect();
     want.sort();
     assert_eq!(lines, want, "every task ran the app from the layer");
-    let report1: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(site.logdir.join(format!("job-{job1}.json"))).expect("push report"),
-    )
-    .expect("report JSON");
+    let report1 = prolog_report(&site.logdir, job1);
     assert_eq!(report1["nodes"].as_u64(), Some(32), "{report1}");
 
     // The epilog released the job everywhere: no job, no mount.
@@ -477,10 +479,7 @@ fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
     assert_eq!(site.ended(&slurm, job2, t), "COMPLETED");
     let text2 = std::fs::read_to_string(tmp.join("job2.out")).unwrap_or_default();
     assert_eq!(text2.lines().count(), 32, "{text2}");
-    let report2: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(site.logdir.join(format!("job-{job2}.json"))).expect("push report"),
-    )
-    .expect("report JSON");
+    let report2 = prolog_report(&site.logdir, job2);
     let (b1, b2) = (edge_bytes(&report1), edge_bytes(&report2));
     assert!(
         b2 * 10 < b1,
@@ -511,85 +510,7 @@ fn sbatch_teesfs_starts_every_task_inside_the_layer_on_all_32_nodes() {
         "a job without --teesfs saw a layer: {text}"
     );
 
-    // The launch benchmark (BENCHMARKS.md, `bash scripts/bench-slurm.sh`): from `sbatch` to
-    // the application having run on every node, with --teesfs against the same job whose
-    // script copies the layer the way sites do today (a tarball by `sbcast`, untarred on
-    // every node). A fresh layer with 32 MiB that the application never reads, so nothing
-    // is held from the jobs above. Printed, not asserted: timing claims are benchmarks.
-    let btag = format!("bench{}", std::process::id());
-    let blayer = tmp.join("layer-bench");
-    crate::run::python_app(&blayer, &btag);
-    std::fs::write(
-        blayer.join(format!("opt/app-{btag}/unused/big.bin")),
-        crate::util::noise(32 << 20, u64::from(std::process::id())),
-    )
-    .expect("big file");
-    let bindex = lab.publish(&blayer).expect("publish");
-    let bdir = tmp.join("bench");
-    std::fs::create_dir_all(&bdir).expect("bench dir");
-    let bspec = write_spec(&lab, &bdir, &bindex, &btag);
-    // The job starts once every node holds the urgent set (the prolog's default).
-    let text = std::fs::read_to_string(&bspec).expect("spec");
-    std::fs::write(&bspec, text.replace("wait = \"all\"", "wait = \"urgent\"")).expect("spec");
-    std::fs::write(
-        bdir.join("teesfs.sh"),
-        format!(
-            "#!/bin/sh\nsrun sh -c 'python3 /opt/app-{btag}/main.py >/dev/null && date +%s.%N'\n"
-        ),
-    )
-    .expect("job script");
-    let tarball = bdir.join("layer.tar");
-    let tar = std::process::Command::new("tar")
-        .arg("-cf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&blayer)
-        .arg(".")
-        .status()
-        .expect("tar");
-    assert!(tar.success());
-    let local = slurm.local_dir();
-    std::fs::write(
-        bdir.join("sbcast.sh"),
-        format!(
-            "#!/bin/sh\nset -e\nsbcast -f {tarball} {local}/layer-$SLURM_JOB_ID.tar\n\
-             srun sh -c 'd={local}/layer-$SLURM_JOB_ID && mkdir -p $d && tar -xf $d.tar -C $d \
-             && cd $d/opt/app-{btag} && PYTHONPATH=lib0:lib1:lib2:. python3 main.py >/dev/null \
-             && date +%s.%N'\n",
-            tarball = tarball.display(),
-            local = local.display(),
-        ),
-    )
-    .expect("sbcast script");
-    let mut seconds = Vec::new();
-    for (method, extra) in [("teesfs", "--teesfs=manifest.toml"), ("sbcast", "")] {
-        let script = format!("{method}.sh");
-        let out = format!("{method}.out");
-        let mut args = vec!["-N", &n, "-o", &out];
-        if !extra.is_empty() {
-            args.push(extra);
-        }
-        args.push(&script);
-        let submitted = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_secs_f64();
-        let job = slurm.submit(&bdir, &args, None).expect("sbatch");
-        assert_eq!(site.ended(&slurm, job, t), "COMPLETED", "{method}");
-        let text = std::fs::read_to_string(bdir.join(&out)).unwrap_or_default();
-        let started: Vec<f64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
-        assert_eq!(started.len(), 32, "{method}: {text}");
-        let last = started.iter().cloned().fold(f64::MIN, f64::max);
-        seconds.push(last - submitted);
-    }
-    println!(
-        "BENCH sbatch-to-app 32 nodes, layer {} MiB: teesfs {:.2} s, sbcast+untar {:.2} s, \
-         ratio {:.2}x",
-        (std::fs::metadata(&tarball).expect("tarball").len() >> 20),
-        seconds[0],
-        seconds[1],
-        seconds[1] / seconds[0]
-    );
+    bench_sbatch_to_app(&lab, &site, &slurm, tmp);
     drop(slurm);
     lab.down().expect("lab down");
 }
@@ -676,8 +597,15 @@ fn two_users_jobs_on_the_same_nodes_each_see_only_their_own_layer() {
             );
         }
     }
-    // Issue 30 item 2: each job's owner may read its own prolog log and push report (an
-    // ACL entry), and not the other user's.
+    let owners: Vec<(lab::slurm::JobId, u32)> = jobs.iter().map(|j| (j.0, j.3)).collect();
+    assert_each_reads_only_their_own(&site.logdir, &owners);
+    drop(slurm);
+    lab.down().expect("lab down");
+}
+
+/// Issue 30 item 2: each job's owner may read its own prolog log and push report (an ACL
+/// entry), and not the other user's (`jobs`: two jobs and their owners' uids).
+fn assert_each_reads_only_their_own(logdir: &Path, jobs: &[(lab::slurm::JobId, u32)]) {
     let reads = |uid: u32, path: &Path| {
         use std::os::unix::process::CommandExt;
         std::process::Command::new("head")
@@ -688,17 +616,107 @@ fn two_users_jobs_on_the_same_nodes_each_see_only_their_own_layer() {
             .output()
             .is_ok_and(|o| o.status.success())
     };
-    for (i, (j, _, _, uid)) in jobs.iter().enumerate() {
+    for (i, (j, uid)) in jobs.iter().enumerate() {
         let other = jobs[1 - i].0;
         for ext in ["log", "json"] {
-            let own = site.logdir.join(format!("job-{j}.{ext}"));
+            let own = logdir.join(format!("job-{j}.{ext}"));
             assert!(reads(*uid, &own), "uid {uid} cannot read {}", own.display());
-            let theirs = site.logdir.join(format!("job-{other}.{ext}"));
+            let theirs = logdir.join(format!("job-{other}.{ext}"));
             assert!(!reads(*uid, &theirs), "uid {uid} read {}", theirs.display());
         }
     }
-    drop(slurm);
-    lab.down().expect("lab down");
+}
+
+/// The launch benchmark (BENCHMARKS.md, `bash scripts/bench-slurm.sh`): from `sbatch` to
+/// the application having run on every node, with --teesfs against the same job whose
+/// script copies the layer the way sites do today (a tarball by `sbcast`, untarred on
+/// every node). Printed, not asserted: timing claims are benchmarks.
+fn bench_sbatch_to_app(lab: &Lab, site: &Site, slurm: &lab::slurm::Slurm<'_>, tmp: &Path) {
+    let n = slurm.hosts().len().to_string();
+    let t = Duration::from_secs(180);
+    let (bdir, tarball) = write_bench_jobs(lab, slurm, tmp);
+    let mut seconds = Vec::new();
+    for (method, extra) in [("teesfs", "--teesfs=manifest.toml"), ("sbcast", "")] {
+        let script = format!("{method}.sh");
+        let out = format!("{method}.out");
+        let mut args = vec!["-N", &n, "-o", &out];
+        if !extra.is_empty() {
+            args.push(extra);
+        }
+        args.push(&script);
+        let submitted = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        let job = slurm.submit(&bdir, &args, None).expect("sbatch");
+        assert_eq!(site.ended(slurm, job, t), "COMPLETED", "{method}");
+        let text = std::fs::read_to_string(bdir.join(&out)).unwrap_or_default();
+        let started: Vec<f64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        assert_eq!(started.len(), 32, "{method}: {text}");
+        let last = started.iter().cloned().fold(f64::MIN, f64::max);
+        seconds.push(last - submitted);
+    }
+    println!(
+        "BENCH sbatch-to-app 32 nodes, layer {} MiB: teesfs {:.2} s, sbcast+untar {:.2} s, \
+         ratio {:.2}x",
+        (std::fs::metadata(&tarball).expect("tarball").len() >> 20),
+        seconds[0],
+        seconds[1],
+        seconds[1] / seconds[0]
+    );
+}
+
+/// The benchmark's two jobs in `tmp/bench`, answered with the directory and the layer's
+/// tarball: `teesfs.sh` (with a spec that starts the job once every node holds the urgent
+/// set) and `sbcast.sh` (copying the tarball). A fresh layer with 32 MiB that the
+/// application never reads, so nothing is held from earlier jobs.
+fn write_bench_jobs(lab: &Lab, slurm: &lab::slurm::Slurm<'_>, tmp: &Path) -> (PathBuf, PathBuf) {
+    let btag = format!("bench{}", std::process::id());
+    let blayer = tmp.join("layer-bench");
+    crate::run::python_app(&blayer, &btag);
+    std::fs::write(
+        blayer.join(format!("opt/app-{btag}/unused/big.bin")),
+        crate::util::noise(32 << 20, u64::from(std::process::id())),
+    )
+    .expect("big file");
+    let bindex = lab.publish(&blayer).expect("publish");
+    let bdir = tmp.join("bench");
+    std::fs::create_dir_all(&bdir).expect("bench dir");
+    let bspec = write_spec(lab, &bdir, &bindex, &btag);
+    // The job starts once every node holds the urgent set (the prolog's default).
+    let text = std::fs::read_to_string(&bspec).expect("spec");
+    std::fs::write(&bspec, text.replace("wait = \"all\"", "wait = \"urgent\"")).expect("spec");
+    std::fs::write(
+        bdir.join("teesfs.sh"),
+        format!(
+            "#!/bin/sh\nsrun sh -c 'python3 /opt/app-{btag}/main.py >/dev/null && date +%s.%N'\n"
+        ),
+    )
+    .expect("job script");
+    let tarball = bdir.join("layer.tar");
+    let tar = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&blayer)
+        .arg(".")
+        .status()
+        .expect("tar");
+    assert!(tar.success());
+    let local = slurm.local_dir();
+    std::fs::write(
+        bdir.join("sbcast.sh"),
+        format!(
+            "#!/bin/sh\nset -e\nsbcast -f {tarball} {local}/layer-$SLURM_JOB_ID.tar\n\
+             srun sh -c 'd={local}/layer-$SLURM_JOB_ID && mkdir -p $d && tar -xf $d.tar -C $d \
+             && cd $d/opt/app-{btag} && PYTHONPATH=lib0:lib1:lib2:. python3 main.py >/dev/null \
+             && date +%s.%N'\n",
+            tarball = tarball.display(),
+            local = local.display(),
+        ),
+    )
+    .expect("sbcast script");
+    (bdir, tarball)
 }
 
 /// The newest push log of the lab (what `teesfs push` printed).

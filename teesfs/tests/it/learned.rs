@@ -224,8 +224,12 @@ fn learned_records_of_every_node_are_merged_and_the_next_push_sends_them_first()
     assert_eq!(rep["learned_files"], 0, "{rep}");
     assert!(text(&garbled.stderr).contains("is unusable"), "{garbled:?}");
 
-    // gc removes the list with its index, and a list whose index is gone, a symlink
-    // planted as one removed as a link, never followed.
+    assert_gc_removes_lists(&c, &list);
+}
+
+/// gc removes the learned list with its index, and a list whose index is gone, a symlink
+/// planted as one removed as a link, never followed.
+fn assert_gc_removes_lists(c: &Cluster, list: &Path) {
     let orphan = list.with_file_name(format!("{}.list", "ab".repeat(32)));
     std::fs::write(
         &orphan,

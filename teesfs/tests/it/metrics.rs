@@ -49,6 +49,41 @@ fn value(text: &str, series: &str) -> Option<f64> {
         .map(|v| v.trim().parse().expect("a number"))
 }
 
+/// Every family is a teesfs_ one with HELP text.
+fn assert_families_have_help(text: &str) {
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(families.len() >= 15, "{families:?}");
+    for f in &families {
+        assert!(f.starts_with("teesfs_"), "{f}");
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("# HELP {f} "))),
+            "no HELP for {f}"
+        );
+    }
+}
+
+/// Bad requests get an answer (404, 405, 431 for an oversized one) and leave the endpoint
+/// working.
+fn assert_bad_requests_answered(addr: &str) {
+    assert!(http(addr, b"GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(http(addr, b"POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 405"));
+    let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 64 << 10));
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    // The endpoint stops reading and answers; the rest may meet a closed socket.
+    let _ = s.write_all(&huge);
+    let mut first = [0u8; 12];
+    s.read_exact(&mut first)
+        .expect("an answer to an oversized request");
+    assert_eq!(&first, b"HTTP/1.1 431");
+}
+
 #[test]
 fn metrics_count_a_real_push_and_waiting_reads_and_drop_a_released_jobs_series() {
     if !can_mount() {
@@ -122,35 +157,8 @@ fn metrics_count_a_real_push_and_waiting_reads_and_drop_a_released_jobs_series()
         st["jobs"][0]["chunks"].as_f64().expect("chunks"),
         "{text}"
     );
-    // Every family is a teesfs_ one with HELP text.
-    let families: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
-    assert!(families.len() >= 15, "{families:?}");
-    for f in &families {
-        assert!(f.starts_with("teesfs_"), "{f}");
-        assert!(
-            text.lines().any(|l| l.starts_with(&format!("# HELP {f} "))),
-            "no HELP for {f}"
-        );
-    }
-
-    // Bad requests get an answer and leave the endpoint working.
-    assert!(http(&addr, b"GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 404"));
-    assert!(http(&addr, b"POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 405"));
-    let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
-    huge.extend(std::iter::repeat_n(b'a', 64 << 10));
-    let mut s = TcpStream::connect(&addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    // The endpoint stops reading and answers; the rest may meet a closed socket.
-    let _ = s.write_all(&huge);
-    let mut first = [0u8; 12];
-    s.read_exact(&mut first)
-        .expect("an answer to an oversized request");
-    assert_eq!(&first, b"HTTP/1.1 431");
+    assert_families_have_help(text);
+    assert_bad_requests_answered(&addr);
 
     // Released: the job's series are gone, the store's remain.
     let job_id = st["jobs"][0]["job"].as_str().expect("job id").to_string();

@@ -142,6 +142,86 @@ fn slurm_release() -> (String, String, u32) {
     )
 }
 
+/// Every file a site needs, as (path in the .deb, path in the .rpm, mode).
+const SITE_FILES: [(&str, &str, &str); 16] = [
+    ("/usr/bin/teesfs", "/usr/bin/teesfs", "-rwxr-xr-x"),
+    (
+        "/lib/systemd/system/teesfs-daemon.service",
+        "/usr/lib/systemd/system/teesfs-daemon.service",
+        "-rw-r--r--",
+    ),
+    (
+        "/etc/teesfs/daemon.env",
+        "/etc/teesfs/daemon.env",
+        "-rw-r--r--",
+    ),
+    (
+        "/etc/teesfs/teesfs.toml",
+        "/etc/teesfs/teesfs.toml",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/teesfs/slurm/prolog-slurmctld.sh",
+        "/usr/share/teesfs/slurm/prolog-slurmctld.sh",
+        "-rwxr-xr-x",
+    ),
+    (
+        "/usr/share/teesfs/slurm/epilog.sh",
+        "/usr/share/teesfs/slurm/epilog.sh",
+        "-rwxr-xr-x",
+    ),
+    (
+        "/usr/share/teesfs/slurm/epilog-slurmctld.sh",
+        "/usr/share/teesfs/slurm/epilog-slurmctld.sh",
+        "-rwxr-xr-x",
+    ),
+    (
+        "/usr/share/teesfs/slurm/plugstack.conf",
+        "/usr/share/teesfs/slurm/plugstack.conf",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/man/man1/teesfs.1.gz",
+        "/usr/share/man/man1/teesfs.1.gz",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/man/man1/teesfs-run.1.gz",
+        "/usr/share/man/man1/teesfs-run.1.gz",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/man/man5/teesfs.toml.5.gz",
+        "/usr/share/man/man5/teesfs.toml.5.gz",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/man/man5/manifest.toml.5.gz",
+        "/usr/share/man/man5/manifest.toml.5.gz",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/bash-completion/completions/teesfs",
+        "/usr/share/bash-completion/completions/teesfs",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/zsh/vendor-completions/_teesfs",
+        "/usr/share/zsh/site-functions/_teesfs",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/fish/vendor_completions.d/teesfs.fish",
+        "/usr/share/fish/vendor_completions.d/teesfs.fish",
+        "-rw-r--r--",
+    ),
+    (
+        "/usr/share/doc/teesfs/slurm.md",
+        "/usr/share/doc/teesfs/slurm.md",
+        "-rw-r--r--",
+    ),
+];
+
 /// Every file a site needs, in both formats, with its mode; the /etc files are conffiles
 /// that an upgrade does not overwrite; the plugin is not in the main package.
 #[test]
@@ -150,86 +230,7 @@ fn the_deb_and_the_rpm_hold_the_files_with_their_modes_and_conffiles() {
     let p = build_packages(&ws);
     let deb = deb_files(&p.deb);
     let rpm = rpm_files(&p.rpm);
-    // (path in the .deb, path in the .rpm, mode)
-    let expected = [
-        ("/usr/bin/teesfs", "/usr/bin/teesfs", "-rwxr-xr-x"),
-        (
-            "/lib/systemd/system/teesfs-daemon.service",
-            "/usr/lib/systemd/system/teesfs-daemon.service",
-            "-rw-r--r--",
-        ),
-        (
-            "/etc/teesfs/daemon.env",
-            "/etc/teesfs/daemon.env",
-            "-rw-r--r--",
-        ),
-        (
-            "/etc/teesfs/teesfs.toml",
-            "/etc/teesfs/teesfs.toml",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/teesfs/slurm/prolog-slurmctld.sh",
-            "/usr/share/teesfs/slurm/prolog-slurmctld.sh",
-            "-rwxr-xr-x",
-        ),
-        (
-            "/usr/share/teesfs/slurm/epilog.sh",
-            "/usr/share/teesfs/slurm/epilog.sh",
-            "-rwxr-xr-x",
-        ),
-        (
-            "/usr/share/teesfs/slurm/epilog-slurmctld.sh",
-            "/usr/share/teesfs/slurm/epilog-slurmctld.sh",
-            "-rwxr-xr-x",
-        ),
-        (
-            "/usr/share/teesfs/slurm/plugstack.conf",
-            "/usr/share/teesfs/slurm/plugstack.conf",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/man/man1/teesfs.1.gz",
-            "/usr/share/man/man1/teesfs.1.gz",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/man/man1/teesfs-run.1.gz",
-            "/usr/share/man/man1/teesfs-run.1.gz",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/man/man5/teesfs.toml.5.gz",
-            "/usr/share/man/man5/teesfs.toml.5.gz",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/man/man5/manifest.toml.5.gz",
-            "/usr/share/man/man5/manifest.toml.5.gz",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/bash-completion/completions/teesfs",
-            "/usr/share/bash-completion/completions/teesfs",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/zsh/vendor-completions/_teesfs",
-            "/usr/share/zsh/site-functions/_teesfs",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/fish/vendor_completions.d/teesfs.fish",
-            "/usr/share/fish/vendor_completions.d/teesfs.fish",
-            "-rw-r--r--",
-        ),
-        (
-            "/usr/share/doc/teesfs/slurm.md",
-            "/usr/share/doc/teesfs/slurm.md",
-            "-rw-r--r--",
-        ),
-    ];
-    for (in_deb, in_rpm, mode) in expected {
+    for (in_deb, in_rpm, mode) in SITE_FILES {
         let d = deb.iter().find(|(p, _)| p == in_deb);
         assert_eq!(
             d.map(|(_, m)| m.as_str()),

@@ -332,6 +332,86 @@ fn keygen_revoke_writes_a_crl_that_nodes_enforce() {
     }
 }
 
+/// The owner of the job in [`a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it`].
+const OWNER: u32 = 4242;
+
+/// Runs `program args` as `uid` (with the same gid) in `/`, with `$SLURM_JOB_ID` only when
+/// `slurm_job` gives it.
+fn as_user_in(uid: u32, slurm_job: Option<&str>, program: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .uid(uid)
+        .gid(uid)
+        .env_remove("TEESFS_CONFIG")
+        .env_remove("TEESFS_JOB")
+        .env_remove("SLURM_JOB_ID")
+        .env("TMPDIR", "/tmp")
+        .current_dir("/");
+    if let Some(j) = slurm_job {
+        cmd.env("SLURM_JOB_ID", j);
+    }
+    cmd.output().expect("run as user")
+}
+
+/// Runs `program args` as `uid`, without `$SLURM_JOB_ID`.
+fn as_user(uid: u32, program: &str, args: &[&str]) -> Output {
+    as_user_in(uid, None, program, args)
+}
+
+/// `teesfs status --json` of the daemon at `sock`, asked as `uid`.
+fn status_json(sock: &str, uid: u32, slurm_job: Option<&str>, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["status", "--json", "--control", sock];
+    all.extend(args);
+    let out = as_user_in(uid, slurm_job, teesfs_bin(), &all);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status JSON")
+}
+
+/// The owner's `status` lists their job (by any name of it); another user's lists nothing.
+fn assert_status_shows_the_job_to_its_owner_only(sock: &str, job: &str) {
+    let mine = status_json(sock, OWNER, None, &[]);
+    assert_eq!(mine["jobs"].as_array().map(Vec::len), Some(1), "{mine}");
+    assert_eq!(mine["jobs"][0]["job"], job);
+    assert_eq!(mine["jobs"][0]["owner"], OWNER);
+    let theirs = status_json(sock, NOBODY, None, &[]);
+    assert_eq!(theirs["jobs"], serde_json::json!([]), "{theirs}");
+    // The job by its Slurm number, its 16 hex digits, 0x hex, or $SLURM_JOB_ID.
+    for (args, env) in [
+        (&["--job", "1234"][..], None),
+        (&["--job", job][..], None),
+        (&["--job", "0x4d2"][..], None),
+        (&[][..], Some("1234")),
+    ] {
+        let one = status_json(sock, OWNER, env, args);
+        assert_eq!(one["job"], job, "{args:?} {env:?}: {one}");
+    }
+    // `--all` ignores $SLURM_JOB_ID (here a job that does not exist).
+    let all = status_json(sock, OWNER, Some("99"), &["--all"]);
+    assert_eq!(all["jobs"].as_array().map(Vec::len), Some(1), "{all}");
+}
+
+/// Another user: the mount (`data`, a file in it) is closed, and the control socket says
+/// there is no such job.
+fn assert_closed_to_another_user(sock: &str, job: &str, data: &str) {
+    let out = as_user(NOBODY, "cat", &[data]);
+    assert!(!out.status.success(), "nobody read the owner's layer");
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_user(
+        NOBODY,
+        teesfs_bin(),
+        &["status", "--control", sock, "--job", job],
+    );
+    assert!(
+        !out.status.success() && stderr(&out).contains("no job"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// The owner of a job (`push --owner UID`, the Slurm prolog's `$SLURM_JOB_UID`) may query
 /// it, enter its mount and run in it; another user may do none of these.
 #[test]
@@ -339,7 +419,6 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
     if !can_mount() {
         return;
     }
-    const OWNER: u32 = 4242;
     let c = Cluster::start(1, |_| vec![]);
     chmod(c.ws.path(), 0o755);
     chmod(&c.nodes[0].dir, 0o755);
@@ -375,49 +454,7 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
     );
     let sock = c.nodes[0].control();
     let sock = sock.to_str().expect("utf8");
-    let as_user_in = |uid: u32, slurm_job: Option<&str>, program: &str, args: &[&str]| {
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .uid(uid)
-            .gid(uid)
-            .env_remove("TEESFS_CONFIG")
-            .env_remove("TEESFS_JOB")
-            .env_remove("SLURM_JOB_ID")
-            .env("TMPDIR", "/tmp")
-            .current_dir("/");
-        if let Some(j) = slurm_job {
-            cmd.env("SLURM_JOB_ID", j);
-        }
-        cmd.output().expect("run as user")
-    };
-    let as_user = |uid: u32, program: &str, args: &[&str]| as_user_in(uid, None, program, args);
-    let status_json = |uid: u32, slurm_job: Option<&str>, args: &[&str]| {
-        let mut all = vec!["status", "--json", "--control", sock];
-        all.extend(args);
-        let out = as_user_in(uid, slurm_job, teesfs_bin(), &all);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status JSON")
-    };
-    // The owner's `status` lists their job; another user's lists nothing.
-    let mine = status_json(OWNER, None, &[]);
-    assert_eq!(mine["jobs"].as_array().map(Vec::len), Some(1), "{mine}");
-    assert_eq!(mine["jobs"][0]["job"], job.as_str());
-    assert_eq!(mine["jobs"][0]["owner"], OWNER);
-    let theirs = status_json(NOBODY, None, &[]);
-    assert_eq!(theirs["jobs"], serde_json::json!([]), "{theirs}");
-    // The job by its Slurm number, its 16 hex digits, 0x hex, or $SLURM_JOB_ID.
-    for (args, env) in [
-        (&["--job", "1234"][..], None),
-        (&["--job", &job][..], None),
-        (&["--job", "0x4d2"][..], None),
-        (&[][..], Some("1234")),
-    ] {
-        let one = status_json(OWNER, env, args);
-        assert_eq!(one["job"], job.as_str(), "{args:?} {env:?}: {one}");
-    }
-    // `--all` ignores $SLURM_JOB_ID (here a job that does not exist).
-    let all = status_json(OWNER, Some("99"), &["--all"]);
-    assert_eq!(all["jobs"].as_array().map(Vec::len), Some(1), "{all}");
+    assert_status_shows_the_job_to_its_owner_only(sock, &job);
     let data = mp.join("opt/owned/data.txt");
     let data = data.to_str().expect("utf8");
 
@@ -427,24 +464,7 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
         (OWNER, 0o700),
         "the mount's root"
     );
-    // Another user: the mount is closed, the control socket says there is no such job.
-    let out = as_user(NOBODY, "cat", &[data]);
-    assert!(!out.status.success(), "nobody read the owner's layer");
-    assert!(
-        stderr(&out).contains("Permission denied"),
-        "{}",
-        stderr(&out)
-    );
-    let out = as_user(
-        NOBODY,
-        teesfs_bin(),
-        &["status", "--control", sock, "--job", &job],
-    );
-    assert!(
-        !out.status.success() && stderr(&out).contains("no job"),
-        "{}",
-        stderr(&out)
-    );
+    assert_closed_to_another_user(sock, &job, data);
 
     // The owner: reads the mount, queries the job, runs in it.
     let out = as_user(OWNER, "cat", &[data]);

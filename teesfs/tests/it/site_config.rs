@@ -2,7 +2,7 @@
 //! and a flag overrides it for one run; issue 30, item 3: a mistake in it is contained to
 //! its key. The real `teesfs` binary with `$TEESFS_SITE_CONFIG`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::util::{Workspace, teesfs_bin};
@@ -162,16 +162,9 @@ fn a_site_configuration_mistake_stops_only_the_commands_that_use_the_key() {
     assert!(out.status.success(), "{out:?}");
 }
 
-/// Issue 30 item 5: with only the site file naming the store (and the keys and the network),
-/// every store command runs without `--store`: publish, inspect, verify, record, mount, a
-/// real push to a daemon, and gc. Before, clap still demanded `--store` although `--help`
-/// showed the site's path as its default.
-#[test]
-fn every_store_command_takes_the_site_store_without_store_flags() {
-    if !crate::util::can_mount() {
-        return;
-    }
-    let cluster = crate::cluster::Cluster::start(1, |_| Vec::new());
+/// Writes `site.toml` in the cluster's workspace: its store, keys and network, and a
+/// topology of its one node.
+fn write_cluster_site(cluster: &crate::cluster::Cluster) -> PathBuf {
     let ws = &cluster.ws;
     let site = ws.path().join("site.toml");
     let s = |p: &Path| p.to_str().expect("utf-8").to_string();
@@ -187,6 +180,49 @@ fn every_store_command_takes_the_site_store_without_store_flags() {
         ),
     )
     .expect("site");
+    site
+}
+
+/// `teesfs mount` of the layer tagged `app` with only the site's store (under `dir`), read
+/// through.
+fn assert_mounts_with_site(dir: &Path, site: &Path) {
+    let s = |p: &Path| p.to_str().expect("utf-8").to_string();
+    let mp = dir.join("mnt");
+    std::fs::create_dir_all(&mp).expect("mountpoint");
+    let files = dir.join("mnt-files");
+    let args: Vec<String> = [
+        "mount",
+        &s(&mp),
+        "--index",
+        "app",
+        "--materialize-dir",
+        &s(&files),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let guard =
+        crate::util::MountGuard::spawn_env(&args, mp.clone(), &[("TEESFS_SITE_CONFIG", site)]);
+    assert_eq!(
+        std::fs::read(mp.join("opt/app/data")).expect("read through the mount"),
+        b"from the site store\n"
+    );
+    drop(guard);
+}
+
+/// Issue 30 item 5: with only the site file naming the store (and the keys and the network),
+/// every store command runs without `--store`: publish, inspect, verify, record, mount, a
+/// real push to a daemon, and gc. Before, clap still demanded `--store` although `--help`
+/// showed the site's path as its default.
+#[test]
+fn every_store_command_takes_the_site_store_without_store_flags() {
+    if !crate::util::can_mount() {
+        return;
+    }
+    let cluster = crate::cluster::Cluster::start(1, |_| Vec::new());
+    let ws = &cluster.ws;
+    let site = write_cluster_site(&cluster);
+    let s = |p: &Path| p.to_str().expect("utf-8").to_string();
     let layer = ws.path().join("layer");
     std::fs::create_dir_all(layer.join("opt/app")).expect("layer");
     std::fs::write(layer.join("opt/app/data"), b"from the site store\n").expect("file");
@@ -220,30 +256,7 @@ fn every_store_command_takes_the_site_store_without_store_flags() {
     ]);
     let listed = std::fs::read_to_string(&list).expect("list");
     assert!(listed.contains("opt/app/data"), "{listed}");
-    let mp = ws.path().join("mnt");
-    std::fs::create_dir_all(&mp).expect("mountpoint");
-    let files = ws.path().join("mnt-files");
-    let args: Vec<String> = [
-        "mount",
-        &s(&mp),
-        "--index",
-        "app",
-        "--materialize-dir",
-        &s(&files),
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    let guard = crate::util::MountGuard::spawn_env(
-        &args,
-        mp.clone(),
-        &[("TEESFS_SITE_CONFIG", site.as_path())],
-    );
-    assert_eq!(
-        std::fs::read(mp.join("opt/app/data")).expect("read through the mount"),
-        b"from the site store\n"
-    );
-    drop(guard);
+    assert_mounts_with_site(ws.path(), &site);
     let out = teesfs_with_site(
         &site,
         &[
