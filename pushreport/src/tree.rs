@@ -58,6 +58,7 @@ impl Tree {
         }
     }
 
+    /// Draws the tree: the legend, the groups, the edges and the nodes.
     pub(super) fn draw(
         &self,
         area: &DrawingArea<SVGBackend<'_>, Shift>,
@@ -65,13 +66,24 @@ impl Tree {
         width: i32,
     ) -> Result<(), Error> {
         let root = (width / 2, 24);
-        let label = ("sans-serif", 12).into_font().color(&MUTED);
         area.draw(&Text::new(
             "the tree by group: edges parent to child, wider = more bytes; proxies green; failed edges and nodes red",
             (20, 2),
             ("sans-serif", 13),
         ))
         .map_err(draw_err)?;
+        self.draw_groups(area, m)?;
+        self.draw_edges(area, m, root)?;
+        self.draw_nodes(area, m, root)
+    }
+
+    /// A box per group, with its name, size and uplink bytes.
+    fn draw_groups(
+        &self,
+        area: &DrawingArea<SVGBackend<'_>, Shift>,
+        m: &Model<'_>,
+    ) -> Result<(), Error> {
+        let label = ("sans-serif", 12).into_font().color(&MUTED);
         let bottom = self.height - 6;
         for (g, &(x, w)) in m.groups.iter().zip(&self.boxes) {
             let corners = [(x, TREE_TOP - 4), (x + w, bottom)];
@@ -94,6 +106,17 @@ impl Tree {
                 .map_err(draw_err)?;
             }
         }
+        Ok(())
+    }
+
+    /// Every edge parent to child, as wide as the bytes it carried, and one red line per
+    /// pair of places that failed.
+    fn draw_edges(
+        &self,
+        area: &DrawingArea<SVGBackend<'_>, Shift>,
+        m: &Model<'_>,
+        root: (i32, i32),
+    ) -> Result<(), Error> {
         let index: HashMap<&str, usize> = m
             .rep
             .per_node
@@ -135,6 +158,17 @@ impl Tree {
             ))
             .map_err(draw_err)?;
         }
+        Ok(())
+    }
+
+    /// The root, and every node as a dot (proxies green, failed ones red) with the number
+    /// of its name.
+    fn draw_nodes(
+        &self,
+        area: &DrawingArea<SVGBackend<'_>, Shift>,
+        m: &Model<'_>,
+        root: (i32, i32),
+    ) -> Result<(), Error> {
         area.draw(&Circle::new(root, 9, BLACK.filled()))
             .map_err(draw_err)?;
         area.draw(&Text::new(
