@@ -117,7 +117,10 @@ fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
     // rm does), and so do the passthrough copies made as they arrived, which hold the
     // same verified bytes; the root (the push) has exited, so nobody can give them back.
     for i in 0..2 {
-        for f in std::fs::read_dir(copies_dir(&c, i)).expect("copies").flatten() {
+        for f in std::fs::read_dir(copies_dir(&c, i))
+            .expect("copies")
+            .flatten()
+        {
             std::fs::remove_file(f.path()).expect("rm copy");
         }
         let chunks = c.nodes[i].dir.join("state/store/chunks");
