@@ -8,7 +8,6 @@
 //!   re-exported; its drawing, the feature `draw`, is the binary's, not linked here).
 //! - [`output`]: the JSON documents of the store commands (`--format json`), defined in the
 //!   report crate (`pushreport::output`) and re-exported.
-//! - [`runenv`]: the execution environment of `teesfs run` (namespaces, overlays).
 //! - [`say`]: best-effort stdout and stderr for the commands (never panics on a full log).
 //! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
 //! - [`sys`]: what the kernel reports (the mount table), parsed in one place.
@@ -21,7 +20,6 @@ pub mod net;
 pub mod node;
 pub use pushreport as report;
 pub use pushreport::output;
-pub mod runenv;
 pub mod say;
 pub mod site;
 pub mod source;

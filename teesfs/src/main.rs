@@ -275,11 +275,8 @@ fn main() -> std::process::ExitCode {
     init_logging();
     // The init of `teesfs run`'s PID namespace: not a user command, so not in clap.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv
-        .get(1)
-        .is_some_and(|a| a == teesfs::runenv::INIT_SUBCOMMAND)
-    {
-        return match teesfs::runenv::init_main(&argv[2..]) {
+    if argv.get(1).is_some_and(|a| a == runenv::INIT_SUBCOMMAND) {
+        return match runenv::init_main(&argv[2..]) {
             Ok(never) => match never {},
             Err(e) => {
                 errln!("teesfs run: {}", error_text(&anyhow::Error::from(e)));
@@ -290,9 +287,9 @@ fn main() -> std::process::ExitCode {
     // The SPANK plugin's helper that builds a Slurm task's environment: not a user command.
     if argv
         .get(1)
-        .is_some_and(|a| a == teesfs::runenv::TASK_ENV_SUBCOMMAND)
+        .is_some_and(|a| a == runenv::TASK_ENV_SUBCOMMAND)
     {
-        return match teesfs::runenv::task_env_main(&argv[2..]) {
+        return match runenv::task_env_main(&argv[2..]) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 errln!("teesfs: {}", error_text(&anyhow::Error::from(e)));

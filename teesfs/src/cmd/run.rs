@@ -4,7 +4,7 @@
 //! On a compute node the layer is the job's mount and writes land in a tmpfs that goes away
 //! with the command. On the login node, `--upper DIR` gives the user their own persistent
 //! layer instead: what they install or delete anywhere lands in DIR, which they publish.
-//! The mechanics are in `teesfs::runenv`.
+//! The mechanics are in `runenv`.
 
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use peertree::relay::JobId;
-use teesfs::runenv::{self, Outcome, RunSpec, Upper};
+use runenv::{self, Outcome, RunSpec, Upper};
 
 use super::util;
 

@@ -18,6 +18,7 @@ const SHIPPED: &[&str] = &[
     "manifest",
     "peertree",
     "seeder",
+    "runenv",
     "pushreport",
     "node",
     "teesfs",

@@ -48,12 +48,30 @@ use nix::unistd::{Gid, Pid, Uid};
 mod apply;
 mod init;
 mod layout;
+pub mod mountinfo;
 
 pub use init::init_main;
 pub use layout::work_dir_for;
 use layout::{Facts, Kind, Listing, Places, Privilege};
 
-type Result<T> = std::result::Result<T, crate::Error>;
+/// Why an execution environment could not be made or run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call or file operation of the execution environment failed.
+    #[error("{what}")]
+    Sys {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A request for an execution environment that cannot be carried out (what to do is in
+    /// the message).
+    #[error("{0}")]
+    InvalidRun(String),
+}
+
+type Result<T> = std::result::Result<T, Error>;
 
 fn sys(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> crate::Error {
     let what = what.into();
@@ -348,7 +366,7 @@ fn list(dir: &Path) -> Result<BTreeMap<OsString, Kind>> {
 
 /// The mount points of this mount namespace, relative to "/" (from `/proc/self/mountinfo`).
 fn mount_points() -> Result<Vec<PathBuf>> {
-    let mounts = crate::sys::mountinfo::read(None).map_err(sys("reading /proc/self/mountinfo"))?;
+    let mounts = crate::mountinfo::read(None).map_err(sys("reading /proc/self/mountinfo"))?;
     Ok(mounts
         .into_iter()
         .filter_map(|m| m.mount_point.strip_prefix("/").ok().map(Path::to_path_buf))

@@ -137,7 +137,9 @@ pub fn init_main(args: &[OsString]) -> Result<std::convert::Infallible> {
     let outcome = match child {
         Ok(child) => supervise(Pid::from_raw(child.id() as i32), &mut signals),
         Err(e) => {
-            crate::errln!(
+            // Best effort: a closed or full stderr must not change the exit status.
+            let _ = writeln!(
+                std::io::stderr(),
                 "teesfs run: cannot run {}: {e}{}",
                 Path::new(&cmd[0]).display(),
                 hidden_system_dir_hint(&e)
