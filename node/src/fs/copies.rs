@@ -44,6 +44,25 @@ struct State {
     held: u64,
 }
 
+impl State {
+    /// The copy `name`, recorded with `size` bytes (and no user) if it is new.
+    fn record(&mut self, name: &str, size: u64) -> &mut Copy {
+        if !self.files.contains(name) {
+            self.bytes += size;
+            let new = Copy {
+                size,
+                open: 0,
+                users: HashSet::new(),
+                orphan: false,
+            };
+            self.files.put(name.to_owned(), new);
+        }
+        self.files
+            .get_mut(name)
+            .expect("the copy is recorded: just now, or before")
+    }
+}
+
 /// The copies directory and its budget, shared by every mount of a daemon.
 #[derive(Debug)]
 pub struct Copies {
@@ -256,21 +275,7 @@ impl Copies {
     /// Records the copy `name` (just written in [`Copies::dir`] and renamed into place) and
     /// leases it to `user`.
     pub fn add(self: &Arc<Self>, name: &str, size: u64, user: CopyUser) -> (Lease, PathBuf) {
-        {
-            let mut st = lock(&self.state);
-            if st.files.peek(name).is_none() {
-                st.bytes += size;
-                st.files.put(
-                    name.to_owned(),
-                    Copy {
-                        size,
-                        open: 0,
-                        users: HashSet::new(),
-                        orphan: false,
-                    },
-                );
-            }
-        }
+        lock(&self.state).record(name, size);
         self.lease(name, user).expect(
             "the copy was recorded just now and only eviction of unopened copies removes it",
         )
@@ -305,21 +310,9 @@ impl Copies {
     pub fn add_held(&self, name: &str, size: u64, user: CopyUser) {
         let mut st = lock(&self.state);
         st.held = st.held.saturating_sub(size);
-        if let Some(c) = st.files.get_mut(name) {
-            c.users.insert(user);
-            c.orphan = false;
-            return;
-        }
-        st.bytes += size;
-        st.files.put(
-            name.to_owned(),
-            Copy {
-                size,
-                open: 0,
-                users: HashSet::from([user]),
-                orphan: false,
-            },
-        );
+        let c = st.record(name, size);
+        c.users.insert(user);
+        c.orphan = false;
     }
 
     /// Forgets a copy that failed its check and removes its file.
