@@ -1,6 +1,7 @@
 //! Copies made ahead: as a job's chunks arrive at a node, verified and decoded, their plain
-//! bytes are written straight into the passthrough copies of the files they belong to. A
-//! file whose chunks have all arrived is then a copy before anyone opens it, so its first
+//! bytes are written straight into the passthrough copies of the files of the urgent set
+//! they belong to (of every file, for a layer without one). A file whose chunks have all
+//! arrived is then a copy before anyone opens it, so its first
 //! open decodes nothing and its reads are the kernel's (passthrough), as from a plain
 //! directory. Without this, the first open of each file decodes every chunk of it a second
 //! time (the daemon decoded them once to verify them) and writes the copy while the
@@ -13,7 +14,7 @@
 //!   files beyond the budget are left to be made at their first open;
 //! - wait on the network: it runs on the thread that verified the chunk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
@@ -52,13 +53,21 @@ pub struct Ahead {
 }
 
 impl Ahead {
-    /// Plans a copy of every file of `index` of at least `min_size` bytes (the files the
-    /// mount serves through passthrough), made in `copies` for `user` as chunks arrive.
+    /// Plans a copy of each file of at least `min_size` bytes (the files the mount serves
+    /// through passthrough) that a start needs, made in `copies` for `user` as chunks
+    /// arrive: the files of the index's urgent set (what its application opens to start),
+    /// or every file where the index has none. Copies of the rest would cost each node CPU
+    /// and memory for files that may never be opened; they are made at their first open.
     pub fn plan(index: &Index, min_size: u64, copies: Arc<Copies>, user: CopyUser) -> Self {
         let cs = u64::from(index.chunk_size);
+        let urgent: HashSet<EntryIdx> = index.urgent.iter().map(|&e| index.resolve(e)).collect();
         let mut wanted: HashMap<u32, Vec<(EntryIdx, u64)>> = HashMap::new();
         let mut files = HashMap::new();
         for (i, e) in index.entries.iter().enumerate() {
+            let file = EntryIdx(i as u32);
+            if !urgent.is_empty() && !urgent.contains(&file) {
+                continue;
+            }
             let EntryKind::File {
                 size,
                 data: FileData::Chunks(slots),
@@ -69,7 +78,6 @@ impl Ahead {
             if *size < min_size.max(1) {
                 continue;
             }
-            let file = EntryIdx(i as u32);
             let mut left = 0u32;
             for (pos, slot) in slots.iter().enumerate() {
                 if let Some(ci) = slot.chunk_index() {

@@ -205,3 +205,30 @@ fn a_copy_that_exists_already_is_not_made_again() {
     assert_eq!(copies.len(), 1);
     assert!(copies.reserve(1 << 29), "no room is left held");
 }
+
+#[test]
+fn only_the_urgent_sets_files_are_made_ahead_where_the_index_has_one() {
+    let files = [
+        ("start.so", pattern(CS + 9, 1)),
+        ("later.so", pattern(CS + 9, 2)),
+    ];
+    let mut index = layer(&files);
+    let start = index
+        .entries
+        .iter()
+        .position(|e| &*e.name == b"start.so")
+        .expect("entry");
+    index.set_urgent([EntryIdx(start as u32)]);
+    let (_t, copies) = copies(1 << 30);
+    let ahead = Ahead::plan(&index, 1, copies.clone(), CopyUser(3));
+    let mut made = Vec::new();
+    for ci in 0..index.chunks.len() {
+        made.extend(ahead.arrived(ci as u32, &plain_of(&index, &files, ci)));
+    }
+    assert_eq!(made, vec![copy_of(&index, "start.so").0]);
+    assert_eq!(
+        copies.len(),
+        1,
+        "the file outside the urgent set waits for its first open"
+    );
+}
