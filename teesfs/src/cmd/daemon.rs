@@ -42,9 +42,9 @@ pub struct DaemonArgs {
     #[arg(long)]
     no_passthrough: bool,
     /// Bytes of passthrough copies (whole files under <state-dir>/files) kept at once;
-    /// copies no process has open are evicted beyond it. Copies are made as a job's
-    /// chunks arrive, while this budget has free room, so a job's first opens decode
-    /// nothing.
+    /// copies no process has open are evicted beyond it. The urgent set's files are
+    /// copied as their chunks arrive, while this budget has free room, so a job's start
+    /// decodes nothing; other files at their first open.
     #[arg(long, default_value = "1GiB", value_parser = util::parse_size)]
     copies_budget: u64,
     /// How long a read of a chunk that has not arrived waits before failing with EIO
