@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use super::FsError;
 use crate::Error;
+use crate::sync::lock;
 
 /// A mount's identity towards the copies it uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,10 +70,6 @@ pub struct Copies {
     dir: PathBuf,
     budget: u64,
     state: Mutex<State>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A copy in use by one open file: it is not evicted while any lease on it lives.

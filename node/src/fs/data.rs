@@ -34,6 +34,7 @@ use super::ahead::Ahead;
 use super::copies::{Copies, CopyUser, Lease, copy_name, verify_copy};
 use super::tree::Tree;
 use crate::source::{ChunkSource, Fetched};
+use crate::sync::lock;
 
 type Shared = Arc<OnceCell<Result<Bytes, FsError>>>;
 
@@ -91,11 +92,6 @@ pub const FAILURE_MEMORY: Duration = Duration::from_secs(10);
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 static NEXT_COPY_USER: AtomicU64 = AtomicU64::new(1);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind, still usable.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// The bytes of a read: a slice of one cached chunk when the read falls inside it (the
 /// usual case for kernel reads of a chunked file, answered without copying), else a

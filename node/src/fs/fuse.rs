@@ -25,6 +25,7 @@ use super::counters::{FsCounters, Op};
 use super::data::Data;
 use super::record::{Access, Recorder};
 use super::tree::{Attr, Ino, NodeKind, Tree};
+use crate::sync::lock;
 
 /// File handles with this bit set were opened for passthrough.
 const PASSTHROUGH_FH: u64 = 1 << 63;
@@ -130,10 +131,6 @@ fn to_fuse(a: &Attr) -> FileAttr {
         blksize: 128 << 10,
         flags: 0,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl LayerFs {
