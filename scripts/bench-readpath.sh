@@ -17,6 +17,12 @@
 #                          from round to round (later rounds find the layer stored: a
 #                          second job of the same layer);
 #   MODE=shared            one mount, N applications reading through it at once.
+#   PLAIN=separate         (default) each plain application reads its own copy of the
+#                          layer, as each node of a cluster has its own; PLAIN=shared: one
+#                          copy read by all N (their pages and CPU caches shared, which no
+#                          two nodes of a cluster share); PLAIN_DIR=dir puts the separate
+#                          copies there instead of on tmpfs (16 copies of the realistic
+#                          layer and 16 nodes' stores do not fit in 24 GiB of tmpfs);
 #   OVERLAY=1              each application runs chrooted in an overlay of its layer over
 #                          "/", as a job does (`teesfs run`, the SPANK plugin); the plain
 #                          runs then use the same overlay over the plain copy.
@@ -30,7 +36,7 @@
 # kernel's FUSE requests by opcode (perf and the fuse:fuse_request_send tracepoint, these
 # mounts only).
 #
-# Usage: sudo scripts/bench-readpath.sh     (NODES=16 ROUNDS=5 MODE=mounts OVERLAY=0 WARM=0 COUNT=0 KEEP=0)
+# Usage: sudo scripts/bench-readpath.sh     (NODES=16 ROUNDS=5 MODE=mounts PLAIN=separate OVERLAY=0 WARM=0 COUNT=0 KEEP=0)
 #        NODES=1 sudo -E scripts/bench-readpath.sh
 #        MOUNT_ARGS="--passthrough never"   (extra `teesfs mount` or `teesfs daemon` arguments)
 #        TEESFS_BIN=path LAYER_OUT=dir      (binary; where the layer is built, reused)
@@ -44,6 +50,7 @@ overlay=${OVERLAY:-0}
 count=${COUNT:-0}
 warm=${WARM:-0}
 keep=${KEEP:-0}
+plain=${PLAIN:-separate}
 bin=${TEESFS_BIN:-$PWD/target/release/teesfs}
 layer_out=${LAYER_OUT:-/tmp/teesfs-realistic}
 py=$(${PYTHON:-python3} -c 'import sys; print(sys.executable)')
@@ -61,6 +68,7 @@ cleanup() {
     for p in "${servers[@]}"; do wait "$p" 2>/dev/null; done
     for m in "$work"/mnt/* "$work"/nodes/*/jobs/*; do mountpoint -q "$m" && umount -l "$m"; done
     rm -rf "$work"
+    [ -z "${plain_dir:-}" ] || [ "$plain_dir" = "$work" ] || rm -rf "$plain_dir"
 }
 trap cleanup EXIT INT TERM
 export TEESFS_CONFIG="$work/config"
@@ -68,6 +76,15 @@ export TEESFS_CONFIG="$work/config"
 id=$("$bin" publish "$layer_out/layer" --store "$work/store" --quiet --format json |
     "$py" -c 'import json, sys; print(json.load(sys.stdin)["index"])')
 cp -a "$layer_out/layer" "$work/plain"
+case $plain in
+    separate)
+        plain_dir=${PLAIN_DIR:-$work}
+        [ "$plain_dir" = "$work" ] || plain_dir=$(mktemp -d "$plain_dir/teesfs-readpath-plain.XXXXXX")
+        mv "$work/plain" "$plain_dir/plain-1"
+        for i in $(seq 2 "$nodes"); do cp -a "$layer_out/layer" "$plain_dir/plain-$i"; done ;;
+    shared) ;;
+    *) echo "PLAIN=$plain: use separate or shared"; exit 2 ;;
+esac
 export PYTHONDONTWRITEBYTECODE=1
 nmounts=$([ "$mode" = shared ] && echo 1 || echo "$nodes")
 roots=()     # each application's layer in the current round
@@ -200,7 +217,9 @@ run_apps() {
 plain_round() {
     local i
     roots=()
-    for i in $(seq "$nodes"); do roots+=("$work/plain"); done
+    for i in $(seq "$nodes"); do
+        if [ "$plain" = separate ]; then roots+=("$plain_dir/plain-$i"); else roots+=("$work/plain"); fi
+    done
     run_apps
 }
 
@@ -238,7 +257,7 @@ summary() {
     echo "$kind: wall $w s against $pw s plain: $(echo "scale=2; $w / $pw" | bc)x; CPU (applications + mounts) $(echo "$u + $s + $d" | bc) s against $(echo "$pu + $ps" | bc) s plain: $(echo "scale=2; ($u + $s + $d) / ($pu + $ps)" | bc)x (applications user $u s, sys $s s against $pu s, $ps s; mounts $d s)"
 }
 
-echo "read path: $nodes application(s), mode $mode ($nmounts mount(s)), overlay $overlay, $rounds rounds, $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "read path: $nodes application(s), mode $mode ($nmounts mount(s)), plain copies $plain, overlay $overlay, $rounds rounds, $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "layer: $(du -sh "$layer_out/layer" | cut -f1), $(find "$layer_out/layer" -type f | wc -l) files; binary $bin ${MOUNT_ARGS:-}"
 : >"$work/plain.txt"; : >"$work/cold.txt"; : >"$work/warm.txt"
 for r in $(seq "$rounds"); do
