@@ -18,7 +18,7 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use manifest::{ChunkId, encode_chunk, verify_chunk};
-use peertree::relay::{JobId, Msg, Routed};
+use peertree::relay::{ChunkNo, JobId, Msg, Routed};
 use seeder::{ChunkStore, StoredChunk};
 use teesfs::node::peers::{chunk_head, frame, unframe};
 use teesfs::node::store::NodeStore;
@@ -101,7 +101,7 @@ fn main() {
             let p = plain(&kind, i);
             let stored = encode_chunk(&p, 1);
             let msg = Msg::Chunk {
-                chunk: i,
+                chunk: ChunkNo(i),
                 demand: false,
                 data: stored,
             };

@@ -80,13 +80,13 @@ pub enum Error {
         /// The host (from its certificate) that sent it.
         from: String,
     },
-    /// A chunk asked of a job whose index does not list it.
-    #[error("chunk {chunk} is not part of job {job}")]
-    ChunkNotInJob {
-        /// The chunk.
-        chunk: manifest::ChunkId,
-        /// The job.
-        job: peertree::relay::JobId,
+    /// A chunk number beyond the index's chunk table.
+    #[error("there is no chunk {chunk}: the index has {chunks} chunks")]
+    NoSuchChunk {
+        /// The chunk asked for.
+        chunk: peertree::relay::ChunkNo,
+        /// How many chunks the index has.
+        chunks: usize,
     },
     /// The job ended while a reader waited for one of its chunks.
     #[error("job closed while waiting for a chunk")]

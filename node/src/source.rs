@@ -8,7 +8,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use manifest::{ChunkId, ChunkInfo, Verified};
+use manifest::{ChunkInfo, Index, Verified};
+use peertree::relay::ChunkNo;
 use seeder::DirStore;
 
 /// What a fetch produced.
@@ -25,37 +26,51 @@ pub type ChunkFuture = Pin<Box<dyn Future<Output = Result<Fetched, crate::Error>
 
 /// A provider of chunk bytes.
 pub trait ChunkSource: Send + Sync + 'static {
-    /// Starts fetching chunk number `at` of the index (`chunk`). Must not block the caller;
-    /// the work happens when the future is polled (on the runtime), so a slow fetch never
-    /// holds a FUSE thread.
-    fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture;
+    /// Starts fetching chunk `at` of the index. Must not block the caller; the work
+    /// happens when the future is polled (on the runtime), so a slow fetch never holds a
+    /// FUSE thread.
+    fn fetch(&self, at: ChunkNo) -> ChunkFuture;
 
     /// Whether the chunk is available without waiting (decides passthrough eligibility).
-    fn is_local(&self, id: &ChunkId) -> bool;
+    fn is_local(&self, at: ChunkNo) -> bool;
 
     /// The chunk at once, on the caller's thread, if this source holds it on this machine
     /// (in memory or in a file on a local file system): the caller may block on local I/O
     /// for it, never on the network. `None`: not here now; use [`ChunkSource::fetch`].
     /// A FUSE thread answers reads of local chunks this way, without handing them to
     /// another thread.
-    fn fetch_local(&self, _at: u32, _chunk: ChunkInfo) -> Option<Result<Fetched, crate::Error>> {
+    fn fetch_local(&self, _at: ChunkNo) -> Option<Result<Fetched, crate::Error>> {
         None
     }
 }
 
-/// Chunks from a [`DirStore`] on a local or shared file system.
+/// Chunk `at` of an index's chunk table, or the error that says it is not one of them.
+pub fn chunk_info(chunks: &[ChunkInfo], at: ChunkNo) -> Result<ChunkInfo, crate::Error> {
+    chunks
+        .get(at.index())
+        .copied()
+        .ok_or(crate::Error::NoSuchChunk {
+            chunk: at,
+            chunks: chunks.len(),
+        })
+}
+
+/// Chunks of one index from a [`DirStore`] on a local or shared file system.
 pub struct StoreSource {
     store: Arc<DirStore>,
+    /// The index's chunk table.
+    chunks: Arc<[ChunkInfo]>,
     /// The store is on a local file system, so reading it never waits on a network.
     local: bool,
 }
 
 impl StoreSource {
-    /// A source reading from `store`.
-    pub fn new(store: DirStore) -> Self {
+    /// A source reading the chunks of `index` from `store`.
+    pub fn new(store: DirStore, index: &Index) -> Self {
         let local = on_local_fs(store.root());
         Self {
             store: Arc::new(store),
+            chunks: index.chunks.clone().into(),
             local,
         }
     }
@@ -80,22 +95,28 @@ pub fn on_local_fs(path: &std::path::Path) -> bool {
 }
 
 impl ChunkSource for StoreSource {
-    fn fetch(&self, _at: u32, chunk: ChunkInfo) -> ChunkFuture {
+    fn fetch(&self, at: ChunkNo) -> ChunkFuture {
         let store = self.store.clone();
+        let chunk = chunk_info(&self.chunks, at);
         Box::pin(async move {
-            let stored = tokio::task::spawn_blocking(move || store.get_chunk(&chunk.id)).await??;
+            let id = chunk?.id;
+            let stored = tokio::task::spawn_blocking(move || store.get_chunk(&id)).await??;
             Ok(Fetched::Stored(stored.into()))
         })
     }
 
-    fn is_local(&self, id: &ChunkId) -> bool {
-        self.store.chunk_path(id).exists()
+    fn is_local(&self, at: ChunkNo) -> bool {
+        chunk_info(&self.chunks, at).is_ok_and(|c| self.store.chunk_path(&c.id).exists())
     }
 
-    fn fetch_local(&self, _at: u32, chunk: ChunkInfo) -> Option<Result<Fetched, crate::Error>> {
+    fn fetch_local(&self, at: ChunkNo) -> Option<Result<Fetched, crate::Error>> {
         if !self.local {
             return None;
         }
+        let chunk = match chunk_info(&self.chunks, at) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
         match self.store.get_chunk(&chunk.id) {
             Ok(stored) => Some(Ok(Fetched::Stored(stored.into()))),
             Err(seeder::Error::MissingChunk(_)) => None,

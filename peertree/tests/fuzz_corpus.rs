@@ -15,7 +15,7 @@ use manifest::{
     SignedIndex, Slot,
 };
 use peertree::NodeId;
-use peertree::relay::{JobId, Msg, NodeInfo, Phase, Prepare, Report, Start, Timing};
+use peertree::relay::{ChunkNo, JobId, Msg, NodeInfo, Phase, Prepare, Report, Start, Timing};
 
 #[path = "../../fuzz/src/checks.rs"]
 #[allow(dead_code, missing_docs)]
@@ -162,7 +162,7 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
             Msg::Start(Box::new(Start {
                 job: JobId(0x1234_5678_9abc),
                 index: signed.to_vec(),
-                order: vec![1, 0],
+                order: vec![ChunkNo(1), ChunkNo(0)],
                 urgent: 1,
                 subtree: vec![node(1, 0), node(2, 1)],
                 ancestors: vec![node(0, 0)],
@@ -177,12 +177,12 @@ fn messages(signed: &[u8]) -> Vec<(&'static str, Msg)> {
         (
             "chunk",
             Msg::Chunk {
-                chunk: 1,
+                chunk: ChunkNo(1),
                 demand: true,
                 data: manifest::encode_chunk(b"tail", 1),
             },
         ),
-        ("want", Msg::Want { chunk: 7 }),
+        ("want", Msg::Want { chunk: ChunkNo(7) }),
         (
             "report",
             Msg::Report(Report {

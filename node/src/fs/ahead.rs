@@ -20,6 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
 use manifest::{EntryIdx, EntryKind, FileData, Index};
+use peertree::relay::ChunkNo;
 use tempfile::TempPath;
 
 use super::copies::{Copies, CopyUser, copy_name};
@@ -41,7 +42,7 @@ struct Partial {
 
 struct State {
     /// For each chunk number not yet arrived, the places it fills: (file, byte offset).
-    wanted: HashMap<u32, Vec<(EntryIdx, u64)>>,
+    wanted: HashMap<ChunkNo, Vec<(EntryIdx, u64)>>,
     files: HashMap<EntryIdx, Partial>,
 }
 
@@ -61,7 +62,7 @@ impl Ahead {
     pub fn plan(index: &Index, min_size: u64, copies: Arc<Copies>, user: CopyUser) -> Self {
         let cs = u64::from(index.chunk_size);
         let urgent: HashSet<EntryIdx> = index.urgent.iter().map(|&e| index.resolve(e)).collect();
-        let mut wanted: HashMap<u32, Vec<(EntryIdx, u64)>> = HashMap::new();
+        let mut wanted: HashMap<ChunkNo, Vec<(EntryIdx, u64)>> = HashMap::new();
         let mut files = HashMap::new();
         for (i, e) in index.entries.iter().enumerate() {
             let file = EntryIdx(i as u32);
@@ -80,11 +81,8 @@ impl Ahead {
             }
             let mut left = 0u32;
             for (pos, slot) in slots.iter().enumerate() {
-                if let Some(ci) = slot.chunk_index() {
-                    wanted
-                        .entry(ci as u32)
-                        .or_default()
-                        .push((file, pos as u64 * cs));
+                if let Some(ci) = slot.chunk_index().and_then(ChunkNo::at) {
+                    wanted.entry(ci).or_default().push((file, pos as u64 * cs));
                     left += 1;
                 }
             }
@@ -116,7 +114,7 @@ impl Ahead {
     /// the copies it belongs to. Returns the names of the copies it completed (made, in
     /// place, and recorded in the copies' budget for this mount). A chunk seen before is
     /// ignored.
-    pub fn arrived(&self, ci: u32, plain: &[u8]) -> Vec<String> {
+    pub fn arrived(&self, ci: ChunkNo, plain: &[u8]) -> Vec<String> {
         let Some(places) = lock(&self.state).wanted.remove(&ci) else {
             return Vec::new();
         };
@@ -208,7 +206,7 @@ impl Ahead {
     }
 
     /// Whether chunk `ci` is still awaited by a copy.
-    pub fn awaits(&self, ci: u32) -> bool {
+    pub fn awaits(&self, ci: ChunkNo) -> bool {
         lock(&self.state).wanted.contains_key(&ci)
     }
 }

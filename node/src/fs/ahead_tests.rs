@@ -100,7 +100,7 @@ fn a_file_is_a_verified_copy_once_its_last_chunk_arrives_in_any_order() {
     let mut made = Vec::new();
     for (n, &ci) in order.iter().enumerate() {
         assert!(made.is_empty(), "made after {n} of {} chunks", order.len());
-        made = ahead.arrived(ci as u32, &plain_of(&index, &files, ci));
+        made = ahead.arrived(ChunkNo(ci as u32), &plain_of(&index, &files, ci));
     }
     assert_eq!(
         made,
@@ -128,9 +128,9 @@ fn a_chunk_shared_by_files_and_repeated_in_one_fills_every_place_once() {
     let mut made = Vec::new();
     for ci in 0..index.chunks.len() {
         let plain = plain_of(&index, &files, ci);
-        made.extend(ahead.arrived(ci as u32, &plain));
+        made.extend(ahead.arrived(ChunkNo(ci as u32), &plain));
         assert!(
-            ahead.arrived(ci as u32, &plain).is_empty(),
+            ahead.arrived(ChunkNo(ci as u32), &plain).is_empty(),
             "a chunk seen before is ignored"
         );
     }
@@ -161,11 +161,14 @@ fn copies_made_ahead_never_evict_and_give_back_their_room_when_left_unfinished()
         })
         .collect();
     // "one" is begun with its first chunk, then "two" finds no room and is not made.
-    ahead.arrived(first[0] as u32, &plain_of(&index, &files, first[0]));
+    ahead.arrived(
+        ChunkNo(first[0] as u32),
+        &plain_of(&index, &files, first[0]),
+    );
     for ci in (0..index.chunks.len()).filter(|ci| !first.contains(ci)) {
         assert!(
             ahead
-                .arrived(ci as u32, &plain_of(&index, &files, ci))
+                .arrived(ChunkNo(ci as u32), &plain_of(&index, &files, ci))
                 .is_empty()
         );
     }
@@ -193,14 +196,14 @@ fn a_copy_that_exists_already_is_not_made_again() {
     for ci in 0..n {
         let plain = plain_of(&index, &files, ci);
         assert_eq!(
-            first.arrived(ci as u32, &plain).len(),
+            first.arrived(ChunkNo(ci as u32), &plain).len(),
             usize::from(ci == n - 1)
         );
     }
     // A later mount of the same file (another job of the same layer) finds its copy.
     for ci in 0..n {
         let plain = plain_of(&index, &files, ci);
-        assert!(second.arrived(ci as u32, &plain).is_empty());
+        assert!(second.arrived(ChunkNo(ci as u32), &plain).is_empty());
     }
     assert_eq!(copies.len(), 1);
     assert!(copies.reserve(1 << 29), "no room is left held");
@@ -223,7 +226,7 @@ fn only_the_urgent_sets_files_are_made_ahead_where_the_index_has_one() {
     let ahead = Ahead::plan(&index, 1, copies.clone(), CopyUser(3));
     let mut made = Vec::new();
     for ci in 0..index.chunks.len() {
-        made.extend(ahead.arrived(ci as u32, &plain_of(&index, &files, ci)));
+        made.extend(ahead.arrived(ChunkNo(ci as u32), &plain_of(&index, &files, ci)));
     }
     assert_eq!(made, vec![copy_of(&index, "start.so").0]);
     assert_eq!(

@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use manifest::{EntryIdx, EntryKind, FileData, verify_chunk};
+use manifest::{EntryIdx, EntryKind, FileData, Slot, verify_chunk};
+use peertree::relay::ChunkNo;
 use tokio::sync::OnceCell;
 
 use super::FsError;
@@ -39,7 +40,7 @@ use crate::sync::lock;
 type Shared = Arc<OnceCell<Result<Bytes, FsError>>>;
 
 struct Lru {
-    map: lru::LruCache<u32, Bytes>,
+    map: lru::LruCache<ChunkNo, Bytes>,
     bytes: u64,
     budget: u64,
 }
@@ -63,7 +64,7 @@ pub struct Data {
     tree: Arc<Tree>,
     source: Arc<dyn ChunkSource>,
     cache: Mutex<Lru>,
-    inflight: Mutex<HashMap<u32, Shared>>,
+    inflight: Mutex<HashMap<ChunkNo, Shared>>,
     stats: Mutex<DataStats>,
     read_timeout: Duration,
     /// This mount, towards the copies it uses.
@@ -71,7 +72,7 @@ pub struct Data {
     /// Copies this mount has checked against its index (or made itself).
     verified: Mutex<HashSet<String>>,
     /// Chunks whose fetch timed out lately: the error, and until when it stands.
-    failed: Mutex<HashMap<u32, (Instant, FsError)>>,
+    failed: Mutex<HashMap<ChunkNo, (Instant, FsError)>>,
     /// How long such a chunk is remembered ([`FAILURE_MEMORY`]).
     failure_memory: Duration,
     /// Copies made as chunks arrive ([`Data::with_ahead`]).
@@ -177,7 +178,7 @@ impl Data {
     /// Chunk number `ci` arrived at this node, verified, with the plain bytes `plain`:
     /// written into the copies made ahead that need it. Its caller already paid for the
     /// decoding, so a file whose chunks all arrived is a copy before its first open.
-    pub fn arrived(&self, ci: u32, plain: &[u8]) {
+    pub fn arrived(&self, ci: ChunkNo, plain: &[u8]) {
         let Some(ahead) = &self.ahead else {
             return;
         };
@@ -193,7 +194,7 @@ impl Data {
 
     /// Chunks that arrived before the copies made ahead could be told of them (before the
     /// mount was up): read from the source, checked, and written as if arriving now.
-    pub fn arrived_earlier(&self, chunks: &[u32]) {
+    pub fn arrived_earlier(&self, chunks: &[ChunkNo]) {
         let Some(ahead) = &self.ahead else {
             return;
         };
@@ -247,7 +248,7 @@ impl Data {
         }
     }
 
-    fn cached(&self, ci: u32) -> Option<Bytes> {
+    fn cached(&self, ci: ChunkNo) -> Option<Bytes> {
         lock(&self.cache).map.get(&ci).cloned()
     }
 
@@ -281,7 +282,7 @@ impl Data {
         file: EntryIdx,
         off: u64,
         len: u32,
-        mut get: impl FnMut(u32) -> Option<Result<Bytes, FsError>>,
+        mut get: impl FnMut(ChunkNo) -> Option<Result<Bytes, FsError>>,
     ) -> Option<Result<ReadBytes, FsError>> {
         let (size, data) = match self.file(file) {
             Ok(x) => x,
@@ -298,18 +299,16 @@ impl Data {
                     let slot = (span.start / cs) as usize;
                     let in_chunk = (span.start % cs) as usize;
                     let range = in_chunk..in_chunk + (span.end - span.start) as usize;
-                    return match slots[slot].chunk_index() {
-                        Some(ci) => {
-                            Some(get(ci as u32)?.map(|c| ReadBytes::Shared(c.slice(range))))
-                        }
+                    return match chunk_of(&slots[slot]) {
+                        Some(ci) => Some(get(ci)?.map(|c| ReadBytes::Shared(c.slice(range)))),
                         None => Some(Ok(ReadBytes::Owned(vec![0; range.len()]))),
                     };
                 }
                 let mut out = Vec::with_capacity((span.end - span.start) as usize);
                 for (slot, range) in pieces(&span, cs) {
-                    match slots[slot].chunk_index() {
+                    match chunk_of(&slots[slot]) {
                         None => out.resize(out.len() + range.len(), 0),
-                        Some(ci) => match get(ci as u32)? {
+                        Some(ci) => match get(ci)? {
                             Ok(chunk) => out.extend_from_slice(&chunk[range]),
                             Err(e) => return Some(Err(e)),
                         },
@@ -329,17 +328,15 @@ impl Data {
         };
         let idx = self.tree.index();
         let cs = u64::from(idx.chunk_size);
-        let uncached: Vec<usize> = {
+        let uncached: Vec<ChunkNo> = {
             let cache = lock(&self.cache);
             pieces(&Self::span(size, off, len), cs)
-                .filter_map(|(slot, _)| slots.get(slot).and_then(|s| s.chunk_index()))
-                .filter(|&ci| !cache.map.contains(&(ci as u32)))
+                .filter_map(|(slot, _)| slots.get(slot).and_then(chunk_of))
+                .filter(|ci| !cache.map.contains(ci))
                 .collect()
         };
         // The source is asked without the cache's lock held.
-        uncached
-            .into_iter()
-            .any(|ci| !self.source.is_local(&idx.chunks[ci].id))
+        uncached.into_iter().any(|ci| !self.source.is_local(ci))
     }
 
     /// Reads `[off, off + len)` of a file, fetching missing chunks (concurrently) and waiting
@@ -376,9 +373,8 @@ impl Data {
         } else {
             first
         };
-        let wanted: Vec<u32> = (first..=last.min(slots.len().saturating_sub(1) as u64))
-            .filter_map(|s| slots.get(s as usize).and_then(|x| x.chunk_index()))
-            .map(|c| c as u32)
+        let wanted: Vec<ChunkNo> = (first..=last.min(slots.len().saturating_sub(1) as u64))
+            .filter_map(|s| slots.get(s as usize).and_then(chunk_of))
             .collect();
         // Concurrently. The first error is the read's answer at once; the other fetches
         // go on without it (none is aborted half-way: others may be waiting on the same
@@ -400,16 +396,16 @@ impl Data {
         }
         let mut out = Vec::with_capacity((span.end - span.start) as usize);
         for (slot, range) in pieces(&span, cs) {
-            match slots[slot].chunk_index() {
+            match chunk_of(&slots[slot]) {
                 None => out.resize(out.len() + range.len(), 0),
-                Some(ci) => out.extend_from_slice(&self.clone().chunk(ci as u32).await?[range]),
+                Some(ci) => out.extend_from_slice(&self.clone().chunk(ci).await?[range]),
             }
         }
         Ok(ReadBytes::Owned(out))
     }
 
     /// One verified chunk, from the cache or a single shared fetch.
-    pub async fn chunk(self: Arc<Self>, ci: u32) -> Result<Bytes, FsError> {
+    pub async fn chunk(self: Arc<Self>, ci: ChunkNo) -> Result<Bytes, FsError> {
         if let Some(c) = self.cached(ci) {
             return Ok(c);
         }
@@ -427,22 +423,15 @@ impl Data {
 
     /// The error of a fetch of `ci` that timed out less than the failure memory ago, if
     /// the chunk is still not here.
-    fn recently_failed(&self, ci: u32) -> Option<FsError> {
+    fn recently_failed(&self, ci: ChunkNo) -> Option<FsError> {
         let mut failed = lock(&self.failed);
         let (until, e) = failed.get(&ci)?;
-        let here = || {
-            self.tree
-                .index()
-                .chunks
-                .get(ci as usize)
-                .is_some_and(|c| self.source.is_local(&c.id))
-        };
-        if Instant::now() >= *until || here() {
+        if Instant::now() >= *until || self.source.is_local(ci) {
             failed.remove(&ci);
             return None;
         }
         tracing::debug!(
-            chunk = ci,
+            chunk = %ci,
             "failing a read at once: its chunk could not be had lately"
         );
         Some(e.clone())
@@ -452,20 +441,20 @@ impl Data {
     /// `None` if it is not local, or if another reader is fetching it (then
     /// [`Data::chunk`] joins that flight). Shares the single flight of [`Data::chunk`]:
     /// the flight is claimed, run to its end at once, or left to its owner.
-    fn chunk_now(&self, ci: u32) -> Option<Result<Bytes, FsError>> {
+    fn chunk_now(&self, ci: ChunkNo) -> Option<Result<Bytes, FsError>> {
         use std::task::{Context, Poll, Waker};
         if let Some(c) = self.cached(ci) {
             return Some(Ok(c));
         }
-        let info = *self.tree.index().chunks.get(ci as usize)?;
+        let info = *self.tree.index().chunks.get(ci.index())?;
         let cell = lock(&self.inflight).entry(ci).or_default().clone();
         /// The source does not hold the chunk here: the flight is left unclaimed.
         struct NotLocal;
         let init = cell.get_or_try_init(|| async {
-            let fetched = self.source.fetch_local(ci, info).ok_or(NotLocal)?;
+            let fetched = self.source.fetch_local(ci).ok_or(NotLocal)?;
             self.count_local();
             Ok(fetched
-                .map_err(|e| FsError::Unavailable(e.to_string()))
+                .map_err(|e| FsError::unavailable("reading a local chunk", e))
                 .and_then(|f| self.check(info, f)))
         });
         // The flight's work is all synchronous, so one poll runs it to its end; it stays
@@ -481,16 +470,16 @@ impl Data {
 
     /// A chunk's plain bytes now if cached or local, else `None`; without caching it
     /// (a copy is being made of it, whose reads the kernel serves) nor joining a flight.
-    fn plain_now(&self, ci: u32) -> Option<Result<Bytes, FsError>> {
+    fn plain_now(&self, ci: ChunkNo) -> Option<Result<Bytes, FsError>> {
         if let Some(c) = self.cached(ci) {
             return Some(Ok(c));
         }
-        let info = *self.tree.index().chunks.get(ci as usize)?;
-        let fetched = self.source.fetch_local(ci, info)?;
+        let info = *self.tree.index().chunks.get(ci.index())?;
+        let fetched = self.source.fetch_local(ci)?;
         self.count_local();
         Some(
             fetched
-                .map_err(|e| FsError::Unavailable(e.to_string()))
+                .map_err(|e| FsError::unavailable("reading a local chunk", e))
                 .and_then(|f| self.check(info, f)),
         )
     }
@@ -504,7 +493,7 @@ impl Data {
     /// Ends a flight: caches its chunk, then removes the flight (if it is still `cell`).
     /// Cached before the flight ends: a reader arriving in between finds one or the other,
     /// never neither (which would fetch the chunk a second time).
-    fn land(&self, ci: u32, cell: &Shared, result: &Result<Bytes, FsError>) {
+    fn land(&self, ci: ChunkNo, cell: &Shared, result: &Result<Bytes, FsError>) {
         if let Ok(chunk) = result {
             self.insert(ci, chunk.clone());
         }
@@ -514,7 +503,7 @@ impl Data {
         }
     }
 
-    fn insert(&self, ci: u32, chunk: Bytes) {
+    fn insert(&self, ci: ChunkNo, chunk: Bytes) {
         let mut c = lock(&self.cache);
         if c.map.contains(&ci) || c.budget == 0 {
             return;
@@ -533,22 +522,22 @@ impl Data {
     /// hands over plain bytes, which are not checked again). Fails at once with the error
     /// of a fetch of it that timed out lately, unless the chunk is here now: every reader
     /// (a read, a passthrough copy) comes through here.
-    async fn fetch_verified(&self, ci: u32) -> Result<Bytes, FsError> {
+    async fn fetch_verified(&self, ci: ChunkNo) -> Result<Bytes, FsError> {
         let info = *self
             .tree
             .index()
             .chunks
-            .get(ci as usize)
+            .get(ci.index())
             .ok_or(FsError::Invalid)?;
         if let Some(e) = self.recently_failed(ci) {
             return Err(e);
         }
         lock(&self.stats).fetches += 1;
-        let fetch = self.source.fetch(ci, info);
+        let fetch = self.source.fetch(ci);
         let stored = match tokio::time::timeout(self.read_timeout, fetch).await {
             Ok(r) => r.map_err(|e| {
                 tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
-                FsError::Unavailable(e.to_string())
+                FsError::unavailable("fetching a chunk", e)
             })?,
             Err(_) => {
                 tracing::error!(
@@ -586,12 +575,10 @@ impl Data {
 
     /// Whether every chunk of a file is available locally (passthrough candidates).
     pub fn all_local(&self, file: EntryIdx) -> bool {
-        let idx = self.tree.index();
         match self.file(file) {
-            Ok((_, FileData::Chunks(slots))) => slots.iter().all(|s| {
-                s.chunk_index()
-                    .is_none_or(|ci| self.source.is_local(&idx.chunks[ci].id))
-            }),
+            Ok((_, FileData::Chunks(slots))) => slots
+                .iter()
+                .all(|s| chunk_of(s).is_none_or(|ci| self.source.is_local(ci))),
             _ => false,
         }
     }
@@ -626,7 +613,7 @@ impl Data {
             let checked =
                 tokio::task::spawn_blocking(move || verify_copy(&check, size, cs, &pieces))
                     .await
-                    .map_err(|e| FsError::Unavailable(format!("copy check task: {e}")))?;
+                    .map_err(|e| FsError::unavailable("checking a passthrough copy", e))?;
             match checked {
                 Ok(()) => {
                     lock(&self.verified).insert(name);
@@ -640,11 +627,9 @@ impl Data {
             }
         }
         if !copies.reserve(cost) {
-            return Err(FsError::Unavailable(
-                "no room for a passthrough copy within the copies budget".into(),
-            ));
+            return Err(FsError::NoCopyRoom);
         }
-        let unavailable = |e: std::io::Error| FsError::Unavailable(format!("materialising: {e}"));
+        let unavailable = |e: std::io::Error| FsError::unavailable("making a passthrough copy", e);
         let tmp = tempfile::NamedTempFile::new_in(copies.dir()).map_err(unavailable)?;
         tmp.as_file().set_len(size).map_err(unavailable)?;
         // Local chunks are decoded here, one after the other, without a task each. Others
@@ -654,7 +639,7 @@ impl Data {
         let mut todo = slots
             .iter()
             .enumerate()
-            .filter_map(|(pos, s)| s.chunk_index().map(|ci| (pos as u64 * cs, ci as u32)));
+            .filter_map(|(pos, s)| chunk_of(s).map(|ci| (pos as u64 * cs, ci)));
         let mut running = tokio::task::JoinSet::new();
         loop {
             while running.len() < MATERIALIZE_WINDOW {
@@ -672,7 +657,7 @@ impl Data {
                 break;
             };
             let (at, plain) =
-                match done.map_err(|e| FsError::Unavailable(format!("chunk fetch task: {e}")))? {
+                match done.map_err(|e| FsError::unavailable("fetching a chunk for a copy", e))? {
                     Ok(piece) => piece,
                     Err(e) => {
                         // The fetches left run to their end (a timeout is remembered, so
@@ -693,6 +678,11 @@ impl Data {
 }
 
 /// The pieces of `span` one per chunk slot: the slot and the byte range inside its chunk.
+/// The chunk a slot of a file points at, by its number; `None` for a hole.
+fn chunk_of(slot: &Slot) -> Option<ChunkNo> {
+    slot.chunk_index().and_then(ChunkNo::at)
+}
+
 fn pieces(span: &Span, cs: u64) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> {
     let end = span.end;
     std::iter::successors(Some(span.start), move |&pos| {

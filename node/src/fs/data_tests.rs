@@ -36,6 +36,7 @@ enum Mode {
 }
 
 struct Source {
+    table: Vec<ChunkInfo>,
     chunks: HashMap<ChunkId, Vec<u8>>,
     fetches: std::sync::atomic::AtomicUsize,
     locals: std::sync::atomic::AtomicUsize,
@@ -44,8 +45,9 @@ struct Source {
 }
 
 impl ChunkSource for Source {
-    fn fetch(&self, _at: u32, chunk: ChunkInfo) -> crate::source::ChunkFuture {
+    fn fetch(&self, at: ChunkNo) -> crate::source::ChunkFuture {
         self.fetches.fetch_add(1, Ordering::SeqCst);
+        let chunk = self.table[at.index()];
         let mut bytes = self.chunks.get(&chunk.id).cloned().unwrap_or_default();
         let mode = *lock(&self.mode);
         if mode == Mode::Corrupt
@@ -67,11 +69,12 @@ impl ChunkSource for Source {
             })
         })
     }
-    fn is_local(&self, _id: &ChunkId) -> bool {
+    fn is_local(&self, _at: ChunkNo) -> bool {
         *lock(&self.mode) == Mode::Local
     }
 
-    fn fetch_local(&self, _at: u32, chunk: ChunkInfo) -> Option<Result<Fetched, crate::Error>> {
+    fn fetch_local(&self, at: ChunkNo) -> Option<Result<Fetched, crate::Error>> {
+        let chunk = self.table[at.index()];
         (*lock(&self.mode) == Mode::Local).then(|| {
             self.locals.fetch_add(1, Ordering::SeqCst);
             Ok(Fetched::Stored(
@@ -99,6 +102,7 @@ fn setup(mode: Mode) -> (Arc<Data>, Arc<Source>, tokio::sync::watch::Sender<bool
     assert_eq!(index.chunks.len(), 3);
     let (open, gate) = tokio::sync::watch::channel(false);
     let source = Arc::new(Source {
+        table: index.chunks.clone(),
         chunks: sink.0.into_inner().expect("sink"),
         fetches: Default::default(),
         locals: Default::default(),
@@ -115,7 +119,7 @@ fn setup(mode: Mode) -> (Arc<Data>, Arc<Source>, tokio::sync::watch::Sender<bool
 async fn concurrent_readers_of_a_chunk_share_one_fetch() {
     let (data, source, open) = setup(Mode::Honest);
     let readers: Vec<_> = (0..8)
-        .map(|_| tokio::spawn(data.clone().chunk(1)))
+        .map(|_| tokio::spawn(data.clone().chunk(ChunkNo(1))))
         .collect();
     // Every reader is waiting on the one fetch before it is answered.
     while lock(&data.inflight).is_empty() {
@@ -134,7 +138,7 @@ async fn concurrent_readers_of_a_chunk_share_one_fetch() {
     assert!(got.iter().all(|c| c[..] == got[0][..]));
     assert_eq!(got[0].len(), 65536);
     // Cached now: no further fetch.
-    data.clone().chunk(1).await.expect("cached");
+    data.clone().chunk(ChunkNo(1)).await.expect("cached");
     assert_eq!(source.fetches.load(Ordering::SeqCst), 1);
     assert!(lock(&data.inflight).is_empty(), "the flight is over");
 }
@@ -145,7 +149,7 @@ async fn a_read_must_wait_only_for_chunks_neither_cached_nor_local() {
     let file = EntryIdx(1);
     assert!(data.must_wait(file, 0, 100), "nothing is here yet");
     open.send_replace(true);
-    data.clone().chunk(0).await.expect("chunk");
+    data.clone().chunk(ChunkNo(0)).await.expect("chunk");
     assert!(!data.must_wait(file, 0, 100), "cached");
     assert!(
         data.must_wait(file, 65536 - 10, 20),
@@ -161,11 +165,11 @@ async fn a_read_must_wait_only_for_chunks_neither_cached_nor_local() {
 async fn a_corrupt_chunk_is_refused_not_cached_and_fetched_again() {
     let (data, source, open) = setup(Mode::Corrupt);
     open.send_replace(true);
-    let err = data.clone().chunk(0).await.expect_err("corrupt");
+    let err = data.clone().chunk(ChunkNo(0)).await.expect_err("corrupt");
     assert!(matches!(err, FsError::Corrupt(_)), "{err}");
     assert_eq!(data.stats().corrupt, 1);
     *lock(&source.mode) = Mode::Honest;
-    let chunk = data.clone().chunk(0).await.expect("honest now");
+    let chunk = data.clone().chunk(ChunkNo(0)).await.expect("honest now");
     assert_eq!(chunk.len(), 65536);
     assert_eq!(
         source.fetches.load(Ordering::SeqCst),
@@ -178,11 +182,19 @@ async fn a_corrupt_chunk_is_refused_not_cached_and_fetched_again() {
 async fn a_chunk_verified_by_its_source_is_not_decoded_again() {
     let (data, _source, open) = setup(Mode::Verified);
     open.send_replace(true);
-    let a = data.clone().chunk(0).await.expect("verified by the source");
+    let a = data
+        .clone()
+        .chunk(ChunkNo(0))
+        .await
+        .expect("verified by the source");
     assert_eq!(data.stats().decoded, 0, "checked once, by the source");
     let (stored, _, open) = setup(Mode::Honest);
     open.send_replace(true);
-    let b = stored.clone().chunk(0).await.expect("stored bytes");
+    let b = stored
+        .clone()
+        .chunk(ChunkNo(0))
+        .await
+        .expect("stored bytes");
     assert_eq!(
         stored.stats().decoded,
         1,
@@ -195,7 +207,11 @@ async fn a_chunk_verified_by_its_source_is_not_decoded_again() {
 async fn a_chunk_that_never_comes_fails_within_the_read_bound() {
     let (data, _source, _open) = setup(Mode::Silent);
     let t0 = std::time::Instant::now();
-    let err = data.clone().chunk(2).await.expect_err("never answered");
+    let err = data
+        .clone()
+        .chunk(ChunkNo(2))
+        .await
+        .expect_err("never answered");
     assert!(matches!(err, FsError::TimedOut { .. }), "{err}");
     let waited = t0.elapsed();
     assert!(
@@ -214,13 +230,16 @@ async fn a_chunk_that_never_comes_fails_within_the_read_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_that_could_not_be_had_fails_again_at_once_for_a_while() {
     let (data, source, _open) = setup(Mode::Silent);
-    data.clone().chunk(2).await.expect_err("never answered");
+    data.clone()
+        .chunk(ChunkNo(2))
+        .await
+        .expect_err("never answered");
     assert_eq!(source.fetches.load(Ordering::SeqCst), 1);
     let t0 = std::time::Instant::now();
     for _ in 0..3 {
         let err = data
             .clone()
-            .chunk(2)
+            .chunk(ChunkNo(2))
             .await
             .expect_err("still not to be had");
         assert!(matches!(err, FsError::TimedOut { .. }), "{err}");
@@ -233,7 +252,10 @@ async fn a_chunk_that_could_not_be_had_fails_again_at_once_for_a_while() {
     assert_eq!(source.fetches.load(Ordering::SeqCst), 1, "no new fetch");
     // Remembered for the failure memory (300 ms here): then fetched again.
     tokio::time::sleep(Duration::from_millis(350)).await;
-    data.clone().chunk(2).await.expect_err("never answered");
+    data.clone()
+        .chunk(ChunkNo(2))
+        .await
+        .expect_err("never answered");
     assert_eq!(source.fetches.load(Ordering::SeqCst), 2, "fetched again");
 }
 
@@ -253,7 +275,7 @@ async fn local_chunks_are_read_now_once_each() {
         .expect("cached")
         .expect("read");
     assert_eq!(rest.len(), 100);
-    assert!(data.cached(0).is_some() && data.cached(1).is_some());
+    assert!(data.cached(ChunkNo(0)).is_some() && data.cached(ChunkNo(1)).is_some());
     assert_eq!(
         source.locals.load(Ordering::SeqCst),
         2,
@@ -272,7 +294,7 @@ async fn local_chunks_are_read_now_once_each() {
 async fn a_read_now_leaves_a_chunk_in_flight_to_its_owner() {
     let (data, source, open) = setup(Mode::Local);
     let file = EntryIdx(1);
-    let owner = tokio::spawn(data.clone().chunk(2));
+    let owner = tokio::spawn(data.clone().chunk(ChunkNo(2)));
     while lock(&data.inflight).is_empty() {
         tokio::task::yield_now().await;
     }

@@ -330,7 +330,7 @@ impl Filesystem for LayerFs {
             let opened = async {
                 let (lease, path) = data.materialize(entry, &cfg.copies).await?;
                 let file = std::fs::File::open(&path)
-                    .map_err(|e| FsError::Unavailable(e.to_string()))?;
+                    .map_err(|e| FsError::unavailable("opening a passthrough copy", e))?;
                 Ok::<_, FsError>((lease, file))
             }
             .await;

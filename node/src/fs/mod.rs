@@ -22,7 +22,9 @@ pub mod record;
 pub mod tree;
 
 /// Why a filesystem request failed. Mapped to errno in exactly one place ([`FsError::errno`]).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// `Clone`, because one failed fetch answers every reader that waited for it: the error
+/// underneath is shared, not flattened into text.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum FsError {
     /// No such entry or inode.
     #[error("no such file or directory")]
@@ -42,9 +44,19 @@ pub enum FsError {
     /// A chunk failed verification: the data is never returned.
     #[error("chunk failed verification: {0}")]
     Corrupt(String),
-    /// A chunk could not be fetched.
-    #[error("chunk unavailable: {0}")]
-    Unavailable(String),
+    /// A chunk could not be fetched, or a passthrough copy not made: what failed, and the
+    /// error underneath.
+    #[error("{what}: {source}")]
+    Unavailable {
+        /// What could not be done.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// No room for a passthrough copy within the copies budget.
+    #[error("no room for a passthrough copy within the copies budget")]
+    NoCopyRoom,
     /// A chunk did not arrive within the read bound.
     #[error("chunk {chunk} did not arrive within {} s", .waited.as_secs())]
     TimedOut {
@@ -64,7 +76,21 @@ impl FsError {
             FsError::IsDir => libc::EISDIR,
             FsError::Invalid => libc::EINVAL,
             FsError::ReadOnly => libc::EROFS,
-            FsError::Corrupt(_) | FsError::Unavailable(_) | FsError::TimedOut { .. } => libc::EIO,
+            FsError::Corrupt(_)
+            | FsError::Unavailable { .. }
+            | FsError::NoCopyRoom
+            | FsError::TimedOut { .. } => libc::EIO,
+        }
+    }
+
+    /// `what` could not be done because of `source`.
+    pub fn unavailable(
+        what: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> FsError {
+        FsError::Unavailable {
+            what,
+            source: std::sync::Arc::new(source),
         }
     }
 }

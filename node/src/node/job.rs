@@ -32,7 +32,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use manifest::{ChunkId, Index, IndexId, Verified};
 use peertree::NodeId;
-use peertree::relay::{Event, JobId, Msg, Pacer, Phase, Relay, RelayMsg, Transmit};
+use peertree::relay::{ChunkNo, Event, JobId, Msg, Pacer, Phase, Relay, RelayMsg, Transmit};
 use seeder::{ChunkStore, StoredChunk};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
@@ -119,22 +119,22 @@ enum Input {
     /// A chunk arrived from `from` and was verified (`valid`) and stored.
     Chunk {
         from: NodeId,
-        chunk: u32,
+        chunk: ChunkNo,
         valid: bool,
     },
     /// A peer could not be reached.
     Unreachable(NodeId),
     /// A reader here waits for `chunk`.
-    Want(u32),
+    Want(ChunkNo),
     /// The store dropped `chunk`.
-    Lost(u32),
+    Lost(ChunkNo),
     /// A chunk given to `child`'s pump could not be read back from the store.
-    Unsent { child: NodeId, chunk: u32 },
+    Unsent { child: NodeId, chunk: ChunkNo },
     /// `child`'s pump asks for its next chunk: `None` if `child` is no longer a child,
     /// `Some(None)` if nothing is ready for it yet (it is woken when something is).
     NextBulk {
         child: NodeId,
-        reply: oneshot::Sender<Option<Option<u32>>>,
+        reply: oneshot::Sender<Option<Option<ChunkNo>>>,
     },
     /// `child`'s pump has stopped.
     PumpDone(NodeId),
@@ -201,8 +201,8 @@ pub struct JobCore {
     addrs: HashMap<NodeId, (String, String)>,
     peers: Arc<Peers>,
     bytes: Arc<dyn ChunkStore>,
-    chunk_of: HashMap<ChunkId, u32>,
-    waiters: Mutex<HashMap<u32, Vec<Waiter>>>,
+    chunk_of: HashMap<ChunkId, ChunkNo>,
+    waiters: Mutex<HashMap<ChunkNo, Vec<Waiter>>>,
     events: mpsc::UnboundedSender<TimedEvent>,
     counters: Mutex<JobCounters>,
     rt: tokio::runtime::Handle,
@@ -219,11 +219,11 @@ pub struct JobCore {
 }
 
 /// Told of each chunk that arrives at a job, verified: its number and plain bytes.
-pub type ArrivalHook = Arc<dyn Fn(u32, &Verified) + Send + Sync>;
+pub type ArrivalHook = Arc<dyn Fn(ChunkNo, &Verified) + Send + Sync>;
 
 /// The listener to a job's arrivals, or the chunks that arrived before one listened.
 enum Arrivals {
-    Early(Vec<u32>),
+    Early(Vec<ChunkNo>),
     Hook(ArrivalHook),
 }
 
@@ -260,7 +260,7 @@ impl JobCore {
             .chunks
             .iter()
             .enumerate()
-            .map(|(i, c)| (c.id, i as u32))
+            .filter_map(|(i, c)| ChunkNo::at(i).map(|n| (c.id, n)))
             .collect();
         let view = watch::Sender::new(JobView::of(&relay));
         let core = Arc::new(Self {
@@ -371,7 +371,7 @@ impl JobCore {
                 let stored = self
                     .index
                     .chunks
-                    .get(chunk as usize)
+                    .get(chunk.index())
                     .is_some_and(|c| self.bytes.contains(&c.id));
                 if r.has(chunk) && stored {
                     // It arrived after the reader looked and before this: the arrival woke
@@ -381,7 +381,7 @@ impl JobCore {
                 }
                 if r.has(chunk) {
                     tracing::warn!(
-                        chunk,
+                        chunk = %chunk,
                         "a chunk counted as held is not in the store (evicted or unreadable); fetching it again"
                     );
                     r.handle_lost(now, chunk);
@@ -580,7 +580,7 @@ impl JobCore {
                     tracing::warn!(?to, "no address for peer");
                     return;
                 };
-                let cached = self.index.chunks.get(chunk as usize).and_then(|info| {
+                let cached = self.index.chunks.get(chunk.index()).and_then(|info| {
                     self.bytes
                         .get_cached(&info.id)
                         .map(|stored| self.outgoing(stored))
@@ -594,7 +594,7 @@ impl JobCore {
                                 Some(data) => this.send_demanded(&host, &addr, chunk, data),
                                 None => {
                                     tracing::warn!(
-                                        chunk,
+                                        chunk = %chunk,
                                         "a demanded chunk is no longer in the store; fetching it again for the child"
                                     );
                                     this.tell(Input::Unsent { child: to, chunk });
@@ -630,15 +630,15 @@ impl JobCore {
     }
 
     /// Queues a demanded chunk's stored bytes for the child at `host`.
-    fn send_demanded(&self, host: &str, addr: &str, chunk: u32, data: Bytes) {
+    fn send_demanded(&self, host: &str, addr: &str, chunk: ChunkNo, data: Bytes) {
         let head = chunk_head(self.job, chunk, true, data.len());
         self.peers
             .send_parts(host, addr, StreamKind::Demand, head, data);
     }
 
     /// A chunk's stored bytes to send, or `None` if the store no longer holds it.
-    async fn chunk_bytes(&self, chunk: u32) -> Option<Bytes> {
-        let info = self.index.chunks.get(chunk as usize)?;
+    async fn chunk_bytes(&self, chunk: ChunkNo) -> Option<Bytes> {
+        let info = self.index.chunks.get(chunk.index())?;
         let stored = self.stored(&info.id, info.stored_len).await?;
         Some(self.outgoing(stored))
     }
@@ -702,18 +702,9 @@ impl JobCore {
     /// held but the store cannot produce is reported lost first, so it is fetched again
     /// instead of awaited for ever. The caller bounds the wait (dropping the future gives
     /// up).
-    pub async fn want(self: &Arc<Self>, chunk: u32, id: &ChunkId) -> Result<Fetched, Error> {
-        let Some(info) = self
-            .index
-            .chunks
-            .get(chunk as usize)
-            .filter(|c| &c.id == id)
-        else {
-            return Err(Error::ChunkNotInJob {
-                chunk: *id,
-                job: self.job,
-            });
-        };
+    pub async fn want(self: &Arc<Self>, chunk: ChunkNo) -> Result<Fetched, Error> {
+        let info = crate::source::chunk_info(&self.index.chunks, chunk)?;
+        let id = &info.id;
         if let Some(s) = self.stored(id, info.stored_len).await {
             return Ok(fetched(s));
         }
@@ -741,8 +732,11 @@ impl JobCore {
     }
 
     /// Whether the chunk is held here.
-    pub fn has(&self, id: &ChunkId) -> bool {
-        self.bytes.contains(id)
+    pub fn has(&self, chunk: ChunkNo) -> bool {
+        self.index
+            .chunks
+            .get(chunk.index())
+            .is_some_and(|c| self.bytes.contains(&c.id))
     }
 }
 

@@ -42,7 +42,7 @@ pub mod store;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use manifest::{ChunkId, ChunkInfo};
+use peertree::relay::ChunkNo;
 
 use crate::source::{ChunkFuture, ChunkSource};
 use job::JobCore;
@@ -92,24 +92,24 @@ impl JobSource {
 }
 
 impl ChunkSource for JobSource {
-    fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture {
+    fn fetch(&self, at: ChunkNo) -> ChunkFuture {
         let core = self.core.clone();
-        Box::pin(async move { core.want(at, &chunk.id).await })
+        Box::pin(async move { core.want(at).await })
     }
 
-    fn is_local(&self, id: &ChunkId) -> bool {
-        self.core.has(id)
+    fn is_local(&self, at: ChunkNo) -> bool {
+        self.core.has(at)
     }
 
-    fn fetch_local(
-        &self,
-        _at: u32,
-        chunk: ChunkInfo,
-    ) -> Option<Result<crate::source::Fetched, crate::Error>> {
+    fn fetch_local(&self, at: ChunkNo) -> Option<Result<crate::source::Fetched, crate::Error>> {
         use crate::source::Fetched;
         use seeder::StoredChunk;
         // Checked bytes from memory are decoded without hashing them again; bytes read
         // from a file are verified by the reader, as `JobCore::want` hands them out.
+        let chunk = match crate::source::chunk_info(&self.core.index.chunks, at) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
         Some(Ok(match self.store.get(&chunk.id)? {
             StoredChunk::Checked(c) => match c.plain() {
                 Ok(plain) => Fetched::Verified(plain),

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use peertree::relay::{JobId, Msg, Routed};
+use peertree::relay::{ChunkNo, JobId, Msg, Routed};
 use tokio::sync::{mpsc, watch};
 
 use super::crls::CrlKeeper;
@@ -66,7 +66,7 @@ pub fn frame(job: JobId, msg: &Msg) -> Vec<u8> {
 /// The head of a chunk's frame, to be followed by the chunk's `len` stored bytes (see
 /// `FrameSender::send_parts`): the frame is then the same as [`frame`] of the
 /// [`Msg::Chunk`], without the stored bytes being copied into it.
-pub fn chunk_head(job: JobId, chunk: u32, demand: bool, len: usize) -> Vec<u8> {
+pub fn chunk_head(job: JobId, chunk: ChunkNo, demand: bool, len: usize) -> Vec<u8> {
     let mut head = job.0.to_be_bytes().to_vec();
     head.extend_from_slice(&Msg::chunk_head(chunk, demand, len));
     head

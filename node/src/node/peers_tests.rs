@@ -47,7 +47,7 @@ impl Router for Gated {
         let Routed::Chunk { chunk, .. } = msg else {
             return None;
         };
-        lock(&self.order).push(chunk);
+        lock(&self.order).push(chunk.0);
         let now = self.at_work.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_work.fetch_max(now, Ordering::SeqCst);
         self.delivered.send_modify(|d| *d += 1);
@@ -80,7 +80,7 @@ async fn a_streams_chunks_are_delivered_in_order_one_at_work_over_quic() {
     let addr = b.transport().local_addr().to_string();
     for chunk in 0..3u32 {
         let data = Bytes::from(vec![chunk as u8; 100_000]);
-        let head = chunk_head(JobId(7), chunk, false, data.len());
+        let head = chunk_head(JobId(7), ChunkNo(chunk), false, data.len());
         a.send_parts("b", &addr, StreamKind::Control, head, data);
     }
 
@@ -157,12 +157,12 @@ fn a_chunk_frame_is_sent_in_parts_and_unframed_without_a_copy() {
     let whole = frame(
         JobId(5),
         &Msg::Chunk {
-            chunk: 9,
+            chunk: ChunkNo(9),
             demand: true,
             data: data.clone(),
         },
     );
-    let mut parts = chunk_head(JobId(5), 9, true, data.len());
+    let mut parts = chunk_head(JobId(5), ChunkNo(9), true, data.len());
     parts.extend_from_slice(&data);
     assert_eq!(parts, whole);
     let received = Bytes::from(whole);
@@ -176,7 +176,7 @@ fn a_chunk_frame_is_sent_in_parts_and_unframed_without_a_copy() {
     else {
         panic!("not a chunk: {routed:?}")
     };
-    assert_eq!((chunk, demand), (9, true));
+    assert_eq!((chunk, demand), (ChunkNo(9), true));
     assert_eq!(got[..], data[..]);
     assert_eq!(
         got.as_ptr(),

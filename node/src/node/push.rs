@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use manifest::{Index, IndexId};
-use peertree::relay::{BulkHold, Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
+use peertree::relay::{BulkHold, ChunkNo, Event, JobId, NodeInfo, Phase, Relay, Schedule, Timing};
 use peertree::{NodeId, Plan, Topology};
 use tokio::sync::mpsc;
 
@@ -111,11 +111,13 @@ fn scan_store(
     chunks: usize,
 ) -> mpsc::UnboundedReceiver<(Phase, Vec<BadChunk>)> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let urgent: Vec<u32> = order.0[..order.1].to_vec();
+    let urgent: Vec<ChunkNo> = order.0[..order.1].iter().copied().map(ChunkNo).collect();
     tokio::task::spawn_blocking(move || {
-        let first: std::collections::HashSet<u32> = urgent.iter().copied().collect();
+        let first: std::collections::HashSet<ChunkNo> = urgent.iter().copied().collect();
         let _ = tx.send((Phase::Urgent, store.check(urgent)));
-        let rest = (0..chunks as u32).filter(|p| !first.contains(p));
+        let rest = (0..chunks)
+            .filter_map(ChunkNo::at)
+            .filter(|p| !first.contains(p));
         let _ = tx.send((Phase::All, store.check(rest)));
     });
     rx
@@ -141,7 +143,8 @@ pub async fn push(
 ) -> Result<Outcome, Error> {
     let sizes = spec.index.chunks.iter().map(|c| c.stored_len).collect();
     let schedule_order = spec.order.clone();
-    let schedule = Arc::new(Schedule::new(spec.order.0, spec.order.1, sizes)?);
+    let order = spec.order.0.into_iter().map(ChunkNo).collect();
+    let schedule = Arc::new(Schedule::new(order, spec.order.1, sizes)?);
     let endpoint = RootEndpoint {
         identity: spec.identity,
         listen: spec.listen,

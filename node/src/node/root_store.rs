@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
 use manifest::{ChunkId, ChunkSink, Index, IndexId};
+use peertree::relay::ChunkNo;
 use seeder::{ChunkStore, DirStore, StoredChunk};
 use tokio::sync::mpsc;
 
@@ -37,7 +38,7 @@ pub struct BadChunk {
     /// The chunk.
     pub chunk: ChunkId,
     /// Its number in the index's chunk table.
-    pub position: u32,
+    pub position: ChunkNo,
     /// Its file.
     pub path: PathBuf,
     /// What is wrong.
@@ -153,8 +154,8 @@ impl Stamp {
 pub struct CheckedStore {
     store: DirStore,
     index: Arc<Index>,
-    position: HashMap<ChunkId, u32>,
-    checked: Mutex<HashMap<u32, Stamp>>,
+    position: HashMap<ChunkId, ChunkNo>,
+    checked: Mutex<HashMap<ChunkNo, Stamp>>,
     faults: mpsc::UnboundedSender<BadChunk>,
 }
 
@@ -165,7 +166,7 @@ impl CheckedStore {
         let (faults, rx) = mpsc::unbounded_channel();
         let position = (0u32..)
             .zip(&index.chunks)
-            .map(|(p, c)| (c.id, p))
+            .map(|(p, c)| (c.id, ChunkNo(p)))
             .collect();
         let s = Self {
             store,
@@ -184,8 +185,8 @@ impl CheckedStore {
 
     /// Chunk number `position`'s stored bytes, checked against its id unless its file was
     /// checked before and has not changed since. Blocks on the file.
-    pub fn read(&self, position: u32) -> Result<StoredChunk, BadChunk> {
-        let info = self.index.chunks[position as usize];
+    pub fn read(&self, position: ChunkNo) -> Result<StoredChunk, BadChunk> {
+        let info = self.index.chunks[position.index()];
         let path = self.store.chunk_path(&info.id);
         let bad = |problem| BadChunk {
             chunk: info.id,
@@ -229,8 +230,8 @@ impl CheckedStore {
     /// Checks the chunks at `positions` and returns those the store cannot deliver, in the
     /// order given (for a push whose nodes read the store themselves). Blocks on the files,
     /// a few threads at a time: a parallel file system answers several reads at once.
-    pub fn check(&self, positions: impl IntoIterator<Item = u32>) -> Vec<BadChunk> {
-        let positions: Vec<u32> = positions.into_iter().collect();
+    pub fn check(&self, positions: impl IntoIterator<Item = ChunkNo>) -> Vec<BadChunk> {
+        let positions: Vec<ChunkNo> = positions.into_iter().collect();
         let threads = std::thread::available_parallelism()
             .map_or(1, usize::from)
             .clamp(1, 4);
@@ -320,21 +321,27 @@ mod tests {
     fn a_missing_or_damaged_chunk_in_the_root_store_is_named_not_sent() {
         let (_t, store, index) = store();
         let (checked, mut faults) = CheckedStore::new(store.clone(), index.clone());
-        assert!(checked.check(0..3).is_empty(), "a whole store");
+        assert!(
+            checked.check((0..3).map(ChunkNo)).is_empty(),
+            "a whole store"
+        );
         let path = store.chunk_path(&index.chunks[1].id);
         let mut bytes = std::fs::read(&path).expect("read");
         bytes[100] ^= 1;
         std::fs::write(&path, &bytes).expect("damage it after it was checked once");
-        let bad = checked.read(1).expect_err("damaged");
+        let bad = checked.read(ChunkNo(1)).expect_err("damaged");
         assert!(matches!(bad.problem, Problem::Damaged(_)), "{bad:?}");
         std::fs::remove_file(store.chunk_path(&index.chunks[2].id)).expect("rm");
         assert!(checked.get(&index.chunks[2].id).is_none(), "not sent");
         let sent = faults.try_recv().expect("the push hears of it");
-        assert_eq!((sent.position, sent.problem), (2, Problem::Missing));
+        assert_eq!(
+            (sent.position, sent.problem),
+            (ChunkNo(2), Problem::Missing)
+        );
         let fault = StoreFault {
             store: store.root().to_path_buf(),
             index: IndexId([7; 32]),
-            bad: checked.check(0..3),
+            bad: checked.check((0..3).map(ChunkNo)),
         };
         let text = fault.to_string();
         for part in [

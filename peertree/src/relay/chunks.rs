@@ -9,7 +9,7 @@ use fixedbitset::FixedBitSet;
 
 use super::demand::Waiter;
 use super::msg::pack_words;
-use super::{Event, Msg, Phase, Relay, Report, Transmit};
+use super::{ChunkNo, Event, Msg, Phase, Relay, Report, Transmit};
 use crate::plan::NodeId;
 
 impl Relay {
@@ -17,12 +17,12 @@ impl Relay {
     /// that used the same chunks): they count as received, are forwarded to the children
     /// like any other, and the parent is told ([`Msg::Held`]) so that it does not send them.
     /// Call it right after [`Relay::new_node`].
-    pub fn hold_existing(&mut self, positions: impl IntoIterator<Item = u32>) {
+    pub fn hold_existing(&mut self, positions: impl IntoIterator<Item = ChunkNo>) {
         let n = self.schedule.len();
         let mut held = FixedBitSet::with_capacity(n);
         for p in positions {
-            if (p as usize) < n && !self.have.put(p as usize) {
-                held.insert(p as usize);
+            if p.index() < n && !self.have.put(p.index()) {
+                held.insert(p.index());
                 self.count_held(p, true);
             }
         }
@@ -52,8 +52,8 @@ impl Relay {
     /// for again at once if a child still needs it (its push would stall behind it) or
     /// somebody waits for it; otherwise when somebody next wants it. The root cannot fetch
     /// anything: a chunk lost there stays lost.
-    pub fn handle_lost(&mut self, _now: Instant, chunk: u32) {
-        let i = chunk as usize;
+    pub fn handle_lost(&mut self, _now: Instant, chunk: ChunkNo) {
+        let i = chunk.index();
         if i >= self.schedule.len() || !self.have.contains(i) {
             return;
         }
@@ -76,8 +76,8 @@ impl Relay {
     /// The transport was told to send `chunk` to `child` (by push or answering a demand)
     /// but the store could not produce it: the chunk counts as lost here and goes to the
     /// child as a demand answer once it is back.
-    pub fn handle_unsent(&mut self, now: Instant, child: NodeId, chunk: u32) {
-        let i = chunk as usize;
+    pub fn handle_unsent(&mut self, now: Instant, child: NodeId, chunk: ChunkNo) {
+        let i = chunk.index();
         if i >= self.schedule.len() {
             return;
         }
@@ -92,9 +92,9 @@ impl Relay {
 
     /// A chunk arrived from `from`; `valid` says whether it matched its id (the caller
     /// verified it and, if valid, stored it).
-    pub fn handle_chunk(&mut self, now: Instant, from: NodeId, chunk: u32, valid: bool) {
+    pub fn handle_chunk(&mut self, now: Instant, from: NodeId, chunk: ChunkNo, valid: bool) {
         self.touch(from, now);
-        if chunk as usize >= self.schedule.len() {
+        if chunk.index() >= self.schedule.len() {
             return;
         }
         if !valid {
@@ -118,7 +118,7 @@ impl Relay {
             }
             return;
         }
-        if self.have.put(chunk as usize) {
+        if self.have.put(chunk.index()) {
             self.stats.duplicates += 1;
             return;
         }
@@ -139,7 +139,7 @@ impl Relay {
 
     /// Counts `chunk` as held (`up`) or no longer held, overall and in the phase it
     /// belongs to.
-    fn count_held(&mut self, chunk: u32, up: bool) {
+    fn count_held(&mut self, chunk: ChunkNo, up: bool) {
         let step = |n: &mut usize| if up { *n += 1 } else { *n -= 1 };
         step(&mut self.have_count);
         if self.schedule.urgent_chunk(chunk) {
@@ -151,7 +151,7 @@ impl Relay {
     }
 
     /// Counts `chunk` as lost here (`up`) or back, in the phase it belongs to.
-    fn count_lost(&mut self, chunk: u32, up: bool) {
+    fn count_lost(&mut self, chunk: ChunkNo, up: bool) {
         let step = |n: &mut usize| if up { *n += 1 } else { *n -= 1 };
         if self.schedule.urgent_chunk(chunk) {
             step(&mut self.lost_urgent);

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::{Msg, Relay, Transmit};
+use super::{ChunkNo, Msg, Relay, Transmit};
 use crate::plan::NodeId;
 
 /// Who waits for a demanded chunk.
@@ -34,8 +34,8 @@ impl Relay {
 
     /// `who` needs `chunk` now: serve it if held, else wait for it, asking the parent only
     /// for the first waiter.
-    pub(super) fn on_want(&mut self, now: Instant, who: Waiter, chunk: u32) {
-        if chunk as usize >= self.schedule.len() {
+    pub(super) fn on_want(&mut self, now: Instant, who: Waiter, chunk: ChunkNo) {
+        if chunk.index() >= self.schedule.len() {
             return;
         }
         // Applications are still starting here or below: a held hysteretic set keeps
@@ -58,11 +58,11 @@ impl Relay {
 
     /// A child lost `chunk` after we sent it ([`Msg::Lost`]): it is no longer counted as
     /// sent there, so the demand is answered although it went out once.
-    pub(super) fn on_lost(&mut self, now: Instant, from: NodeId, chunk: u32) {
+    pub(super) fn on_lost(&mut self, now: Instant, from: NodeId, chunk: ChunkNo) {
         if let Some(c) = self.children.get_mut(&from)
-            && (chunk as usize) < self.schedule.len()
+            && (chunk.index()) < self.schedule.len()
         {
-            c.sent.set(chunk as usize, false);
+            c.sent.set(chunk.index(), false);
         }
         self.on_want(now, Waiter::Child(from), chunk);
     }
@@ -70,7 +70,7 @@ impl Relay {
     /// Asks the parent for `chunk` (as `Lost` if it was held here once, since the parent
     /// ignores a plain `Want` for a chunk it already sent). Nothing while re-attaching: the
     /// new parent is asked for every outstanding chunk once it adopts us.
-    pub(super) fn send_want(&mut self, chunk: u32) {
+    pub(super) fn send_want(&mut self, chunk: ChunkNo) {
         if let Some(p) = self.parent()
             && self.root.is_none()
         {
@@ -85,13 +85,13 @@ impl Relay {
     }
 
     /// Sends `chunk` to `child` on the priority path, unless the push already sent it.
-    pub(super) fn serve_demand(&mut self, child: NodeId, chunk: u32, now: Instant) {
+    pub(super) fn serve_demand(&mut self, child: NodeId, chunk: ChunkNo, now: Instant) {
         if let Some(c) = self.children.get_mut(&child) {
-            if c.sent.put(chunk as usize) {
+            if c.sent.put(chunk.index()) {
                 // Already on its way by push; the child will have it shortly.
                 return;
             }
-            c.bytes += u64::from(self.schedule.sizes[chunk as usize]);
+            c.bytes += u64::from(self.schedule.sizes[chunk.index()]);
             c.last_sent = now;
             self.stats.demand_served += 1;
             self.control
@@ -100,7 +100,7 @@ impl Relay {
     }
 
     /// A blocked local read needs `chunk`.
-    pub fn handle_local_want(&mut self, now: Instant, chunk: u32) {
+    pub fn handle_local_want(&mut self, now: Instant, chunk: ChunkNo) {
         self.on_want(now, Waiter::Local, chunk);
     }
 }

@@ -28,7 +28,7 @@ fn info(id: NodeId, parent: NodeId) -> NodeInfo {
 }
 
 fn schedule() -> Arc<Schedule> {
-    Arc::new(Schedule::new(vec![0, 1, 2, 3], 1, vec![1000; 4]).expect("valid"))
+    Arc::new(Schedule::new((0..4).map(ChunkNo).collect(), 1, vec![1000; 4]).expect("valid"))
 }
 
 /// The `Start` `relay` queued for `to`.

@@ -57,8 +57,8 @@ use fixedbitset::FixedBitSet;
 
 use demand::Waiter;
 pub use msg::{
-    ChunkSplit, JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, RelayMsg, Report, Routed, Start,
-    Timing,
+    ChunkNo, ChunkSplit, JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, RelayMsg, Report,
+    Routed, Start, Timing,
 };
 pub use pace::Pacer;
 use recovery::Attaching;
@@ -97,7 +97,7 @@ pub enum Transmit {
         /// Destination.
         to: NodeId,
         /// Chunk-table position.
-        chunk: u32,
+        chunk: ChunkNo,
     },
 }
 
@@ -117,7 +117,7 @@ pub enum Event {
         /// Who sent it.
         from: NodeId,
         /// Which chunk.
-        chunk: u32,
+        chunk: ChunkNo,
     },
     /// Root only: a node completed a phase.
     NodeDone(NodeId, Phase),
@@ -206,11 +206,11 @@ pub struct Relay {
     /// its siblings before it notices that their common parent died, and the adoptions it
     /// passes on to that parent would be lost.
     attached_log: BTreeMap<NodeId, NodeId>,
-    wants: HashMap<u32, Vec<Waiter>>,
-    asked: HashSet<u32>,
+    wants: HashMap<ChunkNo, Vec<Waiter>>,
+    asked: HashSet<ChunkNo>,
     /// Chunks held once and lost since: asked for again with [`Msg::Lost`], because the
     /// parent believes they are here.
-    lost: HashSet<u32>,
+    lost: HashSet<ChunkNo>,
     /// How many of `lost` are urgent. A phase is complete when every chunk of it arrived
     /// once, held now or lost since: a store smaller than the layer still completes.
     lost_urgent: usize,
@@ -474,8 +474,8 @@ impl Relay {
     }
 
     /// Whether this node holds a chunk.
-    pub fn has(&self, chunk: u32) -> bool {
-        self.have.contains(chunk as usize)
+    pub fn has(&self, chunk: ChunkNo) -> bool {
+        self.have.contains(chunk.index())
     }
 
     /// Chunks held.

@@ -9,6 +9,32 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::plan::NodeId;
 
+/// A chunk's position in its index's chunk table: the one name of a chunk between the
+/// relay, the node and the filesystem, which look its content id ([`manifest::ChunkId`])
+/// up in the index when they need it. On the wire it is the bare number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ChunkNo(pub u32);
+
+impl ChunkNo {
+    /// The position as an index into the chunk table and bitsets.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The chunk at table position `i`, if a chunk table can have it (at most `u32::MAX`
+    /// chunks: an index's chunk count is a `u32`).
+    pub fn at(i: usize) -> Option<ChunkNo> {
+        u32::try_from(i).ok().map(ChunkNo)
+    }
+}
+
+impl std::fmt::Display for ChunkNo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// Identity of a distribution job (chosen by the root; unique per push): a Slurm job's
 /// own number, or a fresh id above `u32::MAX` for a push outside Slurm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -135,7 +161,7 @@ pub struct Start {
     pub index: Vec<u8>,
     /// Which chunk-table positions form the urgent set, in push order, then the rest.
     /// Carried so every node pushes in the root's order without recomputing it.
-    pub order: Vec<u32>,
+    pub order: Vec<ChunkNo>,
     /// How many of `order` are urgent.
     pub urgent: u32,
     /// The receiver's subtree, the receiver first, parents before children.
@@ -226,7 +252,7 @@ pub enum Msg {
     /// Parent to child: a chunk's stored bytes (by push, or answering a demand).
     Chunk {
         /// Position in the index's chunk table.
-        chunk: u32,
+        chunk: ChunkNo,
         /// Whether this answers a demand (travels on the priority stream).
         demand: bool,
         /// The stored (encoded) chunk.
@@ -236,7 +262,7 @@ pub enum Msg {
     /// Child to parent: a blocked read needs this chunk now.
     Want {
         /// Position in the chunk table.
-        chunk: u32,
+        chunk: ChunkNo,
     },
     /// Child to parent: facts for the root, and a heartbeat.
     Report(Report),
@@ -263,7 +289,7 @@ pub enum Msg {
     /// the parent already sent is not answered: the parent takes it to be on its way.
     Lost {
         /// Position in the chunk table.
-        chunk: u32,
+        chunk: ChunkNo,
     },
     /// Child to parent, right after joining: chunks this node's store kept from an earlier
     /// job (bitset words, as in `Attach`); the parent does not send them.
@@ -309,7 +335,7 @@ pub enum Routed {
     /// [`Msg::Chunk`].
     Chunk {
         /// Position in the index's chunk table.
-        chunk: u32,
+        chunk: ChunkNo,
         /// Whether this answers a demand.
         demand: bool,
         /// The stored (encoded) chunk: shared, so the receiver can slice it out of the
@@ -339,7 +365,7 @@ pub enum RelayMsg {
     /// [`Msg::Want`].
     Want {
         /// Position in the chunk table.
-        chunk: u32,
+        chunk: ChunkNo,
     },
     /// [`Msg::Report`].
     Report(Report),
@@ -357,7 +383,7 @@ pub enum RelayMsg {
     /// [`Msg::Lost`].
     Lost {
         /// Position in the chunk table.
-        chunk: u32,
+        chunk: ChunkNo,
     },
     /// [`Msg::Held`].
     Held {
@@ -486,7 +512,7 @@ impl Msg {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkSplit {
     /// Position in the index's chunk table.
-    pub chunk: u32,
+    pub chunk: ChunkNo,
     /// Whether this answers a demand.
     pub demand: bool,
     /// Where the stored chunk lies in the message's bytes.
@@ -501,7 +527,7 @@ impl Msg {
     /// byte `Msg::Chunk { chunk, demand, data }.encode()`. A sender can then send stored
     /// bytes it shares (with the store, with other children) after the head, instead of
     /// copying them into a message and the message into a frame.
-    pub fn chunk_head(chunk: u32, demand: bool, len: usize) -> Vec<u8> {
+    pub fn chunk_head(chunk: ChunkNo, demand: bool, len: usize) -> Vec<u8> {
         // postcard writes a variant index, a u32 and a byte string's length as varints and
         // a bool as one byte: the same as this tuple (a test holds the two together).
         postcard::to_allocvec(&(CHUNK_VARIANT, chunk, demand, len))
@@ -532,7 +558,7 @@ impl Msg {
                 )));
             }
             Ok(ChunkSplit {
-                chunk,
+                chunk: ChunkNo(chunk),
                 demand,
                 data: bytes.len() - len..bytes.len(),
             })

@@ -59,14 +59,14 @@ fn job_ids_read_as_slurm_decimal_display_hex_or_0x() {
 fn every_message_routes_to_one_place() {
     let data = vec![1, 2, 3];
     let chunk = Msg::Chunk {
-        chunk: 7,
+        chunk: ChunkNo(7),
         demand: true,
         data: data.clone(),
     };
     assert_eq!(
         chunk.route(),
         Routed::Chunk {
-            chunk: 7,
+            chunk: ChunkNo(7),
             demand: true,
             data: data.into()
         }
@@ -79,8 +79,14 @@ fn every_message_routes_to_one_place() {
         Routed::Prepare(prepare)
     );
     for (msg, relay) in [
-        (Msg::Want { chunk: 3 }, RelayMsg::Want { chunk: 3 }),
-        (Msg::Lost { chunk: 4 }, RelayMsg::Lost { chunk: 4 }),
+        (
+            Msg::Want { chunk: ChunkNo(3) },
+            RelayMsg::Want { chunk: ChunkNo(3) },
+        ),
+        (
+            Msg::Lost { chunk: ChunkNo(4) },
+            RelayMsg::Lost { chunk: ChunkNo(4) },
+        ),
         (Msg::Ping, RelayMsg::Ping),
         (Msg::Adopted, RelayMsg::Adopted),
         (Msg::Finished, RelayMsg::Finished),
@@ -152,7 +158,7 @@ fn byte_fields_keep_the_wire_format() {
     })
     .expect("encode");
     let new = Msg::Chunk {
-        chunk: 3,
+        chunk: ChunkNo(3),
         demand: false,
         data,
     };
@@ -170,7 +176,7 @@ fn byte_fields_keep_the_wire_format() {
     let old = postcard::to_allocvec(&OldMsg::Start(Box::new(OldStart {
         job: JobId(9),
         index: vec![5; 200],
-        order: vec![0, 1],
+        order: vec![(ChunkNo(0)).0, (ChunkNo(1)).0],
         urgent: 1,
         subtree: vec![node.clone()],
         ancestors: vec![],
@@ -185,7 +191,7 @@ fn byte_fields_keep_the_wire_format() {
     let new = Msg::Start(Box::new(Start {
         job: JobId(9),
         index: vec![5; 200],
-        order: vec![0, 1],
+        order: vec![ChunkNo(0), ChunkNo(1)],
         urgent: 1,
         subtree: vec![node.clone()],
         ancestors: vec![],
@@ -204,12 +210,12 @@ fn byte_fields_keep_the_wire_format() {
 fn messages_round_trip() {
     let msgs = [
         Msg::Chunk {
-            chunk: 7,
+            chunk: ChunkNo(7),
             demand: true,
             data: vec![1, 2, 3],
         },
-        Msg::Want { chunk: 9 },
-        Msg::Lost { chunk: 9 },
+        Msg::Want { chunk: ChunkNo(9) },
+        Msg::Lost { chunk: ChunkNo(9) },
         Msg::Report(Report {
             done: vec![(NodeId(3), Phase::All)],
             failed: vec![(NodeId(1), NodeId(2))],
@@ -248,6 +254,7 @@ fn messages_round_trip() {
 fn chunk_heads_and_splits_agree_with_the_encoding() {
     for (chunk, demand, len) in [(0, false, 0), (7, true, 3), (300_000, false, 1 << 20)] {
         let data: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+        let chunk = ChunkNo(chunk);
         let msg = Msg::Chunk {
             chunk,
             demand,
@@ -264,15 +271,15 @@ fn chunk_heads_and_splits_agree_with_the_encoding() {
         assert_eq!(&encoded[split.data], &data[..]);
     }
     assert!(Msg::split_chunk(&Msg::Ping.encode()).is_none());
-    assert!(Msg::split_chunk(&Msg::Want { chunk: 1 }.encode()).is_none());
-    let mut short = Msg::chunk_head(1, false, 10);
+    assert!(Msg::split_chunk(&Msg::Want { chunk: ChunkNo(1) }.encode()).is_none());
+    let mut short = Msg::chunk_head(ChunkNo(1), false, 10);
     short.extend_from_slice(&[0; 9]);
     assert!(matches!(
         Msg::split_chunk(&short),
         Some(Err(Error::WireMalformed(_)))
     ));
     assert!(Msg::decode(&short).is_err(), "refused by both");
-    let mut long = Msg::chunk_head(1, false, 10);
+    let mut long = Msg::chunk_head(ChunkNo(1), false, 10);
     long.extend_from_slice(&[0; 11]);
     assert!(matches!(
         Msg::split_chunk(&long),

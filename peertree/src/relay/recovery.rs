@@ -20,7 +20,7 @@ use super::demand::Waiter;
 use super::msg::{bits_from_words, pack_words};
 use super::subtree::Child;
 use super::timers::ms;
-use super::{Event, Msg, NodeInfo, Relay, Report, Transmit};
+use super::{ChunkNo, Event, Msg, NodeInfo, Relay, Report, Transmit};
 use crate::plan::NodeId;
 
 /// Re-attaching after the parent was lost: who is being asked, until when.
@@ -320,7 +320,7 @@ impl Relay {
                     .iter()
                     .map(|(&node, &parent)| (parent, node)),
             );
-            let asked: Vec<u32> = self.asked.iter().copied().collect();
+            let asked: Vec<ChunkNo> = self.asked.iter().copied().collect();
             for chunk in asked {
                 self.send_want(chunk);
             }

@@ -7,6 +7,7 @@
 
 use fixedbitset::FixedBitSet;
 
+use super::ChunkNo;
 use crate::error::{Error, Result};
 
 /// The push order of a job's chunks, shared by every relay of a job.
@@ -14,7 +15,7 @@ use crate::error::{Error, Result};
 pub struct Schedule {
     /// Chunk-table positions in push order: the urgent set first. Chunks it leaves out
     /// are fetched on demand only.
-    pub order: Vec<u32>,
+    pub order: Vec<ChunkNo>,
     /// How many of `order` are urgent.
     pub urgent: usize,
     /// Stored size of each chunk, by chunk-table position (for byte accounting).
@@ -26,7 +27,7 @@ pub struct Schedule {
 impl Schedule {
     /// Checks that `order` lists chunks of the table at most once each and `urgent <=
     /// order.len()`; the error says which of the two does not hold.
-    pub fn new(order: Vec<u32>, urgent: usize, sizes: Vec<u32>) -> Result<Self> {
+    pub fn new(order: Vec<ChunkNo>, urgent: usize, sizes: Vec<u32>) -> Result<Self> {
         if order.len() > sizes.len() {
             return Err(Error::OrderLength {
                 positions: order.len(),
@@ -42,7 +43,7 @@ impl Schedule {
         let mut seen = FixedBitSet::with_capacity(sizes.len());
         let mut is_urgent = FixedBitSet::with_capacity(sizes.len());
         for (i, &c) in order.iter().enumerate() {
-            let c = c as usize;
+            let c = c.index();
             if c >= sizes.len() || seen.put(c) {
                 return Err(Error::OrderChunk { chunk: c });
             }
@@ -75,12 +76,12 @@ impl Schedule {
     }
 
     /// Whether the push streams a chunk.
-    pub fn pushed_chunk(&self, chunk: u32) -> bool {
-        self.is_pushed.contains(chunk as usize)
+    pub fn pushed_chunk(&self, chunk: ChunkNo) -> bool {
+        self.is_pushed.contains(chunk.index())
     }
 
     /// Whether a chunk is in the urgent set.
-    pub fn urgent_chunk(&self, chunk: u32) -> bool {
-        self.is_urgent.contains(chunk as usize)
+    pub fn urgent_chunk(&self, chunk: ChunkNo) -> bool {
+        self.is_urgent.contains(chunk.index())
     }
 }

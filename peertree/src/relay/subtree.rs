@@ -9,7 +9,7 @@ use std::time::Instant;
 use fixedbitset::FixedBitSet;
 
 use super::msg::bits_from_words;
-use super::{Msg, NodeInfo, Phase, Prepare, Relay, Report, Start, Transmit};
+use super::{ChunkNo, Msg, NodeInfo, Phase, Prepare, Relay, Report, Start, Transmit};
 use crate::error::{Error, Result};
 use crate::plan::NodeId;
 
@@ -74,11 +74,11 @@ impl Child {
 
     /// The position in `order` of the first chunk from the cursor on that it has not been
     /// sent (`order.len()` if none).
-    fn next_unsent(&self, order: &[u32]) -> usize {
+    fn next_unsent(&self, order: &[ChunkNo]) -> usize {
         let from = self.cursor.min(order.len());
         order[from..]
             .iter()
-            .position(|&x| !self.sent.contains(x as usize))
+            .position(|&x| !self.sent.contains(x.index()))
             .map_or(order.len(), |skip| from + skip)
     }
 }
@@ -232,7 +232,7 @@ impl Relay {
     /// the hysteretic set while any child still waits for one of the urgent set
     /// ([`Relay::urgent_gate_open`]: this node's own link), nor before every node of that
     /// child's subtree has reported holding the urgent set (their links and CPUs).
-    pub fn poll_bulk(&mut self, now: Instant, child: NodeId) -> Option<u32> {
+    pub fn poll_bulk(&mut self, now: Instant, child: NodeId) -> Option<ChunkNo> {
         if self.shared_store.is_some() {
             // Everyone reads from shared storage: nothing travels the tree.
             return None;
@@ -246,7 +246,7 @@ impl Relay {
         let at = c.cursor;
         let chunk = *order.get(at)?;
         let subtree_waits = !c.urgent_waiting.is_empty();
-        if !self.have.contains(chunk as usize) {
+        if !self.have.contains(chunk.index()) {
             return None;
         }
         if at >= self.schedule.urgent
@@ -255,9 +255,9 @@ impl Relay {
             return None;
         }
         let c = self.children.get_mut(&child)?;
-        c.sent.insert(chunk as usize);
+        c.sent.insert(chunk.index());
         c.cursor += 1;
-        c.bytes += u64::from(self.schedule.sizes[chunk as usize]);
+        c.bytes += u64::from(self.schedule.sizes[chunk.index()]);
         c.last_sent = now;
         self.stats.pushed += 1;
         Some(chunk)
@@ -291,7 +291,7 @@ impl Relay {
             }
             let at = c.next_unsent(order);
             let hysteretic_ok = gate && c.urgent_waiting.is_empty();
-            (self.have.contains(*order.get(at)? as usize)
+            (self.have.contains(order.get(at)?.index())
                 && (hysteretic_ok || at < self.schedule.urgent))
                 .then_some(id)
         })

@@ -14,7 +14,7 @@ use crate::{PlanOptions, Strategy};
 
 enum Item {
     Msg(Msg),
-    Chunk { chunk: u32 },
+    Chunk { chunk: ChunkNo },
 }
 
 struct Net {
@@ -33,12 +33,12 @@ struct Net {
     jitter: Option<ChaCha8Rng>,
     /// Chunks pushed per child per tick (0: no bulk traffic at all).
     rate: usize,
-    received: HashMap<NodeId, Vec<u32>>,
+    received: HashMap<NodeId, Vec<ChunkNo>>,
     wants: HashMap<(NodeId, NodeId), usize>,
     root_events: Vec<Event>,
     root_id: NodeId,
     /// Chunk positions each node's store holds before it joins (from an earlier job).
-    held: HashMap<NodeId, Vec<u32>>,
+    held: HashMap<NodeId, Vec<ChunkNo>>,
 }
 
 fn plan(groups: usize, group: usize, strategy: Strategy) -> crate::Plan {
@@ -62,7 +62,7 @@ impl Net {
     /// rest are fetched on demand).
     fn streaming(plan: &crate::Plan, chunks: usize, urgent: usize, pushed: usize) -> Self {
         let now = Instant::now();
-        let order: Vec<u32> = (0..chunks as u32).rev().take(pushed).collect();
+        let order: Vec<ChunkNo> = (0..chunks as u32).rev().take(pushed).map(ChunkNo).collect();
         let schedule = Arc::new(Schedule::new(order, urgent, vec![1000; chunks]).expect("valid"));
         let nodes = plan_nodes(plan, |h| format!("{h}:7000"));
         let root = Relay::new_root(
@@ -242,7 +242,7 @@ impl Net {
     }
 
     /// A blocked read at `node` wants `chunk` now.
-    fn read(&mut self, node: &NodeId, chunk: u32) {
+    fn read(&mut self, node: &NodeId, chunk: ChunkNo) {
         let now = self.now;
         self.relays
             .get_mut(node)
@@ -417,9 +417,11 @@ fn concurrent_demands_make_one_request_per_edge() {
         .filter(|&id| p.children[id.index()].is_empty())
         .collect();
     for &leaf in &leaves {
-        net.read(&leaf, chunk);
+        net.read(&leaf, ChunkNo(chunk));
     }
-    net.run_until(10_000, |n| leaves.iter().all(|l| n.relays[l].has(chunk)));
+    net.run_until(10_000, |n| {
+        leaves.iter().all(|l| n.relays[l].has(ChunkNo(chunk)))
+    });
     for (&(from, to), &n) in &net.wants {
         assert_eq!(n, 1, "{from:?} -> {to:?} asked {n} times");
         assert_eq!(p.parent[from.index()], Some(to), "wants go to the parent");
@@ -431,14 +433,14 @@ fn concurrent_demands_make_one_request_per_edge() {
 
 #[test]
 fn schedules_list_each_chunk_at_most_once() {
-    assert!(Schedule::new(vec![0, 1, 1], 1, vec![1; 3]).is_err());
-    assert!(Schedule::new(vec![0, 5], 1, vec![1; 2]).is_err());
-    assert!(Schedule::new(vec![1, 0], 3, vec![1; 2]).is_err());
-    assert!(Schedule::new(vec![0, 1, 2], 1, vec![1; 2]).is_err());
-    assert!(Schedule::new(vec![1, 0], 1, vec![1; 2]).is_ok());
-    let part = Schedule::new(vec![2], 1, vec![1; 3]).expect("a subset streams only part");
+    assert!(Schedule::new(vec![ChunkNo(0), ChunkNo(1), ChunkNo(1)], 1, vec![1; 3]).is_err());
+    assert!(Schedule::new(vec![ChunkNo(0), ChunkNo(5)], 1, vec![1; 2]).is_err());
+    assert!(Schedule::new(vec![ChunkNo(1), ChunkNo(0)], 3, vec![1; 2]).is_err());
+    assert!(Schedule::new(vec![ChunkNo(0), ChunkNo(1), ChunkNo(2)], 1, vec![1; 2]).is_err());
+    assert!(Schedule::new(vec![ChunkNo(1), ChunkNo(0)], 1, vec![1; 2]).is_ok());
+    let part = Schedule::new(vec![ChunkNo(2)], 1, vec![1; 3]).expect("a subset streams only part");
     assert_eq!((part.len(), part.pushed()), (3, 1));
-    assert!(part.pushed_chunk(2) && !part.pushed_chunk(0));
+    assert!(part.pushed_chunk(ChunkNo(2)) && !part.pushed_chunk(ChunkNo(0)));
 }
 
 /// A push that streams only its urgent set (or nothing): every node completes both phases
@@ -465,12 +467,12 @@ fn chunks_left_out_of_the_order_travel_only_on_demand() {
             .find(|&id| p.children[id.index()].is_empty())
             .expect("a leaf");
         let chunk = 0; // last in the full order: never streamed
-        net.read(&leaf, chunk);
-        net.run_until(10_000, |n| n.relays[&leaf].has(chunk));
+        net.read(&leaf, ChunkNo(chunk));
+        net.run_until(10_000, |n| n.relays[&leaf].has(ChunkNo(chunk)));
         let others = p
             .ids()
             .skip(1)
-            .filter(|&id| id != leaf && net.relays[&id].has(chunk))
+            .filter(|&id| id != leaf && net.relays[&id].has(ChunkNo(chunk)))
             .count();
         let depth =
             std::iter::successors(p.parent[leaf.index()], |n| p.parent[n.index()]).count() - 1;
@@ -628,7 +630,7 @@ fn a_probe_start_with_chunks_is_refused() {
     assert!(start.probe && start.index.is_empty() && start.order.is_empty());
     let empty = Arc::new(Schedule::new(vec![], 0, vec![]).expect("empty"));
     assert!(Relay::new_node((*start).clone(), empty, Instant::now()).is_ok());
-    let one = Arc::new(Schedule::new(vec![0], 0, vec![10]).expect("one chunk"));
+    let one = Arc::new(Schedule::new(vec![ChunkNo(0)], 0, vec![10]).expect("one chunk"));
     assert!(Relay::new_node(*start, one, Instant::now()).is_err());
 }
 
@@ -716,7 +718,7 @@ fn the_prepare_wave_gives_every_node_its_planned_subtree_ahead_of_its_start() {
         "a plan deep enough to matter"
     );
     let nodes = plan_nodes(&p, |h| format!("{h}:7000"));
-    let schedule = Arc::new(Schedule::new(vec![0], 1, vec![10]).expect("one chunk"));
+    let schedule = Arc::new(Schedule::new(vec![ChunkNo(0)], 1, vec![10]).expect("one chunk"));
     let mut root = Relay::new_root(
         JobId(5),
         nodes,
@@ -814,9 +816,9 @@ fn an_evicted_chunk_is_fetched_again_from_the_tree_when_read() {
     let now = net.now;
     for id in [leaf, parent] {
         let r = net.relays.get_mut(&id).expect("started");
-        r.handle_lost(now, chunk);
+        r.handle_lost(now, ChunkNo(chunk));
         assert!(
-            !r.has(chunk),
+            !r.has(ChunkNo(chunk)),
             "{id:?} no longer counts the lost chunk as held"
         );
         assert_eq!(r.have_count(), net.schedule.len() - 1);
@@ -824,10 +826,10 @@ fn an_evicted_chunk_is_fetched_again_from_the_tree_when_read() {
     // Nobody needs it yet (every child has it): losing it asks for nothing.
     net.step();
     assert!(net.wants.is_empty(), "a loss alone fetches nothing");
-    net.read(&leaf, chunk);
-    net.run_until(10_000, |n| n.relays[&leaf].has(chunk));
+    net.read(&leaf, ChunkNo(chunk));
+    net.run_until(10_000, |n| n.relays[&leaf].has(ChunkNo(chunk)));
     assert!(
-        net.relays[&parent].has(chunk),
+        net.relays[&parent].has(ChunkNo(chunk)),
         "the parent fetched it again on the way"
     );
     assert_eq!(net.relays[&leaf].stats().lost, 1);
@@ -853,14 +855,14 @@ fn a_chunk_that_vanished_before_forwarding_still_reaches_the_child() {
     net.relays
         .get_mut(&child)
         .expect("started")
-        .handle_lost(now, chunk);
+        .handle_lost(now, ChunkNo(chunk));
     net.relays
         .get_mut(&proxy)
         .expect("started")
-        .handle_unsent(now, child, chunk);
-    assert!(!net.relays[&proxy].has(chunk));
+        .handle_unsent(now, child, ChunkNo(chunk));
+    assert!(!net.relays[&proxy].has(ChunkNo(chunk)));
     net.run_until(10_000, |n| {
-        n.relays[&proxy].has(chunk) && n.relays[&child].has(chunk)
+        n.relays[&proxy].has(ChunkNo(chunk)) && n.relays[&child].has(ChunkNo(chunk))
     });
 }
 
@@ -880,7 +882,7 @@ fn a_node_that_loses_chunks_during_the_push_still_completes_its_phases() {
         // The leaf keeps at most 2 chunks, like a 2-chunk store budget.
         let now = net.now;
         if let Some(r) = net.relays.get_mut(&leaf) {
-            let held: Vec<u32> = (0..10).filter(|&c| r.has(c)).collect();
+            let held: Vec<ChunkNo> = (0..10).map(ChunkNo).filter(|&c| r.has(c)).collect();
             for &c in held.iter().skip(2) {
                 r.handle_lost(now, c);
                 dropped += 1;
@@ -898,7 +900,7 @@ fn chunks_a_node_kept_from_an_earlier_job_are_not_sent_again() {
     let p = plan(2, 4, Strategy::Topo);
     let mut net = Net::new(&p, 40, 10);
     // Every node kept 30 of the 40 chunks (urgent ones included).
-    let kept: Vec<u32> = (0..30).collect();
+    let kept: Vec<ChunkNo> = (0..30).map(ChunkNo).collect();
     for id in p.ids().skip(1) {
         net.held.insert(id, kept.clone());
     }
@@ -907,7 +909,7 @@ fn chunks_a_node_kept_from_an_earlier_job_are_not_sent_again() {
     for id in p.ids().skip(1) {
         let got = net.received.get(&id).cloned().unwrap_or_default();
         assert!(
-            got.iter().all(|c| *c >= 30),
+            got.iter().all(|c| *c >= ChunkNo(30)),
             "{id:?} was sent chunks it held: {got:?}"
         );
         assert_eq!(got.len(), 10, "{id:?} got {got:?}");
@@ -925,7 +927,7 @@ fn a_proxy_forwards_what_it_kept_to_children_that_did_not_keep_it() {
         .collect();
     assert!(!proxies.is_empty());
     for id in &proxies {
-        net.held.insert(*id, (0..40).collect());
+        net.held.insert(*id, (0..40).map(ChunkNo).collect());
     }
     net.run_until(20_000, |n| n.job_done(Phase::All));
     assert_everyone_has_everything(&net, &p);
@@ -951,8 +953,8 @@ fn no_hysteretic_chunk_leaves_while_a_child_waits_for_an_urgent_one() {
     for &k in &kids {
         root.handle_message(now, k, RelayMsg::Ping);
     }
-    let urgent = |c: u32| net.schedule.urgent_chunk(c);
-    let to_a: Vec<u32> = std::iter::from_fn(|| root.poll_bulk(now, a)).collect();
+    let urgent = |c: ChunkNo| net.schedule.urgent_chunk(c);
+    let to_a: Vec<ChunkNo> = std::iter::from_fn(|| root.poll_bulk(now, a)).collect();
     assert_eq!(
         to_a.len(),
         2,
@@ -964,7 +966,7 @@ fn no_hysteretic_chunk_leaves_while_a_child_waits_for_an_urgent_one() {
         "a is not ready for more"
     );
     for &k in &kids[1..] {
-        let got: Vec<u32> = (0..2).filter_map(|_| root.poll_bulk(now, k)).collect();
+        let got: Vec<ChunkNo> = (0..2).filter_map(|_| root.poll_bulk(now, k)).collect();
         assert!(got.iter().all(|&c| urgent(c)), "{got:?}");
     }
     // Sent is not held: the rest waits until each child's subtree reports the urgent set.
@@ -1025,7 +1027,8 @@ fn a_held_hysteretic_set_flows_once_demand_goes_quiet() {
         .find(|&id| p.children[id.index()].is_empty())
         .expect("a leaf");
     // Reads go on for 300 ms, each fetching a different hysteretic chunk on demand.
-    let demanded: Vec<u32> = (0..30)
+    let demanded: Vec<ChunkNo> = (0..30)
+        .map(ChunkNo)
         .filter(|&c| !net.schedule.urgent_chunk(c))
         .take(6)
         .collect();
@@ -1073,7 +1076,7 @@ fn new_demand_pauses_a_flowing_hysteretic_set_within_the_hold() {
         .skip(1)
         .find(|&id| p.children[id.index()].is_empty())
         .expect("a leaf");
-    net.read(&leaf, 0);
+    net.read(&leaf, ChunkNo(0));
     // Let the want reach the root and the chunks already in flight land.
     for _ in 0..15 {
         net.step();

@@ -31,7 +31,14 @@ fn info(id: NodeId, parent: NodeId) -> NodeInfo {
 }
 
 fn schedule() -> Arc<Schedule> {
-    Arc::new(Schedule::new(vec![0, 1, 2, 3], 1, vec![1000; 4]).expect("valid"))
+    Arc::new(
+        Schedule::new(
+            vec![ChunkNo(0), ChunkNo(1), ChunkNo(2), ChunkNo(3)],
+            1,
+            vec![1000; 4],
+        )
+        .expect("valid"),
+    )
 }
 
 /// The root of a job on `ROOT -> CHILD -> GRANDCHILD`, and the child's relay made from the

@@ -22,7 +22,9 @@ use super::SimConfig;
 use super::net::{Links, Res, transfer_ns};
 use crate::error::{Error, Result};
 use crate::plan::{NodeId, Plan, Role};
-use crate::relay::{Event, JobId, Msg, Phase, Relay, Routed, Schedule, Transmit, plan_nodes};
+use crate::relay::{
+    ChunkNo, Event, JobId, Msg, Phase, Relay, Routed, Schedule, Transmit, plan_nodes,
+};
 use crate::topology::Topology;
 
 #[path = "engine_cpu.rs"]
@@ -220,7 +222,7 @@ impl<'a> Sim<'a> {
             .unwrap_or(n)
             .min(n);
         let schedule = Arc::new(
-            Schedule::new((0..n as u32).collect(), urgent, sizes)
+            Schedule::new((0..n as u32).map(ChunkNo).collect(), urgent, sizes)
                 .map_err(|e| Error::SimSetup(e.to_string()))?,
         );
         let hosts = plan.len();
@@ -473,7 +475,7 @@ impl<'a> Sim<'a> {
         let Some(r) = &mut self.relays[to.index()] else {
             return;
         };
-        r.handle_chunk(now, from, chunk, true);
+        r.handle_chunk(now, from, ChunkNo(chunk), true);
         if push {
             self.pushed_rx[to.index()] += 1;
         } else {
@@ -584,7 +586,13 @@ impl<'a> Sim<'a> {
         }
         let (to, what) = match t {
             Transmit::Control { to, msg } => (to, Out::Control(msg)),
-            Transmit::DemandChunk { to, chunk } => (to, Out::Chunk { chunk, push: false }),
+            Transmit::DemandChunk { to, chunk } => (
+                to,
+                Out::Chunk {
+                    chunk: chunk.0,
+                    push: false,
+                },
+            ),
         };
         self.depart_after_setup(from, to, what);
     }
@@ -661,7 +669,14 @@ impl<'a> Sim<'a> {
             return;
         };
         if let Some(chunk) = r.poll_bulk(now, child) {
-            self.depart_after_setup(node, child, Out::Chunk { chunk, push: true });
+            self.depart_after_setup(
+                node,
+                child,
+                Out::Chunk {
+                    chunk: chunk.0,
+                    push: true,
+                },
+            );
         }
     }
 

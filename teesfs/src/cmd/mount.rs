@@ -88,14 +88,8 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
         }
     });
     let entries = index.entries.len();
-    let mounted = mount(
-        index,
-        id,
-        Arc::new(StoreSource::new(store)),
-        &args.mountpoint,
-        &cfg,
-    )
-    .with_context(|| {
+    let source = Arc::new(StoreSource::new(store, &index));
+    let mounted = mount(index, id, source, &args.mountpoint, &cfg).with_context(|| {
         if root {
             "is /dev/fuse present (modprobe fuse) and the mountpoint an existing directory?"
         } else {

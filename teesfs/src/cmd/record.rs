@@ -104,14 +104,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         recorder: Some(recorder.clone()),
         ..MountConfig::default()
     };
-    let mounted = mount(
-        index,
-        id,
-        Arc::new(StoreSource::new(store)),
-        mountpoint.path(),
-        &cfg,
-    )
-    .context("mounting the layer to record against (needs root, or fusermount3 from fuse3)")?;
+    let source = Arc::new(StoreSource::new(store, &index));
+    let mounted = mount(index, id, source, mountpoint.path(), &cfg)
+        .context("mounting the layer to record against (needs root, or fusermount3 from fuse3)")?;
 
     let exe = std::env::current_exe().context("finding the teesfs binary")?;
     let status = std::process::Command::new(exe)

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use manifest::build::NoProgress;
-use manifest::{BuildOptions, ChunkId, ChunkInfo, IndexId};
+use manifest::{BuildOptions, ChunkInfo, IndexId};
+use peertree::relay::ChunkNo;
 use seeder::DirStore;
 use teesfs::fs::copies::Copies;
 use teesfs::fs::fuse::PassthroughConfig;
@@ -22,26 +23,27 @@ use crate::util::can_mount;
 /// ([`ChunkSource::fetch_local`]) or as a fetch to wait for.
 struct CountingSource {
     store: Arc<DirStore>,
+    table: Vec<ChunkInfo>,
     inner: StoreSource,
     local: AtomicUsize,
     fetches: AtomicUsize,
 }
 
 impl ChunkSource for CountingSource {
-    fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture {
+    fn fetch(&self, at: ChunkNo) -> ChunkFuture {
         self.fetches.fetch_add(1, Ordering::SeqCst);
-        self.inner.fetch(at, chunk)
+        self.inner.fetch(at)
     }
 
-    fn is_local(&self, _id: &ChunkId) -> bool {
+    fn is_local(&self, _at: ChunkNo) -> bool {
         true
     }
 
-    fn fetch_local(&self, _at: u32, chunk: ChunkInfo) -> Option<Result<Fetched, teesfs::Error>> {
+    fn fetch_local(&self, at: ChunkNo) -> Option<Result<Fetched, teesfs::Error>> {
         self.local.fetch_add(1, Ordering::SeqCst);
         Some(
             self.store
-                .get_chunk(&chunk.id)
+                .get_chunk(&self.table[at.index()].id)
                 .map(|b| Fetched::Stored(b.into()))
                 .map_err(Into::into),
         )
@@ -104,7 +106,8 @@ fn fixture_with(passthrough: bool, prepare: impl FnOnce(&std::path::Path)) -> Fi
     let (index, _) = manifest::build(&layer, &opts, &store, &NoProgress).expect("build");
     let source = Arc::new(CountingSource {
         store: Arc::new(DirStore::open(&tmp.path().join("store")).expect("store")),
-        inner: StoreSource::new(store),
+        table: index.chunks.clone(),
+        inner: StoreSource::new(store, &index),
         local: AtomicUsize::new(0),
         fetches: AtomicUsize::new(0),
     });

@@ -213,7 +213,7 @@ fn a_daemon_refuses_an_index_signed_by_a_key_it_does_not_trust() {
 /// parent.
 async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, parent: &str) {
     use peertree::NodeId;
-    use peertree::relay::{JobId, Msg, NodeInfo, Start, Timing};
+    use peertree::relay::{ChunkNo, JobId, Msg, NodeInfo, Start, Timing};
     use teesfs::net::{Identity, StreamKind, Transport};
 
     let bytes = std::fs::read(c.ws.index_file(id)).expect("signed index");
@@ -239,7 +239,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
     let start = Start {
         job: JobId(job),
         index: bytes,
-        order,
+        order: order.into_iter().map(ChunkNo).collect(),
         urgent: urgent as u32,
         subtree: vec![node(1, first, 0)],
         ancestors: vec![node(0, parent, 0)],

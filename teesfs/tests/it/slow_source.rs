@@ -8,7 +8,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use manifest::build::NoProgress;
-use manifest::{BuildOptions, ChunkId, ChunkInfo, EntryKind, FileData, IndexId};
+use manifest::{BuildOptions, EntryKind, FileData, IndexId};
+use peertree::relay::ChunkNo;
 use seeder::DirStore;
 use teesfs::fs::mount::{MountConfig, mount};
 use teesfs::source::{ChunkFuture, ChunkSource, StoreSource};
@@ -19,22 +20,22 @@ use crate::util::can_mount;
 /// Holds back fetches of one chunk until released; counts fetches per chunk.
 struct GatedSource {
     inner: StoreSource,
-    gated: ChunkId,
+    gated: ChunkNo,
     gate: Arc<Semaphore>,
     waiting: Arc<AtomicUsize>,
-    fetches: Arc<std::sync::Mutex<HashMap<ChunkId, usize>>>,
+    fetches: Arc<std::sync::Mutex<HashMap<ChunkNo, usize>>>,
 }
 
 impl ChunkSource for GatedSource {
-    fn fetch(&self, at: u32, chunk: ChunkInfo) -> ChunkFuture {
+    fn fetch(&self, at: ChunkNo) -> ChunkFuture {
         *self
             .fetches
             .lock()
             .expect("not poisoned")
-            .entry(chunk.id)
+            .entry(at)
             .or_default() += 1;
-        let inner = self.inner.fetch(at, chunk);
-        if chunk.id != self.gated {
+        let inner = self.inner.fetch(at);
+        if at != self.gated {
             return inner;
         }
         let gate = self.gate.clone();
@@ -46,7 +47,7 @@ impl ChunkSource for GatedSource {
         })
     }
 
-    fn is_local(&self, _id: &ChunkId) -> bool {
+    fn is_local(&self, _at: ChunkNo) -> bool {
         false
     }
 }
@@ -94,13 +95,13 @@ fn a_slow_chunk_does_not_block_other_reads_and_is_fetched_once() {
     else {
         panic!("slow.bin is chunked");
     };
-    let gated = index.chunks[slots[0].chunk_index().expect("not a hole")].id;
+    let gated = ChunkNo::at(slots[0].chunk_index().expect("not a hole")).expect("a chunk number");
 
     let gate = Arc::new(Semaphore::new(0));
     let waiting = Arc::new(AtomicUsize::new(0));
     let fetches = Arc::new(std::sync::Mutex::new(HashMap::new()));
     let source = GatedSource {
-        inner: StoreSource::new(store),
+        inner: StoreSource::new(store, &index),
         gated,
         gate: gate.clone(),
         waiting: waiting.clone(),

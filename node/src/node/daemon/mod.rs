@@ -432,7 +432,7 @@ impl Daemon {
 
         if self.cfg.mount {
             let source: Arc<dyn crate::source::ChunkSource> = match shared {
-                Some(s) => Arc::new(crate::source::StoreSource::new(s)),
+                Some(s) => Arc::new(crate::source::StoreSource::new(s, &index)),
                 None => Arc::new(JobSource::new(core, self.store.clone())),
             };
             self.spawn_mount(nj, (*index).clone(), (signed.id(), source), owner, children);
@@ -516,7 +516,7 @@ impl Daemon {
             (0u32..)
                 .zip(&index.chunks)
                 .filter(|(_, c)| store.contains(&c.id))
-                .map(|(p, _)| p),
+                .map(|(p, _)| peertree::relay::ChunkNo(p)),
         );
     }
 
@@ -732,7 +732,7 @@ async fn log_events(
                 tracing::warn!(child = %nj.core.host_of(c), "child failed")
             }
             Event::BadChunk { from, chunk } => {
-                tracing::error!(from = %nj.core.host_of(from), chunk, "peer sent a corrupt chunk")
+                tracing::error!(from = %nj.core.host_of(from), chunk = %chunk, "peer sent a corrupt chunk")
             }
             Event::RootGone(asks) => tracing::warn!(
                 asks,

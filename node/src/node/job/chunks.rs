@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use manifest::{ChunkId, Verified, verify_chunk};
 use peertree::NodeId;
+use peertree::relay::ChunkNo;
 use seeder::StoredChunk;
 
 use super::{ArrivalHook, Arrivals, Input, JobCore, lock};
@@ -64,7 +65,12 @@ impl JobCore {
     /// and awaits the returned task before it delivers that frame. So one stream's chunks
     /// are taken in order, and a sender faster than verification is held back by QUIC flow
     /// control instead of queueing chunks here without bound.
-    pub fn on_chunk_msg(self: &Arc<Self>, from_host: &str, chunk: u32, data: Bytes) -> ChunkTaken {
+    pub fn on_chunk_msg(
+        self: &Arc<Self>,
+        from_host: &str,
+        chunk: ChunkNo,
+        data: Bytes,
+    ) -> ChunkTaken {
         let Some(from) = self.sender(from_host) else {
             return ChunkTaken::Refused;
         };
@@ -87,8 +93,8 @@ impl JobCore {
         true
     }
 
-    pub(super) fn on_chunk(&self, from: NodeId, chunk: u32, data: Bytes) {
-        let Some(info) = self.index.chunks.get(chunk as usize).copied() else {
+    pub(super) fn on_chunk(&self, from: NodeId, chunk: ChunkNo, data: Bytes) {
+        let Some(info) = self.index.chunks.get(chunk.index()).copied() else {
             return;
         };
         let len = data.len() as u64;
@@ -137,7 +143,7 @@ impl JobCore {
 
     /// Tells the job's listener of a chunk that arrived ([`JobCore::on_arrival`]), or
     /// notes it until one listens.
-    fn arrived(&self, chunk: u32, plain: &Verified) {
+    fn arrived(&self, chunk: ChunkNo, plain: &Verified) {
         let hook = match &mut *lock(&self.arrivals) {
             Arrivals::Hook(h) => h.clone(),
             Arrivals::Early(early) => {
@@ -150,7 +156,7 @@ impl JobCore {
 
     /// From now on `hook` hears of each chunk that arrives verified. Returns the chunks
     /// that arrived before, which it did not hear of (each number once at most).
-    pub fn on_arrival(&self, hook: ArrivalHook) -> Vec<u32> {
+    pub fn on_arrival(&self, hook: ArrivalHook) -> Vec<ChunkNo> {
         match std::mem::replace(&mut *lock(&self.arrivals), Arrivals::Hook(hook)) {
             Arrivals::Early(early) => early,
             Arrivals::Hook(_) => Vec::new(),
@@ -158,7 +164,7 @@ impl JobCore {
     }
 
     /// Hands a verified chunk to the readers waiting for it.
-    pub(super) fn wake(&self, chunk: u32, plain: &Verified) {
+    pub(super) fn wake(&self, chunk: ChunkNo, plain: &Verified) {
         if let Some(ws) = lock(&self.waiters).remove(&chunk) {
             for w in ws {
                 let _ = w.send(plain.clone());

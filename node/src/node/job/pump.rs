@@ -67,7 +67,7 @@ impl JobCore {
             };
             let Some(data) = self.chunk_bytes(chunk).await else {
                 tracing::warn!(
-                    chunk,
+                    chunk = %chunk,
                     "a chunk to forward is no longer in the store; fetching it again for the child"
                 );
                 self.tell(Input::Unsent { child, chunk });
