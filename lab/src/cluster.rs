@@ -749,7 +749,7 @@ fn wait_listening(rx: &mpsc::Receiver<String>, d: &NodeProc, deadline: Instant) 
 fn mount_state_tmpfs(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(LabError::io(dir))?;
     let canonical = std::fs::canonicalize(dir).map_err(LabError::io(dir))?;
-    let mounted = teesfs::sys::mountinfo::read(None)
+    let mounted = teesfs_node::sys::mountinfo::read(None)
         .unwrap_or_default()
         .iter()
         .any(|m| m.mount_point == canonical);
@@ -773,7 +773,7 @@ pub fn detach_mounts_under(dir: &Path) {
     let Ok(root) = std::fs::canonicalize(dir) else {
         return;
     };
-    let mut points: Vec<PathBuf> = teesfs::sys::mountinfo::read(None)
+    let mut points: Vec<PathBuf> = teesfs_node::sys::mountinfo::read(None)
         .unwrap_or_default()
         .into_iter()
         .map(|m| m.mount_point)

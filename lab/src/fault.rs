@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use teesfs::sys::mountinfo::Mount;
+use teesfs_node::sys::mountinfo::Mount;
 
 use crate::cluster::{Lab, PushOptions};
 use crate::error::{LabError, Result};
@@ -150,7 +150,7 @@ impl Lab {
     }
 
     /// `teesfs status --format json` of `host`'s daemon.
-    pub fn status(&self, host: &str) -> Result<teesfs::node::control::Status> {
+    pub fn status(&self, host: &str) -> Result<teesfs_node::control::Status> {
         let sock = self.work().join(host).join("sock");
         let out = self.run_teesfs(&[
             "status",
@@ -171,7 +171,7 @@ impl Lab {
     pub fn fuse_mounts(&self, host: &str) -> Result<Vec<PathBuf>> {
         let pid = self.with_daemon(host, |d| d.pid().unwrap_or(0))?;
         let path = PathBuf::from(format!("/proc/{pid}/mountinfo"));
-        let mounts = teesfs::sys::mountinfo::read(Some(pid)).map_err(LabError::io(&path))?;
+        let mounts = teesfs_node::sys::mountinfo::read(Some(pid)).map_err(LabError::io(&path))?;
         Ok(own_fuse_mounts(mounts, &self.work().join(host)))
     }
 
@@ -214,7 +214,7 @@ mod tests {
 44 22 0:44 / /tmp/lab-x/n01/state rw - tmpfs tmpfs rw
 45 22 0:45 / /tmp/lab-x/n010/jobs/1 ro - fuse.teesfs teesfs ro
 ";
-        let mounts = teesfs::sys::mountinfo::parse(table);
+        let mounts = teesfs_node::sys::mountinfo::parse(table);
         assert_eq!(
             own_fuse_mounts(mounts, Path::new("/tmp/lab-x/n01")),
             vec![PathBuf::from("/tmp/lab-x/n01/jobs/00000000000004d2")]

@@ -7,7 +7,7 @@
 //! - [`cluster`]: a [`cluster::Lab`]: the network plus a real `teesfs daemon` per node,
 //!   publishing and pushing as the login node, running programs from a node's mount;
 //! - [`report`]: the push report as `teesfs push --report` writes it, read back and drawn
-//!   with the node library's picture (`teesfs::report`);
+//!   with the node library's picture (`teesfs_node::report`);
 //! - [`demo`]: push urgent-first and start an application on every node as it mounts;
 //! - [`bench`]: the same job by each method, with ratios;
 //! - [`launch`]: one application started on every node by each launch method, with ratios;

@@ -5,22 +5,22 @@
 
 use std::path::Path;
 
-pub use teesfs::node::report::PushReport;
+pub use teesfs_node::report::PushReport;
 
 use crate::error::{LabError, Result};
 
-/// Reads a report file: at most the report's size bound ([`teesfs::report::Limits`]),
+/// Reads a report file: at most the report's size bound ([`teesfs_node::report::Limits`]),
 /// then every field checked as `teesfs report` checks it, so a runaway or damaged report
 /// is named instead of filling memory or the drawing.
 pub fn load(path: &Path) -> Result<PushReport> {
     use std::io::Read;
-    let limits = teesfs::report::Limits::default();
+    let limits = teesfs_node::report::Limits::default();
     let file = std::fs::File::open(path).map_err(LabError::io(path))?;
     let mut bytes = Vec::new();
     file.take(limits.max_input + 1)
         .read_to_end(&mut bytes)
         .map_err(LabError::io(path))?;
-    teesfs::report::from_json(&bytes, &limits).map_err(|e| LabError::Parse {
+    teesfs_node::report::from_json(&bytes, &limits).map_err(|e| LabError::Parse {
         what: path.display().to_string(),
         detail: e.to_string(),
     })
@@ -78,7 +78,7 @@ mod tests {
     fn a_report_over_the_size_bound_is_refused_without_reading_it_all() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("big.json");
-        let max = teesfs::report::Limits::default().max_input;
+        let max = teesfs_node::report::Limits::default().max_input;
         let f = std::fs::File::create(&path).expect("create");
         f.set_len(max + 4096).expect("sparse file");
         let err = load(&path).expect_err("too large").to_string();

@@ -10,7 +10,7 @@ use peertree::relay::{Event, Phase};
 use peertree::sim::{Network, Sim, SimConfig, SimReport, pick_victims};
 use peertree::topology::{GroupId, Topology};
 use peertree::{NodeId, Plan, PlanOptions, Strategy, measure};
-use teesfs::node::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
+use teesfs_node::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
 
 use crate::error::{LabError, Result};
 use bytesize::ByteSize;
@@ -236,7 +236,7 @@ fn simulate(
     Ok((report, push))
 }
 
-/// A simulated push as the push report a real one writes (`teesfs::node::report`), so that
+/// A simulated push as the push report a real one writes (`teesfs_node::report`), so that
 /// `teesfs report` draws both with the same code. Times are simulated seconds; bytes are
 /// payload bytes (the simulator does not compress).
 /// `sizes` are the payload's, its urgent set's and a chunk's bytes.

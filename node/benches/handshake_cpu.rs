@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use teesfs::net::{Identity, Transport, make_cluster};
+use teesfs_node::net::{Identity, Transport, make_cluster};
 
 /// This thread's CPU time so far (user + system).
 fn thread_cpu() -> Duration {

@@ -20,8 +20,8 @@ use bytes::Bytes;
 use manifest::{ChunkId, encode_chunk, verify_chunk};
 use peertree::relay::{ChunkNo, JobId, Msg, Routed};
 use seeder::{ChunkStore, StoredChunk};
-use teesfs::node::peers::{chunk_head, frame, unframe};
-use teesfs::node::store::NodeStore;
+use teesfs_node::peers::{chunk_head, frame, unframe};
+use teesfs_node::store::NodeStore;
 
 const CHUNK: usize = 1 << 20;
 

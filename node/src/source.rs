@@ -3,6 +3,7 @@
 //! parent peer in the tree later, and a lying source can never make the mount return wrong
 //! data. A source that has already verified a chunk (a node that checked it on arrival)
 //! hands over the [`Verified`] plain bytes instead, so no chunk is decoded and hashed twice.
+//! A mounted job's source is [`JobSource`]: the node's store, else the tree on demand.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +12,8 @@ use std::sync::Arc;
 use manifest::{ChunkInfo, Index, Verified};
 use peertree::relay::ChunkNo;
 use seeder::DirStore;
+
+use crate::job::JobCore;
 
 /// What a fetch produced.
 #[derive(Debug)]
@@ -122,5 +125,49 @@ impl ChunkSource for StoreSource {
             Err(seeder::Error::MissingChunk(_)) => None,
             Err(e) => Some(Err(e.into())),
         }
+    }
+}
+
+/// Chunks for a mounted job: from the node's store, or from the tree on demand.
+pub struct JobSource {
+    core: Arc<JobCore>,
+    /// The node's store, which the job keeps its chunks in: always on this node (memory
+    /// or local disk), so a reader may read it on its own thread.
+    store: Arc<dyn seeder::ChunkStore>,
+}
+
+impl JobSource {
+    /// Chunks of `core`'s job, held in `store` (the store the job writes them to).
+    pub fn new(core: Arc<JobCore>, store: Arc<dyn seeder::ChunkStore>) -> Self {
+        Self { core, store }
+    }
+}
+
+impl ChunkSource for JobSource {
+    fn fetch(&self, at: ChunkNo) -> ChunkFuture {
+        let core = self.core.clone();
+        Box::pin(async move { core.want(at).await })
+    }
+
+    fn is_local(&self, at: ChunkNo) -> bool {
+        self.core.has(at)
+    }
+
+    fn fetch_local(&self, at: ChunkNo) -> Option<Result<crate::source::Fetched, crate::Error>> {
+        use crate::source::Fetched;
+        use seeder::StoredChunk;
+        // Checked bytes from memory are decoded without hashing them again; bytes read
+        // from a file are verified by the reader, as `JobCore::want` hands them out.
+        let chunk = match crate::source::chunk_info(&self.core.index.chunks, at) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(match self.store.get(&chunk.id)? {
+            StoredChunk::Checked(c) => match c.plain() {
+                Ok(plain) => Fetched::Verified(plain),
+                Err(_) => Fetched::Stored(c.stored().clone()),
+            },
+            StoredChunk::Unchecked(b) => Fetched::Stored(b),
+        }))
     }
 }

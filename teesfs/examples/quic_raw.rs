@@ -1,6 +1,6 @@
 //! Raw QUIC throughput between two processes: the baseline for `teesfs push` throughput.
 //!
-//! Same transport as the daemons (`teesfs::net::Transport`: quinn, mutual TLS against a
+//! Same transport as the daemons (`teesfs_node::net::Transport`: quinn, mutual TLS against a
 //! cluster CA, the same flow-control windows and socket buffers), none of the relay: the
 //! client sends N bytes as 1 MiB frames on one Bulk stream and waits until the server has
 //! read (and with STORE, hashed and stored) every frame and said so on a Control stream.
@@ -39,7 +39,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use teesfs::net::{Identity, StreamKind, Transport, make_cluster};
+use teesfs_node::net::{Identity, StreamKind, Transport, make_cluster};
 
 const FRAME: usize = 1 << 20;
 

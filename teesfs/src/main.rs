@@ -3,7 +3,7 @@
 
 /// `outln!`, `errln!`, ...: output that never panics on a full disk or a closed pipe.
 #[macro_use]
-extern crate teesfs;
+extern crate teesfs_node;
 
 mod cmd;
 
@@ -346,7 +346,7 @@ fn site_config(
         // `config check` reads and reports the files itself.
         return Ok(manifest::SiteConfig::default());
     }
-    let loaded = match teesfs::site::load_lenient(&teesfs::site::main_path()) {
+    let loaded = match teesfs_node::site::load_lenient(&teesfs_node::site::main_path()) {
         Ok(l) => l,
         Err(e) if !cmd::site::reads_site(command, argv) => {
             let e = error_text(&e.into());

@@ -37,8 +37,8 @@ stop for the site configuration.")]
 /// Runs `teesfs config`.
 pub fn run(args: ConfigArgs) -> anyhow::Result<std::process::ExitCode> {
     let ConfigAction::Check { file } = args.action;
-    let main = file.unwrap_or_else(teesfs::site::main_path);
-    let loaded = teesfs::site::load_lenient(&main)?;
+    let main = file.unwrap_or_else(teesfs_node::site::main_path);
+    let loaded = teesfs_node::site::load_lenient(&main)?;
     let mut out = std::io::stdout().lock();
     if loaded.read.is_empty() {
         let _ = writeln!(

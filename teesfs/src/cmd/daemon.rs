@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use teesfs::node::daemon::{Daemon, DaemonConfig};
+use teesfs_node::daemon::{Daemon, DaemonConfig};
 
 use super::util;
 
@@ -82,7 +82,7 @@ pub struct DaemonArgs {
     /// reaches ADDR. Local users connect from the node's own addresses and loopback: leave
     /// those out to keep them out.
     #[arg(long, value_name = "NET", requires = "metrics")]
-    metrics_allow: Vec<teesfs::node::metrics::endpoint::AllowedNet>,
+    metrics_allow: Vec<teesfs_node::metrics::endpoint::AllowedNet>,
     /// Also show each job's series in --metrics, labelled job="ID": its bytes and chunks
     /// in the store, its traffic, its urgent and whole-layer times and its read waits
     /// (they end when the job is released). Whoever may scrape sees every job, whoever
@@ -198,7 +198,7 @@ fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
         trusted,
         revoked,
         mount: !args.no_mount,
-        knobs: teesfs::node::job::JobKnobs {
+        knobs: teesfs_node::job::JobKnobs {
             rate_limit: args.rate_limit,
             #[cfg(feature = "lab")]
             corrupt_outgoing: fault == Fault::CorruptForward,
@@ -218,7 +218,7 @@ async fn serve_metrics(daemon: &Daemon, args: &DaemonArgs) -> anyhow::Result<Opt
     };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| teesfs::Error::MetricsListen { addr, source })?;
+        .map_err(|source| teesfs_node::Error::MetricsListen { addr, source })?;
     let bound = listener.local_addr().context("the metrics address bound")?;
     daemon.serve_metrics(
         listener,
@@ -258,17 +258,17 @@ fn reload_on_hangup(
 /// What `--metrics-allow` and `--metrics-per-job` let the endpoint tell, and to whom; a
 /// warning when every local user may read every job's series.
 fn metrics_config(
-    allow: &[teesfs::node::metrics::endpoint::AllowedNet],
+    allow: &[teesfs_node::metrics::endpoint::AllowedNet],
     per_job: bool,
-) -> teesfs::node::metrics::endpoint::EndpointConfig {
-    use teesfs::node::metrics::Detail;
+) -> teesfs_node::metrics::endpoint::EndpointConfig {
+    use teesfs_node::metrics::Detail;
     let open_to_local_users = allow.is_empty() || allow.iter().any(|n| n.has_loopback());
     if per_job && open_to_local_users {
         tracing::warn!(
             "--metrics-per-job without a --metrics-allow that leaves loopback out: every local user can read every job's sizes, times and read waits; give --metrics-allow the scraper's address"
         );
     }
-    teesfs::node::metrics::endpoint::EndpointConfig {
+    teesfs_node::metrics::endpoint::EndpointConfig {
         allow: allow.to_vec(),
         detail: if per_job {
             Detail::PerJob

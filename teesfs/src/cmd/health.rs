@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::bail;
 use peertree::Strategy;
 use peertree::relay::Timing;
-use teesfs::node::health::{HealthReport, ProbeSpec, probe, report};
+use teesfs_node::health::{HealthReport, ProbeSpec, probe, report};
 
 use super::jobspec::{JobArgs, RootArgs, RootContact};
 use super::util;
@@ -18,7 +18,7 @@ pub enum Format {
     Text,
     /// For monitoring: one JSON document, `{"version": 1, "job", "root", "strategy",
     /// "nodes", "answered", "ok", "deadline_s", "elapsed_s", "timed_out", "rtt_ms",
-    /// "groups", "edges", "failures", "unreachable"}` (teesfs::node::health::HealthReport).
+    /// "groups", "edges", "failures", "unreachable"}` (teesfs_node::health::HealthReport).
     Json,
 }
 
@@ -72,7 +72,7 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
         identity,
         advertise,
     } = args.root.contact(&plan, &args.job.login)?;
-    let job = teesfs::node::fresh_job_id(b"health");
+    let job = teesfs_node::fresh_job_id(b"health");
     let silence = (args.deadline / 5).max(Duration::from_millis(50));
     let timing = Timing {
         heartbeat_ms: (silence.as_millis() / 4).clamp(10, u32::MAX as u128) as u32,
@@ -108,7 +108,7 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn stats(s: Option<teesfs::node::health::RttStats>) -> String {
+fn stats(s: Option<teesfs_node::health::RttStats>) -> String {
     s.map_or("-".into(), |s| {
         format!("{:.2} / {:.2} / {:.2} ms", s.min, s.median, s.max)
     })
@@ -138,11 +138,11 @@ fn render_text(r: &HealthReport, all_groups: bool) -> String {
         r.edges.len()
     );
     if !r.groups.is_empty() {
-        let mut shown: Vec<&teesfs::node::health::GroupHealth> = r.groups.iter().collect();
+        let mut shown: Vec<&teesfs_node::health::GroupHealth> = r.groups.iter().collect();
         if !all_groups && r.groups.len() > SLOWEST {
             let mut slow: Vec<_> = r.groups.iter().filter(|g| g.answered == g.nodes).collect();
             slow.sort_by(|a, b| {
-                let m = |g: &&teesfs::node::health::GroupHealth| g.rtt_ms.map_or(0.0, |s| s.max);
+                let m = |g: &&teesfs_node::health::GroupHealth| g.rtt_ms.map_or(0.0, |s| s.max);
                 m(b).total_cmp(&m(a))
             });
             slow.truncate(SLOWEST);
@@ -188,7 +188,7 @@ fn render_text(r: &HealthReport, all_groups: bool) -> String {
 
 #[cfg(test)]
 mod tests {
-    use teesfs::node::health::{EdgeFailure, GroupHealth, RttStats};
+    use teesfs_node::health::{EdgeFailure, GroupHealth, RttStats};
 
     use super::*;
 

@@ -9,7 +9,7 @@ use anyhow::{Context, anyhow, bail};
 use peertree::relay::{NodeInfo, plan_nodes};
 use peertree::topology::{ProxyPick, Topology};
 use peertree::{Availability, LinkRates, Plan, PlanOptions, Strategy, hostlist};
-use teesfs::net::Identity;
+use teesfs_node::net::Identity;
 
 /// Arguments that describe a job's nodes and how to plan its tree.
 #[derive(Debug, Clone, clap::Args)]

@@ -91,7 +91,7 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
         let hosts = peertree::hostlist::expand(expr)
             .map_err(super::jobspec::explain)
             .context("reading --revoke")?;
-        let serials = teesfs::net::revoke(dir, &hosts)
+        let serials = teesfs_node::net::revoke(dir, &hosts)
             .with_context(|| format!("revoking certificates in {}", dir.display()))?;
         for (host, serial) in hosts.iter().zip(&serials) {
             outln!("revoked {host} (serial {serial})");
@@ -100,7 +100,7 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
             "Copy {} to the login node's identity directory: the next push (or `teesfs health`) \
              hands it to every node, which installs it and passes it on. Copying it to a node's \
              identity directory and `systemctl reload teesfs-daemon` works too.",
-            dir.join(teesfs::net::tls::CRL).display()
+            dir.join(teesfs_node::net::tls::CRL).display()
         );
         return Ok(());
     }
@@ -113,13 +113,13 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
         let out = csr.parent().filter(|p| !p.as_os_str().is_empty());
         let out = out.unwrap_or(std::path::Path::new("."));
         let (host, crt) =
-            teesfs::net::sign_request(dir, csr, out, valid_for).with_context(|| {
+            teesfs_node::net::sign_request(dir, csr, out, valid_for).with_context(|| {
                 format!("signing {} with the CA in {}", csr.display(), dir.display())
             })?;
         outln!("signed {host}: {}", crt.display());
         outln!(
             "Give {host} this certificate and {} as its identity directory's {host}.crt and ca.crt.",
-            dir.join(teesfs::net::tls::CA_CERT).display()
+            dir.join(teesfs_node::net::tls::CA_CERT).display()
         );
         return Ok(());
     }
@@ -128,7 +128,7 @@ pub fn run(args: KeygenArgs) -> anyhow::Result<()> {
         let hosts = peertree::hostlist::expand(expr)
             .map_err(super::jobspec::explain)
             .context("reading --nodes")?;
-        let written = teesfs::net::make_cluster_valid_for(dir, &hosts, valid_for)
+        let written = teesfs_node::net::make_cluster_valid_for(dir, &hosts, valid_for)
             .with_context(|| format!("making cluster credentials in {}", dir.display()))?;
         outln!(
             "cluster CA and {} node certificate(s) in {} ({} file(s) written)",
@@ -176,7 +176,7 @@ fn request(dir: &std::path::Path, host: Option<&str>) -> anyhow::Result<()> {
             .and_then(|h| h.split('.').next().map(str::to_owned))
             .context("this system has no host name: pass --host NAME")?,
     };
-    let (key, csr) = teesfs::net::make_request(dir, &host).with_context(|| {
+    let (key, csr) = teesfs_node::net::make_request(dir, &host).with_context(|| {
         format!(
             "making a certificate request for {host} in {}",
             dir.display()

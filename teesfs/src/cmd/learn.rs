@@ -13,8 +13,8 @@ use anyhow::{Context, bail};
 use peertree::relay::JobId;
 use seeder::DirStore;
 use seeder::learned::{NodeRecord, UrgentList, merge, write_learned};
-use teesfs::node::control::JobRecord;
-use teesfs::node::learn::{AskSpec, Gathered, gather};
+use teesfs_node::control::JobRecord;
+use teesfs_node::learn::{AskSpec, Gathered, gather};
 
 use super::jobspec::RootArgs;
 use super::util;
@@ -93,7 +93,7 @@ pub fn run(mut args: LearnArgs) -> anyhow::Result<()> {
     let store_dir = match &args.store {
         Some(s) => s.clone(),
         None => {
-            let (site, _) = teesfs::site::load(&teesfs::site::main_path())?;
+            let (site, _) = teesfs_node::site::load(&teesfs_node::site::main_path())?;
             site.store.path.context(
                 "no store: pass --store DIR, or --spec manifest.toml naming one in [layer] \
                  store, or set [store] path in the site's teesfs.toml",
@@ -312,7 +312,7 @@ fn merged_list(job: JobId, records: &[JobRecord], skipped: &[(String, String)]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use teesfs::node::control::LayerPath;
+    use teesfs_node::control::LayerPath;
 
     fn rec(host: &str, index: &str) -> JobRecord {
         JobRecord {

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use teesfs::fs::copies::Copies;
-use teesfs::fs::fuse::PassthroughConfig;
-use teesfs::fs::mount::{MountConfig, mount};
-use teesfs::source::StoreSource;
+use teesfs_node::fs::copies::Copies;
+use teesfs_node::fs::fuse::PassthroughConfig;
+use teesfs_node::fs::mount::{MountConfig, mount};
+use teesfs_node::source::StoreSource;
 
 use super::util;
 
@@ -151,7 +151,8 @@ fn check_mountpoint(mp: &std::path::Path) -> anyhow::Result<()> {
         Ok(_) => {}
     }
     let full = std::fs::canonicalize(mp).with_context(|| format!("resolving {shown}"))?;
-    let mounts = teesfs::sys::mountinfo::read(None).context("reading this process's mounts")?;
+    let mounts =
+        teesfs_node::sys::mountinfo::read(None).context("reading this process's mounts")?;
     if let Some(m) = mounts.iter().rev().find(|m| m.mount_point == full) {
         // The kernel may answer a dead FUSE mount's root attributes and listing from its
         // caches; a name never looked up before asks the (gone) daemon.

@@ -41,7 +41,7 @@ pub struct PrefetchArgs {
     #[arg(long, value_name = "FILE")]
     report_html: Option<PathBuf>,
     /// What to print on stdout: `text`, or `json`: the push report (see `teesfs push
-    /// --help`; teesfs::node::report::PushReport). Progress and notes go to stderr.
+    /// --help`; teesfs_node::report::PushReport). Progress and notes go to stderr.
     #[arg(long, value_enum, default_value_t = super::util::Format::Text)]
     format: super::util::Format,
     /// Where the root listens.
@@ -249,7 +249,7 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
     let spec = JobSpec::from_toml(&text).with_context(|| format!("in {}", args.spec.display()))?;
     // Unknown keys were warned about as the command started; a bad value is fatal here,
     // where every key may be used.
-    let site = teesfs::site::load_lenient(&teesfs::site::main_path())?;
+    let site = teesfs_node::site::load_lenient(&teesfs_node::site::main_path())?;
     if let Some(p) = site.problems.iter().find(|p| p.is_invalid()) {
         anyhow::bail!(
             "{p}: fix the site configuration (`teesfs config check` lists every mistake)"

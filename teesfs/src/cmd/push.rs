@@ -10,9 +10,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use peertree::Strategy;
 use peertree::relay::{BulkHold, JobId, Phase, Timing};
 use seeder::DirStore;
-use teesfs::node::handover::{self, Background, Handover};
-use teesfs::node::push::{Outcome, PushSpec, push, report};
-use teesfs::node::report::{FailureKind, PushReport};
+use teesfs_node::handover::{self, Background, Handover};
+use teesfs_node::push::{Outcome, PushSpec, push, report};
+use teesfs_node::report::{FailureKind, PushReport};
 
 use super::jobspec::{JobArgs, RootArgs, RootContact};
 use super::util;
@@ -117,7 +117,7 @@ pub struct PushArgs {
     /// [{"host", "parent", "urgent_s", "all_s"}], "edges": [{"parent", "child", "bytes"}],
     /// "uplinks": [{"group", "proxy", "in_bytes", "out_bytes"}], "failures": [{"kind",
     /// "parent", "child", "at_s", "reason"}]}` (times in seconds since the push started;
-    /// teesfs::node::report::PushReport). Progress and notes go to stderr.
+    /// teesfs_node::report::PushReport). Progress and notes go to stderr.
     #[arg(help_heading = "Output", long, value_enum, default_value_t = util::Format::Text)]
     pub format: util::Format,
     /// Extra urgent paths (glob over layer paths, e.g. 'bin/*', 'lib/python3*/site.py').
@@ -182,7 +182,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
     let (_nodes, topology, mut plan) = args.job.plan()?;
     let job = match args.job_id {
         Some(id) => id,
-        None => teesfs::node::fresh_job_id(&index_id.0),
+        None => teesfs_node::fresh_job_id(&index_id.0),
     };
     let serving = handover::serving().is_some();
     // The process that carries the push out holds the proxies it borrows (a foreground

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use peertree::relay::JobId;
-use teesfs::fs::mount::{MountConfig, mount};
-use teesfs::fs::record::Recorder;
-use teesfs::node::control::{JobRecord, Request};
-use teesfs::source::StoreSource;
+use teesfs_node::control::{JobRecord, Request};
+use teesfs_node::fs::mount::{MountConfig, mount};
+use teesfs_node::fs::record::Recorder;
+use teesfs_node::source::StoreSource;
 
 use super::util;
 

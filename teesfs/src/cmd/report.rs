@@ -1,11 +1,11 @@
 //! `teesfs report`: draw a push report (the JSON of `teesfs push --report` or `teesfs
-//! prefetch --report`) as an HTML page or a bare SVG. The drawing is `teesfs::report`; this
+//! prefetch --report`) as an HTML page or a bare SVG. The drawing is `teesfs_node::report`; this
 //! reads, picks the output and writes.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use teesfs::node::report::PushReport;
+use teesfs_node::report::PushReport;
 
 /// Arguments of `teesfs report`.
 #[derive(Debug, clap::Args)]

@@ -99,7 +99,7 @@ pub fn prune_beside(report: &Path, rules: &ReportsSection) {
     for name in to_remove(&files, rules.keep(), rules.max_age(), now, current) {
         let path = dir.join(&name);
         if let Err(e) = std::fs::remove_file(&path) {
-            teesfs::errln!(
+            teesfs_node::errln!(
                 "warning: could not remove the old job file {} ({e}); [reports] in teesfs.toml says how many are kept",
                 path.display()
             );
@@ -116,7 +116,7 @@ pub fn share_with_owner(report: &Path, owner: u32) {
         return;
     };
     if std::fs::metadata(dir).is_ok_and(|md| md.mode() & 0o001 == 0) {
-        teesfs::errln!(
+        teesfs_node::errln!(
             "warning: uid {owner} cannot reach {} to read its job's files: give others \
              search access (`chmod o+x`, not read: each file is shared by its own ACL)",
             dir.display()
@@ -132,7 +132,7 @@ pub fn share_with_owner(report: &Path, owner: u32) {
             acl.write_acl(&path)
         });
         if let Err(e) = granted {
-            teesfs::errln!(
+            teesfs_node::errln!(
                 "warning: could not let uid {owner} read {} ({e}); the file system needs ACLs \
                  (mount option acl) for job owners to read their job's files",
                 path.display()

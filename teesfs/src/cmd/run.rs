@@ -144,7 +144,8 @@ fn find_job(root: &Path, job: Option<JobId>, wait: Duration) -> anyhow::Result<P
         None => util::job_from_env()?,
     };
     let deadline = Instant::now() + wait;
-    let mut watch = teesfs::sys::mountinfo::Watch::new().context("watching the mount table")?;
+    let mut watch =
+        teesfs_node::sys::mountinfo::Watch::new().context("watching the mount table")?;
     loop {
         let mounted = mounted_jobs(root);
         let found: Vec<&PathBuf> = match &wanted {

@@ -289,7 +289,7 @@ mod tests {
 mod report_tests {
     use super::*;
     use clap::Parser;
-    use teesfs::node::report::PushReport;
+    use teesfs_node::report::PushReport;
 
     #[derive(Parser)]
     struct Cli {

@@ -2,7 +2,7 @@
 //!
 //! Every local user may ask; the daemon answers root about everything and other users only
 //! about the jobs they own: their `status` lists their own jobs (see
-//! `teesfs::node::control`).
+//! `teesfs_node::control`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use peertree::relay::JobId;
 
-use teesfs::node::control::{JobStatus, Request, STATUS_VERSION, Status};
+use teesfs_node::control::{JobStatus, Request, STATUS_VERSION, Status};
 
 use super::util;
 
@@ -34,7 +34,7 @@ pub struct StatusArgs {
     /// JOB alone: `{"version": 1, "job" (a Slurm job id in decimal, else 16 hex digits), "index", "parent", "children",
     /// "have", "chunks", "urgent_s", "all_s", "mountpoint", "finished", "owner", "counters":
     /// {"chunks_in", "bytes_in", "bad_chunks", "chunks_out", "bytes_out", ...}}`; with --stop
-    /// `{"version": 1, "stopped": JOB}` (teesfs::node::control::Status and JobStatus).
+    /// `{"version": 1, "stopped": JOB}` (teesfs_node::control::Status and JobStatus).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
     /// The same as --format json (the old spelling).

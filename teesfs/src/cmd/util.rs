@@ -157,8 +157,8 @@ pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
 pub fn load_user_trust(
     keys: Vec<PublicKey>,
     dir: &Path,
-) -> anyhow::Result<teesfs::node::admit::Trust> {
-    let mut trust = teesfs::node::admit::Trust {
+) -> anyhow::Result<teesfs_node::admit::Trust> {
+    let mut trust = teesfs_node::admit::Trust {
         keys,
         owners: Default::default(),
     };
@@ -390,7 +390,7 @@ pub fn job_from_env() -> anyhow::Result<Option<peertree::relay::JobId>> {
 
 /// `--format`: what a command prints on stdout. The JSON documents are versioned (a
 /// `"version": 1` field; fields are only ever added within a version) and typed in the
-/// libraries (`pushreport::output`, `teesfs::node::control::Status`, `teesfs::node::report`).
+/// libraries (`pushreport::output`, `teesfs_node::control::Status`, `teesfs_node::report`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// For people; may change between releases: do not parse it.
@@ -410,7 +410,7 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Prints `doc` as pretty JSON on stdout, best-effort ([`teesfs::say`]): a full disk or a
+/// Prints `doc` as pretty JSON on stdout, best-effort ([`teesfs_node::say`]): a full disk or a
 /// closed pipe costs the output, not the command.
 pub fn print_json<T: serde::Serialize>(doc: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(doc).context("writing JSON")?;

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use teesfs::net::{Identity, NetError, StreamKind, Transport};
+use teesfs_node::net::{Identity, NetError, StreamKind, Transport};
 
 use crate::cluster::Cluster;
 use crate::util::make_tree;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Output;
 
 use manifest::{ChunkId, Limits, SignedIndex};
-use teesfs::output::{GcDoc, IndexList, PublishDoc, VERSION};
+use teesfs_node::output::{GcDoc, IndexList, PublishDoc, VERSION};
 
 use crate::util::{Workspace, noise};
 

@@ -4,9 +4,9 @@
 
 use std::process::Output;
 
-use teesfs::node::control::{JobStatus, STATUS_VERSION, Status};
-use teesfs::node::report::PushReport;
-use teesfs::output::{IndexDoc, IndexList, PublishDoc, VERSION, VerifyDoc};
+use teesfs_node::control::{JobStatus, STATUS_VERSION, Status};
+use teesfs_node::output::{IndexDoc, IndexList, PublishDoc, VERSION, VerifyDoc};
+use teesfs_node::report::PushReport;
 
 use crate::cluster::Cluster;
 use crate::util::{Workspace, can_mount, make_tree};

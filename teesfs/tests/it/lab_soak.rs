@@ -75,7 +75,7 @@ fn a_fuse_mount_elsewhere_on_the_host_is_not_counted_as_a_lab_nodes() {
     let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
     for node in lab.layout().compute() {
         let pid = lab.daemon_pid(&node.host).expect("daemon pid");
-        let table = teesfs::sys::mountinfo::read(Some(pid)).expect("mountinfo");
+        let table = teesfs_node::sys::mountinfo::read(Some(pid)).expect("mountinfo");
         assert!(
             table.iter().any(|m| m.mount_point == stray.mountpoint),
             "the stray mount should be in {}'s table: the test would prove nothing",

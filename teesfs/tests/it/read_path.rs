@@ -12,10 +12,10 @@ use manifest::build::NoProgress;
 use manifest::{BuildOptions, ChunkInfo, IndexId};
 use peertree::relay::ChunkNo;
 use seeder::DirStore;
-use teesfs::fs::copies::Copies;
-use teesfs::fs::fuse::PassthroughConfig;
-use teesfs::fs::mount::{MountConfig, Mounted, mount};
-use teesfs::source::{ChunkFuture, ChunkSource, Fetched, StoreSource};
+use teesfs_node::fs::copies::Copies;
+use teesfs_node::fs::fuse::PassthroughConfig;
+use teesfs_node::fs::mount::{MountConfig, Mounted, mount};
+use teesfs_node::source::{ChunkFuture, ChunkSource, Fetched, StoreSource};
 
 use crate::util::can_mount;
 
@@ -39,7 +39,7 @@ impl ChunkSource for CountingSource {
         true
     }
 
-    fn fetch_local(&self, at: ChunkNo) -> Option<Result<Fetched, teesfs::Error>> {
+    fn fetch_local(&self, at: ChunkNo) -> Option<Result<Fetched, teesfs_node::Error>> {
         self.local.fetch_add(1, Ordering::SeqCst);
         Some(
             self.store

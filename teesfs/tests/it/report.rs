@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use teesfs::node::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
+use teesfs_node::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
 
 use crate::util::teesfs_bin;
 
@@ -345,7 +345,7 @@ fn report_refuses_a_fifo_and_an_oversized_file_as_input() {
     let big = dir.path().join("big.json");
     let f = std::fs::File::create(&big).expect("create");
     // Sparse: the bound is on the length, checked before anything is read.
-    f.set_len(teesfs::report::Limits::default().max_input + 1)
+    f.set_len(teesfs_node::report::Limits::default().max_input + 1)
         .expect("set_len");
     let out = report_within(&[big.as_os_str()], Duration::from_secs(20));
     assert!(!out.status.success(), "{out:?}");

@@ -214,7 +214,7 @@ fn a_daemon_refuses_an_index_signed_by_a_key_it_does_not_trust() {
 async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, parent: &str) {
     use peertree::NodeId;
     use peertree::relay::{ChunkNo, JobId, Msg, NodeInfo, Start, Timing};
-    use teesfs::net::{Identity, StreamKind, Transport};
+    use teesfs_node::net::{Identity, StreamKind, Transport};
 
     let bytes = std::fs::read(c.ws.index_file(id)).expect("signed index");
     let limits = manifest::Limits::default();
@@ -256,7 +256,7 @@ async fn send_start(c: &Cluster, id: &str, from: &str, job: u64, first: &str, pa
         .await
         .expect("connect");
     let mut s = conn.open(StreamKind::Control).await.expect("stream");
-    let frame = teesfs::node::peers::frame(JobId(job), &Msg::Start(Box::new(start)));
+    let frame = teesfs_node::peers::frame(JobId(job), &Msg::Start(Box::new(start)));
     s.send(&frame).await.expect("send");
     s.finish().await.expect("delivered");
 }
@@ -312,9 +312,9 @@ fn keygen_revoke_writes_a_crl_that_nodes_enforce() {
         "{said}"
     );
     assert!(dir.join("crl.pem").exists());
-    teesfs::net::Identity::load(&dir, "n1").expect("n1 still loads");
+    teesfs_node::net::Identity::load(&dir, "n1").expect("n1 still loads");
     for host in ["n2", "n3"] {
-        let err = teesfs::net::Identity::load(&dir, host).expect_err("revoked host loaded");
+        let err = teesfs_node::net::Identity::load(&dir, host).expect_err("revoked host loaded");
         assert!(err.to_string().contains("Revoked"), "{err}");
     }
     // Revoking a host without a certificate names the missing file and changes nothing.
@@ -328,7 +328,7 @@ fn keygen_revoke_writes_a_crl_that_nodes_enforce() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("(4 file(s) written)"));
     for host in ["n1", "n2", "n3"] {
-        teesfs::net::Identity::load(&dir, host).expect("loads after reissue");
+        teesfs_node::net::Identity::load(&dir, host).expect("loads after reissue");
     }
 }
 
@@ -524,7 +524,7 @@ fn a_jobs_owner_may_use_it_and_another_user_may_not_even_read_it() {
 async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connections() {
     use peertree::NodeId;
     use peertree::relay::{JobId, Msg, NodeInfo, Prepare, Routed};
-    use teesfs::net::{Identity, StreamKind, Transport};
+    use teesfs_node::net::{Identity, StreamKind, Transport};
 
     // Three daemons so that n02 and n03 have certificates; the test listens as both.
     let c = Cluster::start(3, |_| vec![]);
@@ -555,7 +555,7 @@ async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connectio
         async move {
             let conn = login.connect(addr, &host).await.expect("connect");
             let mut s = conn.open(StreamKind::Control).await.expect("stream");
-            let frame = teesfs::node::peers::frame(JobId(job), &Msg::Prepare(Prepare { subtree }));
+            let frame = teesfs_node::peers::frame(JobId(job), &Msg::Prepare(Prepare { subtree }));
             s.send(&frame).await.expect("send");
             s.finish().await.expect("delivered");
         }
@@ -600,7 +600,7 @@ async fn a_prepare_is_passed_on_to_children_and_grandchildren_over_new_connectio
     ] {
         let (from, frame) = first_frame(t).await;
         assert_eq!(from, c.nodes[0].host, "the connection is from n01");
-        let (job, msg) = teesfs::node::peers::unframe(frame.into()).expect("valid frame");
+        let (job, msg) = teesfs_node::peers::unframe(frame.into()).expect("valid frame");
         assert_eq!(job, JobId(8));
         assert_eq!(
             msg,
@@ -620,7 +620,7 @@ fn a_nodes_own_key_is_certified_by_request_and_certificates_expire_by_default() 
     let (ca, node) = (ws.path().join("ca"), ws.path().join("node"));
     let (c, n) = (ca.to_str().expect("utf8"), node.to_str().expect("utf8"));
     let days_left = |crt: &Path| {
-        let s = teesfs::net::pki::cert_summary(crt).expect("summary");
+        let s = teesfs_node::net::pki::cert_summary(crt).expect("summary");
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock")
@@ -657,7 +657,7 @@ fn a_nodes_own_key_is_certified_by_request_and_certificates_expire_by_default() 
     );
     assert_eq!(std::fs::read(node.join("n07.key")).expect("key"), key_text);
     std::fs::copy(ca.join("ca.crt"), node.join("ca.crt")).expect("ca.crt");
-    teesfs::net::Identity::load(&node, "n07").expect("the node's identity loads");
+    teesfs_node::net::Identity::load(&node, "n07").expect("the node's identity loads");
     // --no-expiry, as before the default changed.
     let out = ws.teesfs(&["keygen", "--cluster", c, "--nodes", "n1", "--no-expiry"]);
     assert!(out.status.success(), "{}", stderr(&out));

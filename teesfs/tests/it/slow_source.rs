@@ -11,8 +11,8 @@ use manifest::build::NoProgress;
 use manifest::{BuildOptions, EntryKind, FileData, IndexId};
 use peertree::relay::ChunkNo;
 use seeder::DirStore;
-use teesfs::fs::mount::{MountConfig, mount};
-use teesfs::source::{ChunkFuture, ChunkSource, StoreSource};
+use teesfs_node::fs::mount::{MountConfig, mount};
+use teesfs_node::source::{ChunkFuture, ChunkSource, StoreSource};
 use tokio::sync::Semaphore;
 
 use crate::util::can_mount;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use peertree::relay::MAX_MESSAGE;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
-use teesfs::net::{Conn, Identity, NetError, StreamKind, Transport, make_cluster};
+use teesfs_node::net::{Conn, Identity, NetError, StreamKind, Transport, make_cluster};
 use tokio::sync::{mpsc, oneshot};
 
 fn localhost() -> SocketAddr {
@@ -163,7 +163,7 @@ fn raw_client(trusted_ca: &Path, cert: &Path, key: &Path) -> quinn::Endpoint {
             PrivateKeyDer::from_pem_file(key).expect("key pem"),
         )
         .expect("client auth");
-    tls.alpn_protocols = vec![teesfs::net::tls::ALPN.to_vec()];
+    tls.alpn_protocols = vec![teesfs_node::net::tls::ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("quic tls");
     let mut endpoint = quinn::Endpoint::client(localhost()).expect("client endpoint");
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
@@ -465,7 +465,7 @@ async fn expired_certificates_are_refused_as_client_and_as_server() {
     const VALID_FOR: Duration = Duration::from_secs(3600);
     let dir = cluster(&["a"]);
     // A node certificate valid for an hour (what `keygen --valid-days` issues, shortened).
-    teesfs::net::make_cluster_valid_for(dir.path(), &["short".to_owned()], Some(VALID_FOR))
+    teesfs_node::net::make_cluster_valid_for(dir.path(), &["short".to_owned()], Some(VALID_FOR))
         .expect("short-lived certificate");
     // Both nodes read the time from one clock the test moves.
     let clock = HandClock::at_now();
@@ -508,11 +508,11 @@ async fn revoked_certificates_are_refused_as_client_and_as_server_until_reissued
     let dir = cluster(&["a", "b", "c"]);
     // b's daemon was started before the revocation and still runs with its certificate.
     let old_b = bind(dir.path(), "b");
-    let serials = teesfs::net::revoke(dir.path(), &["b".to_owned()]).expect("revoke b");
+    let serials = teesfs_node::net::revoke(dir.path(), &["b".to_owned()]).expect("revoke b");
     assert_eq!(serials.len(), 1);
     // Revoking again keeps one entry and still works.
     assert_eq!(
-        teesfs::net::revoke(dir.path(), &["b".to_owned()]).expect("again"),
+        teesfs_node::net::revoke(dir.path(), &["b".to_owned()]).expect("again"),
         serials
     );
     let a = bind(dir.path(), "a");
@@ -554,7 +554,7 @@ async fn a_client_without_a_certificate_is_refused() {
         .expect("tls13")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    tls.alpn_protocols = vec![teesfs::net::tls::ALPN.to_vec()];
+    tls.alpn_protocols = vec![teesfs_node::net::tls::ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("quic tls");
     let mut anonymous = quinn::Endpoint::client(localhost()).expect("client endpoint");
     anonymous.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));

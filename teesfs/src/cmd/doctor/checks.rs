@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use serde::Serialize;
-use teesfs::net::pki;
+use teesfs_node::net::pki;
 
 /// Version of the JSON report (`teesfs doctor --format json`); raised when a field changes
 /// meaning or goes away.
@@ -156,7 +156,7 @@ pub struct Facts {
     /// (never set for root): not a fault of the node, and not checked.
     pub denied: Vec<PathBuf>,
     /// `<identity>/crl.pem`: absent (not configured), unusable, or what it says.
-    pub crl: Found<teesfs::net::crl::CrlFacts>,
+    pub crl: Found<teesfs_node::net::crl::CrlFacts>,
     /// Trusted publisher keys: each file and why it does not parse, if it does not.
     /// Empty: none found.
     pub trust: Vec<(PathBuf, Option<String>)>,

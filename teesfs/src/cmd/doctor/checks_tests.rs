@@ -112,7 +112,7 @@ fn what_breaks_a_job_fails_with_a_fix_and_what_degrades_warns() {
     f.crl = Found::Bad("crl.pem: not a revocation list".into());
     assert_eq!(level(&f, "crl"), Level::Fail);
     let now = f.now;
-    let listed = |next_update| teesfs::net::crl::CrlFacts {
+    let listed = |next_update| teesfs_node::net::crl::CrlFacts {
         number: Some(3),
         this_update: now - 2 * 86_400,
         next_update,

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use checks::{CertFacts, DaemonFacts, Facts, Found, Report, SlurmFacts};
-use teesfs::net::pki;
+use teesfs_node::net::pki;
 
 use super::util;
 
@@ -152,7 +152,7 @@ fn gather(args: &DoctorArgs, host: String) -> Facts {
 }
 
 fn gather_login(args: &DoctorArgs, host: String) -> login::LoginFacts {
-    let loaded = teesfs::site::load_lenient(&teesfs::site::main_path());
+    let loaded = teesfs_node::site::load_lenient(&teesfs_node::site::main_path());
     let (store, topology) = match &loaded {
         Ok(l) => (
             args.store.clone().or_else(|| l.config.store.path.clone()),
@@ -233,7 +233,7 @@ fn cert_facts(identity: &Path, host: &str) -> CertFacts {
         }
     };
     // The daemon's own check: CA signature, host name, validity now, key fit, CRL.
-    let unverified = teesfs::net::Identity::load(identity, host)
+    let unverified = teesfs_node::net::Identity::load(identity, host)
         .err()
         .map(|e| e.to_string());
     CertFacts {
@@ -243,12 +243,12 @@ fn cert_facts(identity: &Path, host: &str) -> CertFacts {
     }
 }
 
-fn crl_facts(identity: &Path) -> Found<teesfs::net::crl::CrlFacts> {
+fn crl_facts(identity: &Path) -> Found<teesfs_node::net::crl::CrlFacts> {
     let path = identity.join(pki::CRL);
     if missing(&path) {
         return Found::Missing;
     }
-    match teesfs::net::crl::held(identity) {
+    match teesfs_node::net::crl::held(identity) {
         Ok(Some(facts)) => Found::Ok(facts),
         Ok(None) => Found::Missing,
         Err(e) => Found::Bad(e.to_string()),
@@ -279,7 +279,7 @@ fn ask_daemon(control: &Path) -> Found<DaemonFacts> {
 }
 
 fn query_daemon(control: &Path) -> anyhow::Result<DaemonFacts> {
-    use teesfs::node::control::{Request, Status};
+    use teesfs_node::control::{Request, Status};
     let line = super::status::ask(control, &Request::Status.to_string())?;
     let a: Status = serde_json::from_str(&line)
         .map_err(|e| anyhow::anyhow!("unexpected answer from {}: {e}", control.display()))?;

@@ -7,7 +7,7 @@ use peertree::relay::{JobId, Msg, Prepare};
 
 use super::{Daemon, PREPARED_KEPT, lock};
 use crate::net::StreamKind;
-use crate::node::peers::Peers;
+use crate::peers::Peers;
 
 impl Daemon {
     /// A `Prepare` for a job this node has not joined yet: pass one on to each planned
@@ -47,7 +47,7 @@ impl Daemon {
             .map(|n| n.id)
             .filter(|_| Peers::handshakes_take_turns(forward.len()));
         for (to, p) in forward {
-            let frame = crate::node::peers::frame(job, &Msg::Prepare(p));
+            let frame = crate::peers::frame(job, &Msg::Prepare(p));
             // A grandchild's waits for the link to its parent, as at the root.
             let parent = me
                 .filter(|&me| to.parent != me)

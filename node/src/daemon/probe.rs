@@ -8,7 +8,7 @@ use std::time::Instant;
 use peertree::relay::{Event, JobId, Relay, Schedule, Start};
 
 use super::{Daemon, NodeJob, lock};
-use crate::node::job::JobCore;
+use crate::job::JobCore;
 
 impl Daemon {
     /// A health probe: answer, forward to the children, and drop the job once the root
@@ -25,15 +25,15 @@ impl Daemon {
                 return;
             }
         };
-        let (index, index_id) = crate::node::health::empty_index();
+        let (index, index_id) = crate::health::empty_index();
         let (core, mut events) = JobCore::new(
             relay,
             index,
             index_id,
             self.peers.clone(),
-            Arc::new(crate::node::health::NoChunks),
+            Arc::new(crate::health::NoChunks),
             &known,
-            crate::node::job::JobKnobs::default(),
+            crate::job::JobKnobs::default(),
         );
         let nj = Arc::new(NodeJob {
             core: core.clone(),
@@ -46,7 +46,7 @@ impl Daemon {
             record: None,
             root: None,
             failed_edges: Default::default(),
-            read_waits: crate::node::metrics::read_wait_histogram(),
+            read_waits: crate::metrics::read_wait_histogram(),
         });
         lock(&self.jobs).insert(job, nj);
         tracing::debug!(%job, parent = %from_host, "health probe");

@@ -14,7 +14,7 @@ use peertree::relay::Relay;
 
 use super::JobCore;
 #[cfg(doc)]
-use crate::node::peers::Peers;
+use crate::peers::Peers;
 
 /// What the job's task last counted of each peer's transport ([`Peers::heard_from`]), and
 /// when that count last grew.

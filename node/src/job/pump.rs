@@ -11,7 +11,7 @@ use tokio::sync::{Notify, oneshot};
 
 use super::{Input, JobCore};
 use crate::net::StreamKind;
-use crate::node::peers::chunk_head;
+use crate::peers::chunk_head;
 
 impl JobCore {
     /// Pushes chunks to one child on its bulk stream, one at a time as the job's task hands

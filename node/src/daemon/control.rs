@@ -1,8 +1,8 @@
 //! The daemon's control socket server: accepts local clients (their uid from the kernel),
-//! bounds them ([`crate::node::control::Admission`]), reads one request per line and
+//! bounds them ([`crate::control::Admission`]), reads one request per line and
 //! answers with one JSON line (a job's record, of a running job or one released lately, is
 //! resolved and encoded on a blocking thread: it can hold a million paths). What a request means and who may make it is decided in
-//! [`crate::node::control`]; this module only moves lines.
+//! [`crate::control`]; this module only moves lines.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,10 +22,10 @@ impl Daemon {
         };
         // Out of file descriptors or memory, accept fails at once: back off instead of
         // spinning, and warn now and then rather than every time.
-        let mut backoff = crate::node::accept::AcceptBackoff::default();
+        let mut backoff = crate::accept::AcceptBackoff::default();
         loop {
             let (stream, _) =
-                crate::node::accept::accept_with_backoff("control socket", &mut backoff, || {
+                crate::accept::accept_with_backoff("control socket", &mut backoff, || {
                     listener.accept()
                 })
                 .await;
@@ -36,7 +36,7 @@ impl Daemon {
                     continue;
                 }
             };
-            let Some(ticket) = crate::node::control::Admission::enter(&self.admission, uid) else {
+            let Some(ticket) = crate::control::Admission::enter(&self.admission, uid) else {
                 tracing::debug!(uid, "control connection refused: this user holds its share");
                 continue;
             };
@@ -49,7 +49,7 @@ impl Daemon {
     }
 
     async fn control_client(self: Arc<Self>, stream: tokio::net::UnixStream, uid: u32) {
-        use crate::node::control::{ControlError, JobOwner, MAX_LINE, Request, authorize};
+        use crate::control::{ControlError, JobOwner, MAX_LINE, Request, authorize};
         let (r, mut w) = stream.into_split();
         let mut reader = BufReader::new(r);
         let mut buf = Vec::new();

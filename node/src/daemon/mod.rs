@@ -11,7 +11,7 @@
 //! One daemon per state directory: the first holds an exclusive lock on
 //! `<state-dir>/daemon.lock` for its life, and a second exits naming it before it touches
 //! a mount, a copy or the control socket. The control socket is open to every local user
-//! and bounded ([`crate::node::control`]): request lines, connections per user and in all, and
+//! and bounded ([`crate::control`]): request lines, connections per user and in all, and
 //! idle time; the file descriptor limit is raised at start so the data path never runs out
 //! because of the control path.
 //!
@@ -29,7 +29,6 @@ use std::time::Instant;
 
 use peertree::relay::{Event, JobId, Msg, NodeInfo, Phase, Relay, Routed, Start};
 
-use super::JobSource;
 use super::admit::Admitted;
 use super::job::{ChunkTaken, JobCore};
 use super::peers::{Peers, Pending, Router};
@@ -39,6 +38,7 @@ use crate::fs::copies::Copies;
 use crate::fs::mount::Mounted;
 use crate::fs::record::Recorder;
 use crate::net::{Identity, StreamKind, Transport};
+use crate::source::JobSource;
 use crate::sync::lock;
 
 /// How a daemon runs.
@@ -85,7 +85,7 @@ struct NodeJob {
     mountpoint: PathBuf,
     started: Instant,
     phases: Mutex<[Option<f64>; 2]>,
-    /// The uid that started the job, who may query and stop it (see [`crate::node::control`]).
+    /// The uid that started the job, who may query and stop it (see [`crate::control`]).
     /// `None` until the start message carries it: then only root may.
     owner: Option<u32>,
     /// A health probe: no index, never mounted, hidden from `status`.

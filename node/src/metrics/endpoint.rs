@@ -16,7 +16,7 @@
 //! - Connections are taken at most [`ACCEPTS_PER_SEC`] a second after a burst ([`Pace`]):
 //!   beyond, they wait in the kernel's accept queue, so a flood delays scrapes but costs
 //!   the daemon a bounded number of answers a second.
-//! - Failing accepts back off ([`crate::node::accept`]).
+//! - Failing accepts back off ([`crate::accept`]).
 //!
 //! A slow or hostile client costs a bounded task, never the daemon's network or FUSE
 //! tasks. This module must not do anything but read the daemon's state.
@@ -32,7 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use super::{Detail, Sample, encode};
-use crate::node::accept::{AcceptBackoff, accept_with_backoff};
+use crate::accept::{AcceptBackoff, accept_with_backoff};
 
 /// The largest request head read; a longer one is answered 431 and closed.
 pub const MAX_REQUEST: usize = 8 << 10;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use peertree::relay::{JobId, Msg, Phase};
 
 use super::{Daemon, NodeJob, lock};
+use crate::control::{JobRecord, LayerPath, RecordAnswer};
 use crate::net::StreamKind;
-use crate::node::control::{JobRecord, LayerPath, RecordAnswer};
 
 /// Released jobs whose records are kept.
 pub const RELEASED_KEPT: usize = 16;
@@ -155,7 +155,7 @@ impl Daemon {
             Err(e) => return tracing::warn!(%job, error = %e, "cannot encode a record"),
         };
         tracing::info!(%job, asker = %from_host, bytes = json.len(), "record sent");
-        let frame = crate::node::peers::frame(job, &Msg::Record { json });
+        let frame = crate::peers::frame(job, &Msg::Record { json });
         self.peers
             .send(&from_host, &reply, StreamKind::Control, frame);
     }

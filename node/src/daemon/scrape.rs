@@ -1,14 +1,14 @@
-//! What a metrics scrape reads from the daemon ([`crate::node::metrics`]): the store, the
+//! What a metrics scrape reads from the daemon ([`crate::metrics`]): the store, the
 //! links and the jobs, and the counts of the jobs that left. This module only reads the
 //! daemon's state; what the endpoint tells and to whom is decided in
-//! [`crate::node::metrics::endpoint`].
+//! [`crate::metrics::endpoint`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{Daemon, NodeJob, lock};
-use crate::node::metrics::endpoint::{EndpointConfig, SampleFn, serve};
-use crate::node::metrics::{JobSample, Sample, Totals};
+use crate::metrics::endpoint::{EndpointConfig, SampleFn, serve};
+use crate::metrics::{JobSample, Sample, Totals};
 
 impl NodeJob {
     /// The job's traffic counts, as the metrics show them.

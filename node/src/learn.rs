@@ -167,7 +167,7 @@ fn sort_answers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::control::LayerPath;
+    use crate::control::LayerPath;
 
     fn record(host: &str, files: &[&str], recording: bool) -> Vec<u8> {
         let r = JobRecord {

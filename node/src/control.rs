@@ -272,7 +272,7 @@ pub struct JobStatus {
     /// The uid that owns the job (may query and stop it besides root), if known.
     pub owner: Option<u32>,
     /// Traffic counters.
-    pub counters: crate::node::job::JobCounters,
+    pub counters: crate::job::JobCounters,
 }
 
 /// What the daemon knows about a job named in a request.
