@@ -17,15 +17,15 @@ use std::io;
 use std::time::{Duration, Instant};
 
 /// The wait after the first failure of a run.
-pub const FIRST_DELAY: Duration = Duration::from_millis(20);
+pub(crate) const FIRST_DELAY: Duration = Duration::from_millis(20);
 /// The longest wait between tries.
-pub const MAX_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(1);
 /// At most one warning per this long while accepts keep failing.
-pub const WARN_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(30);
 
 /// What to do after a failed `accept`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
+pub(crate) struct Retry {
     /// How long to wait before trying again (zero: at once).
     pub delay: Duration,
     /// Log a warning now, saying how many failures since the last one went unlogged.
@@ -34,7 +34,7 @@ pub struct Retry {
 
 /// The state of one accept loop's failures.
 #[derive(Debug, Default)]
-pub struct AcceptBackoff {
+pub(crate) struct AcceptBackoff {
     /// The wait after the last failure of the current run (zero: no run).
     delay: Duration,
     /// When the last warning was logged.
@@ -95,6 +95,7 @@ impl AcceptBackoff {
     }
 
     /// Warnings logged so far.
+    #[cfg(test)]
     pub fn warnings(&self) -> u64 {
         self.warnings
     }
@@ -102,7 +103,7 @@ impl AcceptBackoff {
 
 /// Calls `accept` until it gives a connection, waiting as `backoff` says after each
 /// failure and logging the warnings it allows, naming `what` (e.g. "metrics endpoint").
-pub async fn accept_with_backoff<T, F, Fut>(
+pub(crate) async fn accept_with_backoff<T, F, Fut>(
     what: &'static str,
     backoff: &mut AcceptBackoff,
     mut accept: F,

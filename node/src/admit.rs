@@ -32,7 +32,7 @@ pub enum Admitted {
 }
 
 /// Publisher keys bound to users: a key (hex) signs only jobs whose owner is one of its uids.
-pub type KeyOwners = HashMap<String, HashSet<u32>>;
+pub(crate) type KeyOwners = HashMap<String, HashSet<u32>>;
 
 /// The publisher keys a node trusts, and the users some of them sign for.
 #[derive(Debug, Clone, Default)]

@@ -20,14 +20,14 @@ use std::sync::{Arc, Mutex};
 use peertree::relay::JobId;
 
 /// The longest request line read; a longer one is refused unread.
-pub const MAX_LINE: usize = 4096;
+pub(crate) const MAX_LINE: usize = 4096;
 /// Control connections one non-root user may hold at once.
-pub const MAX_PER_UID: usize = 8;
+pub(crate) const MAX_PER_UID: usize = 8;
 /// Control connections all non-root users may hold at once.
-pub const MAX_USERS: usize = 64;
+pub(crate) const MAX_USERS: usize = 64;
 /// Control connections kept for root whatever other users do, so `teesfs status` and the
 /// Slurm epilog's release always get through.
-pub const MAX_ROOT: usize = 16;
+pub(crate) const MAX_ROOT: usize = 16;
 
 /// Why a control request was refused. The text is sent back, and never repeats what the
 /// caller sent.
@@ -169,7 +169,7 @@ pub struct JobRecord {
 /// the network): the node's record of the job, or why it has none.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
-pub enum RecordAnswer {
+pub(crate) enum RecordAnswer {
     /// The record.
     Record(Box<JobRecord>),
     /// No record: the node does not run the job and has not released it lately.
@@ -277,7 +277,7 @@ pub struct JobStatus {
 
 /// What the daemon knows about a job named in a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobOwner {
+pub(crate) enum JobOwner {
     /// No such job on this node.
     Unknown,
     /// The job exists; its owner's uid, if known.
@@ -287,7 +287,7 @@ pub enum JobOwner {
 /// Whether the local user `uid` may make `request`; `owner` describes the job it names. The
 /// refusal is the text sent back. A non-root caller asking about a job it does not own is told
 /// the same as for a job that does not exist, so job ids of other users cannot be probed.
-pub fn authorize(uid: u32, request: Request, owner: JobOwner) -> Result<(), ControlError> {
+pub(crate) fn authorize(uid: u32, request: Request, owner: JobOwner) -> Result<(), ControlError> {
     if uid == 0 {
         return match (request.job(), owner) {
             (Some(job), JobOwner::Unknown) => Err(ControlError::NoJob(job)),
@@ -312,7 +312,7 @@ pub fn sees(uid: u32, owner: Option<u32>) -> bool {
 /// [`MAX_USERS`], and root has [`MAX_ROOT`] of its own, so no local user can take the
 /// control socket (or the daemon's file descriptors) from root or from other users.
 #[derive(Debug, Default)]
-pub struct Admission {
+pub(crate) struct Admission {
     per_uid: HashMap<u32, usize>,
     users: usize,
     root: usize,
@@ -320,7 +320,7 @@ pub struct Admission {
 
 /// One admitted connection; leaving is dropping it.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     admission: Arc<Mutex<Admission>>,
     uid: u32,
 }
@@ -353,6 +353,7 @@ impl Admission {
     }
 
     /// Connections held by `uid` now.
+    #[cfg(test)]
     pub fn held(&self, uid: u32) -> usize {
         if uid == 0 {
             self.root

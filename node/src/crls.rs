@@ -21,7 +21,7 @@ use crate::net::{Conn, FrameReceiver, Identity, NetError, StreamKind, Transport}
 /// A daemon's own revocation list, in its identity directory: what it installs CRLs from
 /// peers into.
 #[derive(Debug)]
-pub struct CrlKeeper {
+pub(crate) struct CrlKeeper {
     /// The identity directory (`ca.crt`, `crl.pem`, this host's certificate and key).
     dir: PathBuf,
     /// This host, whose identity is loaded again with a new list.

@@ -16,7 +16,7 @@ use super::report::PushReport;
 use crate::Error;
 
 /// Set (to its log file) in the environment of the background copy.
-pub const SERVE_ENV: &str = "TEESFS_PUSH_SERVE";
+pub(crate) const SERVE_ENV: &str = "TEESFS_PUSH_SERVE";
 
 /// What the background copy tells the foreground, one JSON line each
 /// (`{"event": "urgent", "report": {...}}`).

@@ -40,7 +40,7 @@ use crate::Error;
 use crate::net::Identity;
 
 /// The chunk store of a probe: holds nothing, takes nothing.
-pub struct NoChunks;
+pub(crate) struct NoChunks;
 
 impl seeder::ChunkStore for NoChunks {
     fn get(&self, _id: &ChunkId) -> Option<seeder::StoredChunk> {
@@ -61,7 +61,7 @@ impl manifest::ChunkSink for NoChunks {
 }
 
 /// The index of a probe job: no entries, no chunks.
-pub fn empty_index() -> (Arc<Index>, IndexId) {
+pub(crate) fn empty_index() -> (Arc<Index>, IndexId) {
     let index = Index {
         chunk_size: 0,
         chunks: Vec::new(),

@@ -40,7 +40,7 @@ mod chunks;
 mod liveness;
 mod pump;
 
-pub use chunks::{ChunkTaken, INLINE_CHUNK_MAX};
+pub(crate) use chunks::ChunkTaken;
 
 use liveness::TransportSeen;
 
@@ -54,7 +54,7 @@ use crate::sync::lock;
 type Waiter = oneshot::Sender<Verified>;
 
 /// A timestamped relay event.
-pub type TimedEvent = (Instant, Event);
+pub(crate) type TimedEvent = (Instant, Event);
 
 /// Counters of a job on this process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -101,7 +101,7 @@ pub struct JobKnobs {
 
 impl JobKnobs {
     /// The production knobs: an optional cap on bulk bytes per second to each child.
-    pub fn rate_limited(rate_limit: Option<u64>) -> Self {
+    pub(crate) fn rate_limited(rate_limit: Option<u64>) -> Self {
         Self {
             rate_limit,
             #[cfg(feature = "fault-injection")]
@@ -219,7 +219,7 @@ pub struct JobCore {
 }
 
 /// Told of each chunk that arrives at a job, verified: its number and plain bytes.
-pub type ArrivalHook = Arc<dyn Fn(ChunkNo, &Verified) + Send + Sync>;
+pub(crate) type ArrivalHook = Arc<dyn Fn(ChunkNo, &Verified) + Send + Sync>;
 
 /// The listener to a job's arrivals, or the chunks that arrived before one listened.
 enum Arrivals {
@@ -302,7 +302,7 @@ impl JobCore {
 
     /// Follows the chunks the store drops (a node's budgeted store announces them) until
     /// the job closes: each is reported to the relay as lost, so it is fetched again.
-    pub fn follow_losses(self: &Arc<Self>, losses: mpsc::UnboundedReceiver<ChunkId>) {
+    pub(crate) fn follow_losses(self: &Arc<Self>, losses: mpsc::UnboundedReceiver<ChunkId>) {
         let this = Arc::downgrade(self);
         let closing = self.closing.subscribe();
         self.rt.spawn(Self::follow(this, losses, closing));
@@ -513,12 +513,12 @@ impl JobCore {
 
     /// The counter of files opened and names looked up in this job's mount (give it to
     /// the mount's recorder).
-    pub fn activity(&self) -> Arc<AtomicU64> {
+    pub(crate) fn activity(&self) -> Arc<AtomicU64> {
         self.activity.clone()
     }
 
     /// At the root of a push that leaves chunks to demand: stop serving and finish the job.
-    pub fn end_serving(&self) {
+    pub(crate) fn end_serving(&self) {
         self.tell(Input::EndServing);
     }
 
@@ -666,7 +666,7 @@ impl JobCore {
     }
 
     /// The host name of the job's node `id`, for logs (`node N` if the tree has none).
-    pub fn host_of(&self, id: NodeId) -> String {
+    pub(crate) fn host_of(&self, id: NodeId) -> String {
         self.addrs
             .get(&id)
             .map_or_else(|| format!("node {}", id.0), |(host, _)| host.clone())
@@ -682,14 +682,14 @@ impl JobCore {
     }
 
     /// A message for the relay from the peer named `from_host`.
-    pub fn on_relay_msg(self: &Arc<Self>, from_host: &str, msg: RelayMsg) {
+    pub(crate) fn on_relay_msg(self: &Arc<Self>, from_host: &str, msg: RelayMsg) {
         if let Some(from) = self.sender(from_host) {
             self.tell(Input::Message { from, msg });
         }
     }
 
     /// The peer could not be reached.
-    pub fn on_unreachable(self: &Arc<Self>, host: &str) {
+    pub(crate) fn on_unreachable(self: &Arc<Self>, host: &str) {
         if let Some(&id) = self.hosts.get(host) {
             self.tell(Input::Unreachable(id));
         }
@@ -727,7 +727,7 @@ impl JobCore {
     }
 
     /// Whether `host` is a peer of this job (in its tree).
-    pub fn has_peer(&self, host: &str) -> bool {
+    pub(crate) fn has_peer(&self, host: &str) -> bool {
         self.hosts.contains_key(host)
     }
 

@@ -22,7 +22,7 @@ use crate::Error;
 use crate::net::{Identity, StreamKind, Transport};
 
 /// Nodes asked at once; the next is asked as one answers.
-pub const IN_FLIGHT: usize = 256;
+pub(crate) const IN_FLIGHT: usize = 256;
 
 /// Whom to ask, as whom.
 pub struct AskSpec {

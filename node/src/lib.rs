@@ -39,7 +39,7 @@
 pub mod accept;
 pub mod admit;
 pub mod control;
-pub mod crls;
+pub(crate) mod crls;
 pub mod daemon;
 pub mod fs;
 pub mod handover;
@@ -53,7 +53,7 @@ pub mod push;
 pub use pushreport as report;
 pub use pushreport::output;
 pub mod root;
-pub mod root_store;
+pub(crate) mod root_store;
 pub mod say;
 pub mod site;
 pub mod source;
@@ -81,7 +81,7 @@ pub fn fresh_job_id(what: &[u8]) -> peertree::relay::JobId {
 
 /// The address a root gives its nodes: `advertise` (port 0 there means the port the root
 /// bound), else its host name with the bound port, else the bound address itself.
-pub fn advertised(advertise: Option<&str>, host: &str, bound: SocketAddr) -> String {
+pub(crate) fn advertised(advertise: Option<&str>, host: &str, bound: SocketAddr) -> String {
     match advertise {
         Some(a) => match a.rsplit_once(':') {
             Some((h, "0")) => format!("{h}:{}", bound.port()),

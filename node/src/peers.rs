@@ -21,7 +21,7 @@ use crate::net::{Conn, NetError, StreamKind, Transport};
 use crate::sync::lock;
 
 /// Where incoming messages go.
-pub trait Router: Send + Sync + 'static {
+pub(crate) trait Router: Send + Sync + 'static {
     /// A message for `job` from the peer whose certificate names `from_host`. Returns the
     /// work still running for it (a chunk being verified and stored), which the stream's
     /// reader waits for before it delivers the stream's next frame ([`InOrder`]).
@@ -207,7 +207,7 @@ impl Peers {
     }
 
     /// Sets who receives incoming messages.
-    pub fn set_router(&self, router: Weak<dyn Router>) {
+    pub(crate) fn set_router(&self, router: Weak<dyn Router>) {
         *lock(&self.router) = Some(router);
     }
 
@@ -217,7 +217,7 @@ impl Peers {
 
     /// Installs newer revocation lists from peers with `keeper` (a daemon does; a push's
     /// root only hands its own on), see [`super::crls`].
-    pub fn keep_crls(&self, keeper: CrlKeeper) {
+    pub(crate) fn keep_crls(&self, keeper: CrlKeeper) {
         *lock(&self.crls) = Some(Arc::new(keeper));
     }
 
@@ -261,7 +261,7 @@ impl Peers {
     }
 
     /// Accepts incoming connections until the transport closes.
-    pub async fn accept_loop(self: Arc<Self>) {
+    pub(crate) async fn accept_loop(self: Arc<Self>) {
         while let Some(conn) = self.transport.accept().await {
             let host = conn.peer_host().to_string();
             let key = LinkKey {
@@ -289,7 +289,7 @@ impl Peers {
     /// process answers, whether with data, its own heartbeats or QUIC's acknowledgements
     /// of ours, which its QUIC stack sends however starved its jobs are. It stops when the
     /// peer is dead, stopped or cut off. Compare two counts; the first is no sign by itself.
-    pub fn heard_from(&self, host: &str) -> u64 {
+    pub(crate) fn heard_from(&self, host: &str) -> u64 {
         lock(&self.heard).get_mut(host).map_or(0, Heard::count)
     }
 
@@ -463,7 +463,7 @@ impl Peers {
     /// grandchildren at once had its children connected after 25-37 ms, against 2-8 ms.
     /// With a core per handshake to spare they all go at once, and the connections are
     /// set up two levels ahead of the `Start`s.
-    pub fn handshakes_take_turns(handshakes: usize) -> bool {
+    pub(crate) fn handshakes_take_turns(handshakes: usize) -> bool {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         cores < handshakes
     }
@@ -472,7 +472,7 @@ impl Peers {
     /// is up or has failed: a grandchild's `Prepare` waits for the link to its parent, so
     /// the handshakes with this node's own children, whose `Start`s wait for them, do not
     /// share its CPU with handshakes nobody waits for yet.
-    pub fn send_after(
+    pub(crate) fn send_after(
         self: &Arc<Self>,
         after: (&str, &str),
         host: &str,
@@ -491,7 +491,7 @@ impl Peers {
 
     /// Returns once the links to `peers` (host, address) are settled, up or failed, or
     /// after `bound`; dials those not dialled yet.
-    pub async fn settled(self: &Arc<Self>, peers: &[(String, String)], bound: Duration) {
+    pub(crate) async fn settled(self: &Arc<Self>, peers: &[(String, String)], bound: Duration) {
         let cells: Vec<SharedConn> = peers.iter().map(|(h, a)| self.link_cell(h, a)).collect();
         let all = async {
             for cell in cells {
@@ -503,7 +503,7 @@ impl Peers {
 
     /// Queues a control or demand frame for `host` made of `head` then `body` (a chunk's
     /// head and its shared stored bytes), without joining them.
-    pub fn send_parts(
+    pub(crate) fn send_parts(
         self: &Arc<Self>,
         host: &str,
         addr: &str,
@@ -524,14 +524,14 @@ impl Peers {
     }
 
     /// How many links are open (for the daemon's metrics).
-    pub fn link_count(&self) -> usize {
+    pub(crate) fn link_count(&self) -> usize {
         lock(&self.links).len()
     }
 
     /// Forgets the links to `host` (a peer declared dead): the next message to it opens a
     /// fresh connection. A crashed and restarted peer never answers on the old one, and
     /// QUIC would only notice at its idle timeout.
-    pub fn forget(&self, host: &str) {
+    pub(crate) fn forget(&self, host: &str) {
         let mut links = lock(&self.links);
         let before = links.len();
         links.retain(|k, _| k.host != host);
@@ -543,7 +543,7 @@ impl Peers {
     /// Closes and forgets the links to `host`: a process done with a peer (`teesfs learn`,
     /// which asks thousands of nodes once each) frees the connection now rather than at the
     /// idle timeout. What is still queued for the peer is dropped.
-    pub fn disconnect(&self, host: &str) {
+    pub(crate) fn disconnect(&self, host: &str) {
         let gone: Vec<Link> = {
             let mut links = lock(&self.links);
             let keys: Vec<LinkKey> = links.keys().filter(|k| k.host == host).cloned().collect();

@@ -557,7 +557,7 @@ pub fn report(
 }
 
 /// This host's wall clock, in milliseconds since the Unix epoch (0 before 1970).
-pub fn unix_ms_now() -> u64 {
+pub(crate) fn unix_ms_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

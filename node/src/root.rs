@@ -19,10 +19,10 @@ use crate::net::{Identity, Transport};
 
 /// How long a root waits, once its job is done, for its nodes to acknowledge its last
 /// messages before it closes its endpoint.
-pub const DRAIN_BOUND: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_BOUND: Duration = Duration::from_secs(2);
 
 /// Where and as whom the root listens.
-pub struct RootEndpoint {
+pub(crate) struct RootEndpoint {
     /// The login node's credentials.
     pub identity: Identity,
     /// Where to bind (port 0 for any).
@@ -33,7 +33,7 @@ pub struct RootEndpoint {
 }
 
 /// What the root's job carries.
-pub struct RootJob {
+pub(crate) struct RootJob {
     /// The index (empty for a probe).
     pub index: Arc<Index>,
     /// Its id.
@@ -81,7 +81,7 @@ impl Router for RootRouter {
 }
 
 /// A running root.
-pub struct RootSession {
+pub(crate) struct RootSession {
     /// When the session started; event times are measured from here.
     pub start: Instant,
     core: Arc<JobCore>,
@@ -132,7 +132,7 @@ impl RootSession {
     }
 
     /// Why the root could not reach each of its peers it failed to connect to, by host.
-    pub fn connect_errors(&self) -> std::collections::HashMap<String, String> {
+    pub(crate) fn connect_errors(&self) -> std::collections::HashMap<String, String> {
         self.router
             .1
             .lock()
@@ -147,7 +147,7 @@ impl RootSession {
 
     /// The next event with its time in seconds since the start, or `None` once `until`
     /// has passed.
-    pub async fn next_event(&mut self, until: tokio::time::Instant) -> Option<(f64, Event)> {
+    pub(crate) async fn next_event(&mut self, until: tokio::time::Instant) -> Option<(f64, Event)> {
         let (at, ev) = tokio::select! {
             e = self.events.recv() => e?,
             _ = tokio::time::sleep_until(until) => return None,
@@ -156,7 +156,7 @@ impl RootSession {
     }
 
     /// An event already queued, if any (the facts that came with the last one).
-    pub fn queued_event(&mut self) -> Option<(f64, Event)> {
+    pub(crate) fn queued_event(&mut self) -> Option<(f64, Event)> {
         let (at, ev) = self.events.try_recv().ok()?;
         Some((at.saturating_duration_since(self.start).as_secs_f64(), ev))
     }

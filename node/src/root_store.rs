@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
@@ -151,7 +151,7 @@ impl Stamp {
 }
 
 /// The login node's store as a push root reads it: checked (see the module's doc).
-pub struct CheckedStore {
+pub(crate) struct CheckedStore {
     store: DirStore,
     index: Arc<Index>,
     position: HashMap<ChunkId, ChunkNo>,
@@ -176,11 +176,6 @@ impl CheckedStore {
             faults,
         };
         (s, rx)
-    }
-
-    /// The store's directory.
-    pub fn root(&self) -> &Path {
-        self.store.root()
     }
 
     /// Chunk number `position`'s stored bytes, checked against its id unless its file was

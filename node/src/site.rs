@@ -12,7 +12,7 @@ use seeder::files::{Symlinks, read_limited_to_string};
 use crate::Error;
 
 /// The site configuration file unless `$TEESFS_SITE_CONFIG` names another.
-pub const DEFAULT_PATH: &str = "/etc/teesfs/teesfs.toml";
+pub(crate) const DEFAULT_PATH: &str = "/etc/teesfs/teesfs.toml";
 
 /// The largest configuration file read.
 const MAX_BYTES: u64 = 1 << 20;

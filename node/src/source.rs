@@ -48,7 +48,7 @@ pub trait ChunkSource: Send + Sync + 'static {
 }
 
 /// Chunk `at` of an index's chunk table, or the error that says it is not one of them.
-pub fn chunk_info(chunks: &[ChunkInfo], at: ChunkNo) -> Result<ChunkInfo, crate::Error> {
+pub(crate) fn chunk_info(chunks: &[ChunkInfo], at: ChunkNo) -> Result<ChunkInfo, crate::Error> {
     chunks
         .get(at.index())
         .copied()
@@ -81,7 +81,7 @@ impl StoreSource {
 
 /// Whether `path` is on a file system of this machine's memory or disks, by its type:
 /// anything else (NFS, Lustre, GPFS, CIFS, FUSE, unknown) may wait on a network.
-pub fn on_local_fs(path: &std::path::Path) -> bool {
+pub(crate) fn on_local_fs(path: &std::path::Path) -> bool {
     use nix::sys::statfs::{
         BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, F2FS_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC, statfs,
     };
@@ -129,7 +129,7 @@ impl ChunkSource for StoreSource {
 }
 
 /// Chunks for a mounted job: from the node's store, or from the tree on demand.
-pub struct JobSource {
+pub(crate) struct JobSource {
     core: Arc<JobCore>,
     /// The node's store, which the job keeps its chunks in: always on this node (memory
     /// or local disk), so a reader may read it on its own thread.

@@ -102,7 +102,7 @@ impl NodeStore {
 
     /// Fault injection: makes every chunk file write take `delay` longer (a slow disk).
     #[cfg(feature = "fault-injection")]
-    pub fn with_write_delay(mut self, delay: std::time::Duration) -> Self {
+    pub(crate) fn with_write_delay(mut self, delay: std::time::Duration) -> Self {
         self.write_delay = delay;
         self
     }
@@ -195,7 +195,7 @@ impl NodeStore {
     }
 
     /// Stores a chunk the caller has verified.
-    pub fn put_verified(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn put_verified(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
         if self.contains(id) {
             return Ok(());
         }

@@ -303,7 +303,7 @@ impl Daemon {
 
     /// The current state as the local user `uid` may see it: the daemon, and the jobs
     /// [`super::control::sees`] lets it see (root: all).
-    pub fn status_of(&self, uid: u32) -> Status {
+    pub(crate) fn status_of(&self, uid: u32) -> Status {
         let jobs = lock(&self.jobs)
             .values()
             .filter(|j| !j.probe && super::control::sees(uid, j.owner))

@@ -15,9 +15,9 @@ use crate::control::{JobRecord, LayerPath, RecordAnswer};
 use crate::net::StreamKind;
 
 /// Released jobs whose records are kept.
-pub const RELEASED_KEPT: usize = 16;
+pub(crate) const RELEASED_KEPT: usize = 16;
 /// Path bytes the kept records may hold together (a record alone may hold a million paths).
-pub const RELEASED_BYTES: usize = 64 << 20;
+pub(crate) const RELEASED_BYTES: usize = 64 << 20;
 
 /// The records of the last released jobs, newest last, within [`RELEASED_KEPT`] jobs and
 /// [`RELEASED_BYTES`] of paths: the oldest go first.

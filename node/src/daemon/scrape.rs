@@ -33,7 +33,7 @@ impl Daemon {
     /// The daemon as a metrics scrape sees it: the store, the links, every job but health
     /// probes, and the counts of the jobs released. Walks each job's chunk list: call it
     /// off the network's tasks.
-    pub fn metrics_sample(&self) -> Sample {
+    pub(crate) fn metrics_sample(&self) -> Sample {
         let (jobs, mut totals) = {
             let table = lock(&self.jobs);
             let jobs: Vec<Arc<NodeJob>> = table.values().filter(|j| !j.probe).cloned().collect();

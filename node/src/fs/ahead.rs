@@ -47,7 +47,7 @@ struct State {
 }
 
 /// The copies a mount makes ahead of their first open, as chunks arrive.
-pub struct Ahead {
+pub(crate) struct Ahead {
     copies: Arc<Copies>,
     user: CopyUser,
     state: Mutex<State>,
@@ -206,7 +206,7 @@ impl Ahead {
     }
 
     /// Whether chunk `ci` is still awaited by a copy.
-    pub fn awaits(&self, ci: ChunkNo) -> bool {
+    pub(crate) fn awaits(&self, ci: ChunkNo) -> bool {
         lock(&self.state).wanted.contains_key(&ci)
     }
 }

@@ -222,7 +222,7 @@ impl Copies {
     }
 
     /// A lease on the copy `name` if it exists, for `user`.
-    pub fn lease(self: &Arc<Self>, name: &str, user: CopyUser) -> Option<(Lease, PathBuf)> {
+    pub(crate) fn lease(self: &Arc<Self>, name: &str, user: CopyUser) -> Option<(Lease, PathBuf)> {
         let mut st = lock(&self.state);
         let c = st.files.get_mut(name)?;
         c.open += 1;
@@ -239,7 +239,7 @@ impl Copies {
 
     /// Makes room for a new copy of `size` bytes, evicting copies nobody has open, least
     /// recently used first. `false` if it cannot fit (serve the file from the daemon).
-    pub fn reserve(&self, size: u64) -> bool {
+    pub(crate) fn reserve(&self, size: u64) -> bool {
         if size > self.budget {
             return false;
         }
@@ -297,14 +297,14 @@ impl Copies {
     }
 
     /// Gives back room held with [`Copies::hold`] for a copy that will not be made.
-    pub fn unhold(&self, size: u64) {
+    pub(crate) fn unhold(&self, size: u64) {
         let mut st = lock(&self.state);
         st.held = st.held.saturating_sub(size);
     }
 
     /// Records the copy `name` made ahead with room held for it (just renamed into place),
     /// used by `user` and open nowhere yet.
-    pub fn add_held(&self, name: &str, size: u64, user: CopyUser) {
+    pub(crate) fn add_held(&self, name: &str, size: u64, user: CopyUser) {
         let mut st = lock(&self.state);
         st.held = st.held.saturating_sub(size);
         let c = st.record(name, size);
@@ -313,7 +313,7 @@ impl Copies {
     }
 
     /// Forgets a copy that failed its check and removes its file.
-    pub fn discard(&self, name: &str) {
+    pub(crate) fn discard(&self, name: &str) {
         let mut st = lock(&self.state);
         if let Some(c) = st.files.pop(name) {
             st.bytes -= c.size;
@@ -360,7 +360,7 @@ impl Copies {
 
 /// The name of the copy of a file of `size` bytes made of `pieces` (chunk ids, `None` for
 /// a hole): a digest of both, so equal files share one copy.
-pub fn copy_name(size: u64, pieces: &[Option<manifest::ChunkId>]) -> String {
+pub(crate) fn copy_name(size: u64, pieces: &[Option<manifest::ChunkId>]) -> String {
     let mut h = blake3::Hasher::new();
     h.update(&size.to_le_bytes());
     for p in pieces {
@@ -372,7 +372,7 @@ pub fn copy_name(size: u64, pieces: &[Option<manifest::ChunkId>]) -> String {
 /// Checks the copy at `path` against what it must hold: a regular file of this user (not
 /// a symlink), of `size` bytes, whose every `chunk_size` piece hashes to its chunk id
 /// (`None` for a hole: all zeros).
-pub fn verify_copy(
+pub(crate) fn verify_copy(
     path: &Path,
     size: u64,
     chunk_size: u64,

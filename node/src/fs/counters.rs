@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// A lookup of a name the layer has.
     Lookup,
     /// A lookup of a name the layer lacks (answered with a cacheable negative entry).
@@ -45,7 +45,7 @@ const OPS: usize = 15;
 
 /// The live counters of one mount.
 #[derive(Debug, Default)]
-pub struct FsCounters {
+pub(crate) struct FsCounters {
     ops: [AtomicU64; OPS],
     read_bytes: AtomicU64,
     prefilled: AtomicU64,
@@ -133,7 +133,7 @@ impl FsCounters {
     }
 
     /// The counts so far.
-    pub fn snapshot(&self) -> FsCount {
+    pub(crate) fn snapshot(&self) -> FsCount {
         let g = |op: Op| self.ops[op as usize].load(Ordering::Relaxed);
         FsCount {
             lookup: g(Op::Lookup),

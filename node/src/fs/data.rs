@@ -85,12 +85,12 @@ pub struct Data {
 /// the kernel's retries and a reader going on through the file do not wait again, short
 /// enough that a re-attached tree is used soon (a chunk that arrives meanwhile is read at
 /// once: only chunks still not here are refused).
-pub const FAILURE_MEMORY: Duration = Duration::from_secs(10);
+pub(crate) const FAILURE_MEMORY: Duration = Duration::from_secs(10);
 
 /// How long a read waits for a chunk by default before failing with EIO: long enough for
 /// the tree to notice a dead parent (seconds) and re-attach, short enough that a reader is
 /// never stuck for good.
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 static NEXT_COPY_USER: AtomicU64 = AtomicU64::new(1);
 
@@ -116,7 +116,7 @@ impl std::ops::Deref for ReadBytes {
 
 impl ReadBytes {
     /// As an owned buffer (copies a shared slice).
-    pub fn into_vec(self) -> Vec<u8> {
+    pub(crate) fn into_vec(self) -> Vec<u8> {
         match self {
             ReadBytes::Shared(slice) => slice.to_vec(),
             ReadBytes::Owned(v) => v,
@@ -160,7 +160,7 @@ impl Data {
     /// Makes the passthrough copies of files of at least `min_size` bytes in `copies` as
     /// their chunks arrive ([`Data::arrived`]), unless the kernel refuses passthrough
     /// ([`Data::no_passthrough`]).
-    pub fn with_ahead(mut self, copies: Arc<Copies>, min_size: u64) -> Self {
+    pub(crate) fn with_ahead(mut self, copies: Arc<Copies>, min_size: u64) -> Self {
         self.ahead = Some(Ahead::plan(
             self.tree.index(),
             min_size,
@@ -194,7 +194,7 @@ impl Data {
 
     /// Chunks that arrived before the copies made ahead could be told of them (before the
     /// mount was up): read from the source, checked, and written as if arriving now.
-    pub fn arrived_earlier(&self, chunks: &[ChunkNo]) {
+    pub(crate) fn arrived_earlier(&self, chunks: &[ChunkNo]) {
         let Some(ahead) = &self.ahead else {
             return;
         };
@@ -216,13 +216,13 @@ impl Data {
 
     /// Bounds every chunk fetch to `t`; a fetch that takes longer fails with
     /// [`FsError::TimedOut`] (EIO).
-    pub fn with_read_timeout(mut self, t: Duration) -> Self {
+    pub(crate) fn with_read_timeout(mut self, t: Duration) -> Self {
         self.read_timeout = t;
         self
     }
 
     /// This mount, towards the copies it uses (release them with [`Copies::release`]).
-    pub fn copy_user(&self) -> CopyUser {
+    pub(crate) fn copy_user(&self) -> CopyUser {
         self.copy_user
     }
 
@@ -267,7 +267,7 @@ impl Data {
     }
 
     /// Answers a read from memory if every chunk it needs is cached.
-    pub fn read_cached(
+    pub(crate) fn read_cached(
         &self,
         file: EntryIdx,
         off: u64,
@@ -322,7 +322,7 @@ impl Data {
     /// Whether a read of `[off, off + len)` needs a chunk that is neither cached here nor
     /// local to the source, so it waits for the chunk to come from elsewhere (on a node: a
     /// demand request up the tree). Looks without touching the cache's order.
-    pub fn must_wait(&self, file: EntryIdx, off: u64, len: u32) -> bool {
+    pub(crate) fn must_wait(&self, file: EntryIdx, off: u64, len: u32) -> bool {
         let Ok((size, FileData::Chunks(slots))) = self.file(file) else {
             return false;
         };
@@ -353,7 +353,7 @@ impl Data {
     }
 
     /// Like [`Data::read`], but a read inside one chunk borrows the cached chunk.
-    pub async fn read_shared(
+    pub(crate) async fn read_shared(
         self: Arc<Self>,
         file: EntryIdx,
         off: u64,
@@ -574,7 +574,7 @@ impl Data {
     }
 
     /// Whether every chunk of a file is available locally (passthrough candidates).
-    pub fn all_local(&self, file: EntryIdx) -> bool {
+    pub(crate) fn all_local(&self, file: EntryIdx) -> bool {
         match self.file(file) {
             Ok((_, FileData::Chunks(slots))) => slots
                 .iter()

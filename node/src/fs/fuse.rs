@@ -50,7 +50,7 @@ pub struct PassthroughConfig {
 }
 
 /// The mounted layer as fuser sees it.
-pub struct LayerFs {
+pub(crate) struct LayerFs {
     tree: Arc<Tree>,
     data: Arc<Data>,
     rt: tokio::runtime::Handle,
@@ -162,7 +162,7 @@ impl LayerFs {
 
     /// Where the mount puts the session's notifier once it runs, which lets small files be
     /// put into the page cache as they are opened.
-    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
         self.notifier.clone()
     }
 
@@ -200,14 +200,14 @@ impl LayerFs {
 
     /// Records opens, failed lookups and reads that wait for a chunk into `recorder`
     /// (`teesfs record`, and every job a daemon mounts).
-    pub fn with_recorder(mut self, recorder: Option<Arc<Recorder>>) -> Self {
+    pub(crate) fn with_recorder(mut self, recorder: Option<Arc<Recorder>>) -> Self {
         self.recorder = recorder;
         self
     }
 
     /// Observes into each of `read_waits` how long each read that waits for a chunk waits
     /// (the daemon's metrics: the job's histogram and the node's).
-    pub fn with_read_waits(
+    pub(crate) fn with_read_waits(
         mut self,
         read_waits: Vec<prometheus_client::metrics::histogram::Histogram>,
     ) -> Self {

@@ -84,7 +84,7 @@ impl FsError {
     }
 
     /// `what` could not be done because of `source`.
-    pub fn unavailable(
+    pub(crate) fn unavailable(
         what: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> FsError {

@@ -21,7 +21,7 @@ use crate::sync::lock;
 
 /// The most accesses one record keeps (some 50 bytes each, so about 50 MB at most, plus the
 /// names looked up in vain); later ones are counted in [`Recording::dropped`], not kept.
-pub const MAX_RECORDED: usize = 1_000_000;
+pub(crate) const MAX_RECORDED: usize = 1_000_000;
 
 /// One recorded access.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -34,7 +34,7 @@ pub enum Access {
 
 /// Why an access is noted, which decides whether it is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// An open or a lookup: kept while the window is open.
     Use,
     /// A read that had to wait for a chunk from elsewhere (a demand fetch): always kept,
@@ -103,7 +103,7 @@ pub struct Recording {
 
 impl Recorder {
     /// A recorder keeping at most `limit` accesses, with its window open.
-    pub fn with_limit(limit: usize) -> Self {
+    pub(crate) fn with_limit(limit: usize) -> Self {
         Self {
             log: Mutex::new(Log {
                 order: IndexSet::new(),
@@ -130,7 +130,7 @@ impl Recorder {
 
     /// Notes that a read of `ino` had to wait for a chunk (kept whether or not the window
     /// is open).
-    pub fn note_wait(&self, ino: Ino) {
+    pub(crate) fn note_wait(&self, ino: Ino) {
         self.note_for(Access::Opened(ino), Cause::Wait);
     }
 
@@ -152,7 +152,7 @@ impl Recorder {
     }
 
     /// The node holds the whole layer: from now on only reads that wait are recorded.
-    pub fn close_window(&self) {
+    pub(crate) fn close_window(&self) {
         self.window.store(false, Ordering::Release);
     }
 

@@ -174,7 +174,7 @@ impl Tree {
 
     /// Whether any inode has extended attributes ([`Tree::xattrs`]): a layer without
     /// opaque directories has none at all.
-    pub fn has_xattrs(&self) -> bool {
+    pub(crate) fn has_xattrs(&self) -> bool {
         self.xattrs
     }
 
@@ -185,7 +185,7 @@ impl Tree {
 
     /// Makes the root directory `uid`'s with no access for group and others (`None`: as
     /// the index says).
-    pub fn set_root_owner(&mut self, uid: Option<u32>) {
+    pub(crate) fn set_root_owner(&mut self, uid: Option<u32>) {
         self.root_owner = uid;
     }
 
@@ -247,7 +247,7 @@ impl Tree {
     }
 
     /// Attributes of an inode.
-    pub fn getattr(&self, ino: Ino) -> Result<Attr, FsError> {
+    pub(crate) fn getattr(&self, ino: Ino) -> Result<Attr, FsError> {
         let e = self.entry(ino)?;
         Ok(self.attr_of(self.index.resolve(e)))
     }

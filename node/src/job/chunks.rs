@@ -16,11 +16,11 @@ use super::{ArrivalHook, Arrivals, Input, JobCore, lock};
 /// store) on the task that needs them: tens of microseconds of work, less than a hand-off
 /// to another thread and back (four context switches each, 40% of the daemon's CPU on a
 /// many-file layer).
-pub const INLINE_CHUNK_MAX: usize = 64 << 10;
+pub(crate) const INLINE_CHUNK_MAX: usize = 64 << 10;
 
 /// What became of a chunk handed to a job.
 #[derive(Debug)]
-pub enum ChunkTaken {
+pub(crate) enum ChunkTaken {
     /// Refused: its sender is not in the job's tree.
     Refused,
     /// Verified, kept and handed on already.
@@ -65,7 +65,7 @@ impl JobCore {
     /// and awaits the returned task before it delivers that frame. So one stream's chunks
     /// are taken in order, and a sender faster than verification is held back by QUIC flow
     /// control instead of queueing chunks here without bound.
-    pub fn on_chunk_msg(
+    pub(crate) fn on_chunk_msg(
         self: &Arc<Self>,
         from_host: &str,
         chunk: ChunkNo,
@@ -156,7 +156,7 @@ impl JobCore {
 
     /// From now on `hook` hears of each chunk that arrives verified. Returns the chunks
     /// that arrived before, which it did not hear of (each number once at most).
-    pub fn on_arrival(&self, hook: ArrivalHook) -> Vec<ChunkNo> {
+    pub(crate) fn on_arrival(&self, hook: ArrivalHook) -> Vec<ChunkNo> {
         match std::mem::replace(&mut *lock(&self.arrivals), Arrivals::Hook(hook)) {
             Arrivals::Early(early) => early,
             Arrivals::Hook(_) => Vec::new(),

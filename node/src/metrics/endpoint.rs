@@ -35,18 +35,18 @@ use super::{Detail, Sample, encode};
 use crate::accept::{AcceptBackoff, accept_with_backoff};
 
 /// The largest request head read; a longer one is answered 431 and closed.
-pub const MAX_REQUEST: usize = 8 << 10;
+pub(crate) const MAX_REQUEST: usize = 8 << 10;
 /// How long a client has to send its request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a client has to take the answer.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once.
-pub const MAX_CLIENTS: usize = 64;
+pub(crate) const MAX_CLIENTS: usize = 64;
 /// How long a rendered text is served again before the next scrape renders a new one.
-pub const FRESH_FOR: Duration = Duration::from_secs(1);
+pub(crate) const FRESH_FOR: Duration = Duration::from_secs(1);
 /// Connections taken per second at most, after a burst of as many: beyond, they wait in
 /// the kernel's accept queue (a Prometheus server scrapes once every few seconds).
-pub const ACCEPTS_PER_SEC: u32 = 100;
+pub(crate) const ACCEPTS_PER_SEC: u32 = 100;
 
 /// An address or network a scrape may come from (`--metrics-allow`): `10.0.0.5`,
 /// `10.0.0.0/24`, `fd00::/8`.
@@ -144,14 +144,14 @@ struct GateState {
 /// The places for connections: at most `cap` at once, and a new connection takes the
 /// place of the oldest one that has not sent its request yet.
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     cap: usize,
     state: Mutex<GateState>,
 }
 
 /// A connection's place at the [`Gate`], given back when dropped.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     gate: Arc<Gate>,
     id: u64,
     evicted: Arc<Notify>,
@@ -228,7 +228,7 @@ impl Drop for Ticket {
 /// The last rendered text, served again for [`FRESH_FOR`]; one render at a time, the
 /// scrapes that arrive during it get its result.
 #[derive(Debug)]
-pub struct RenderCache {
+pub(crate) struct RenderCache {
     fresh_for: Duration,
     last: tokio::sync::Mutex<Option<(Instant, Arc<str>)>>,
     renders: AtomicU64,
@@ -267,6 +267,7 @@ impl RenderCache {
     }
 
     /// Renders so far.
+    #[cfg(test)]
     pub fn renders(&self) -> u64 {
         self.renders.load(Ordering::Relaxed)
     }
@@ -276,7 +277,7 @@ impl RenderCache {
 /// as many, so that a flood costs the daemon a bounded number of answers a second, whoever
 /// sends it.
 #[derive(Debug)]
-pub struct Pace {
+pub(crate) struct Pace {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -327,7 +328,7 @@ pub enum Request {
 }
 
 /// Reads an HTTP request head's first line. Query strings are ignored.
-pub fn parse_request(head: &[u8]) -> Request {
+pub(crate) fn parse_request(head: &[u8]) -> Request {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let Ok(line) = std::str::from_utf8(line) else {
         return Request::Malformed;
@@ -353,7 +354,7 @@ pub fn parse_request(head: &[u8]) -> Request {
 
 /// Where a scrape's [`Sample`] comes from: `None` once the daemon is gone. Called on the
 /// blocking pool (it walks every job's chunk list).
-pub type SampleFn = Arc<dyn Fn() -> Option<Sample> + Send + Sync>;
+pub(crate) type SampleFn = Arc<dyn Fn() -> Option<Sample> + Send + Sync>;
 
 /// What every connection's task shares.
 struct Shared {

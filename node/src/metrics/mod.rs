@@ -55,7 +55,7 @@ impl Default for Metrics {
 impl Metrics {
     /// A chunk arrived that this node does not take: for a job it does not run, or from a
     /// host outside the job's tree.
-    pub fn chunk_refused(&self) {
+    pub(crate) fn chunk_refused(&self) {
         self.refused.inc();
     }
 
@@ -66,7 +66,7 @@ impl Metrics {
 
     /// A job left the daemon's table with these counts. Call it under the lock of the
     /// table the sample reads, so that no scrape sees the job in neither place.
-    pub fn retire(&self, job: &Totals) {
+    pub(crate) fn retire(&self, job: &Totals) {
         self.retired
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -74,7 +74,7 @@ impl Metrics {
     }
 
     /// The counts of the jobs released so far.
-    pub fn retired(&self) -> Totals {
+    pub(crate) fn retired(&self) -> Totals {
         *self
             .retired
             .lock()
@@ -82,14 +82,14 @@ impl Metrics {
     }
 
     /// The node-wide read-wait histogram, observed by every job's mount besides its own.
-    pub fn read_waits(&self) -> Histogram {
+    pub(crate) fn read_waits(&self) -> Histogram {
         self.read_waits.clone()
     }
 }
 
 /// A fresh histogram of how long FUSE reads waited for chunks: 1 ms to about a minute,
 /// doubling (the read timeout's default is 60 s).
-pub fn read_wait_histogram() -> Histogram {
+pub(crate) fn read_wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 

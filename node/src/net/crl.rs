@@ -19,7 +19,7 @@ use super::pki::{CA_CERT, CRL, read_cert, read_crl, write_atomic};
 
 /// Largest CRL accepted from a peer (a revoked certificate costs about 40 bytes, so this
 /// is some 25,000 of them).
-pub const MAX_CRL: usize = 1 << 20;
+pub(crate) const MAX_CRL: usize = 1 << 20;
 
 /// What a CRL says, once read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,7 +121,7 @@ pub fn verify(der: &[u8], ca: &CertificateDer<'_>) -> Result<CrlFacts, NetError>
 }
 
 /// [`verify`] against the cluster CA of the identity directory `dir` (`dir/ca.crt`).
-pub fn verify_in(dir: &Path, der: &[u8]) -> Result<CrlFacts, NetError> {
+pub(crate) fn verify_in(dir: &Path, der: &[u8]) -> Result<CrlFacts, NetError> {
     verify(der, &read_cert(&dir.join(CA_CERT))?)
 }
 

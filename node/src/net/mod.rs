@@ -32,9 +32,10 @@ use std::path::PathBuf;
 
 pub use csr::{make_request, sign_request};
 pub use pki::{make_cluster, make_cluster_valid_for, revoke};
-pub use stream::{FrameReceiver, FrameSender, StreamKind};
+pub use stream::{FrameReceiver, StreamKind};
 pub use tls::Identity;
-pub use transport::{CONNECT_TIMEOUT, Conn, PathStats, Transport};
+pub(crate) use transport::CONNECT_TIMEOUT;
+pub use transport::{Conn, Transport};
 
 /// Errors of the network layer.
 #[derive(Debug, thiserror::Error)]

@@ -136,7 +136,7 @@ impl FrameSender {
     /// Queues one frame made of `head` followed by `body`, as [`send`](Self::send) would
     /// queue their concatenation, without copying `body`: quinn shares it (a chunk's stored
     /// bytes go to every child, and stay in the store's memory, as one buffer).
-    pub async fn send_parts(
+    pub(crate) async fn send_parts(
         &mut self,
         head: &[u8],
         body: impl Into<bytes::Bytes>,
@@ -241,7 +241,7 @@ impl FrameReceiver {
 
     /// [`recv`](Self::recv) of a frame this stream's kind keeps smaller: one announced
     /// longer than `max` is refused the same way, before anything is allocated for it.
-    pub async fn recv_at_most(&mut self, max: usize) -> Result<Option<Vec<u8>>, NetError> {
+    pub(crate) async fn recv_at_most(&mut self, max: usize) -> Result<Option<Vec<u8>>, NetError> {
         let mut prefix = [0u8; 4];
         match self.stream.read_exact(&mut prefix).await {
             Ok(()) => {}

@@ -27,12 +27,13 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::{Instrument as _, debug, info_span, warn};
 
 use super::NetError;
-pub use super::stream::{FrameReceiver, FrameSender, StreamKind};
+pub(crate) use super::stream::FrameSender;
+pub use super::stream::{FrameReceiver, StreamKind};
 use super::stream::{HELLO_TAG, Tagged};
 use super::tls::{Identity, cert_names, cert_serial};
 
 /// How long [`Transport::connect`] waits for a peer to complete the handshake and accept us.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection with no packets for this long is closed. There are no QUIC keep-alives: a
 /// job's relay sends its own heartbeats over its connections while it runs (and judges
@@ -556,7 +557,7 @@ impl Conn {
 
     /// The serial number of the peer's verified certificate (raw DER integer bytes), to
     /// tell whether a revocation list that arrives later lists it.
-    pub fn peer_serial(&self) -> &[u8] {
+    pub(crate) fn peer_serial(&self) -> &[u8] {
         &self.serial
     }
 
@@ -613,7 +614,7 @@ impl Conn {
     }
 
     /// Whether the connection is closed or lost already.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.inner.close_reason().is_some()
     }
 
