@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::cluster::{Cluster, QUICK_GIVE_UP};
-use crate::transport::within;
+use crate::util::within;
 use crate::util::{Workspace, can_mount, is_mounted, make_tree, teesfs_bin};
 
 /// The unprivileged user the attacks run as (`nobody`).

@@ -390,3 +390,10 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// Fails the test instead of hanging it on `fut`.
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
