@@ -232,6 +232,13 @@ pub struct Status {
     pub store_chunks: usize,
     /// The store's budget.
     pub store_budget: u64,
+    /// What the running jobs pin: their layers' chunks, kept from eviction (held or still
+    /// to come; absent from daemons before pinning).
+    #[serde(default)]
+    pub store_pinned: u64,
+    /// Bytes held that no running job pins (kept from earlier jobs, evicted first).
+    #[serde(default)]
+    pub store_cached: u64,
     /// This node's wall clock minus the login node's, in milliseconds, as measured when the
     /// last job arrived (the job's `Start` carries the root's clock; its transit time is
     /// included, so a few milliseconds to a second are no skew). `null` before any job.

@@ -2,6 +2,13 @@
 //! nodes are the norm), content-addressed so jobs share identical chunks, with a byte
 //! budget enforced by evicting the least recently used chunk.
 //!
+//! A job mounted here pins its layer's chunks ([`NodeStore::pin`]): the budget evicts only
+//! chunks that no running job needs (those kept from earlier jobs, least recently used
+//! first), so a job's files stay readable for as long as it runs, whatever its root does.
+//! A job whose layer does not fit beside the chunks the node's other jobs pin is refused
+//! when it starts, naming the sizes and the setting to raise, rather than admitted to lose
+//! chunks it may never get back.
+//!
 //! The store and the relays of the jobs using it must agree on what is held: every chunk
 //! the store drops (evicted, or found missing or unreadable) is announced to the watchers
 //! ([`NodeStore::watch`]), so a relay never believes it holds a chunk the store lost.
@@ -16,12 +23,13 @@
 //! run were never checked by this process. A chunk leaves memory in the same step as it
 //! leaves the store, so nothing is served from memory once its loss is announced.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use manifest::{CheckedChunk, ChunkId, ChunkSink};
+use manifest::{CheckedChunk, ChunkId, ChunkSink, Index};
 use seeder::{DirStore, StoredChunk};
 
 use crate::Error;
@@ -30,10 +38,18 @@ use crate::sync::lock;
 /// What the store holds; one lock, so a chunk leaves the files' list and the memory of
 /// recent chunks in one step.
 struct Lru {
-    /// Chunks held (as files) and their stored sizes, least recently used first.
+    /// Chunks held (as files) that no running job pins, and their stored sizes, least
+    /// recently used first: the only ones eviction takes.
     map: lru::LruCache<ChunkId, u64>,
-    /// Their total.
+    /// Chunks held that a running job pins, and their stored sizes.
+    pinned_held: HashMap<ChunkId, u64>,
+    /// The total of both.
     bytes: u64,
+    /// Every chunk some running job pins (held or still to come): how many jobs pin it,
+    /// and its stored size by the job's index.
+    pins: HashMap<ChunkId, (u32, u64)>,
+    /// The total stored size of `pins`: what the running jobs may need at once.
+    pinned_bytes: u64,
     /// Held chunks whose checked bytes are also in memory, least recently used first.
     recent: lru::LruCache<ChunkId, CheckedChunk>,
     /// Their total.
@@ -52,9 +68,80 @@ impl Lru {
     /// held.
     fn drop_chunk(&mut self, id: &ChunkId) -> Option<u64> {
         self.forget_recent(id);
-        let len = self.map.pop(id)?;
+        let len = self.map.pop(id).or_else(|| self.pinned_held.remove(id))?;
         self.bytes -= len;
         Some(len)
+    }
+
+    /// Whether a chunk is held.
+    fn holds(&self, id: &ChunkId) -> bool {
+        self.map.contains(id) || self.pinned_held.contains_key(id)
+    }
+
+    /// Lists a held chunk: among the pinned if a job pins it, else as the most recently
+    /// used of the rest. True if it was not listed before.
+    fn hold(&mut self, id: ChunkId, len: u64) -> bool {
+        let new = if self.pins.contains_key(&id) {
+            self.pinned_held.insert(id, len).is_none()
+        } else {
+            self.map.put(id, len).is_none()
+        };
+        if new {
+            self.bytes += len;
+        }
+        new
+    }
+}
+
+/// The chunks one running job pins ([`NodeStore::pin`]); unpinned by [`Pin::release`] or
+/// when dropped.
+pub struct Pin {
+    store: Arc<NodeStore>,
+    chunks: Mutex<Vec<(ChunkId, u64)>>,
+}
+
+impl Pin {
+    /// Gives the chunks back to eviction (after the job's mount is gone). Once only.
+    pub fn release(&self) {
+        let chunks = std::mem::take(&mut *lock(&self.chunks));
+        self.store.unpin(&chunks);
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// What a job's layer would need of the store, and why it cannot have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom {
+    /// The stored size of the layer's chunks.
+    pub layer: u64,
+    /// Of those, what no running job pins yet (what pinning this layer adds).
+    pub more: u64,
+    /// What the node's running jobs pin already.
+    pub pinned: u64,
+    /// The store's budget.
+    pub budget: u64,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use bytesize::ByteSize;
+        write!(
+            f,
+            "the layer needs {} in this node's store ({} more than its running jobs hold), \
+             but the running jobs keep {} of its {} budget; raise the daemon's \
+             --store-budget (TEESFS_DAEMON_OPTS in /etc/teesfs/daemon.env) to at least {}, or \
+             run the job where fewer jobs share the node",
+            ByteSize(self.layer),
+            ByteSize(self.more),
+            ByteSize(self.pinned),
+            ByteSize(self.budget),
+            ByteSize(self.pinned + self.more),
+        )
     }
 }
 
@@ -79,7 +166,10 @@ impl NodeStore {
         let store = DirStore::create(dir)?;
         let mut lru = Lru {
             map: lru::LruCache::unbounded(),
+            pinned_held: HashMap::new(),
             bytes: 0,
+            pins: HashMap::new(),
+            pinned_bytes: 0,
             recent: lru::LruCache::unbounded(),
             recent_bytes: 0,
         };
@@ -137,7 +227,92 @@ impl NodeStore {
 
     /// Whether a chunk is held.
     pub fn contains(&self, id: &ChunkId) -> bool {
-        lock(&self.lru).map.contains(id)
+        lock(&self.lru).holds(id)
+    }
+
+    /// What running jobs pin: the stored size of their layers' chunks (held or to come).
+    pub fn pinned_bytes(&self) -> u64 {
+        lock(&self.lru).pinned_bytes
+    }
+
+    /// Bytes held that no running job pins: chunks kept from earlier jobs, evicted first.
+    pub fn cached_bytes(&self) -> u64 {
+        let l = lock(&self.lru);
+        l.bytes - l.pinned_held.values().sum::<u64>()
+    }
+
+    /// Pins the chunks of `index` for a job that starts here: eviction leaves them alone
+    /// until the returned [`Pin`] is released. Refused when they do not fit in the budget
+    /// beside what the node's running jobs pin already.
+    pub fn pin(self: &Arc<Self>, index: &Index) -> Result<Pin, NoRoom> {
+        self.pin_chunks(index.chunks.iter().map(|c| (c.id, u64::from(c.stored_len))))
+    }
+
+    /// [`NodeStore::pin`] of chunks given by id and stored size.
+    fn pin_chunks(
+        self: &Arc<Self>,
+        chunks: impl IntoIterator<Item = (ChunkId, u64)>,
+    ) -> Result<Pin, NoRoom> {
+        let mut chunks: Vec<(ChunkId, u64)> = chunks.into_iter().collect();
+        chunks.sort_unstable_by_key(|c| c.0);
+        chunks.dedup_by_key(|c| c.0);
+        let mut l = lock(&self.lru);
+        let layer: u64 = chunks.iter().map(|c| c.1).sum();
+        let more: u64 = chunks
+            .iter()
+            .filter(|c| !l.pins.contains_key(&c.0))
+            .map(|c| c.1)
+            .sum();
+        if l.pinned_bytes + more > self.budget {
+            return Err(NoRoom {
+                layer,
+                more,
+                pinned: l.pinned_bytes,
+                budget: self.budget,
+            });
+        }
+        for &(id, len) in &chunks {
+            let e = l.pins.entry(id).or_insert((0, len));
+            e.0 += 1;
+            if e.0 == 1 {
+                l.pinned_bytes += len;
+                if let Some(held) = l.map.pop(&id) {
+                    l.pinned_held.insert(id, held);
+                }
+            }
+        }
+        drop(l);
+        Ok(Pin {
+            store: self.clone(),
+            chunks: Mutex::new(chunks),
+        })
+    }
+
+    /// Unpins a job's chunks: those no other job pins go back to eviction as its first
+    /// candidates (a running job's layer is worth more than one that ended).
+    fn unpin(&self, chunks: &[(ChunkId, u64)]) {
+        if chunks.is_empty() {
+            return;
+        }
+        {
+            let mut l = lock(&self.lru);
+            for (id, _) in chunks {
+                let Some(e) = l.pins.get_mut(id) else {
+                    continue;
+                };
+                e.0 -= 1;
+                if e.0 > 0 {
+                    continue;
+                }
+                let (_, len) = l.pins.remove(id).unwrap_or_default();
+                l.pinned_bytes -= len;
+                if let Some(held) = l.pinned_held.remove(id) {
+                    l.map.put(*id, held);
+                    l.map.demote(id);
+                }
+            }
+        }
+        self.evict();
     }
 
     /// Bytes of recent chunks held in memory (within the `recent` budget).
@@ -148,7 +323,9 @@ impl NodeStore {
     /// A chunk's stored bytes if they are in memory (touching it in the LRU); no I/O.
     pub fn get_cached(&self, id: &ChunkId) -> Option<StoredChunk> {
         let mut l = lock(&self.lru);
-        l.map.get(id)?;
+        if l.map.get(id).is_none() && !l.pinned_held.contains_key(id) {
+            return None;
+        }
         l.recent.get(id).cloned().map(StoredChunk::Checked)
     }
 
@@ -222,8 +399,9 @@ impl NodeStore {
     fn list(&self, id: &ChunkId, len: u64, chunk: Option<&CheckedChunk>) {
         {
             let mut l = lock(&self.lru);
-            if l.map.put(*id, len).is_none() {
-                l.bytes += len;
+            if !l.hold(*id, len) && !l.pinned_held.contains_key(id) {
+                // Held already: used now.
+                l.map.promote(id);
             }
             if let Some(c) = chunk
                 && len <= self.recent_budget
@@ -245,6 +423,7 @@ impl NodeStore {
         let mut gone = Vec::new();
         {
             let mut l = lock(&self.lru);
+            // Only unpinned chunks are candidates; pinned ones fit (see `pin`).
             while l.bytes > self.budget {
                 let Some(id) = l.map.peek_lru().map(|(id, _)| *id) else {
                     break;
@@ -340,6 +519,97 @@ mod tests {
         s.put_checked(&big).expect("put");
         assert!(s.get_cached(big.id()).is_none());
         assert_eq!(s.recent_bytes(), 3 * 1001);
+    }
+
+    fn sizes(chunks: &[CheckedChunk]) -> Vec<(ChunkId, u64)> {
+        chunks
+            .iter()
+            .map(|c| (*c.id(), c.stored().len() as u64))
+            .collect()
+    }
+
+    /// Issue 32 item 1: a running job's chunks are never evicted; chunks kept from
+    /// earlier jobs go first, and a released job's chunks go before those of older
+    /// unpinned use.
+    #[test]
+    fn pinned_chunks_are_never_evicted_and_released_ones_go_first() {
+        let (_t, s) = store(4 * 1001, 0);
+        let s = Arc::new(s);
+        let mut lost = s.watch();
+        let job: Vec<CheckedChunk> = (0..2).map(|i| chunk(i, 1000)).collect();
+        let old: Vec<CheckedChunk> = (10..12).map(|i| chunk(i, 1000)).collect();
+        for c in &old {
+            s.put_checked(c).expect("put");
+        }
+        let pin = s.pin_chunks(sizes(&job)).expect("fits");
+        assert_eq!(s.pinned_bytes(), 2 * 1001);
+        for c in &job {
+            s.put_checked(c).expect("put");
+        }
+        // Over the budget with new unpinned chunks: only unpinned ones are evicted.
+        for i in 20..24 {
+            s.put_checked(&chunk(i, 1000)).expect("put");
+        }
+        assert!(s.bytes() <= 4 * 1001, "{}", s.bytes());
+        for c in &job {
+            assert!(s.contains(c.id()), "a pinned chunk was evicted");
+        }
+        let mut gone = Vec::new();
+        while let Ok(id) = lost.try_recv() {
+            gone.push(id);
+        }
+        assert!(!gone.iter().any(|id| job.iter().any(|c| c.id() == id)));
+        assert!(
+            gone.contains(old[0].id()) && gone.contains(old[1].id()),
+            "oldest first"
+        );
+        assert_eq!(
+            s.cached_bytes(),
+            2 * 1001,
+            "two of the newest unpinned ones"
+        );
+        // Released: the job's chunks are the first to go, before newer unpinned ones.
+        pin.release();
+        assert_eq!(s.pinned_bytes(), 0);
+        s.put_checked(&chunk(30, 1000)).expect("put");
+        assert!(
+            !s.contains(job[0].id()) || !s.contains(job[1].id()),
+            "a released chunk went first"
+        );
+        assert!(s.bytes() <= 4 * 1001);
+    }
+
+    /// A layer that does not fit beside what running jobs pin is refused with the sizes;
+    /// chunks two jobs share count once.
+    #[test]
+    fn a_layer_that_does_not_fit_beside_the_pinned_ones_is_refused_with_its_sizes() {
+        let (_t, s) = store(3 * 1001, 0);
+        let s = Arc::new(s);
+        let a: Vec<CheckedChunk> = (0..2).map(|i| chunk(i, 1000)).collect();
+        let _pa = s.pin_chunks(sizes(&a)).expect("fits");
+        // The same chunks again (a second job of the same layer) add nothing.
+        let pa2 = s.pin_chunks(sizes(&a)).expect("shared chunks count once");
+        assert_eq!(s.pinned_bytes(), 2 * 1001);
+        let b: Vec<CheckedChunk> = (5..7).map(|i| chunk(i, 1000)).collect();
+        let no = s.pin_chunks(sizes(&b)).err().expect("does not fit");
+        assert_eq!(
+            no,
+            NoRoom {
+                layer: 2 * 1001,
+                more: 2 * 1001,
+                pinned: 2 * 1001,
+                budget: 3 * 1001
+            }
+        );
+        let text = no.to_string();
+        assert!(
+            text.contains("--store-budget") && text.contains("to at least 3.9 KiB"),
+            "{text}"
+        );
+        // One of the two jobs of layer a ends: its chunks stay pinned by the other.
+        drop(pa2);
+        assert_eq!(s.pinned_bytes(), 2 * 1001);
+        assert!(s.pin_chunks(sizes(&b)).is_err());
     }
 
     /// A chunk the store evicts and announces must not be served from memory afterwards:

@@ -100,6 +100,9 @@ struct NodeJob {
     failed_edges: std::sync::atomic::AtomicU64,
     /// How long reads of the job's mount waited for chunks, for the metrics.
     read_waits: prometheus_client::metrics::histogram::Histogram,
+    /// The layer's chunks, kept from eviction while the job runs (`None`: a probe, or a
+    /// job read from shared storage).
+    pin: Option<super::store::Pin>,
 }
 
 /// A running daemon.
@@ -316,6 +319,8 @@ impl Daemon {
             store_bytes: self.store.bytes(),
             store_chunks: self.store.len(),
             store_budget: self.cfg.store_budget,
+            store_pinned: self.store.pinned_bytes(),
+            store_cached: self.store.cached_bytes(),
             clock_skew_ms: *lock(&self.clock_skew_ms),
             metrics: lock(&self.metrics_addr).map(|a| format!("http://{a}/metrics")),
             jobs,
@@ -330,6 +335,10 @@ impl Daemon {
             let _ = tokio::task::spawn_blocking(move || drop(m)).await;
         }
         let _ = std::fs::remove_dir(&j.mountpoint);
+        // Nothing reads the job's chunks any more: they may be evicted from now on.
+        if let Some(p) = &j.pin {
+            p.release();
+        }
     }
 
     async fn shutdown(&self) {
@@ -375,6 +384,10 @@ impl Daemon {
             },
             None => None,
         };
+        let pin = match shared.is_none().then(|| self.store.pin(&index)).transpose() {
+            Ok(p) => p,
+            Err(no_room) => return refuse(no_room.to_string()),
+        };
         let owner = start.owner;
         self.note_clock_skew(&start);
         let children = mount_waits_for(&start);
@@ -415,10 +428,10 @@ impl Daemon {
             root,
             failed_edges: Default::default(),
             read_waits: super::metrics::read_wait_histogram(),
+            pin,
         });
         lock(&self.jobs).insert(job, nj.clone());
         tracing::info!(index = %signed.id().short(), parent = %from_host, "job accepted");
-        self.warn_if_over_budget(&index);
         core.start();
         if shared.is_none() {
             core.follow_losses(self.store.watch());
@@ -518,18 +531,6 @@ impl Daemon {
                 .filter(|(_, c)| store.contains(&c.id))
                 .map(|(p, _)| peertree::relay::ChunkNo(p)),
         );
-    }
-
-    /// Warns when a layer cannot stay whole in the store.
-    fn warn_if_over_budget(&self, index: &manifest::Index) {
-        let layer: u64 = index.chunks.iter().map(|c| u64::from(c.stored_len)).sum();
-        if layer > self.cfg.store_budget {
-            tracing::warn!(
-                layer_bytes = layer,
-                store_budget = self.cfg.store_budget,
-                "the layer is larger than the store budget: chunks are evicted and read again from the tree while its root lives; raise --store-budget"
-            );
-        }
     }
 
     /// A job pushed again under the id of one this node runs, by another push (a Slurm

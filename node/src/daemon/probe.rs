@@ -47,6 +47,7 @@ impl Daemon {
             root: None,
             failed_edges: Default::default(),
             read_waits: crate::metrics::read_wait_histogram(),
+            pin: None,
         });
         lock(&self.jobs).insert(job, nj);
         tracing::debug!(%job, parent = %from_host, "health probe");

@@ -69,6 +69,8 @@ impl Daemon {
             store_bytes: self.store.bytes(),
             store_chunks: self.store.len() as u64,
             store_budget: self.cfg.store_budget,
+            store_pinned: self.store.pinned_bytes(),
+            store_cached: self.store.cached_bytes(),
             peer_links: self.peers.link_count() as u64,
             refused: self.metrics.refused(),
             totals,

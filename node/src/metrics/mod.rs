@@ -161,6 +161,10 @@ pub struct Sample {
     pub store_chunks: u64,
     /// The store's budget.
     pub store_budget: u64,
+    /// What running jobs pin in the store.
+    pub store_pinned: u64,
+    /// Bytes in the store that no running job pins.
+    pub store_cached: u64,
     /// QUIC links open to other nodes.
     pub peer_links: u64,
     /// Chunks refused ([`Metrics::chunk_refused`]).
@@ -377,6 +381,10 @@ impl Scrape {
         single(e, g, ("teesfs_store_chunks", help, None), s.store_chunks)?;
         let help = "The chunk store's byte budget (--store-budget).";
         single(e, g, ("teesfs_store_budget", help, bytes), s.store_budget)?;
+        let help = "What the running jobs pin in the chunk store (kept from eviction).";
+        single(e, g, ("teesfs_store_pinned", help, bytes), s.store_pinned)?;
+        let help = "Bytes in the chunk store that no running job pins (evicted first).";
+        single(e, g, ("teesfs_store_cached", help, bytes), s.store_cached)?;
         single(
             e,
             g,
@@ -525,6 +533,8 @@ mod tests {
             store_bytes: 3 << 20,
             store_chunks: 3,
             store_budget: 1 << 30,
+            store_pinned: 2 << 20,
+            store_cached: 1 << 20,
             peer_links: 2,
             refused: 4,
             totals: Totals {
@@ -557,6 +567,8 @@ mod tests {
         let text = encode(sample(), Detail::PerJob).expect("encodes");
         for line in [
             "teesfs_store_bytes 3145728",
+            "teesfs_store_pinned_bytes 2097152",
+            "teesfs_store_cached_bytes 1048576",
             "teesfs_chunks_refused_total 4",
             "teesfs_peers 2",
             "teesfs_jobs 1",

@@ -28,7 +28,10 @@ pub struct DaemonArgs {
     /// Jobs are mounted at <DIR>/<job id>.
     #[arg(long, value_name = "DIR", default_value = "/run/teesfs/jobs")]
     mount_root: PathBuf,
-    /// Byte budget of the chunk store (least recently used chunks are evicted beyond it).
+    /// Byte budget of the chunk store. A running job's chunks are never evicted: a job
+    /// whose layer does not fit beside those of the node's other running jobs is refused
+    /// at its start; beyond the budget, chunks kept from ended jobs are evicted, least
+    /// recently used first.
     #[arg(long, default_value = "4GiB", value_parser = util::parse_size)]
     store_budget: u64,
     /// Memory for the stored bytes of the chunks that arrived last, kept to send them on to

@@ -30,7 +30,8 @@ pub struct StatusArgs {
     #[arg(long, value_name = "PATH", default_value = "/run/teesfs/daemon.sock")]
     control: PathBuf,
     /// What to print: `text`, or `json`: the daemon's answer, `{"version": 1, "host",
-    /// "listen", "store_bytes", "store_chunks", "store_budget", "jobs": [JOB]}`, or with a job
+    /// "listen", "store_bytes", "store_chunks", "store_budget", "store_pinned", "store_cached",
+    /// "jobs": [JOB]}`, or with a job
     /// JOB alone: `{"version": 1, "job" (a Slurm job id in decimal, else 16 hex digits), "index", "parent", "children",
     /// "have", "chunks", "urgent_s", "all_s", "mountpoint", "finished", "owner", "counters":
     /// {"chunks_in", "bytes_in", "bad_chunks", "chunks_out", "bytes_out", ...}}`; with --stop
@@ -144,12 +145,14 @@ struct StoppedDoc {
 /// The daemon's line and every job's.
 fn print_status(st: &Status) {
     outln!(
-        "{} listening on {}; store {} in {} chunks (budget {})",
+        "{} listening on {}; store {} in {} chunks (budget {}; running jobs pin {}, {} kept from earlier jobs)",
         st.host,
         st.listen,
         util::bytes(st.store_bytes),
         st.store_chunks,
-        util::bytes(st.store_budget)
+        util::bytes(st.store_budget),
+        util::bytes(st.store_pinned),
+        util::bytes(st.store_cached)
     );
     if let Some(m) = &st.metrics {
         outln!("metrics at {m}");

@@ -48,13 +48,13 @@ fn daemon_log(c: &Cluster, i: usize) -> String {
     std::fs::read_to_string(c.nodes[i].dir.join("daemon.log")).unwrap_or_default()
 }
 
-/// The issue's reproduction: a store budget (2 MiB) smaller than the layer (3.1 MiB). The
-/// store evicted chunks the relay still counted as held, so a read of one asked nobody and
-/// hung in D state for ever. Now the relay hears of every eviction (`status` agrees with
-/// the store) and a read fetches the chunk again from the parent (here n01, with the
-/// default budget, which holds everything), although the parent had sent it once.
+/// Issue 32 item 1: a store budget (2 MiB) smaller than the layer (3.1 MiB). The node used
+/// to take the job and evict chunks the job still needed, which never came back once the
+/// push's root had gone (its reads hung, then failed). Now it refuses the job when it
+/// starts, naming the sizes and the setting to raise, and the push says so; the other node
+/// gets the layer.
 #[test]
-fn an_evicted_chunk_is_fetched_again_instead_of_hanging_the_read() {
+fn a_layer_larger_than_the_store_budget_is_refused_naming_the_sizes() {
     if !can_mount() {
         return;
     }
@@ -67,27 +67,97 @@ fn an_evicted_chunk_is_fetched_again_instead_of_hanging_the_read() {
     });
     let (_, files) = layer(&c);
     let id = c.ws.publish(&c.ws.path().join("layer"));
-    push_all(&c, &id, &[]);
+    let out = c
+        .push_cmd(&id, c.nodes.len(), &["--width", "1", "--wait", "all"])
+        .output()
+        .expect("push");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("REFUSED by n02") && text.contains("--store-budget"),
+        "the push names the node and the setting: {text}"
+    );
+    let st = c.status(1);
+    assert_eq!(st["jobs"].as_array().map(Vec::len), Some(0), "{st}");
+    assert_eq!(st["store_pinned"].as_u64(), Some(0), "{st}");
+    assert!(
+        daemon_log(&c, 1).contains("the layer needs"),
+        "{}",
+        daemon_log(&c, 1)
+    );
+    let mp = c.mount_of(0);
+    for (name, data) in &files {
+        let got = read_within(&mp.join(name), Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name} differs");
+    }
+}
+
+/// A running job's chunks stay while others make room: with a 5 MiB budget, a released
+/// job's layer (3.1 MiB) is kept as a cache, and a second job of another 3.1 MiB layer
+/// evicts those chunks, never its own, so the store never asks its parent for them again.
+#[test]
+fn a_running_jobs_chunks_stay_while_a_released_jobs_make_room() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(2, |i| {
+        if i == 1 {
+            vec!["--store-budget".into(), "5MiB".into()]
+        } else {
+            vec![]
+        }
+    });
+    let (_, _) = layer(&c);
+    let first = c.ws.publish(&c.ws.path().join("layer"));
+    push_all(&c, &first, &["--job", "1"]);
+    let control = c.nodes[1].control();
+    let release = c.ws.teesfs(&[
+        "release",
+        "--job",
+        "1",
+        "--control",
+        control.to_str().expect("utf8"),
+    ]);
+    assert!(release.status.success(), "{release:?}");
+    let st = c.status(1);
+    assert!(
+        st["store_cached"].as_u64() > Some(3 << 20),
+        "the first layer is kept: {st}"
+    );
+    // Another layer of the same size, other bytes.
+    let other = c.ws.path().join("other");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    let files: Vec<(String, Vec<u8>)> = (0..3)
+        .map(|i| (format!("o{i}.bin"), noise(1_100_000, 40 + i)))
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(other.join(name), data).expect("write");
+    }
+    let second = c.ws.publish(&other);
+    push_all(&c, &second, &["--job", "2"]);
     let st = c.status(1);
     let job = &st["jobs"][0];
-    let held = st["store_chunks"].as_u64().expect("store chunks");
-    let have = job["have"].as_u64().expect("have");
-    assert!(
-        have <= held && have < job["chunks"].as_u64().expect("chunks"),
-        "the relay counts {have} chunks held, the store holds {held}: {st}"
+    assert_eq!(
+        job["have"], job["chunks"],
+        "the running job holds its whole layer: {st}"
     );
-    assert!(job["counters"]["lost"].as_u64() > Some(0), "{st}");
+    assert_eq!(job["counters"]["lost"].as_u64(), Some(0), "{st}");
+    assert!(st["store_bytes"].as_u64() <= Some(5 << 20), "{st}");
+    assert!(st["store_pinned"].as_u64() > Some(3 << 20), "{st}");
+    assert!(
+        st["store_cached"].as_u64() < Some(2 << 20),
+        "the first layer made room: {st}"
+    );
     let mp = c.mount_of(1);
     for (name, data) in &files {
         let got = read_within(&mp.join(name), Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(got == *data, "{name} differs");
     }
-    let st = c.status(1);
-    assert!(
-        st["jobs"][0]["counters"]["wants_sent"].as_u64() > Some(0),
-        "the lost chunks came back on demand: {st}"
-    );
 }
 
 /// A read that cannot be served (the chunk is gone from every store that could give it,

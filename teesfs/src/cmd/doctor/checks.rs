@@ -129,6 +129,10 @@ pub struct DaemonFacts {
     pub listen: String,
     /// Bytes in its store.
     pub store_bytes: u64,
+    /// What its running jobs pin in the store.
+    pub store_pinned: u64,
+    /// Bytes in its store that no running job pins.
+    pub store_cached: u64,
     /// Its wall clock minus the login node's at the last job's arrival (ms), if a job came.
     pub clock_skew_ms: Option<i64>,
 }
@@ -521,9 +525,9 @@ fn clock(f: &Facts) -> Check {
 fn store(f: &Facts) -> Check {
     let name = "store";
     let (dir, free, budget) = (&f.store.0, f.store.1, f.store.2);
-    let held = match &f.daemon {
-        Found::Ok(d) => d.store_bytes,
-        _ => 0,
+    let (held, pinned, cached) = match &f.daemon {
+        Found::Ok(d) => (d.store_bytes, d.store_pinned, d.store_cached),
+        _ => (0, 0, 0),
     };
     let gib = |b: u64| format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30));
     match free {
@@ -554,10 +558,12 @@ fn store(f: &Facts) -> Check {
         Some(free) => ok(
             name,
             format!(
-                "{} free under {} for a budget of {}",
+                "{} free under {} for a budget of {}; running jobs pin {}, {} kept from earlier jobs",
                 gib(free),
                 dir.display(),
-                gib(budget)
+                gib(budget),
+                gib(pinned),
+                gib(cached)
             ),
         ),
     }

@@ -22,6 +22,8 @@ fn healthy() -> Facts {
         daemon: Found::Ok(DaemonFacts {
             listen: "0.0.0.0:7411".into(),
             store_bytes: 0,
+            store_pinned: 0,
+            store_cached: 0,
             clock_skew_ms: Some(-35),
         }),
         port: ("0.0.0.0:7411".into(), None),

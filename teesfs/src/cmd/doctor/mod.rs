@@ -286,6 +286,8 @@ fn query_daemon(control: &Path) -> anyhow::Result<DaemonFacts> {
     Ok(DaemonFacts {
         listen: a.listen,
         store_bytes: a.store_bytes,
+        store_pinned: a.store_pinned,
+        store_cached: a.store_cached,
         clock_skew_ms: a.clock_skew_ms,
     })
 }
