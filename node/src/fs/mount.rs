@@ -137,6 +137,18 @@ impl Drop for Mounted {
     }
 }
 
+/// Why this process cannot mount FUSE filesystems itself, if it cannot: not root (a user
+/// mounts through fusermount3 instead), or no `/dev/fuse`.
+pub fn why_cannot_mount() -> Option<&'static str> {
+    if !nix::unistd::geteuid().is_root() {
+        Some("needs root to mount FUSE without fusermount (CI runs as root)")
+    } else if !std::path::Path::new("/dev/fuse").exists() {
+        Some("this kernel has no /dev/fuse")
+    } else {
+        None
+    }
+}
+
 /// Mounts `index` at `mountpoint`, reading chunks from `source`.
 pub fn mount(
     index: Index,

@@ -3,11 +3,7 @@
 /// Whether FUSE mounts can be made here; prints why not when they cannot. Under CI
 /// (`CI` set) a test that cannot run fails instead: CI runs as root with /dev/fuse.
 pub fn can_mount() -> bool {
-    let why = if !nix::unistd::geteuid().is_root() {
-        "needs root to mount FUSE without fusermount (CI runs as root)"
-    } else if !std::path::Path::new("/dev/fuse").exists() {
-        "this kernel has no /dev/fuse"
-    } else {
+    let Some(why) = teesfs_node::fs::mount::why_cannot_mount() else {
         return true;
     };
     assert!(

@@ -44,6 +44,17 @@ fn layer(c: &Cluster) -> (PathBuf, Vec<(&'static str, Vec<u8>)>) {
     (src, files)
 }
 
+/// Two daemons, n02 with a store budget of `budget`.
+fn budgeted(budget: &str) -> Cluster {
+    Cluster::start(2, |i| {
+        if i == 1 {
+            vec!["--store-budget".into(), budget.into()]
+        } else {
+            vec![]
+        }
+    })
+}
+
 fn daemon_log(c: &Cluster, i: usize) -> String {
     std::fs::read_to_string(c.nodes[i].dir.join("daemon.log")).unwrap_or_default()
 }
@@ -58,13 +69,7 @@ fn a_layer_larger_than_the_store_budget_is_refused_naming_the_sizes() {
     if !can_mount() {
         return;
     }
-    let c = Cluster::start(2, |i| {
-        if i == 1 {
-            vec!["--store-budget".into(), "2MiB".into()]
-        } else {
-            vec![]
-        }
-    });
+    let c = budgeted("2MiB");
     let (_, files) = layer(&c);
     let id = c.ws.publish(&c.ws.path().join("layer"));
     let out = c
@@ -104,13 +109,7 @@ fn a_running_jobs_chunks_stay_while_a_released_jobs_make_room() {
     if !can_mount() {
         return;
     }
-    let c = Cluster::start(2, |i| {
-        if i == 1 {
-            vec!["--store-budget".into(), "5MiB".into()]
-        } else {
-            vec![]
-        }
-    });
+    let c = budgeted("5MiB");
     let (_, _) = layer(&c);
     let first = c.ws.publish(&c.ws.path().join("layer"));
     push_all(&c, &first, &["--job", "1"]);

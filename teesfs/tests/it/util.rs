@@ -29,11 +29,7 @@ pub fn spank_plugin() -> std::path::PathBuf {
 /// Whether FUSE mounts can be made here; prints why not when they cannot. Under CI
 /// (`CI` set) a test that cannot run fails instead: CI runs as root with /dev/fuse.
 pub fn can_mount() -> bool {
-    let why = if !nix::unistd::geteuid().is_root() {
-        "needs root to mount FUSE without fusermount (CI runs as root)"
-    } else if !Path::new("/dev/fuse").exists() {
-        "this kernel has no /dev/fuse"
-    } else {
+    let Some(why) = teesfs_node::fs::mount::why_cannot_mount() else {
         return true;
     };
     assert!(
