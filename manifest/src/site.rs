@@ -36,6 +36,14 @@
 //! port = 7411
 //! trust = ["/etc/teesfs/trusted/site.pub"]
 //!
+//! [seeder]                         # the service that roots every job's tree (`teesfs seeder`)
+//! host = "login1"                  # where the Slurm prolog hands jobs ("host" or
+//!                                  # "host:port"); unset, the controller pushes itself
+//! listen = "0.0.0.0:7412"          # where `teesfs seeder` listens
+//! allow = ["slurm"]                # users (names or uids) whose munge credentials it takes
+//! logdir = "/var/log/teesfs"       # its job-<id>.log/.json/.html
+//! munge_socket = "/run/munge/munge.socket.2"
+//!
 //! [reports]                        # the Slurm prolog's job-<id>.log/.json/.html files
 //! keep = 1000                      # of the newest 1000 jobs at most
 //! max_age = "30d"                  # and none older than 30 days
@@ -82,6 +90,73 @@ pub struct SiteConfig {
     /// `[push]`.
     #[serde(default)]
     pub push: PushSection,
+    /// `[seeder]`.
+    #[serde(default)]
+    pub seeder: SeederSection,
+}
+
+/// `[seeder]`: the service on a login or data-mover node that roots every job's tree, and
+/// where the Slurm controller's prolog finds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeederSection {
+    /// Where the prolog hands jobs: `host` or `host:port` (port 7412 by default). Unset, the
+    /// prolog pushes from the controller itself.
+    pub host: Option<String>,
+    /// Where `teesfs seeder` listens (default `0.0.0.0:7412`).
+    pub listen: Option<String>,
+    /// The users, by name or uid, whose munge credentials the seeder accepts (default: the
+    /// `slurm` user).
+    pub allow: Option<Vec<String>>,
+    /// Where the seeder keeps each job's log and reports (default `/var/log/teesfs`).
+    pub logdir: Option<PathBuf>,
+    /// munged's socket, for `munge` and `unmunge` (default: theirs).
+    pub munge_socket: Option<PathBuf>,
+}
+
+impl SeederSection {
+    /// The port the seeder listens on, and the prolog's default port.
+    pub const PORT: u16 = 7412;
+
+    /// `host` as `host:port`, with the default port when it names none.
+    pub fn address(&self) -> Option<String> {
+        self.host.as_deref().map(|h| with_port(h, Self::PORT))
+    }
+
+    /// `listen` as an address (a bad one was left out when the file was read).
+    pub fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+            .as_deref()
+            .and_then(|l| l.parse().ok())
+            .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], Self::PORT)))
+    }
+
+    /// The users allowed to hand jobs over.
+    pub fn allow(&self) -> Vec<String> {
+        self.allow.clone().unwrap_or_else(|| vec!["slurm".into()])
+    }
+
+    /// The directory of the per-job files.
+    pub fn logdir(&self) -> PathBuf {
+        self.logdir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/var/log/teesfs"))
+    }
+}
+
+/// `host` with `:port` added unless it ends in a port already (`[v6]:p` included).
+fn with_port(host: &str, port: u16) -> String {
+    let has_port = match host.rsplit_once(':') {
+        Some((h, p)) => p.parse::<u16>().is_ok() && (!h.contains(':') || h.ends_with(']')),
+        None => false,
+    };
+    if has_port {
+        host.to_string()
+    } else if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// `[push]`.
@@ -187,7 +262,7 @@ impl ReportsSection {
 }
 
 /// Every section and its keys.
-const SECTIONS: [(&str, &[&str]); 7] = [
+const SECTIONS: [(&str, &[&str]); 8] = [
     ("store", &["path", "shared"]),
     ("root", &["host"]),
     ("topology", &["file", "cluster", "group_size", "links"]),
@@ -195,6 +270,10 @@ const SECTIONS: [(&str, &[&str]); 7] = [
     ("network", &["identity", "hosts", "port", "trust"]),
     ("reports", &["keep", "max_age"]),
     ("push", &["timeout"]),
+    (
+        "seeder",
+        &["host", "listen", "allow", "logdir", "munge_socket"],
+    ),
 ];
 
 /// Whether `key = value` alone parses as its section; the parser's message if not.
@@ -428,9 +507,49 @@ impl SiteConfig {
                 }
             }
         }
+        self.check_seeder(&mut bad);
         if self.topology.cluster.is_some() && self.topology.group_size.is_none() {
             bad("topology", "cluster", "needs [topology] group_size");
             self.topology.cluster = None;
+        }
+    }
+
+    /// Leaves out `[seeder]` values that cannot be used, reporting each.
+    fn check_seeder(&mut self, bad: &mut impl FnMut(&str, &str, &str)) {
+        let s = &mut self.seeder;
+        if s.listen
+            .as_deref()
+            .is_some_and(|l| l.parse::<std::net::SocketAddr>().is_err())
+        {
+            bad(
+                "seeder",
+                "listen",
+                "must be an address and port, such as \"0.0.0.0:7412\"",
+            );
+            s.listen = None;
+        }
+        if s.host
+            .as_deref()
+            .is_some_and(|h| h.trim().is_empty() || h.contains(char::is_whitespace))
+        {
+            bad(
+                "seeder",
+                "host",
+                "must be a host name or address, with an optional :port",
+            );
+            s.host = None;
+        }
+        if s.allow.as_ref().is_some_and(|a| {
+            a.is_empty()
+                || a.iter()
+                    .any(|u| u.trim().is_empty() || u.contains(char::is_whitespace))
+        }) {
+            bad(
+                "seeder",
+                "allow",
+                "must list at least one user name or uid (the controller's SlurmUser)",
+            );
+            s.allow = None;
         }
     }
 
@@ -444,6 +563,7 @@ impl SiteConfig {
             network,
             reports,
             push,
+            seeder,
         } = later;
         overlay_fields!(self.store, store, path, shared);
         overlay_fields!(self.root, root, host);
@@ -459,6 +579,15 @@ impl SiteConfig {
         overlay_fields!(self.network, network, identity, hosts, port, trust);
         overlay_fields!(self.reports, reports, keep, max_age);
         overlay_fields!(self.push, push, timeout);
+        overlay_fields!(
+            self.seeder,
+            seeder,
+            host,
+            listen,
+            allow,
+            logdir,
+            munge_socket
+        );
         self
     }
 }
@@ -483,6 +612,55 @@ mod tests {
         assert_eq!(cfg.topology.group_size, Some(8));
         assert_eq!(cfg.network.port, Some(7411));
         assert_eq!(cfg.store.shared, Some(PathBuf::from("/shared/teesfs")));
+    }
+
+    /// Issue 30 item 1: the `[seeder]` section, its defaults, and bad values contained.
+    #[test]
+    fn the_seeder_section_has_defaults_and_refuses_bad_values_by_key() {
+        let none = SiteConfig::default();
+        assert_eq!(none.seeder.address(), None, "no seeder: the prolog pushes");
+        assert_eq!(none.seeder.listen().to_string(), "0.0.0.0:7412");
+        assert_eq!(none.seeder.allow(), vec!["slurm".to_string()]);
+        assert_eq!(none.seeder.logdir(), PathBuf::from("/var/log/teesfs"));
+        let cfg = SiteConfig::from_toml(
+            "[seeder]\nhost = \"login1\"\nlisten = \"10.0.0.1:9000\"\nallow = [\"slurm\", \"64030\"]\n\
+             munge_socket = \"/run/m.sock\"\n",
+            "site",
+        )
+        .expect("parses");
+        assert_eq!(cfg.seeder.address().as_deref(), Some("login1:7412"));
+        assert_eq!(cfg.seeder.listen().port(), 9000);
+        assert_eq!(cfg.seeder.allow(), vec!["slurm", "64030"]);
+        assert_eq!(cfg.seeder.munge_socket, Some(PathBuf::from("/run/m.sock")));
+        for (host, want) in [
+            ("login1:7500", "login1:7500"),
+            ("10.0.0.1", "10.0.0.1:7412"),
+            ("fe80::1", "[fe80::1]:7412"),
+            ("[fe80::1]:9", "[fe80::1]:9"),
+        ] {
+            assert_eq!(with_port(host, 7412), want);
+        }
+        for (text, key) in [
+            ("[seeder]\nlisten = \"login1\"\n", "[seeder] listen"),
+            ("[seeder]\nallow = []\n", "[seeder] allow"),
+            ("[seeder]\nhost = \"a b\"\n", "[seeder] host"),
+            ("[seeder]\nport = 1\n", "[seeder] port"),
+        ] {
+            let e = SiteConfig::from_toml(text, "x").expect_err(text);
+            assert!(e.to_string().contains(key), "{e}");
+        }
+        // A bad seeder key is left out; the rest of the file applies.
+        let (cfg, problems) =
+            SiteConfig::from_toml_lenient("[seeder]\nlisten = \"nope\"\nhost = \"login2\"\n", "x")
+                .expect("TOML");
+        assert_eq!(problems.len(), 1);
+        assert_eq!(cfg.seeder.listen().port(), 7412);
+        assert_eq!(cfg.seeder.address().as_deref(), Some("login2:7412"));
+        let later = SiteConfig::from_toml("[seeder]\nhost = \"login3:1\"\n", "b").expect("b");
+        assert_eq!(
+            cfg.overlay(later).seeder.address().as_deref(),
+            Some("login3:1")
+        );
     }
 
     #[test]

@@ -31,6 +31,7 @@
 //!   report crate (`pushreport::output`) and re-exported.
 //! - [`say`]: best-effort stdout and stderr for the commands (never panics on a full log).
 //! - [`site`]: reading the site configuration (`/etc/teesfs/teesfs.toml` and drop-ins).
+//! - [`handoff`]: the seeder's wire format (a Slurm prolog hands a job to `teesfs seeder`).
 //! - [`sys`]: what the kernel reports (the mount table), parsed in one place.
 //!
 //! The CLI in `main.rs` is a thin shell over this library and the `manifest`, `seeder` and
@@ -42,6 +43,7 @@ pub mod control;
 pub(crate) mod crls;
 pub mod daemon;
 pub mod fs;
+pub mod handoff;
 pub mod handover;
 pub mod health;
 pub mod job;
@@ -218,6 +220,14 @@ pub enum Error {
         text: String,
         /// What is wrong with it.
         problem: &'static str,
+    },
+    /// A seeder request or reply that cannot be used.
+    #[error("{part}: {problem}")]
+    Handoff {
+        /// The part that is wrong (`the request's spec_text`, `unmunge's UID`, ...).
+        part: &'static str,
+        /// What is wrong with it, and what to do.
+        problem: String,
     },
 }
 
