@@ -5,12 +5,18 @@
 # slurm.conf:   PrologSlurmctld=/usr/share/teesfs/slurm/prolog-slurmctld.sh
 # A job asks for its layer with the SPANK plugin's option (plugstack.conf names
 # teesfs_spank.so):   sbatch --teesfs=/path/to/manifest.toml ...   (or #SBATCH --teesfs=...,
-# or TEESFS_SPEC=/path/to/manifest.toml in the submitting environment). The plugin hands the
-# spec's absolute path to this script as SPANK_TEESFS_SPEC. Sites without the plugin can use
-# the job's comment instead:   sbatch --comment=teesfs:/path/to/manifest.toml ...
-# Jobs that ask for neither are left alone. The spec must be readable by SlurmUser, name a
-# layer signed by a publisher key in /etc/teesfs/trusted, and the login node's credentials
-# must be readable by SlurmUser (see docs/slurm.md).
+# or TEESFS_SPEC=/path/to/manifest.toml in the submitting environment). The plugin reads the
+# spec as the user at submit and hands its absolute path to this script as SPANK_TEESFS_SPEC
+# and its content as SPANK_TEESFS_SPEC_TEXT. Sites without the plugin can use the job's
+# comment instead:   sbatch --comment=teesfs:/path/to/manifest.toml ...
+# Jobs that ask for neither are left alone.
+#
+# With a seeder ([seeder] host in /etc/teesfs/teesfs.toml, or TEESFS_SEEDER in slurm.env),
+# the job is handed to `teesfs seeder` on the login or data-mover node, which pushes it and
+# keeps its log and report; this host then needs only the binary, munge and the site file,
+# and relays the seeder's output. Without one, this host pushes itself: the spec must be
+# readable by SlurmUser, and the login node's credentials too (see docs/slurm.md). Either way
+# the layer must be signed by a publisher key the nodes trust.
 # Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID>, owned by the
 # job's user ($SLURM_JOB_UID): with the plugin every task starts inside it; without, tasks
 # run `srun teesfs run -- CMD`. A failed push fails the prolog, so Slurm requeues or cancels
@@ -19,6 +25,8 @@
 # times, failed edges in red; `teesfs report` draws it again from the JSON).
 set -u
 [ -r /etc/teesfs/slurm.env ] && . /etc/teesfs/slurm.env
+# slurm.env may name the seeder (TEESFS_SEEDER=host[:port]) instead of [seeder] host.
+if [ -n "${TEESFS_SEEDER:-}" ]; then export TEESFS_SEEDER; fi
 TEESFS=${TEESFS:-teesfs}
 LOGDIR=${TEESFS_SLURM_LOGDIR:-/var/log/teesfs}
 
@@ -30,6 +38,19 @@ if [ -z "$spec" ]; then
         teesfs:*) spec=${SLURM_JOB_COMMENT#teesfs:} ;;
         *) exit 0 ;;
     esac
+fi
+
+if "$TEESFS" handoff --configured >/dev/null 2>&1; then
+    mkdir -p -m 0711 "$LOGDIR" 2>/dev/null
+    log="$LOGDIR/job-$SLURM_JOB_ID.log"
+    [ -w "$LOGDIR" ] || log=/dev/null
+    if "$TEESFS" handoff --job "$SLURM_JOB_ID" --nodes "$SLURM_JOB_NODELIST" \
+        --uid "${SLURM_JOB_UID:-0}" --spec "$spec" >"$log" 2>&1; then
+        exit 0
+    fi
+    echo "teesfs: the seeder's push of $spec to $SLURM_JOB_NODELIST failed; its log is job-$SLURM_JOB_ID.log on the seeder (each error and its fix: /usr/share/doc/teesfs/troubleshooting.md)" >&2
+    [ "$log" = /dev/null ] || cat "$log" >&2
+    exit 1
 fi
 
 # Others may enter but not list the directory: each job's files are shared with the job's

@@ -4,10 +4,12 @@
 //! Slurm loads the plugin in several places (see spank(7)); it does one thing in each:
 //!
 //! - **sbatch, salloc, srun (allocator and local contexts)**: the `--teesfs=SPEC` option, or
-//!   `TEESFS_SPEC` in the submitting environment, is resolved to an absolute path and handed
-//!   to the job control environment as `SPANK_TEESFS_SPEC`. `PrologSlurmctld`
-//!   (`prolog-slurmctld.sh`) reads it and pushes the layer to the job's nodes before the job
-//!   starts; jobs without it are left alone.
+//!   `TEESFS_SPEC` in the submitting environment, is resolved to an absolute path and read,
+//!   as the submitting user (at most [`MAX_SPEC`] bytes); the job control environment gets
+//!   the path as `SPANK_TEESFS_SPEC` and the content, hex-encoded, as
+//!   `SPANK_TEESFS_SPEC_TEXT`. `PrologSlurmctld` (`prolog-slurmctld.sh`) hands both to the
+//!   seeder (or pushes itself), so the controller never reads the user's file; jobs
+//!   without it are left alone.
 //! - **slurmstepd (remote context), each task, before it drops privileges**: if the node's
 //!   daemon has the job mounted (`<mount_root>/<Slurm job id>`), the task enters
 //!   the execution environment: the layer over "/", writes to a private tmpfs, the user's
@@ -48,6 +50,10 @@ mod symbols {
 pub const OPTION: &str = "teesfs";
 /// The job control variable (Slurm prefixes `SPANK_`) the prolog reads the spec from.
 pub const SPEC_VAR: &str = "TEESFS_SPEC";
+/// The job control variable (`SPANK_` prefixed by Slurm) carrying the spec's content, hex.
+pub const SPEC_TEXT_VAR: &str = "TEESFS_SPEC_TEXT";
+/// The largest spec the plugin passes on (the seeder's limit too): 32 KiB.
+pub const MAX_SPEC: u64 = 32 * 1024;
 /// The hidden `teesfs` subcommand that builds a task's environment.
 pub const TASK_ENV_SUBCOMMAND: &str = "__task-env";
 /// What `teesfs __task-env` prints once the namespace is ready to join.
@@ -68,6 +74,15 @@ pub enum PluginError {
         spec: String,
         /// Why it cannot be used.
         source: std::io::Error,
+    },
+    /// The spec is larger than a job spec may be.
+    #[error(
+        "--teesfs={spec}: the file is over {MAX_SPEC} bytes, the most a job spec may be; name \
+         a manifest.toml, not the layer itself"
+    )]
+    SpecTooBig {
+        /// The spec as given.
+        spec: String,
     },
     /// The job asked for a layer, but this node has none mounted for it.
     #[error(
@@ -209,15 +224,13 @@ unsafe impl Plugin for Teesfs {
             spec: spec.clone(),
             source,
         })?;
-        std::fs::File::open(&abs)
-            .and_then(|mut f| f.read(&mut [0u8; 1]))
-            .map_err(|source| PluginError::Spec {
-                spec: spec.clone(),
-                source,
-            })?;
+        let text = read_spec(&abs, &spec)?;
         spank
             .job_control_setenv(SPEC_VAR, abs.as_os_str(), true)
             .map_err(call("passing the spec to the prolog"))?;
+        spank
+            .job_control_setenv(SPEC_TEXT_VAR, hex_of(&text), true)
+            .map_err(call("passing the spec's content to the prolog"))?;
         Ok(())
     }
 
@@ -273,6 +286,35 @@ unsafe impl Plugin for Teesfs {
     fn report_error(&self, error: &dyn StdError) {
         slurm_spank::spank_log(LogLevel::Error, &format!("teesfs: {error}"));
     }
+}
+
+/// The spec's content, read as the submitting user; `given` names it in errors.
+pub fn read_spec(abs: &Path, given: &str) -> Result<Vec<u8>, PluginError> {
+    let spec_err = |source| PluginError::Spec {
+        spec: given.to_string(),
+        source,
+    };
+    let mut text = Vec::new();
+    std::fs::File::open(abs)
+        .and_then(|f| f.take(MAX_SPEC + 1).read_to_end(&mut text))
+        .map_err(spec_err)?;
+    if text.len() as u64 > MAX_SPEC {
+        return Err(PluginError::SpecTooBig {
+            spec: given.to_string(),
+        });
+    }
+    Ok(text)
+}
+
+/// `bytes` as lowercase hex (the job control environment carries text only).
+pub fn hex_of(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// Has `teesfs __task-env` build the environment of `layer` for `uid`, joins its mount
@@ -367,6 +409,31 @@ mod tests {
         }
         // Not mounted anywhere: neither form is taken.
         assert_eq!(Conf::default().mounted_dir("x", 4242), None);
+    }
+
+    /// Issue 30 item 1: the plugin hands the spec's content on, read as the user, and a
+    /// spec over 32 KiB stops the submission naming the file.
+    #[test]
+    fn the_spec_is_read_whole_up_to_32_kib_and_passed_as_hex() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let small = d.path().join("manifest.toml");
+        std::fs::write(&small, "[layer]\nindex = \"ab\"\n").expect("spec");
+        let text = read_spec(&small, "manifest.toml").expect("small spec");
+        assert_eq!(hex_of(&text), hex::encode(&text));
+        let edge = d.path().join("edge.toml");
+        std::fs::write(&edge, vec![b'#'; MAX_SPEC as usize]).expect("spec");
+        assert_eq!(read_spec(&edge, "edge.toml").expect("32 KiB").len(), 32768);
+        let big = d.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_SPEC as usize + 1]).expect("spec");
+        let e = read_spec(&big, "big.toml")
+            .expect_err("too big")
+            .to_string();
+        assert!(
+            e.contains("--teesfs=big.toml") && e.contains("32768"),
+            "{e}"
+        );
+        let e = read_spec(&d.path().join("none"), "none").expect_err("missing");
+        assert!(e.to_string().contains("--teesfs=none"), "{e}");
     }
 
     #[test]

@@ -50,6 +50,13 @@ enum Command {
     Push(Box<cmd::push::PushArgs>),
     /// Push the layer a job spec (manifest.toml) names to the job's nodes.
     Prefetch(cmd::prefetch::PrefetchArgs),
+    /// Serve Slurm jobs as the root of their trees, on a login or data-mover node: the
+    /// controller's prolog hands each job here (`teesfs handoff`), so the controller needs
+    /// no store, no home directories and no key.
+    Seeder(cmd::seeder::SeederArgs),
+    /// Hand a Slurm job to the seeder and relay its push (the controller's prolog and
+    /// EpilogSlurmctld, when [seeder] host is set).
+    Handoff(cmd::handoff::HandoffArgs),
     /// Draw a push report (the JSON of push/prefetch --report) as an HTML page or an SVG.
     Report(cmd::report::ReportArgs),
     /// List what a command run once against a published layer used, or what a job used on
@@ -314,6 +321,8 @@ fn main() -> std::process::ExitCode {
         Command::Plan(a) => cmd::plan::run(a),
         Command::Push(a) => cmd::push::run(*a),
         Command::Prefetch(a) => cmd::prefetch::run(a),
+        Command::Seeder(a) => cmd::seeder::run(a),
+        Command::Handoff(a) => return exit_code(cmd::handoff::run(a)),
         Command::Report(a) => cmd::report::run(a),
         Command::Record(a) => cmd::record::run(a),
         Command::Learn(a) => cmd::learn::run(*a),

@@ -60,6 +60,10 @@ pub struct LearnArgs {
     /// as the prolog's push took them.
     #[arg(long, value_name = "FILE")]
     spec: Option<PathBuf>,
+    /// Relative paths in the --spec start at DIR instead of its own directory (`teesfs
+    /// seeder`, which holds a copy of the spec's text).
+    #[arg(long, value_name = "DIR", hide = true)]
+    base: Option<PathBuf>,
     /// Learn only from nodes that ran this index (a tag or at least 4 hex characters of its
     /// id). Default: the index most of the job's nodes ran.
     #[arg(long, value_name = "TAG|ID")]
@@ -80,7 +84,7 @@ pub struct LearnArgs {
 /// Runs `teesfs learn`.
 pub fn run(mut args: LearnArgs) -> anyhow::Result<()> {
     let spec = match &args.spec {
-        Some(path) => Some(read_spec(path)?),
+        Some(path) => Some(read_spec(path, args.base.as_deref())?),
         None => None,
     };
     if let Some((spec, base)) = &spec {
@@ -180,11 +184,17 @@ fn ask(args: &LearnArgs, job: JobId) -> anyhow::Result<(usize, Gathered)> {
 }
 
 /// A job spec and the directory its relative paths are taken from.
-fn read_spec(path: &std::path::Path) -> anyhow::Result<(manifest::JobSpec, PathBuf)> {
+fn read_spec(
+    path: &std::path::Path,
+    base: Option<&std::path::Path>,
+) -> anyhow::Result<(manifest::JobSpec, PathBuf)> {
     let text = util::read_text(path, "job spec")?;
     let spec =
         manifest::JobSpec::from_toml(&text).with_context(|| format!("in {}", path.display()))?;
-    let base = path.parent().map(PathBuf::from).unwrap_or_default();
+    let base = base
+        .or(path.parent())
+        .map(PathBuf::from)
+        .unwrap_or_default();
     Ok((spec, base))
 }
 

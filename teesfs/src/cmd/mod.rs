@@ -6,6 +6,7 @@ pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod gc;
+pub mod handoff;
 pub mod health;
 pub mod inspect;
 pub mod jobspec;
@@ -23,6 +24,7 @@ pub mod record;
 pub mod report;
 pub mod rotate;
 pub mod run;
+pub mod seeder;
 #[cfg(feature = "lab")]
 pub mod sim;
 pub mod site;

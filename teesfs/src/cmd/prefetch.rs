@@ -66,6 +66,11 @@ pub struct PrefetchArgs {
     /// see `teesfs push --help`.
     #[arg(long, value_name = "UID")]
     owner: Option<u32>,
+    /// Relative paths in the spec start at DIR instead of the spec's own directory: `teesfs
+    /// seeder` holds a copy of the spec's text, which the SPANK plugin read as the job's
+    /// user at submit, so the copy's owner is not checked.
+    #[arg(long, value_name = "DIR", hide = true)]
+    base: Option<PathBuf>,
 }
 
 /// With `--owner`, the prolog pushes for that user, running as the Slurm user who can read
@@ -242,7 +247,9 @@ fn job_args(
 
 /// Runs `teesfs prefetch`.
 pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
-    if let Some(owner) = args.owner {
+    if let Some(owner) = args.owner
+        && args.base.is_none()
+    {
         check_spec_owner(&args.spec, owner)?;
     }
     let text = super::util::read_text(&args.spec, "job spec")?;
@@ -256,11 +263,12 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<()> {
         );
     }
     let site = site.config;
-    let base = args
-        .spec
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_default();
+    let base = args.base.clone().unwrap_or_else(|| {
+        args.spec
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default()
+    });
     let push = push_args(&spec, &args, &base, &site)
         .with_context(|| format!("in {}", args.spec.display()))?;
     let outcome = super::push::run(push);
@@ -294,6 +302,7 @@ mod tests {
             job_id: None,
             owner: None,
             timeout: None,
+            base: None,
         }
     }
 

@@ -13,6 +13,7 @@ use crate::util::{Workspace, spank_plugin, teesfs_bin};
 const INSTALLED: &[&str] = &[
     "/usr/bin/teesfs",
     "/lib/systemd/system/teesfs-daemon.service",
+    "/lib/systemd/system/teesfs-seeder.service",
     "/etc/teesfs/daemon.env",
     "/etc/teesfs/cluster",
     "/etc/teesfs/trusted",
@@ -143,11 +144,16 @@ fn slurm_release() -> (String, String, u32) {
 }
 
 /// Every file a site needs, as (path in the .deb, path in the .rpm, mode).
-const SITE_FILES: [(&str, &str, &str); 16] = [
+const SITE_FILES: [(&str, &str, &str); 17] = [
     ("/usr/bin/teesfs", "/usr/bin/teesfs", "-rwxr-xr-x"),
     (
         "/lib/systemd/system/teesfs-daemon.service",
         "/usr/lib/systemd/system/teesfs-daemon.service",
+        "-rw-r--r--",
+    ),
+    (
+        "/lib/systemd/system/teesfs-seeder.service",
+        "/usr/lib/systemd/system/teesfs-seeder.service",
         "-rw-r--r--",
     ),
     (
@@ -374,6 +380,7 @@ fn the_debian_package_installs_into_a_clean_node_root() {
          && dpkg -s teesfs | grep -c 'install ok installed' \
          && zcat /usr/share/man/man1/teesfs-run.1.gz | grep -c 'teesfs\\\\-run' >/dev/null \
          && grep -q 'teesfs daemon' /lib/systemd/system/teesfs-daemon.service \
+         && grep -q '^ExecStart=/usr/bin/teesfs seeder$' /lib/systemd/system/teesfs-seeder.service \
          && dpkg -r teesfs teesfs-spank-slurm{release} >/dev/null && test ! -e /usr/bin/teesfs \
          && test ! -e /usr/lib/teesfs/teesfs_spank.so && echo removed",
         checks.join(" && "),
