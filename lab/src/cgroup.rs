@@ -138,7 +138,7 @@ impl NodeCgroups {
         let mut made = Self { dirs: Vec::new() };
         for node in &layout.nodes {
             let cores = match node.role {
-                Role::Login => model.login_cpu,
+                Role::Login | Role::Controller => model.login_cpu,
                 Role::Storage => model.storage_cpu,
                 Role::Proxy | Role::Slave => model.node_cpu,
             };

@@ -273,6 +273,11 @@ impl Lab {
         &self.work.path
     }
 
+    /// The `teesfs` binary the lab runs.
+    pub fn teesfs_bin(&self) -> &Path {
+        &self.teesfs
+    }
+
     fn teesfs_cmd(&self) -> Command {
         let mut c = Command::new(&self.teesfs);
         c.env("TEESFS_CONFIG", self.work().join("config"));
@@ -452,6 +457,9 @@ impl Lab {
     fn write_hosts(&self) -> Result<()> {
         let mut text = String::new();
         for n in &self.layout().nodes {
+            if n.role == crate::layout::Role::Controller {
+                continue;
+            }
             let port = if n.group.is_some() {
                 DAEMON_PORT
             } else {

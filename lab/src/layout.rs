@@ -5,7 +5,9 @@
 //! Shape: a switch namespace holds one `core` bridge and one bridge per group. Each group's
 //! proxy has two links: `eth0` on the core (the group's only uplink) and `eth1` on its
 //! group bridge. Slaves have `eth0` on the group bridge and route everything through their
-//! proxy, which forwards. Login and storage nodes sit on the core.
+//! proxy, which forwards. Login and storage nodes sit on the core, and so does `ctl`, the
+//! Slurm controller's host, which has no teesfs certificate (a site's slurmctld host holds
+//! no store and no key).
 
 use std::net::Ipv4Addr;
 
@@ -76,6 +78,8 @@ pub enum Role {
     Login,
     /// The shared-storage node (fat link).
     Storage,
+    /// The Slurm controller's host (`ctl`): no certificate, no daemon.
+    Controller,
     /// First node of a group: holds the uplink, forwards for its group.
     Proxy,
     /// Any other compute node.
@@ -143,7 +147,7 @@ pub struct Layout {
     pub switch_netns: String,
     /// Bridges in the switch namespace (`core`, `g0`, ...).
     pub bridges: Vec<String>,
-    /// Login, storage, then the groups in order (proxy first).
+    /// Login, storage, ctl, then the groups in order (proxy first).
     pub nodes: Vec<NodeSpec>,
     /// The spec it was built from.
     pub spec: LabSpec,
@@ -262,6 +266,7 @@ impl Layout {
         for (host, last, port, rate, role) in [
             ("login", 1, "c-login", r.login, Role::Login),
             ("storage", 2, "c-stor", r.storage, Role::Storage),
+            ("ctl", 3, "c-ctl", r.login, Role::Controller),
         ] {
             nodes.push(NodeSpec {
                 host: host.into(),
@@ -355,9 +360,14 @@ impl Layout {
         }
     }
 
-    /// Every host name with a certificate: login, storage and the compute nodes.
+    /// Every host name with a certificate: login, storage and the compute nodes (not the
+    /// controller's host).
     pub fn all_hosts(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.host.clone()).collect()
+        self.nodes
+            .iter()
+            .filter(|n| n.role != Role::Controller)
+            .map(|n| n.host.clone())
+            .collect()
     }
 
     /// The link lower bound for every node to receive `bytes`: the slowest link into a
@@ -379,7 +389,20 @@ mod tests {
     #[test]
     fn reference_shape() {
         let l = Layout::new("tlab0001", &LabSpec::default()).expect("valid");
-        assert_eq!(l.nodes.len(), 2 + 32);
+        assert_eq!(l.nodes.len(), 3 + 32);
+        let ctl = l.node("ctl").expect("ctl");
+        assert_eq!(ctl.role, Role::Controller);
+        assert_eq!(ctl.addr(), Ipv4Addr::new(10, 77, 0, 3));
+        assert_eq!(
+            ctl.routes.len(),
+            4,
+            "ctl reaches every group through its proxy"
+        );
+        assert!(
+            !l.all_hosts().contains(&"ctl".to_string()),
+            "no certificate"
+        );
+        assert_eq!(l.all_hosts().len(), 2 + 32);
         assert_eq!(l.hostlist(), "n[01-32]");
         assert_eq!(l.proxies().count(), 4);
         let n09 = l.node("n09").expect("n09");

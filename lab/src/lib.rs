@@ -96,6 +96,8 @@ pub struct Cleaned {
     pub dirs: Vec<std::path::PathBuf>,
     /// Node CPU cgroups of the scale model removed.
     pub cgroups: Vec<std::path::PathBuf>,
+    /// Lab users (`<prefix>u`, [`slurm::site`]) removed.
+    pub users: Vec<String>,
 }
 
 /// Removes every lab resource on this machine: kills processes in lab namespaces, deletes
@@ -123,6 +125,7 @@ pub fn clean() -> Result<Cleaned> {
         done.namespaces.push(ns);
     }
     done.cgroups = cgroup::clean(&done.namespaces);
+    done.users = slurm::site::remove_lab_users();
     let tmp = std::env::temp_dir();
     if let Ok(rd) = std::fs::read_dir(&tmp) {
         for e in rd.flatten() {

@@ -21,13 +21,25 @@ pub struct SlurmScripts {
     /// `SlurmUser=`: the user slurmctld (and so `PrologSlurmctld`) runs as, as on a site
     /// (Debian's packages create `slurm`); `None` for root. slurmd runs as root either way.
     pub slurm_user: Option<String>,
+    /// Whether slurmctld runs on the lab's `ctl` host, as on a site (its own network
+    /// namespace, no teesfs certificate), rather than on the login node.
+    pub own_controller: bool,
     /// Lines of `plugstack.conf` (SPANK plugins, e.g. teesfs's); `slurm.conf` then names
     /// it as `PlugStackConfig=`, and sbatch, srun and slurmstepd load the plugins.
     pub plugstack: Vec<String>,
 }
 
+/// The host slurmctld runs on: `ctl` with [`SlurmScripts::own_controller`], else `login`.
+pub fn controller_host(scripts: &SlurmScripts) -> &'static str {
+    if scripts.own_controller {
+        "ctl"
+    } else {
+        "login"
+    }
+}
+
 /// Writes the `slurm.conf` of a lab: the compute nodes by name and address, the controller
-/// on the login node, state, spool, pid and log files under `dir`, munge at `munge_socket`,
+/// on its host ([`controller_host`]), state, spool, pid and log files under `dir`, munge at `munge_socket`,
 /// and the `scripts`. Pure, so it is tested without root.
 pub fn slurm_conf(
     layout: &Layout,
@@ -36,7 +48,8 @@ pub fn slurm_conf(
     scripts: &SlurmScripts,
 ) -> String {
     let d = dir.display();
-    let login = layout.node("login").map(|n| n.addr().to_string());
+    let ctl = controller_host(scripts);
+    let ctl_addr = layout.node(ctl).map(|n| n.addr().to_string());
     let mut c = String::new();
     let mut line = |s: String| {
         c.push_str(&s);
@@ -48,8 +61,8 @@ pub fn slurm_conf(
     ));
     line(format!("ClusterName={}", layout.prefix));
     line(format!(
-        "SlurmctldHost=login({})",
-        login.as_deref().unwrap_or("127.0.0.1")
+        "SlurmctldHost={ctl}({})",
+        ctl_addr.as_deref().unwrap_or("127.0.0.1")
     ));
     line(format!(
         "SlurmUser={}",

@@ -84,11 +84,17 @@ impl Slurm<'_> {
         let ctld = which("slurmctld").unwrap_or_else(|| "slurmctld".into());
         let log = self.dir.join("ctld").join("slurmctld.log");
         let exec = format!("{} -D -i -f {}", ctld.display(), self.conf.display());
-        let mut cmd = in_node_uts(&login, None, "login", None, &exec);
+        let host = super::controller_host(&self.scripts);
+        let ctl_ns = layout
+            .node(host)
+            .ok_or_else(|| LabError::Shape(format!("no {host} node")))?
+            .netns
+            .clone();
+        let mut cmd = in_node_uts(&ctl_ns, None, host, None, &exec);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file(&self.dir.join("ctld").join("out"))?);
-        self.ctld = Some(spawn(&mut cmd, "login", log)?);
+        self.ctld = Some(spawn(&mut cmd, host, log)?);
 
         let slurmd = which("slurmd").unwrap_or_else(|| "slurmd".into());
         for n in layout.compute() {

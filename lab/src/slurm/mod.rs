@@ -1,5 +1,6 @@
 //! Real Slurm inside a lab: one `munged` with a generated key, `slurmctld` in the login
-//! node's network namespace and one `slurmd` per compute node namespace, all driven by a
+//! node's network namespace (or, as a site runs it, on the lab's own `ctl` host: [`site`])
+//! and one `slurmd` per compute node namespace, all driven by a
 //! generated `slurm.conf` that names the lab's nodes and addresses.
 //!
 //! How the daemons are placed:
@@ -29,8 +30,9 @@ use crate::proc::NodeProc;
 
 mod conf;
 mod daemons;
+pub mod site;
 
-pub use conf::{SlurmScripts, slurm_conf};
+pub use conf::{SlurmScripts, controller_host, slurm_conf};
 use daemons::pids_in_uts;
 
 /// Port `slurmctld` listens on (in the login node's namespace).
@@ -184,6 +186,12 @@ fn run_timeout(cmd: &mut Command, what: &str, dir: &Path, timeout: Duration) -> 
 }
 
 impl Slurm<'_> {
+    /// munged's socket (`munge -S`, `unmunge -S`): one munged serves the lab's hosts, all
+    /// on one machine, with one key.
+    pub fn munge_socket(&self) -> PathBuf {
+        self.dir.join("munge").join("munge.socket")
+    }
+
     /// The generated `slurm.conf` (clients need `SLURM_CONF` set to it).
     pub fn conf(&self) -> &Path {
         &self.conf
@@ -412,6 +420,7 @@ mod tests {
             epilog: Some("/p/epilog.sh".into()),
             epilog_slurmctld: Some("/p/epilog-slurmctld.sh".into()),
             slurm_user: None,
+            own_controller: false,
             plugstack: vec!["required /p/teesfs_spank.so".into()],
         };
         let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"), &scripts);
@@ -434,6 +443,15 @@ mod tests {
         assert!(c.contains("SlurmdSpoolDir=/w/slurm0/nodes/%n/spool\n"));
         assert!(c.contains("ProctrackType=proctrack/linuxproc\n"));
         assert!(!c.contains("cgroup"), "no cgroup plugin in namespaces: {c}");
+        // As a site runs it: slurmctld on a host of its own.
+        let own = SlurmScripts {
+            own_controller: true,
+            slurm_user: Some("slurm".into()),
+            ..scripts
+        };
+        let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"), &own);
+        assert!(c.contains("SlurmctldHost=ctl(10.77.0.3)\n"), "{c}");
+        assert!(c.contains("SlurmUser=slurm\n"), "{c}");
     }
 
     #[test]

@@ -180,11 +180,16 @@ struct UpArgs {
     /// json`), for scripts.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
-    /// Also run real Slurm in the lab: munge, slurmctld on the login node, a slurmd in
-    /// every compute node (needs the Debian packages munge, slurmctld, slurmd,
-    /// slurm-client; see docs/lab.md).
+    /// Also run real Slurm in the lab as a site runs it: munge, slurmctld on its own `ctl`
+    /// host as SlurmUser=slurm with the packaged prolog and epilog, the SPANK plugin, a site
+    /// teesfs.toml, `teesfs seeder` on the login node, a slurmd in every compute node, and
+    /// an unprivileged lab user; prints a ready `sbatch --teesfs=` line for that user (needs
+    /// the Debian packages munge, slurmctld, slurmd, slurm-client; see docs/lab.md).
     #[arg(long)]
     slurm: bool,
+    /// The SPANK plugin for --slurm (default: libteesfs_spank.so beside this binary).
+    #[arg(long, value_name = "FILE", requires = "slurm")]
+    spank_plugin: Option<PathBuf>,
 }
 
 /// Runs `teesfs lab`.
@@ -213,6 +218,9 @@ fn clean() -> anyhow::Result<()> {
     }
     for d in &c.dirs {
         outln!("  dir {}", d.display());
+    }
+    for u in &c.users {
+        outln!("  lab user {u}");
     }
     Ok(())
 }
@@ -267,21 +275,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         }
     }
     let slurm = if a.slurm {
-        let s = lab.start_slurm()?;
-        let login = lab.layout().node("login").map(|n| n.netns.clone());
-        let on_login = format!(
-            "SLURM_CONF={} nsenter --net=/run/netns/{}",
-            s.conf().display(),
-            login.unwrap_or_default()
-        );
-        let n = s.hosts().len();
-        outln!(
-            "slurm up on {n} nodes; on the login node (its network namespace):\n  \
-             {on_login} srun -N {n} hostname\n  \
-             {on_login} sbatch -N {n} --wrap 'srun hostname'\n  \
-             {on_login} squeue"
-        );
-        Some(s)
+        Some(site_slurm(&lab, a.spank_plugin.clone())?)
     } else {
         None
     };
@@ -300,8 +294,41 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         }
     }
     // Consumes the Option, so no borrow of `lab` outlives this line.
-    slurm.map(lab::slurm::Slurm::down).transpose()?;
+    drop(slurm);
     lab.down()?;
     errln!("lab torn down");
     Ok(())
+}
+
+/// Slurm as a site runs it, in `lab`, with a job ready for the lab user; prints the
+/// `sbatch` line that user can run.
+fn site_slurm(
+    lab: &Lab,
+    plugin: Option<PathBuf>,
+) -> anyhow::Result<lab::slurm::site::SiteSlurm<'_>> {
+    let plugin = plugin
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            Some(exe.parent()?.join("libteesfs_spank.so"))
+        })
+        .filter(|p| p.is_file())
+        .context(
+            "--slurm needs the SPANK plugin: build it (`cargo build -p teesfs-spank`, beside \
+             this binary) or name it with --spank-plugin",
+        )?;
+    let site = lab.start_site_slurm(&plugin)?;
+    site.prepare_job("hello")?;
+    let n = site.slurm.hosts().len();
+    outln!(
+        "slurm up as a site runs it: slurmctld on ctl as SlurmUser=slurm, the seeder on \
+         login, {n} nodes, lab user {user} (site files in {dir}).\n\
+         As {user}, from the login node (paste into this host's root shell):\n  {line}\n\
+         then `cat {home}/job-<id>.out`; each job's seeder log: {log}/job-<id>.log",
+        user = site.user.name,
+        dir = site.dir().display(),
+        line = site.sbatch_line(),
+        home = site.user.home.display(),
+        log = site.seeder_log().display(),
+    );
+    Ok(site)
 }

@@ -99,6 +99,7 @@ impl Site {
                 epilog: Some(epilog),
                 epilog_slurmctld: Some(epilog_ctld),
                 slurm_user: Some("slurm".into()),
+                own_controller: false,
                 plugstack,
             },
         }
