@@ -29,7 +29,9 @@ impl Relay {
         if held.is_clear() {
             return;
         }
-        if let Some(parent) = self.parent {
+        // While re-attaching, to the one asked to adopt this node (it takes the `Held` after
+        // the `Attach` before it on the same stream).
+        if let Some(parent) = self.asking().or(self.parent()) {
             self.control.push_back(Transmit::Control {
                 to: parent,
                 msg: Msg::Held {

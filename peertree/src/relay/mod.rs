@@ -314,11 +314,13 @@ impl Relay {
     /// A node joining a job from a verified `Start` (the caller checked the index
     /// signature and built `schedule` from it).
     pub fn new_node(start: Start, schedule: Arc<Schedule>, now: Instant) -> Result<Self> {
-        let me = start
+        // The planned parent differs from the sender (the first ancestor) when that parent
+        // failed before passing this `Start` on ([`Relay::join_orphaned`]).
+        let (me, planned_parent) = start
             .subtree
             .first()
-            .ok_or(Error::InvalidStart("no subtree"))?
-            .id;
+            .map(|n| (n.id, n.parent))
+            .ok_or(Error::InvalidStart("no subtree"))?;
         let parent = start
             .ancestors
             .first()
@@ -363,8 +365,10 @@ impl Relay {
         r.shared_store = shared;
         r.adopt_planned_children(now);
         r.check_local_done();
-        // Tell the parent at once that we are in, so it starts pushing.
-        r.flush_report(now, true);
+        if !r.join_orphaned(now, planned_parent) {
+            // Tell the parent at once that we are in, so it starts pushing.
+            r.flush_report(now, true);
+        }
         Ok(r)
     }
 

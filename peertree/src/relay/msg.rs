@@ -185,7 +185,10 @@ pub struct Start {
     /// order, the receiver included; empty when it has none. The first is their deputy: if
     /// the parent fails, the others ask the deputy to adopt them before anyone across the
     /// group's uplink, and only the deputy re-attaches upward, so the rest of the layer
-    /// enters the group about once instead of once per orphan.
+    /// enters the group about once instead of once per orphan. A `Start` sent by an
+    /// ancestor because the receiver's planned parent (its `parent` in `subtree`) failed
+    /// before passing it on carries the kin that parent would have given, and the receiver
+    /// asks its deputy first then too.
     pub kin: Vec<NodeInfo>,
     /// The root's wall clock when it started the job (milliseconds since the Unix epoch):
     /// a node compares it with its own to tell how far its clock is from the login node's

@@ -26,8 +26,8 @@ use crate::plan::NodeId;
 /// Re-attaching after the parent was lost: who is being asked, until when.
 #[derive(Debug)]
 pub(super) struct Attaching {
-    /// Index into `ancestors` being asked, or, while `deputy` is set, the one asked next
-    /// is the one after it.
+    /// Index into `ancestors` being asked, or, while `deputy` is set, the one asked if the
+    /// deputy does not answer.
     pub(super) target: usize,
     /// The deputy among my siblings is being asked ([`super::Start::kin`]).
     pub(super) deputy: Option<NodeId>,
@@ -56,7 +56,7 @@ impl Relay {
     }
 
     /// Whom this node is asking to adopt it, while re-attaching.
-    fn asking(&self) -> Option<NodeId> {
+    pub(super) fn asking(&self) -> Option<NodeId> {
         let a = self.attaching.as_ref()?;
         a.deputy
             .or_else(|| self.ancestors.get(a.target).map(|n| n.id))
@@ -101,6 +101,14 @@ impl Relay {
     /// The failed child's planned children may never have received their `Start` (it died
     /// before forwarding it), and then nothing would ever reach them: start them from here.
     /// One that is already running ignores the `Start` and re-attaches on its own.
+    ///
+    /// Each gets the dead child's children in its group as kin, as the dead child would
+    /// have given them. The first (their deputy) becomes my child; the others are not mine:
+    /// their `Start` names a planned parent that is not its sender, so they ask the one
+    /// before them among their kin to adopt them first ([`Relay::join_orphaned`]), like the
+    /// orphans that had their `Start`. Started here, every one of them drew the whole layer
+    /// across the group's uplink (3x in the lab when a starved proxy was stopped before it
+    /// passed on two of its three `Start`s).
     fn restart_orphans(&mut self, now: Instant, dead: NodeId) {
         let orphans: Vec<NodeInfo> = self
             .subtree
@@ -118,11 +126,16 @@ impl Relay {
                     subtree.push(n.clone());
                 }
             }
-            self.children
-                .insert(id, Child::pending(info, self.schedule.len(), now, true));
             let mut start = self.start_for(subtree);
-            // Its siblings from the plan are not mine: no deputy for it.
-            start.kin.clear();
+            if self.probe {
+                // A probe moves no layer: each answers from here, its edge measured.
+                start.kin.clear();
+            }
+            let ward = start.kin.first().is_some_and(|deputy| deputy.id != id);
+            if !ward {
+                self.children
+                    .insert(id, Child::pending(info, self.schedule.len(), now, true));
+            }
             self.control.push_back(Transmit::Control {
                 to: id,
                 msg: Msg::Start(Box::new(start)),
@@ -141,21 +154,7 @@ impl Relay {
             .unwrap_or(0);
         // Orphaned by the planned parent: the deputy among my siblings first (once), so
         // that only it draws the rest of the layer across the group's uplink.
-        let deputy = self
-            .kin
-            .iter()
-            .position(|k| k.id == self.me)
-            .and_then(|i| i.checked_sub(1))
-            .map(|i| self.kin[i].id)
-            .filter(|_| !self.deputy_asked && current == 0);
-        if let Some(d) = deputy {
-            self.deputy_asked = true;
-            self.send_attach(d);
-            self.attaching = Some(Attaching {
-                target: current,
-                deputy: Some(d),
-                deadline: now + ms(self.timing.deadline_ms),
-            });
+        if current == 0 && self.ask_deputy(now, current + 1) {
             return;
         }
         self.attaching = Some(Attaching {
@@ -166,14 +165,50 @@ impl Relay {
         self.attach_next(now);
     }
 
+    /// Asks the deputy among my siblings (the one before me in [`Start::kin`](super::Start))
+    /// to adopt me, once per job; `then` is the ancestor asked if it does not answer.
+    /// Whether there was a deputy to ask.
+    fn ask_deputy(&mut self, now: Instant, then: usize) -> bool {
+        let deputy = self
+            .kin
+            .iter()
+            .position(|k| k.id == self.me)
+            .and_then(|i| i.checked_sub(1))
+            .map(|i| self.kin[i].id)
+            .filter(|_| !self.deputy_asked);
+        let Some(d) = deputy else { return false };
+        self.deputy_asked = true;
+        self.send_attach(d);
+        self.attaching = Some(Attaching {
+            target: then,
+            deputy: Some(d),
+            deadline: now + ms(self.timing.deadline_ms),
+        });
+        true
+    }
+
+    /// A node started by an ancestor after its planned parent failed before passing on
+    /// its `Start` ([`Relay::restart_orphans`]; the `Start`'s planned parent is not its
+    /// sender): it asks its deputy to adopt it before it takes anything from the sender,
+    /// which is asked only if the deputy does not answer. Whether it asked a deputy (else it
+    /// joins the sender as usual).
+    pub(super) fn join_orphaned(&mut self, now: Instant, planned_parent: NodeId) -> bool {
+        Some(planned_parent) != self.parent && self.ask_deputy(now, 0)
+    }
+
     /// Ask the next ancestor up. The root never gives up on a live node, but it may be
     /// gone: it is asked [`ROOT_ASKS`] times, each wait twice the last, then this node
     /// stops asking ([`Event::RootGone`]) and keeps what it holds.
     pub(super) fn attach_next(&mut self, now: Instant) {
         let Some(a) = &self.attaching else { return };
-        // After the deputy, the ancestor after the lost parent.
+        // After the deputy, the ancestor it was asked before; else the next one up.
         let last = self.ancestors.len() - 1;
-        let target = (a.target + 1).min(last);
+        let next = if a.deputy.is_some() {
+            a.target
+        } else {
+            a.target + 1
+        };
+        let target = next.min(last);
         let mut wait = ms(self.timing.deadline_ms);
         if target == last {
             if self.root_asks >= ROOT_ASKS {

@@ -149,7 +149,12 @@ impl Relay {
     pub(super) fn start_for(&self, subtree: Vec<NodeInfo>) -> Start {
         let mut ancestors = vec![self.subtree[0].clone()];
         ancestors.extend(self.ancestors.iter().cloned());
-        let kin = subtree.first().map(|c| self.kin_of(c)).unwrap_or_default();
+        // A child restarted from here after its planned parent failed has that parent's
+        // children in its group as kin ([`Relay::restart_orphans`]).
+        let kin = subtree
+            .first()
+            .map(|c| self.kin_of(c.parent, c))
+            .unwrap_or_default();
         Start {
             job: self.job,
             index: self.index.to_vec(),
@@ -166,17 +171,18 @@ impl Relay {
         }
     }
 
-    /// My planned children in `child`'s group, in plan order (its [`Start::kin`]); empty
-    /// when it is alone there or has no group, and at the root, which does not fail.
-    fn kin_of(&self, child: &NodeInfo) -> Vec<NodeInfo> {
-        if self.root.is_some() || child.group.is_none() {
+    /// The planned children of `parent` (me, or a failed child of mine) in `child`'s group,
+    /// in plan order (its [`Start::kin`]); empty when it is alone there or has no group, and
+    /// for the root's own children: the root does not fail.
+    pub(super) fn kin_of(&self, parent: NodeId, child: &NodeInfo) -> Vec<NodeInfo> {
+        if (self.root.is_some() && parent == self.me) || child.group.is_none() {
             return Vec::new();
         }
         let kin: Vec<NodeInfo> = self
             .subtree
             .iter()
             .skip(1)
-            .filter(|n| n.parent == self.me && n.id != self.me && n.group == child.group)
+            .filter(|n| n.parent == parent && n.id != parent && n.group == child.group)
             .cloned()
             .collect();
         if kin.len() < 2 { Vec::new() } else { kin }

@@ -1219,3 +1219,89 @@ fn wards_adopted_before_their_deputy_noticed_the_dead_proxy_are_not_lost_to_the_
     assert_eq!(net.root().job_progress().expect("root").failed, 1);
     assert_everyone_has_everything(&net, &p);
 }
+
+/// Chunk bytes the root pushed to the members of `group` (each once it held everything).
+fn root_bytes_into(net: &Net, p: &crate::Plan, group: Option<crate::topology::GroupId>) -> u64 {
+    net.root_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::EdgeBytes(from, to, b)
+                if *from == net.root_id && p.group[to.index()] == group =>
+            {
+                Some(*b)
+            }
+            _ => None,
+        })
+        .sum()
+}
+
+/// A proxy stopped before it passed on some of its `Start`s (`cut`: they never arrive),
+/// then found dead; returns the plan, the proxy and its kin after the job completed.
+fn proxy_dead_before_passing_on_starts(
+    cut: impl Fn(usize) -> bool,
+) -> (Net, crate::Plan, Vec<NodeId>) {
+    let p = plan(4, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 400, 10);
+    let (proxy, kin) = a_proxy_with_kin(&p);
+    for (i, &k) in kin.iter().enumerate() {
+        if cut(i) {
+            net.cut.insert((proxy, k));
+        }
+    }
+    net.run_until(10_000, |n| {
+        n.relays.get(&proxy).is_some_and(|r| r.have_count() > 0)
+            && kin
+                .iter()
+                .enumerate()
+                .all(|(i, k)| cut(i) || n.relays.contains_key(k))
+    });
+    net.dead.insert(proxy);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    (net, p, kin)
+}
+
+/// Seen in the lab (3x the layer across a group's uplink): a starved proxy stopped before
+/// it passed on two of its three `Start`s. The root started those two itself, as its own
+/// children, and each drew the whole layer across the uplink. Started from the root, they
+/// hang below the one before them like the orphans that had their `Start`.
+#[test]
+fn orphans_that_never_got_their_start_still_hang_below_their_deputy() {
+    let (net, p, kin) = proxy_dead_before_passing_on_starts(|i| i > 0);
+    for pair in kin.windows(2) {
+        assert_eq!(
+            attached_to(&net, pair[1]),
+            vec![pair[0]],
+            "{:?} went to the one before it: {:?}",
+            pair[1],
+            net.root_events
+        );
+    }
+    let group = p.group[kin[0].index()];
+    let layer = 400 * 1000;
+    assert!(
+        root_bytes_into(&net, &p, group) <= layer,
+        "the group took {} bytes from the root for a layer of {layer}",
+        root_bytes_into(&net, &p, group)
+    );
+    assert_eq!(net.root().job_progress().expect("root").failed, 1);
+    assert_everyone_has_everything(&net, &p);
+}
+
+/// The same when not even the deputy got its `Start`: the root starts it as its child
+/// (it is the one that goes upward anyway), and the others hang below it.
+#[test]
+fn orphans_none_of_which_got_their_start_take_the_layer_in_once() {
+    let (net, p, kin) = proxy_dead_before_passing_on_starts(|_| true);
+    assert_eq!(attached_to(&net, kin[0]), vec![net.root_id]);
+    for pair in kin.windows(2) {
+        assert_eq!(
+            attached_to(&net, pair[1]),
+            vec![pair[0]],
+            "{:?}",
+            net.root_events
+        );
+    }
+    let group = p.group[kin[0].index()];
+    assert!(root_bytes_into(&net, &p, group) <= 400 * 1000);
+    assert_everyone_has_everything(&net, &p);
+}
