@@ -35,7 +35,14 @@ fn scene() -> Scene {
     };
     let mut opts = LabOptions::new(teesfs_bin());
     opts.keep_work = std::env::var_os("TEESFS_LAB_KEEP").is_some();
+    // The daemons' log filter, for timelines across nodes (as for `teesfs lab up`).
+    if let Ok(log) = std::env::var("TEESFS_DAEMON_LOG") {
+        opts.log = log;
+    }
     let lab = Lab::up(&spec, &opts).expect("lab up");
+    if opts.keep_work {
+        eprintln!("lab work directory (kept): {}", lab.work().display());
+    }
     let index = lab.publish(&layer).expect("publish");
     Scene {
         lab,
@@ -288,14 +295,22 @@ fn lab_a_stopped_proxy_is_reported_its_group_completes_and_it_resumes() {
     // across the uplink took 2.2x the minimum).
     let total = end.report.total_bytes;
     let since_stop = after - at_stop;
+    // Who sent what to whom: an orphan fed from across the uplink shows as `login -> n0x`.
+    let edges: Vec<String> = end
+        .report
+        .edges
+        .iter()
+        .map(|e| format!("{} -> {}: {}", e.parent, e.child, e.bytes))
+        .collect();
     eprintln!(
-        "the group's uplink took {since_stop} bytes after its proxy stopped, {} before; layer {total}",
+        "the group's uplink took {since_stop} bytes after its proxy stopped, {} before; layer \
+         {total}; edges {edges:?}",
         at_stop - before
     );
     assert!(
         since_stop as f64 <= 1.3 * total as f64,
         "the group's uplink took {since_stop} bytes after its proxy stopped, for a layer of \
-         {total} ({} before)",
+         {total} ({} before); edges {edges:?}",
         at_stop - before
     );
 
