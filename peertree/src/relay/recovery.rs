@@ -16,6 +16,14 @@ use std::time::Instant;
 /// released.
 pub const ROOT_ASKS: u32 = 4;
 
+/// How many times an orphan asks its deputy to adopt it, a deadline each, before it asks
+/// across the group's uplink. The deputy may not run the job yet when first asked: its
+/// planned parent died before passing on its `Start`, and the ancestor that found the parent
+/// dead starts it only then (seen in the lab: a ward asked such a deputy once, went to the
+/// root a deadline later, and the group took the layer in twice). A dead deputy costs its
+/// wards this many deadlines.
+const DEPUTY_ASKS: u32 = 2;
+
 use super::demand::Waiter;
 use super::msg::{bits_from_words, pack_words};
 use super::subtree::Child;
@@ -31,6 +39,8 @@ pub(super) struct Attaching {
     pub(super) target: usize,
     /// The deputy among my siblings is being asked ([`super::Start::kin`]).
     pub(super) deputy: Option<NodeId>,
+    /// How many times the deputy was asked ([`DEPUTY_ASKS`]).
+    pub(super) deputy_asks: u32,
     /// When to give up on it and ask the next one up.
     pub(super) deadline: Instant,
 }
@@ -160,6 +170,7 @@ impl Relay {
         self.attaching = Some(Attaching {
             target: current,
             deputy: None,
+            deputy_asks: 0,
             deadline: now,
         });
         self.attach_next(now);
@@ -182,6 +193,7 @@ impl Relay {
         self.attaching = Some(Attaching {
             target: then,
             deputy: Some(d),
+            deputy_asks: 1,
             deadline: now + ms(self.timing.deadline_ms),
         });
         true
@@ -201,6 +213,19 @@ impl Relay {
     /// stops asking ([`Event::RootGone`]) and keeps what it holds.
     pub(super) fn attach_next(&mut self, now: Instant) {
         let Some(a) = &self.attaching else { return };
+        if let Some(d) = a.deputy
+            && a.deputy_asks < DEPUTY_ASKS
+        {
+            let (asks, target) = (a.deputy_asks + 1, a.target);
+            self.send_attach(d);
+            self.attaching = Some(Attaching {
+                target,
+                deputy: Some(d),
+                deputy_asks: asks,
+                deadline: now + ms(self.timing.deadline_ms),
+            });
+            return;
+        }
         // After the deputy, the ancestor it was asked before; else the next one up.
         let last = self.ancestors.len() - 1;
         let next = if a.deputy.is_some() {
@@ -227,6 +252,7 @@ impl Relay {
         self.attaching = Some(Attaching {
             target,
             deputy: None,
+            deputy_asks: 0,
             deadline: now + wait,
         });
     }

@@ -1305,3 +1305,41 @@ fn orphans_none_of_which_got_their_start_take_the_layer_in_once() {
     assert!(root_bytes_into(&net, &p, group) <= 400 * 1000);
     assert_everyone_has_everything(&net, &p);
 }
+
+/// Seen in the lab (2.16x the layer across a group's uplink, CI's figure): the proxy never
+/// passed on its deputy's `Start`, and a ward that heard nothing from the proxy for a
+/// deadline asked the deputy before the root had found the proxy dead and started the
+/// deputy. Asked once, the ward went to the root a deadline later; it asks the deputy again.
+#[test]
+fn a_ward_that_asked_its_deputy_before_the_deputy_had_its_start_still_hangs_below_it() {
+    let p = plan(4, 8, Strategy::Topo);
+    let mut net = Net::new(&p, 400, 10);
+    let (proxy, kin) = a_proxy_with_kin(&p);
+    net.cut.insert((proxy, kin[0]));
+    net.run_until(10_000, |n| {
+        n.relays.get(&proxy).is_some_and(|r| r.have_count() > 0)
+            && kin[1..].iter().all(|k| n.relays.contains_key(k))
+    });
+    // The wards stop hearing from the proxy first, so they ask the deputy before the root
+    // notices the proxy (and starts the deputy).
+    for ward in &kin[1..] {
+        net.cut.insert((proxy, *ward));
+    }
+    for _ in 0..200 {
+        net.step();
+    }
+    net.dead.insert(proxy);
+    net.run_until(100_000, |n| n.job_done(Phase::All));
+    assert_eq!(attached_to(&net, kin[0]), vec![net.root_id]);
+    for pair in kin.windows(2) {
+        assert_eq!(
+            attached_to(&net, pair[1]),
+            vec![pair[0]],
+            "{:?}",
+            net.root_events
+        );
+    }
+    let group = p.group[kin[0].index()];
+    assert!(root_bytes_into(&net, &p, group) <= 400 * 1000);
+    assert_everyone_has_everything(&net, &p);
+}
