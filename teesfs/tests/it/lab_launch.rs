@@ -65,13 +65,19 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         by(Method::DemandOnly).uplink_in_bytes
     );
     assert!(by(Method::UrgentFirst).urgent_s.is_some());
-    // The second launch, given no urgent globs, pushed first what every node read in the
+    // The second launch, given no urgent globs, pushed first what the nodes read in the
     // first (learned at its end, as the Slurm EpilogSlurmctld does): the one file the
-    // application read.
+    // application read. A node records what it opens only until it holds the whole layer,
+    // so a node whose application started after the rest streamed in (its CPU share is
+    // small) has nothing to tell: most nodes, not every one, must have recorded it.
+    let learned = &by(Method::Learned).detail;
+    let from: usize = learned
+        .strip_prefix("1 files learned from ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("learned one file: {learned}"));
     assert!(
-        by(Method::Learned)
-            .detail
-            .starts_with("1 files learned from 6 nodes in urgent-first, 1 pushed first"),
+        from >= 4 && learned.ends_with("in urgent-first, 1 pushed first with nothing given"),
         "{:?}",
         by(Method::Learned)
     );
