@@ -24,6 +24,15 @@ pub fn in_new_mounts(netns: &str, program: &str) -> Command {
     c
 }
 
+/// A command that runs `program` in `netns` only (the host's mounts), dying with the lab.
+pub fn in_net(netns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = crate::cgroup::nsenter(netns);
+    c.arg(format!("--net=/run/netns/{netns}"))
+        .args(["setpriv", "--pdeathsig", "KILL", "--"])
+        .arg(program);
+    c
+}
+
 /// A command that runs `program` in `netns` and in the mount namespace of process `pid`
 /// (a node's daemon), so it sees that node's FUSE mounts.
 pub fn in_mounts_of(netns: &str, pid: u32, program: &str) -> Command {

@@ -78,9 +78,9 @@ impl Lru {
         self.map.contains(id) || self.pinned_held.contains_key(id)
     }
 
-    /// Lists a held chunk: among the pinned if a job pins it, else as the most recently
-    /// used of the rest. True if it was not listed before.
-    fn hold(&mut self, id: ChunkId, len: u64) -> bool {
+    /// Lists a held chunk (again): among the pinned if a job pins it, else as the most
+    /// recently used of the rest.
+    fn hold(&mut self, id: ChunkId, len: u64) {
         let new = if self.pins.contains_key(&id) {
             self.pinned_held.insert(id, len).is_none()
         } else {
@@ -89,7 +89,6 @@ impl Lru {
         if new {
             self.bytes += len;
         }
-        new
     }
 }
 
@@ -217,7 +216,8 @@ impl NodeStore {
 
     /// Chunks held.
     pub fn len(&self) -> usize {
-        lock(&self.lru).map.len()
+        let l = lock(&self.lru);
+        l.map.len() + l.pinned_held.len()
     }
 
     /// Whether the store is empty.
@@ -399,10 +399,7 @@ impl NodeStore {
     fn list(&self, id: &ChunkId, len: u64, chunk: Option<&CheckedChunk>) {
         {
             let mut l = lock(&self.lru);
-            if !l.hold(*id, len) && !l.pinned_held.contains_key(id) {
-                // Held already: used now.
-                l.map.promote(id);
-            }
+            l.hold(*id, len);
             if let Some(c) = chunk
                 && len <= self.recent_budget
                 && l.recent.put(*id, c.clone()).is_none()

@@ -151,11 +151,8 @@ impl Slurm<'_> {
         let socket = mdir.join("munge.socket");
         let munged = which("munged").unwrap_or_else(|| "munged".into());
         let log = mdir.join("munged.log");
-        let mut cmd = crate::cgroup::nsenter(login);
-        cmd.arg(format!("--net=/run/netns/{login}"))
-            .args(["setpriv", "--pdeathsig", "KILL", "--"])
-            .arg(&munged)
-            .args(["--foreground", "--force"])
+        let mut cmd = crate::proc::in_net(login, &munged);
+        cmd.args(["--foreground", "--force"])
             .arg(format!("--socket={}", socket.display()))
             .arg(format!("--key-file={}", key.display()))
             .arg(format!("--pid-file={}", mdir.join("munged.pid").display()))

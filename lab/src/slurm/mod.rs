@@ -227,11 +227,8 @@ impl Slurm<'_> {
             .node("login")
             .map(|n| n.netns.clone())
             .unwrap_or_default();
-        let mut c = crate::cgroup::nsenter(&login);
-        c.arg(format!("--net=/run/netns/{login}"))
-            .args(["setpriv", "--pdeathsig", "KILL", "--"])
-            .arg(program)
-            .env("SLURM_CONF", &self.conf);
+        let mut c = crate::proc::in_net(&login, program);
+        c.env("SLURM_CONF", &self.conf);
         c
     }
 

@@ -265,11 +265,8 @@ impl Lab {
             .netns
             .clone();
         let log = dir.join("seeder.log");
-        let mut cmd = crate::cgroup::nsenter(&login);
-        cmd.arg(format!("--net=/run/netns/{login}"))
-            .args(["setpriv", "--pdeathsig", "KILL", "--"])
-            .arg(self.teesfs_bin())
-            .arg("seeder")
+        let mut cmd = crate::proc::in_net(&login, self.teesfs_bin());
+        cmd.arg("seeder")
             .env("TEESFS_SITE_CONFIG", dir.join("teesfs.toml"))
             .env("TEESFS_CONFIG", dir.join("config"))
             .env("TEESFS_LOG", "info")

@@ -134,21 +134,14 @@ pub fn run(args: SeederArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A uid from a user name or a number.
+/// A uid from a user name or a number of `[seeder] allow`.
 fn uid_of(user: &str) -> anyhow::Result<u32> {
-    if let Ok(n) = user.parse() {
-        return Ok(n);
-    }
-    nix::unistd::User::from_name(user)
-        .ok()
-        .flatten()
-        .map(|u| u.uid.as_raw())
-        .with_context(|| {
-            format!(
-                "[seeder] allow names {user:?}, not a user on this host: name the controller's \
+    super::util::uid_of(user).with_context(|| {
+        format!(
+            "[seeder] allow names {user:?}, not a user on this host: name the controller's \
                  SlurmUser by name or uid"
-            )
-        })
+        )
+    })
 }
 
 /// The log directory: others may enter it, not list it (each job's files are shared with

@@ -152,6 +152,16 @@ pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
         .collect()
 }
 
+/// A uid from a user name or a number; `None` for a name this host does not know.
+pub fn uid_of(user: &str) -> Option<u32> {
+    user.parse().ok().or_else(|| {
+        nix::unistd::User::from_name(user)
+            .ok()
+            .flatten()
+            .map(|u| u.uid.as_raw())
+    })
+}
+
 /// The site's `keys` with the user-bound keys of `dir` (`dir/<user or uid>/*.pub`, see
 /// `teesfs daemon --trusted-users`): those are trusted too, for their users' jobs only.
 pub fn load_user_trust(
@@ -167,19 +177,12 @@ pub fn load_user_trust(
     };
     for user in users.flatten().filter(|e| e.path().is_dir()) {
         let name = user.file_name().to_string_lossy().into_owned();
-        let uid = match name.parse::<u32>() {
-            Ok(uid) => uid,
-            Err(_) => nix::unistd::User::from_name(&name)
-                .ok()
-                .flatten()
-                .map(|u| u.uid.as_raw())
-                .with_context(|| {
-                    format!(
-                        "{}: no user {name:?} on this node; name the directory by the uid",
-                        user.path().display()
-                    )
-                })?,
-        };
+        let uid = uid_of(&name).with_context(|| {
+            format!(
+                "{}: no user {name:?} on this node; name the directory by the uid",
+                user.path().display()
+            )
+        })?;
         let rd = std::fs::read_dir(user.path())
             .with_context(|| format!("reading {}", user.path().display()))?;
         for f in rd.flatten().map(|e| e.path()) {
