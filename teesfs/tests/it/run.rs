@@ -33,11 +33,17 @@ impl Drop for HostDir {
     }
 }
 
-fn mount_lines() -> Vec<String> {
+/// The mount points of this process's namespace, without those of the other tests running
+/// beside this one (their workspaces come and go meanwhile); `mine` is this test's
+/// workspace, whose mounts count.
+fn mount_lines(mine: &Path) -> Vec<String> {
+    let others = std::env::temp_dir().join("teesfs-it-");
+    let others = others.to_string_lossy();
     std::fs::read_to_string("/proc/self/mountinfo")
         .expect("mountinfo")
         .lines()
         .map(|l| l.split(' ').nth(4).unwrap_or_default().to_string())
+        .filter(|m| !m.starts_with(others.as_ref()) || Path::new(m).starts_with(mine))
         .collect()
 }
 
@@ -103,7 +109,7 @@ fn run_sees_the_layer_over_the_host_root_and_leaves_nothing_behind() {
     let id = ws.publish(&layer(&ws, &tag));
     let mnt = ws.mount(&id, "mnt", &[]);
     let tmp = private_tmp(&ws);
-    let before = mount_lines();
+    let before = mount_lines(ws.path());
     let script = format!(
         "cat /opt/app-{tag}/hello.txt && cat /usr/share/teesfs-it-{tag}/data \
          && test -f /etc/os-release && test -x /bin/sh \
@@ -132,7 +138,11 @@ fn run_sees_the_layer_over_the_host_root_and_leaves_nothing_behind() {
             .join(format!("usr/share/teesfs-it-{tag}/new"))
             .exists()
     );
-    assert_eq!(mount_lines(), before, "the environment's mounts are gone");
+    assert_eq!(
+        mount_lines(ws.path()),
+        before,
+        "the environment's mounts are gone"
+    );
     assert_empty(&tmp);
 }
 
