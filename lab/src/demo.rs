@@ -41,6 +41,8 @@ pub struct AppRun {
     pub ok: bool,
     /// Its stdout (first line).
     pub output: String,
+    /// CPU seconds it used, with the processes it waited for (`sh` and what it ran).
+    pub cpu_s: f64,
 }
 
 /// The demo's outcome.
@@ -133,6 +135,7 @@ pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun
                     done_s: f64::NAN,
                     ok: false,
                     output: "never started: the job was not mounted".into(),
+                    cpu_s: 0.0,
                 })
             })
             .collect();
@@ -184,14 +187,16 @@ fn step(
             p.started = Some((t0.elapsed().as_secs_f64(), child));
         }
         Some((started_s, child)) => {
-            if let Ok(Some(_)) = child.try_wait() {
+            if crate::proc::has_exited(child) {
                 let done_s = t0.elapsed().as_secs_f64();
                 let mut out = String::new();
                 if let Some(mut so) = child.stdout.take() {
                     use std::io::Read;
                     let _ = so.read_to_string(&mut out);
                 }
-                let status = child.wait().map(|s| s.success()).unwrap_or(false);
+                let (status, cpu_s) = crate::proc::wait_with_cpu(child)
+                    .map(|(s, cpu)| (s.success(), cpu))
+                    .unwrap_or((false, 0.0));
                 let expect = subst(&app.expect, Path::new(""), &p.host);
                 p.done = Some(AppRun {
                     host: p.host.clone(),
@@ -199,6 +204,7 @@ fn step(
                     done_s,
                     ok: status && out.contains(&expect),
                     output: out.lines().next().unwrap_or("").to_string(),
+                    cpu_s,
                 });
             }
         }
@@ -239,19 +245,25 @@ pub fn start_everywhere(
         children.push((node.host.clone(), child));
     }
     let mut runs = Vec::new();
-    for (host, child) in children {
+    for (host, mut child) in children {
         check_interrupt()?;
-        let out = child
-            .wait_with_output()
-            .map_err(LabError::io(&app.program))?;
-        let text = String::from_utf8_lossy(&out.stdout);
+        let mut out = Vec::new();
+        if let Some(mut so) = child.stdout.take() {
+            use std::io::Read;
+            so.read_to_end(&mut out)
+                .map_err(LabError::io(&app.program))?;
+        }
+        let text = String::from_utf8_lossy(&out);
+        let (status, cpu_s) =
+            crate::proc::wait_with_cpu(&mut child).map_err(LabError::io(&app.program))?;
         let expect = subst(&app.expect, Path::new(""), &host);
         runs.push(AppRun {
-            ok: out.status.success() && text.contains(&expect),
+            ok: status.success() && text.contains(&expect),
             output: text.lines().next().unwrap_or("").to_string(),
             host,
             started_s: 0.0,
             done_s: t0.elapsed().as_secs_f64(),
+            cpu_s,
         });
     }
     Ok(runs)

@@ -101,8 +101,10 @@ pub struct Cleaned {
 }
 
 /// Removes every lab resource on this machine: kills processes in lab namespaces, deletes
-/// the namespaces (and with them every lab link and bridge), removes lab work directories.
-/// Meant for leftovers of a run that was killed; running labs are destroyed too.
+/// the namespaces (and with them every lab link and bridge), removes lab work directories
+/// and their mounts (the nodes' tmpfs stores) from TMPDIR, `/tmp`, `/dev/shm` and
+/// `/var/tmp`, wherever the lab ran. Meant for leftovers of a run that was killed;
+/// running labs are destroyed too.
 pub fn clean() -> Result<Cleaned> {
     require_root()?;
     let mut done = Cleaned::default();
@@ -126,8 +128,14 @@ pub fn clean() -> Result<Cleaned> {
     }
     done.cgroups = cgroup::clean(&done.namespaces);
     done.users = slurm::site::remove_lab_users();
-    let tmp = std::env::temp_dir();
-    if let Ok(rd) = std::fs::read_dir(&tmp) {
+    // A lab's work directory is in the TMPDIR it ran with, which may not be this one's.
+    let mut tmps = vec![std::env::temp_dir()];
+    for d in ["/tmp", "/dev/shm", "/var/tmp"].map(std::path::PathBuf::from) {
+        if !tmps.contains(&d) {
+            tmps.push(d);
+        }
+    }
+    for rd in tmps.iter().filter_map(|t| std::fs::read_dir(t).ok()) {
         for e in rd.flatten() {
             let name = e.file_name();
             let name = name.to_string_lossy();

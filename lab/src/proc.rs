@@ -175,6 +175,31 @@ fn stat_seconds(pid: u32, fields: usize) -> f64 {
     ticks as f64 / hz as f64
 }
 
+/// Waits for `child` to exit and returns the CPU seconds it and the children it waited for
+/// used (read from the exited process before it is reaped), with its exit status.
+///
+/// Drain its piped output first: this blocks until it exits.
+pub fn wait_with_cpu(child: &mut Child) -> std::io::Result<(std::process::ExitStatus, f64)> {
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    // Left unreaped, the process's /proc/PID/stat still holds its final times.
+    let cpu = match waitid(Id::Pid(Pid::from_raw(child.id() as i32)), flags) {
+        Ok(_) => cpu_seconds_with_children(child.id()),
+        Err(_) => 0.0,
+    };
+    Ok((child.wait()?, cpu))
+}
+
+/// Whether `child` has exited, without reaping it (so its CPU can still be read).
+pub fn has_exited(child: &Child) -> bool {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+    !matches!(
+        waitid(Id::Pid(Pid::from_raw(child.id() as i32)), flags),
+        Ok(WaitStatus::StillAlive)
+    )
+}
+
 /// CPU seconds of this process's waited-for children so far.
 pub fn children_cpu_seconds() -> f64 {
     use nix::sys::resource::{UsageWho, getrusage};
@@ -188,6 +213,19 @@ pub fn children_cpu_seconds() -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_childs_cpu_counts_what_it_waited_for_and_is_read_before_it_is_reaped() {
+        // `sh` runs a busy child and waits for it: its CPU is the child's.
+        let mut c = std::process::Command::new("sh")
+            .args(["-c", "timeout 0.5 sh -c 'while :; do :; done'; exit 3"])
+            .spawn()
+            .expect("sh");
+        let (status, cpu) = super::wait_with_cpu(&mut c).expect("waited");
+        assert_eq!(status.code(), Some(3));
+        assert!(cpu >= 0.2, "a busy half second counted {cpu} CPU-s");
+        assert!(super::has_exited(&c), "a reaped child counts as exited");
+    }
+
     #[test]
     fn own_cpu_is_readable() {
         let mut x = 0u64;
