@@ -8,6 +8,10 @@
 //! shared = "/shared/teesfs"        # the store as nodes see it, if they can read it:
 //!                                  # enables shared-storage mode (`auto` at or below
 //!                                  # `threshold` nodes). Without it `auto` plans the tree.
+//! origin = "/lustre/teesfs/store"  # the store as nodes see it, read by their daemons for a
+//!                                  # chunk no node of the tree can give (a lost chunk once
+//!                                  # the push ended), as CVMFS falls back to its server;
+//!                                  # default: `shared`. The daemon's --origin.
 //!
 //! [root]
 //! host = "login1"                  # the login node's name: the root of every tree
@@ -185,6 +189,17 @@ pub struct StoreSection {
     pub path: Option<PathBuf>,
     /// The store as the nodes see it, when they can read it (shared-storage mode).
     pub shared: Option<PathBuf>,
+    /// The store as the nodes' daemons see it, read for a chunk no node gives
+    /// ([`StoreSection::origin`]).
+    pub origin: Option<PathBuf>,
+}
+
+impl StoreSection {
+    /// Where a node's daemon reads a chunk no node of the tree can give: `origin`, else
+    /// `shared` (a store the nodes can read is one they can fall back to).
+    pub fn origin(&self) -> Option<&std::path::Path> {
+        self.origin.as_deref().or(self.shared.as_deref())
+    }
 }
 
 /// `[root]`.
@@ -263,7 +278,7 @@ impl ReportsSection {
 
 /// Every section and its keys.
 const SECTIONS: [(&str, &[&str]); 8] = [
-    ("store", &["path", "shared"]),
+    ("store", &["path", "shared", "origin"]),
     ("root", &["host"]),
     ("topology", &["file", "cluster", "group_size", "links"]),
     ("tree", &["strategy", "width", "threshold"]),
@@ -565,7 +580,7 @@ impl SiteConfig {
             push,
             seeder,
         } = later;
-        overlay_fields!(self.store, store, path, shared);
+        overlay_fields!(self.store, store, path, shared, origin);
         overlay_fields!(self.root, root, host);
         if topology.file.is_some() {
             // A later file's topology replaces a generated one, and the other way round.
@@ -612,6 +627,22 @@ mod tests {
         assert_eq!(cfg.topology.group_size, Some(8));
         assert_eq!(cfg.network.port, Some(7411));
         assert_eq!(cfg.store.shared, Some(PathBuf::from("/shared/teesfs")));
+        assert_eq!(
+            cfg.store.origin(),
+            Some(std::path::Path::new("/lustre/teesfs/store"))
+        );
+    }
+
+    /// Issue 32 item 2: the origin store nodes fall back to is `origin`, else `shared`.
+    #[test]
+    fn the_origin_store_is_origin_else_shared() {
+        assert_eq!(SiteConfig::default().store.origin(), None);
+        let shared = SiteConfig::from_toml("[store]\nshared = \"/gpfs/s\"\n", "a").expect("a");
+        assert_eq!(shared.store.origin(), Some(std::path::Path::new("/gpfs/s")));
+        let both = shared
+            .overlay(SiteConfig::from_toml("[store]\norigin = \"/lustre/o\"\n", "b").expect("b"));
+        assert_eq!(both.store.origin(), Some(std::path::Path::new("/lustre/o")));
+        assert_eq!(both.store.shared, Some(PathBuf::from("/gpfs/s")));
     }
 
     /// Issue 30 item 1: the `[seeder]` section, its defaults, and bad values contained.

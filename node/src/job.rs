@@ -22,7 +22,10 @@
 //!   once when the store announces it and whenever a read or a send finds it missing, so a
 //!   reader never waits for a chunk the relay believes it holds; a waiting reader gets the
 //!   chunk's bytes straight from the message that brought them, even if the store cannot
-//!   keep them.
+//!   keep them;
+//! - a chunk no node gives (the parent, the others the relay asks) is read from the
+//!   origin store when the site names one (`origin.rs`), and when no source is left every
+//!   reader waiting for it fails at once, as the relay decides.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +41,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 mod chunks;
 mod liveness;
+mod origin;
 mod pump;
 
 pub(crate) use chunks::ChunkTaken;
@@ -50,8 +54,9 @@ use crate::net::StreamKind;
 use crate::source::Fetched;
 use crate::sync::lock;
 
-/// A reader waiting for a chunk: it gets the plain bytes verified on arrival.
-type Waiter = oneshot::Sender<Verified>;
+/// A reader waiting for a chunk: it gets the plain bytes verified on arrival, or the
+/// error that no source could give it.
+type Waiter = oneshot::Sender<Result<Verified, Error>>;
 
 /// A timestamped relay event.
 pub(crate) type TimedEvent = (Instant, Event);
@@ -81,6 +86,12 @@ pub struct JobCounters {
     /// answered: starved, kept instead of declared failed.
     #[serde(default)]
     pub starved: u64,
+    /// Chunks read from the origin store because no node gave them.
+    #[serde(default)]
+    pub from_origin: u64,
+    /// Chunks no source could give (their readers failed with EIO).
+    #[serde(default)]
+    pub unobtainable: u64,
 }
 
 /// Per-job behaviour knobs.
@@ -142,6 +153,8 @@ enum Input {
     EndServing,
     /// This node's store cannot keep the job's chunks: it leaves the tree, saying why.
     StoreFailed(String),
+    /// `chunk` was read from the origin store (`got`: there, verified and kept) or not.
+    Origin { chunk: ChunkNo, got: bool },
 }
 
 /// What the job's task last published of its relay, for status and reports.
@@ -216,6 +229,8 @@ pub struct JobCore {
     /// Who hears of each chunk that arrives verified (the job's mount, to make its
     /// passthrough copies ahead); until one listens, the chunks that arrived.
     arrivals: Mutex<Arrivals>,
+    /// The origin store, where chunks no node gives are read ([`JobCore::use_origin`]).
+    origin: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 /// Told of each chunk that arrives at a job, verified: its number and plain bytes.
@@ -285,6 +300,7 @@ impl JobCore {
             activity: Arc::new(AtomicU64::new(0)),
             store_failed: std::sync::atomic::AtomicBool::new(false),
             arrivals: Mutex::new(Arrivals::Early(Vec::new())),
+            origin: std::sync::OnceLock::new(),
         });
         (core, rx)
     }
@@ -404,6 +420,7 @@ impl JobCore {
             }
             Input::EndServing => r.end_serving(),
             Input::StoreFailed(why) => r.leave(&why),
+            Input::Origin { chunk, got } => r.handle_origin(now, chunk, got),
         }
     }
 
@@ -444,7 +461,18 @@ impl JobCore {
                 t => self.transmit(r, t),
             }
         }
+        while let Some(chunk) = r.poll_origin() {
+            self.read_origin(chunk);
+        }
         while let Some(e) = r.poll_event() {
+            if let Event::Unobtainable {
+                chunk,
+                tried,
+                again,
+            } = &e
+            {
+                self.unobtainable(*chunk, tried, *again);
+            }
             // A peer given up may come back as a new process: talk to it afresh.
             if let Event::ChildFailed(peer) | Event::ParentLost(peer) = e
                 && let Some((host, _)) = self.peer_addr(r, peer)
@@ -552,6 +580,8 @@ impl JobCore {
         c.duplicates = stats.duplicates;
         c.lost = stats.lost;
         c.starved = stats.starved;
+        c.from_origin = stats.from_origin;
+        c.unobtainable = stats.unobtainable;
         c
     }
 
@@ -721,9 +751,10 @@ impl JobCore {
             return Ok(fetched(s));
         }
         self.tell(Input::Want(chunk));
-        rx.await
-            .map(Fetched::Verified)
-            .map_err(|_| Error::JobClosed)
+        match rx.await {
+            Ok(got) => got.map(Fetched::Verified),
+            Err(_) => Err(Error::JobClosed),
+        }
     }
 
     /// Whether `host` is a peer of this job (in its tree).

@@ -159,6 +159,19 @@ pub enum Error {
     /// The job ended while a reader waited for one of its chunks.
     #[error("job closed while waiting for a chunk")]
     JobClosed,
+    /// No source could give a chunk: the parent, the other nodes asked and the origin
+    /// store (if the site names one) all lack it or cannot be reached.
+    #[error(
+        "no source could give chunk {chunk} (asked: {tried}); reads of it fail until a source \
+         comes back: check the node's parent with `teesfs status`, or set the origin store \
+         (`[store] origin` in teesfs.toml, `teesfs daemon --origin`)"
+    )]
+    Unobtainable {
+        /// The chunk's id (short form).
+        chunk: String,
+        /// The sources asked, in order.
+        tried: String,
+    },
     /// A worker task (a blocking store read) failed.
     #[error("a worker task failed: {0}")]
     Task(#[from] tokio::task::JoinError),

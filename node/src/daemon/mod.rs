@@ -77,6 +77,9 @@ pub struct DaemonConfig {
     pub mount: bool,
     /// Per-job knobs (rate limit, fault injection).
     pub knobs: super::job::JobKnobs,
+    /// The origin store: a store directory on a shared file system this node can read,
+    /// where a job's chunks no node gives are read before a read fails (`--origin`).
+    pub origin: Option<PathBuf>,
 }
 
 struct NodeJob {
@@ -412,6 +415,9 @@ impl Daemon {
             &known,
             self.cfg.knobs,
         );
+        if let (Some(origin), None) = (&self.cfg.origin, &shared) {
+            core.use_origin(origin.clone());
+        }
         let mountpoint = self.cfg.mount_root.join(job.to_string());
         // A job read from shared storage never waits for the tree: nothing to learn.
         let record = (self.cfg.mount && shared.is_none())

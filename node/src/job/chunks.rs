@@ -143,7 +143,7 @@ impl JobCore {
 
     /// Tells the job's listener of a chunk that arrived ([`JobCore::on_arrival`]), or
     /// notes it until one listens.
-    fn arrived(&self, chunk: ChunkNo, plain: &Verified) {
+    pub(super) fn arrived(&self, chunk: ChunkNo, plain: &Verified) {
         let hook = match &mut *lock(&self.arrivals) {
             Arrivals::Hook(h) => h.clone(),
             Arrivals::Early(early) => {
@@ -167,7 +167,7 @@ impl JobCore {
     pub(super) fn wake(&self, chunk: ChunkNo, plain: &Verified) {
         if let Some(ws) = lock(&self.waiters).remove(&chunk) {
             for w in ws {
-                let _ = w.send(plain.clone());
+                let _ = w.send(Ok(plain.clone()));
             }
         }
     }

@@ -54,7 +54,7 @@ impl Relay {
     /// for again at once if a child still needs it (its push would stall behind it) or
     /// somebody waits for it; otherwise when somebody next wants it. The root cannot fetch
     /// anything: a chunk lost there stays lost.
-    pub fn handle_lost(&mut self, _now: Instant, chunk: ChunkNo) {
+    pub fn handle_lost(&mut self, now: Instant, chunk: ChunkNo) {
         let i = chunk.index();
         if i >= self.schedule.len() || !self.have.contains(i) {
             return;
@@ -70,8 +70,8 @@ impl Relay {
         }
         let needed =
             self.wants.contains_key(&chunk) || self.children.values().any(|c| !c.sent.contains(i));
-        if needed && self.asked.insert(chunk) {
-            self.send_want(chunk);
+        if needed {
+            self.seek(now, chunk);
         }
     }
 
@@ -120,6 +120,12 @@ impl Relay {
             }
             return;
         }
+        self.took(now, chunk);
+    }
+
+    /// A verified chunk is here (from a peer or the origin store): counted as held, its
+    /// search ended, its waiting children served.
+    pub(super) fn took(&mut self, now: Instant, chunk: ChunkNo) {
         if self.have.put(chunk.index()) {
             self.stats.duplicates += 1;
             return;
@@ -128,7 +134,7 @@ impl Relay {
         if self.lost.remove(&chunk) {
             self.count_lost(chunk, false);
         }
-        self.asked.remove(&chunk);
+        self.sources.arrived(chunk);
         if let Some(waiters) = self.wants.remove(&chunk) {
             for w in waiters {
                 if let Waiter::Child(c) = w {

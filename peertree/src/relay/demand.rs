@@ -1,7 +1,7 @@
 //! Demand: a chunk needed now, by a blocked read here or by a child's `Want`/`Lost`. It is
-//! answered at once when held, otherwise asked of the parent once however many wait for
-//! it, and served to every waiter when it arrives ([`super::Relay::handle_chunk`]). The
-//! push order is not touched here.
+//! answered at once when held, otherwise searched for once however many wait for it (the
+//! parent first, then other sources: [`super::sources`]), and served to every waiter when
+//! it arrives ([`super::Relay::handle_chunk`]). The push order is not touched here.
 
 use std::time::Instant;
 
@@ -32,7 +32,7 @@ impl Relay {
         }
     }
 
-    /// `who` needs `chunk` now: serve it if held, else wait for it, asking the parent only
+    /// `who` needs `chunk` now: serve it if held, else wait for it, searching for it only
     /// for the first waiter.
     pub(super) fn on_want(&mut self, now: Instant, who: Waiter, chunk: ChunkNo) {
         if chunk.index() >= self.schedule.len() {
@@ -51,9 +51,7 @@ impl Relay {
         if !waiters.contains(&who) {
             waiters.push(who);
         }
-        if self.asked.insert(chunk) {
-            self.send_want(chunk);
-        }
+        self.seek(now, chunk);
     }
 
     /// A child lost `chunk` after we sent it ([`Msg::Lost`]): it is no longer counted as
@@ -69,7 +67,8 @@ impl Relay {
 
     /// Asks the parent for `chunk` (as `Lost` if it was held here once, since the parent
     /// ignores a plain `Want` for a chunk it already sent). Nothing while re-attaching: the
-    /// new parent is asked for every outstanding chunk once it adopts us.
+    /// new parent is asked for every outstanding chunk once it adopts us
+    /// ([`super::sources::Sources::new_parent`]).
     pub(super) fn send_want(&mut self, chunk: ChunkNo) {
         if let Some(p) = self.parent()
             && self.root.is_none()

@@ -44,6 +44,8 @@ mod pace;
 mod recovery;
 mod root;
 mod schedule;
+mod seek;
+mod sources;
 mod subtree;
 #[cfg(test)]
 mod tests;
@@ -64,6 +66,7 @@ pub use pace::Pacer;
 use recovery::Attaching;
 use root::RootState;
 pub use schedule::Schedule;
+pub use sources::{Known, MAX_PEER_ASKS, Source, Sources, Step};
 use subtree::Child;
 
 /// How long the root holds the hysteretic set back after the urgent set is on every node
@@ -143,6 +146,17 @@ pub enum Event {
     /// wait twice the last, it never answered. This node stops asking and keeps what it
     /// holds; nothing more comes from the tree.
     RootGone(u32),
+    /// No source could give `chunk` (the parent, the other nodes asked, the origin store):
+    /// every reader waiting for it here fails now, and the next ones at once until a
+    /// source may have come back.
+    Unobtainable {
+        /// The chunk.
+        chunk: ChunkNo,
+        /// The sources the search asked, in order.
+        tried: Vec<Source>,
+        /// The search failed lately already and nothing changed since: said before.
+        again: bool,
+    },
 }
 
 /// Counters for tests and status.
@@ -163,6 +177,11 @@ pub struct RelayStats {
     /// Times a peer stayed silent past its deadline while its transport still answered
     /// ([`Relay::handle_transport_alive`]): a starved peer kept instead of declared failed.
     pub starved: u64,
+    /// Chunks read from the origin store because no node gave them.
+    pub from_origin: u64,
+    /// Searches for a chunk that found no source ([`Event::Unobtainable`], repeats not
+    /// counted).
+    pub unobtainable: u64,
 }
 
 /// One node's relay state for one job.
@@ -207,7 +226,12 @@ pub struct Relay {
     /// passes on to that parent would be lost.
     attached_log: BTreeMap<NodeId, NodeId>,
     wants: HashMap<ChunkNo, Vec<Waiter>>,
-    asked: HashSet<ChunkNo>,
+    /// Where each chunk that is wanted and not held is being looked for.
+    sources: Sources,
+    /// This node can read an origin store ([`Relay::set_origin`]).
+    origin: bool,
+    /// Chunks to read from the origin store ([`Relay::poll_origin`]).
+    origin_reads: VecDeque<ChunkNo>,
     /// Chunks held once and lost since: asked for again with [`Msg::Lost`], because the
     /// parent believes they are here.
     lost: HashSet<ChunkNo>,
@@ -411,7 +435,9 @@ impl Relay {
             failed_log: Vec::new(),
             attached_log: BTreeMap::new(),
             wants: HashMap::new(),
-            asked: HashSet::new(),
+            sources: Sources::new(timers::ms(timing.deadline_ms)),
+            origin: false,
+            origin_reads: VecDeque::new(),
             lost: HashSet::new(),
             lost_urgent: 0,
             lost_pushed: 0,
@@ -578,6 +604,7 @@ impl Relay {
     }
 
     fn touch(&mut self, from: NodeId, now: Instant) {
+        self.sources.heard(from);
         if Some(from) == self.parent {
             self.parent_heard = now;
             self.parent_starved = false;
@@ -618,6 +645,8 @@ impl Relay {
             RelayMsg::Report(r) => self.on_report(now, from, r),
             RelayMsg::Attach { have } => self.on_attach(now, from, &have),
             RelayMsg::Held { have } => self.on_held(from, &have),
+            RelayMsg::Ask { chunk } => self.on_ask(now, from, chunk),
+            RelayMsg::Lacks { chunk } => self.on_lacks(now, from, chunk),
             RelayMsg::Adopted => self.on_adopted(now, from),
             RelayMsg::Finished => {
                 if Some(from) == self.parent && !self.finished {

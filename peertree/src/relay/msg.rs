@@ -324,6 +324,19 @@ pub enum Msg {
         #[serde(with = "bytes")]
         json: Vec<u8>,
     },
+    /// Any node of a job to another that may hold a chunk its parent cannot give: send
+    /// it if you hold it, else say [`Msg::Lacks`]. Answered from what the receiver holds,
+    /// never asked of anyone else ([`crate::relay::Sources`]).
+    Ask {
+        /// Position in the chunk table.
+        chunk: ChunkNo,
+    },
+    /// Answer to [`Msg::Ask`], or a parent to a child waiting for a chunk no source gave
+    /// it: I do not have this chunk and cannot get it; look elsewhere.
+    Lacks {
+        /// Position in the chunk table.
+        chunk: ChunkNo,
+    },
 }
 
 /// An arriving message, sorted once by the process that receives it: what starts or
@@ -398,6 +411,16 @@ pub enum RelayMsg {
         /// Why, for the operator.
         reason: String,
     },
+    /// [`Msg::Ask`].
+    Ask {
+        /// Position in the chunk table.
+        chunk: ChunkNo,
+    },
+    /// [`Msg::Lacks`].
+    Lacks {
+        /// Position in the chunk table.
+        chunk: ChunkNo,
+    },
 }
 
 impl Msg {
@@ -426,6 +449,8 @@ impl Msg {
             Msg::Refused { reason } => Routed::Relay(RelayMsg::Refused { reason }),
             Msg::AskRecord { reply } => Routed::AskRecord { reply },
             Msg::Record { json } => Routed::Record { json },
+            Msg::Ask { chunk } => Routed::Relay(RelayMsg::Ask { chunk }),
+            Msg::Lacks { chunk } => Routed::Relay(RelayMsg::Lacks { chunk }),
         }
     }
 }

@@ -28,7 +28,7 @@ use super::demand::Waiter;
 use super::msg::{bits_from_words, pack_words};
 use super::subtree::Child;
 use super::timers::ms;
-use super::{ChunkNo, Event, Msg, NodeInfo, Relay, Report, Transmit};
+use super::{Event, Msg, NodeInfo, Relay, Report, Transmit};
 use crate::plan::NodeId;
 
 /// Re-attaching after the parent was lost: who is being asked, until when.
@@ -49,6 +49,7 @@ impl Relay {
     /// The transport could not reach `peer` at all (connection refused or reset):
     /// act on it now instead of waiting for the deadline.
     pub fn handle_unreachable(&mut self, now: Instant, peer: NodeId) {
+        self.source_silent(now, peer);
         if self.children.contains_key(&peer) {
             self.fail_child(now, peer);
         } else if self.attaching.is_none() && Some(peer) == self.parent && self.root.is_none() {
@@ -165,6 +166,7 @@ impl Relay {
         // Orphaned by the planned parent: the deputy among my siblings first (once), so
         // that only it draws the rest of the layer across the group's uplink.
         if current == 0 && self.ask_deputy(now, current + 1) {
+            self.sources_lost_parent(now);
             return;
         }
         self.attaching = Some(Attaching {
@@ -174,6 +176,7 @@ impl Relay {
             deadline: now,
         });
         self.attach_next(now);
+        self.sources_lost_parent(now);
     }
 
     /// Asks the deputy among my siblings (the one before me in [`Start::kin`](super::Start))
@@ -242,6 +245,7 @@ impl Relay {
                 // No more heartbeats, deadlines or asks for this job here.
                 self.finished = true;
                 self.events.push_back(Event::RootGone(self.root_asks));
+                self.sources_no_parent_coming(now);
                 return;
             }
             wait *= 1 << self.root_asks;
@@ -381,10 +385,7 @@ impl Relay {
                     .iter()
                     .map(|(&node, &parent)| (parent, node)),
             );
-            let asked: Vec<ChunkNo> = self.asked.iter().copied().collect();
-            for chunk in asked {
-                self.send_want(chunk);
-            }
+            self.sources_new_parent(now);
         }
     }
 }

@@ -193,6 +193,10 @@ impl Relay {
     pub(super) fn on_report(&mut self, now: Instant, from: NodeId, mut r: Report) {
         if self.children.contains_key(&from) {
             let mut edge = None;
+            if !r.done.is_empty() {
+                // A node that completed a phase holds chunks a failed search lacked.
+                self.sources.news();
+            }
             for &(node, phase) in &r.done {
                 self.done_log.push((node, phase));
                 if node == from

@@ -12,6 +12,9 @@ use super::*;
 use crate::topology::Topology;
 use crate::{PlanOptions, Strategy};
 
+#[path = "seek_tests.rs"]
+mod seek;
+
 enum Item {
     Msg(Msg),
     Chunk { chunk: ChunkNo },
@@ -39,6 +42,8 @@ struct Net {
     root_id: NodeId,
     /// Chunk positions each node's store holds before it joins (from an earlier job).
     held: HashMap<NodeId, Vec<ChunkNo>>,
+    /// [`Event::Unobtainable`] of every node but the root.
+    unobtainable: HashMap<NodeId, Vec<Event>>,
 }
 
 fn plan(groups: usize, group: usize, strategy: Strategy) -> crate::Plan {
@@ -98,6 +103,7 @@ impl Net {
             root_events: Vec::new(),
             root_id,
             held: HashMap::new(),
+            unobtainable: HashMap::new(),
         }
     }
 
@@ -201,6 +207,8 @@ impl Net {
             while let Some(e) = r.poll_event() {
                 if id == self.root_id {
                     self.root_events.push(e);
+                } else if let Event::Unobtainable { .. } = e {
+                    self.unobtainable.entry(id).or_default().push(e);
                 }
             }
             for t in out {

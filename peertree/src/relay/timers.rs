@@ -77,6 +77,8 @@ impl Relay {
         {
             self.attach_next(now);
         }
+        // Searches for chunks go on after the job is finished: its mount still reads.
+        self.sources_due(now);
         if self.finished {
             return;
         }
@@ -173,6 +175,9 @@ impl Relay {
         let mut t: Option<Instant> = self.attaching.as_ref().map(|a| a.deadline);
         let mut consider = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         if let Some(x) = self.root.as_ref().and_then(RootState::next_limbo) {
+            consider(x);
+        }
+        if let Some(x) = self.sources.poll_timeout() {
             consider(x);
         }
         if let Some(x) = self

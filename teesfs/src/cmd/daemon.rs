@@ -55,6 +55,13 @@ pub struct DaemonArgs {
     /// well within it.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     read_timeout: std::time::Duration,
+    /// The origin store: a store directory on a shared file system this node can read
+    /// (the login node's store as the nodes mount it). A chunk of a running job that no
+    /// node of its tree can give (lost here after the push ended, the parent dead) is read
+    /// there, checked against its id, before a read of it fails with EIO. Default: the
+    /// site's `[store] origin`, else `[store] shared`; none without them.
+    #[arg(long, value_name = "DIR")]
+    origin: Option<PathBuf>,
     /// Trusted publisher public key (repeatable); default as `teesfs verify --help` says.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
@@ -201,6 +208,7 @@ fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
         trusted,
         revoked,
         mount: !args.no_mount,
+        origin: args.origin.clone(),
         knobs: teesfs_node::job::JobKnobs {
             rate_limit: args.rate_limit,
             #[cfg(feature = "lab")]

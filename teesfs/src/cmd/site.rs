@@ -28,6 +28,7 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
     };
     one("store", site.store.path.as_deref().map(path));
     one("shared_store", site.store.shared.as_deref().map(path));
+    one("origin", site.store.origin().map(path));
     one("login", site.root.host.clone().map(leak));
     let topology_given = argv.iter().any(|a| {
         TOPOLOGY_FLAGS
@@ -70,6 +71,7 @@ fn arg_of(section: &str, key: &str) -> Option<&'static str> {
     Some(match (section, key) {
         ("store", "path") => "store",
         ("store", "shared") => "shared_store",
+        ("store", "origin") => "origin",
         ("root", "host") => "login",
         ("topology", "file") => "topology",
         ("topology", "cluster") => "cluster",
@@ -205,6 +207,31 @@ mod tests {
 
     fn site(text: &str) -> SiteConfig {
         SiteConfig::from_toml(text, "test").expect("site")
+    }
+
+    /// Issue 32 item 2: the daemon's origin store is the site's `[store] origin`, else its
+    /// `[store] shared`; `--origin` wins.
+    #[test]
+    fn the_daemons_origin_store_comes_from_the_site() {
+        use clap::CommandFactory;
+        let origin_of = |text: &str, extra: &[&str]| {
+            let mut argv: Vec<OsString> = ["teesfs", "daemon"].iter().map(OsString::from).collect();
+            argv.extend(extra.iter().map(OsString::from));
+            let m = apply(crate::Cli::command(), &site(text), &argv)
+                .try_get_matches_from(&argv)
+                .expect("parses");
+            let (_, sub) = m.subcommand().expect("daemon");
+            sub.get_one::<std::path::PathBuf>("origin").cloned()
+        };
+        let p = std::path::PathBuf::from;
+        assert_eq!(origin_of("", &[]), None);
+        assert_eq!(
+            origin_of("[store]\nshared = \"/gpfs/s\"\n", &[]),
+            Some(p("/gpfs/s"))
+        );
+        let both = "[store]\nshared = \"/gpfs/s\"\norigin = \"/lustre/o\"\n";
+        assert_eq!(origin_of(both, &[]), Some(p("/lustre/o")));
+        assert_eq!(origin_of(both, &["--origin", "/x"]), Some(p("/x")));
     }
 
     #[test]

@@ -159,59 +159,68 @@ fn a_running_jobs_chunks_stay_while_a_released_jobs_make_room() {
     }
 }
 
-/// A read that cannot be served (the chunk is gone from every store that could give it,
-/// and the root has left) fails with EIO within the read bound and says so in the log,
-/// instead of waiting for ever where not even SIGKILL ends the reader; and within the bound
-/// once, with reads of it again failing at once for a while (issue 29 item 9).
-#[test]
-fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
-    if !can_mount() {
-        return;
+/// The chunk files of node `i`'s store vanish behind its back (what an I/O error or an
+/// operator's rm does), and so do the passthrough copies made as they arrived, which hold
+/// the same verified bytes.
+fn lose_every_chunk(c: &Cluster, i: usize) {
+    for f in std::fs::read_dir(copies_dir(c, i))
+        .expect("copies")
+        .flatten()
+    {
+        std::fs::remove_file(f.path()).expect("rm copy");
     }
-    // No memory of recent chunks: the whole layer would fit in it, and chunks still in
-    // memory are served from there (verified bytes), so the files' loss would not show.
+    let chunks = c.nodes[i].dir.join("state/store/chunks");
+    for shard in std::fs::read_dir(&chunks).expect("store").flatten() {
+        for f in std::fs::read_dir(shard.path()).expect("shard").flatten() {
+            std::fs::remove_file(f.path()).expect("rm chunk");
+        }
+    }
+}
+
+/// Two daemons in a chain (root, n01, n02) with no memory of recent chunks (the whole
+/// layer would fit in it, and chunks still in memory are served from there, so the files'
+/// loss would not show), each with `extra`; the layer pushed and the push ended; then
+/// every chunk gone from both stores.
+fn chain_that_lost_the_layer(extra: &[String]) -> (Cluster, Vec<(&'static str, Vec<u8>)>) {
     let c = Cluster::start(2, |_| {
-        vec![
-            "--read-timeout".into(),
-            "2s".into(),
-            "--recent".into(),
-            "0".into(),
-        ]
+        let mut args = vec!["--recent".to_string(), "0".to_string()];
+        args.extend_from_slice(extra);
+        args
     });
     let (_, files) = layer(&c);
     let id = c.ws.publish(&c.ws.path().join("layer"));
     push_all(&c, &id, &[]);
-    let mp = c.mount_of(1);
-    // The chunk files vanish behind the stores' backs (what an I/O error or an operator's
-    // rm does), and so do the passthrough copies made as they arrived, which hold the
-    // same verified bytes; the root (the push) has exited, so nobody can give them back.
+    c.mount_of(1);
     for i in 0..2 {
-        for f in std::fs::read_dir(copies_dir(&c, i))
-            .expect("copies")
-            .flatten()
-        {
-            std::fs::remove_file(f.path()).expect("rm copy");
-        }
-        let chunks = c.nodes[i].dir.join("state/store/chunks");
-        for shard in std::fs::read_dir(&chunks).expect("store").flatten() {
-            for f in std::fs::read_dir(shard.path()).expect("shard").flatten() {
-                std::fs::remove_file(f.path()).expect("rm chunk");
-            }
-        }
+        lose_every_chunk(&c, i);
     }
+    (c, files)
+}
+
+/// Issue 32 item 2, the reproduction: a chunk no store of the tree holds any more after
+/// the push's root has gone. A read of it used to wait its full bound (60 s by default),
+/// and each further request of the same read its own bound again; now the node asks every
+/// source it has (its parent, which asks its own, and the other nodes), and when none has
+/// it the read fails with EIO at once, and a read of it again fails at once too. (Issue 29
+/// item 9 bounded such a read; this one never waits for the bound.)
+#[test]
+fn a_read_no_source_can_serve_fails_with_eio_at_once() {
+    if !can_mount() {
+        return;
+    }
+    let (c, files) = chain_that_lost_the_layer(&[]);
+    let mp = c.mount_of(1);
     let t0 = Instant::now();
     let err = read_within(&mp.join("a.bin"), Duration::from_secs(30))
         .map(|bytes| bytes.len())
         .expect_err("the chunk cannot be had: the read must fail");
     let waited = t0.elapsed();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
-    // Within the bound; once the bound is the aim (issue 29 item 9), but under a loaded
-    // machine one run of the whole suite took twice the bound (4.0 s), not yet explained.
     assert!(
-        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(15),
-        "failed after {waited:?} (bound 2 s)"
+        waited < Duration::from_secs(2),
+        "failed after {waited:?}, not at once (the read bound is 60 s)"
     );
-    // A read of it again fails at once: the chunk is remembered as not to be had.
+    // A read of it again fails at once: nothing has changed.
     let t0 = Instant::now();
     let err = read_within(&mp.join("a.bin"), Duration::from_secs(30))
         .map(|bytes| bytes.len())
@@ -224,8 +233,8 @@ fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
     );
     let log = daemon_log(&c, 1);
     assert!(
-        log.contains("waited too long for a chunk"),
-        "the daemon says why the read failed: {log}"
+        log.contains("no source could give a chunk") && log.contains("the parent n01"),
+        "the daemon says why the read failed and whom it asked: {log}"
     );
     // Whichever finds the loss first logs it: the read's own check, or the store failing
     // to read the chunk (under load either may come first).
@@ -236,6 +245,108 @@ fn a_read_that_cannot_be_served_fails_with_eio_within_its_bound() {
     // Inline data in the index still reads.
     let small = read_within(&mp.join("small.txt"), Duration::from_secs(10)).expect("small");
     assert_eq!(small, files[3].1);
+}
+
+/// Issue 32 item 2: the same loss with the origin store readable (the login node's store,
+/// as `[store] origin` names it for the nodes): every file reads right, from the origin.
+#[test]
+fn a_chunk_no_node_holds_is_read_from_the_origin_store() {
+    if !can_mount() {
+        return;
+    }
+    // The daemons are told the origin's path before the cluster's store (the login node's,
+    // which is the origin) exists: a link to it is made once it does.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let link = dir.path().join("origin");
+    let (c, files) = chain_that_lost_the_layer(&["--origin".into(), link.display().to_string()]);
+    std::os::unix::fs::symlink(c.ws.store(), &link).expect("link the origin");
+    let mp = c.mount_of(1);
+    for (name, data) in &files {
+        let got = read_within(&mp.join(name), Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name} differs");
+    }
+    // The first node without it to reach the origin reads it there: the reader's node,
+    // or its parent, which had been asked first and serves it to its child.
+    let logs = format!("{}{}", daemon_log(&c, 0), daemon_log(&c, 1));
+    assert!(
+        logs.contains("from the origin store"),
+        "the daemons say where the chunks came from: {logs}"
+    );
+    let from_origin: u64 = (0..2)
+        .map(|i| {
+            c.status(i)["jobs"][0]["counters"]["from_origin"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(from_origin >= 3, "{from_origin} chunks from the origin");
+}
+
+/// Issue 32 item 2: a node whose parent died after the push ended gets the chunks it lost
+/// from a sibling that completed, not from nobody after its read's bound; the dead parent
+/// costs it one deadline, once, not one per chunk.
+#[test]
+fn a_node_whose_parent_died_gets_a_lost_chunk_from_a_sibling() {
+    if !can_mount() {
+        return;
+    }
+    let mut c = Cluster::start(5, |_| vec!["--recent".into(), "0".into()]);
+    let (_, files) = layer(&c);
+    let id = c.ws.publish(&c.ws.path().join("layer"));
+    // One group of five in hostlist order, two children each: n01 has two, n02 and n03.
+    let out = c
+        .push_cmd(
+            &id,
+            5,
+            &[
+                "--strategy",
+                "hostlist",
+                "--width",
+                "2",
+                "--wait",
+                "all",
+                "--deadline",
+                "1s",
+                "--heartbeat",
+                "200ms",
+            ],
+        )
+        .output()
+        .expect("push");
+    assert!(out.status.success(), "push: {out:?}");
+    let parents: Vec<String> = (0..5)
+        .map(|i| {
+            c.status(i)["jobs"][0]["parent"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    let host = |i: usize| format!("n{:02}", i + 1);
+    let (node, sibling, parent) = (0..5)
+        .flat_map(|x| (0..5).map(move |s| (x, s)))
+        .find(|&(x, s)| x != s && parents[x] == parents[s] && parents[x].starts_with('n'))
+        .and_then(|(x, s)| {
+            let p = (0..5).find(|&p| host(p) == parents[x])?;
+            Some((x, s, p))
+        })
+        .unwrap_or_else(|| panic!("no two siblings below a node: {parents:?}"));
+    let mp = c.mount_of(node);
+    c.kill(parent);
+    lose_every_chunk(&c, node);
+    let t0 = Instant::now();
+    for (name, data) in &files {
+        let got = read_within(&mp.join(name), Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: {e}; {}", daemon_log(&c, node)));
+        assert!(got == *data, "{name} differs");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let served = c.status(sibling);
+    assert!(
+        served["jobs"][0]["counters"]["demand_served"].as_u64() >= Some(3),
+        "the sibling served the lost chunks: {served}"
+    );
 }
 
 fn copies_dir(c: &Cluster, i: usize) -> PathBuf {
