@@ -536,7 +536,13 @@ impl Data {
         let fetch = self.source.fetch(ci);
         let stored = match tokio::time::timeout(self.read_timeout, fetch).await {
             Ok(r) => r.map_err(|e| {
-                tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
+                if let crate::Error::Unobtainable { .. } = e {
+                    // The job said so once, naming the sources it asked; each read that
+                    // fails at once after it is not worth a line.
+                    tracing::debug!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
+                } else {
+                    tracing::warn!(chunk = %info.id.short(), error = %e, "chunk fetch failed");
+                }
                 FsError::unavailable("fetching a chunk", e)
             })?,
             Err(_) => {

@@ -11,6 +11,10 @@ use super::sources::{Known, Source, Step};
 use super::{ChunkNo, Event, Msg, Phase, Relay, Transmit};
 use crate::plan::NodeId;
 
+/// How many holders [`Relay::known`] lists, the likeliest first: enough for a search's
+/// [`super::MAX_PEER_ASKS`] asks with some of them silent.
+const HOLDERS_LISTED: usize = 4 * super::MAX_PEER_ASKS;
+
 impl Relay {
     /// This node can read an origin store (a shared file system the site names): a chunk
     /// no node gives is read there ([`Relay::poll_origin`], [`Relay::handle_origin`])
@@ -70,8 +74,13 @@ impl Relay {
             .map(|&(n, _)| n);
         let kin = self.kin.iter().map(|k| k.id);
         let ancestors = self.ancestors.iter().map(|a| a.id).filter(|&a| serving(a));
+        // A search asks a few of them at most; a node high in a large tree knows thousands
+        // that completed, so the list stops well before.
         let mut holders: Vec<NodeId> = Vec::new();
         for n in sent_to.chain(completed).chain(kin).chain(ancestors) {
+            if holders.len() >= HOLDERS_LISTED {
+                break;
+            }
             if n != self.me && Some(n) != parent && !holders.contains(&n) {
                 holders.push(n);
             }
