@@ -15,7 +15,6 @@
 //! Parsing and the decision are pure; the daemon does the I/O.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 use peertree::relay::JobId;
 
@@ -325,38 +324,54 @@ pub(crate) struct Admission {
     root: usize,
 }
 
-/// One admitted connection; leaving is dropping it.
+/// One admitted connection; leaving is dropping it, which tells the accept loop that
+/// owns the [`Admission`].
 #[derive(Debug)]
 pub(crate) struct Ticket {
-    admission: Arc<Mutex<Admission>>,
+    left: tokio::sync::mpsc::UnboundedSender<u32>,
     uid: u32,
 }
 
-fn lock(m: &Mutex<Admission>) -> std::sync::MutexGuard<'_, Admission> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Admission {
-    /// Admits a connection of `uid`, or `None` when its share is used up.
-    pub fn enter(admission: &Arc<Mutex<Admission>>, uid: u32) -> Option<Ticket> {
-        let mut a = lock(admission);
+    /// Admits a connection of `uid`, or `None` when its share is used up. The ticket tells
+    /// `left` when the connection ends: [`Admission::leave`] it then.
+    pub fn enter(
+        &mut self,
+        uid: u32,
+        left: &tokio::sync::mpsc::UnboundedSender<u32>,
+    ) -> Option<Ticket> {
         if uid == 0 {
-            if a.root >= MAX_ROOT {
+            if self.root >= MAX_ROOT {
                 return None;
             }
-            a.root += 1;
+            self.root += 1;
         } else {
-            let mine = a.per_uid.get(&uid).copied().unwrap_or(0);
-            if mine >= MAX_PER_UID || a.users >= MAX_USERS {
+            let mine = self.per_uid.get(&uid).copied().unwrap_or(0);
+            if mine >= MAX_PER_UID || self.users >= MAX_USERS {
                 return None;
             }
-            a.users += 1;
-            a.per_uid.insert(uid, mine + 1);
+            self.users += 1;
+            self.per_uid.insert(uid, mine + 1);
         }
         Some(Ticket {
-            admission: admission.clone(),
+            left: left.clone(),
             uid,
         })
+    }
+
+    /// A connection of `uid` ended (its ticket was dropped).
+    pub fn leave(&mut self, uid: u32) {
+        if uid == 0 {
+            self.root = self.root.saturating_sub(1);
+            return;
+        }
+        self.users = self.users.saturating_sub(1);
+        if let Some(n) = self.per_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_uid.remove(&uid);
+            }
+        }
     }
 
     /// Connections held by `uid` now.
@@ -372,18 +387,7 @@ impl Admission {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut a = lock(&self.admission);
-        if self.uid == 0 {
-            a.root -= 1;
-            return;
-        }
-        a.users -= 1;
-        if let Some(n) = a.per_uid.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                a.per_uid.remove(&self.uid);
-            }
-        }
+        let _ = self.left.send(self.uid);
     }
 }
 
@@ -499,17 +503,15 @@ mod tests {
 
     #[test]
     fn control_connections_are_capped_per_user_and_for_all_users_with_roots_share_kept() {
-        let a = Arc::new(Mutex::new(Admission::default()));
+        let (left, mut gone) = tokio::sync::mpsc::unbounded_channel();
+        let mut a = Admission::default();
         let mine: Vec<Ticket> = (0..MAX_PER_UID)
-            .map(|_| Admission::enter(&a, 1000).expect("within the share"))
+            .map(|_| a.enter(1000, &left).expect("within the share"))
             .collect();
-        assert!(
-            Admission::enter(&a, 1000).is_none(),
-            "a user's share is capped"
-        );
+        assert!(a.enter(1000, &left).is_none(), "a user's share is capped");
         let mut others = Vec::new();
         for uid in 2000.. {
-            match Admission::enter(&a, uid) {
+            match a.enter(uid, &left) {
                 Some(t) => others.push(t),
                 None => break,
             }
@@ -520,16 +522,21 @@ mod tests {
             "users together are capped"
         );
         let root: Vec<Ticket> = (0..MAX_ROOT)
-            .map(|_| Admission::enter(&a, 0).expect("root's share is kept"))
+            .map(|_| a.enter(0, &left).expect("root's share is kept"))
             .collect();
-        assert!(Admission::enter(&a, 0).is_none());
+        assert!(a.enter(0, &left).is_none());
+        let mut leave = |a: &mut Admission| {
+            while let Ok(uid) = gone.try_recv() {
+                a.leave(uid);
+            }
+        };
         drop(mine);
-        assert_eq!(lock(&a).held(1000), 0);
-        assert!(
-            Admission::enter(&a, 1000).is_some(),
-            "leaving frees the share"
-        );
+        leave(&mut a);
+        assert_eq!(a.held(1000), 0);
+        assert!(a.enter(1000, &left).is_some(), "leaving frees the share");
+        leave(&mut a);
         drop(root);
-        assert_eq!(lock(&a).held(0), 0);
+        leave(&mut a);
+        assert_eq!(a.held(0), 0);
     }
 }

@@ -198,6 +198,24 @@ pub enum Error {
         /// What is wrong and what to do.
         problem: String,
     },
+    /// A trusted key, a directory of user-bound keys or the revoked list cannot be used.
+    #[error("{}: {problem}", path.display())]
+    Trust {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// No trusted publisher key was given or found where the defaults look.
+    #[error(
+        "no trusted publisher keys: pass --trust FILE.pub, or run `teesfs keygen` (its \
+         publisher.pub is trusted by default), or put keys in {}/trusted/",
+        config_dir.display()
+    )]
+    NoTrustedKeys {
+        /// The user's configuration directory.
+        config_dir: std::path::PathBuf,
+    },
     /// A site configuration file cannot be read.
     #[error("cannot read the site configuration {}: {source}", path.display())]
     SiteConfig {

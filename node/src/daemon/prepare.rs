@@ -5,32 +5,25 @@
 
 use peertree::relay::{JobId, Msg, Prepare};
 
-use super::{Daemon, PREPARED_KEPT, lock};
+use super::task::Task;
 use crate::net::StreamKind;
 use crate::peers::Peers;
 
-impl Daemon {
+impl Task {
     /// A `Prepare` for a job this node has not joined yet: pass one on to each planned
     /// child now, which opens the connections to them while the `Start` (with its index)
     /// is still arriving. Only connections and small messages come of it: the job itself
     /// starts with a verified `Start`, as ever.
-    pub(super) fn prepare_job(&self, from_host: &str, job: JobId, prepare: Prepare) {
-        if lock(&self.jobs).contains_key(&job) {
+    pub(super) fn prepare(&mut self, from_host: &str, job: JobId, prepare: Prepare) {
+        if self.jobs.contains_key(&job) {
             return;
         }
         if prepare.subtree.first().map(|n| n.host.as_str()) != Some(self.cfg.host.as_str()) {
             tracing::warn!(%job, parent = %from_host, "ignoring a prepare meant for another node");
             return;
         }
-        {
-            let mut seen = lock(&self.prepared);
-            if seen.contains(&job) {
-                return;
-            }
-            if seen.len() == PREPARED_KEPT {
-                seen.pop_front();
-            }
-            seen.push_back(job);
+        if !self.note_prepared(job) {
+            return;
         }
         let forward = match peertree::relay::forward_prepare(&prepare) {
             Ok(f) => f,

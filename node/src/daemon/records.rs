@@ -3,15 +3,19 @@
 //! runs after every node's epilog) merges into the layer's urgent set. So the daemon keeps
 //! the records of its last few released jobs ([`Released`], bounded in jobs and bytes) and
 //! answers for them as for running jobs: on the control socket (`record JOB`) and to a
-//! login node that asks over the network ([`peertree::relay::Msg::AskRecord`]).
+//! login node that asks over the network ([`peertree::relay::Msg::AskRecord`]). A record
+//! is resolved and encoded off the daemon task, on the blocking pool.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use peertree::relay::{JobId, Msg, Phase};
 
-use super::{Daemon, NodeJob, lock};
+use super::state::{Input, JobState, Live, MountState, Step};
+use super::task::Task;
 use crate::control::{JobRecord, LayerPath, RecordAnswer};
+use crate::fs::record::Recorder;
+use crate::job::JobCore;
 use crate::net::StreamKind;
 
 /// Released jobs whose records are kept.
@@ -69,114 +73,156 @@ impl Released {
     }
 }
 
-impl Daemon {
-    /// Ends a job on this node (`stop`/`release`, e.g. from the Slurm epilog): keeps its
-    /// record, stops relaying it, unmounts it and removes its mountpoint. Chunks stay in
-    /// the store.
-    pub(super) async fn stop_job(&self, job: JobId) {
-        // The record is kept while the job still answers for itself, so whoever asks for it
-        // (`teesfs learn` beside the epilogs) finds it in one place or the other, never in
-        // neither; then the job goes and is unmounted at once.
-        let Some(j) = lock(&self.jobs).get(&job).cloned() else {
-            return;
-        };
-        self.keep_record(&j).await;
-        let removed = {
-            let mut jobs = lock(&self.jobs);
-            let removed = match jobs.get(&job) {
-                Some(now) if Arc::ptr_eq(now, &j) => jobs.remove(&job),
-                _ => None,
-            };
-            if let Some(j) = &removed {
-                self.retire(j);
+/// Where a job's record comes from: the running job's recorder, or the record kept at
+/// its release.
+pub(super) enum RecordSource {
+    /// A running (or releasing) job's: resolved on the blocking pool when asked.
+    Live {
+        core: Arc<JobCore>,
+        record: Option<Arc<Recorder>>,
+        mounted: bool,
+    },
+    /// Kept at the job's release.
+    Kept(Arc<JobRecord>),
+}
+
+impl RecordSource {
+    /// The record, resolved off the task that asks (it can hold a million paths).
+    pub(super) async fn resolve(self, host: String) -> Option<Arc<JobRecord>> {
+        match self {
+            RecordSource::Kept(r) => Some(r),
+            RecordSource::Live {
+                core,
+                record,
+                mounted,
+            } => {
+                let job = core.job;
+                let resolved = tokio::task::spawn_blocking(move || {
+                    job_record(&core, record.as_deref(), mounted, host)
+                })
+                .await;
+                match resolved {
+                    Ok(rec) => Some(Arc::new(rec)),
+                    Err(e) => {
+                        tracing::warn!(%job, error = %e, "resolving the job's record failed");
+                        None
+                    }
+                }
             }
-            removed
-        };
-        if let Some(j) = removed {
-            Self::teardown(j).await;
+        }
+    }
+}
+
+impl Task {
+    /// The record of `job` and the job's owner: the running job's, else the one kept at
+    /// its release. `None`: no such job here lately.
+    pub(super) fn record_source(&self, job: JobId) -> Option<(Option<u32>, RecordSource)> {
+        match self.jobs.get(&job).and_then(JobState::live) {
+            Some(l) if !l.probe => Some((
+                l.owner,
+                RecordSource::Live {
+                    core: l.core.clone(),
+                    record: l.record.clone(),
+                    mounted: matches!(l.mount, MountState::Mounted(_)),
+                },
+            )),
+            _ => (self.released.get(job)).map(|(owner, r)| (owner, RecordSource::Kept(r))),
         }
     }
 
-    /// Keeps the record of a job being released (before its mount goes), resolved on a
-    /// blocking thread: it can hold a million paths.
-    pub(super) async fn keep_record(&self, j: &Arc<NodeJob>) {
-        if j.probe || j.record.is_none() {
-            return;
-        }
-        let (nj, host) = (j.clone(), self.cfg.host.clone());
-        match tokio::task::spawn_blocking(move || job_record(&nj, host)).await {
-            Ok(mut rec) => {
+    /// Keeps the record of a job being released (before its mount goes), resolved on the
+    /// blocking pool; the task hears of it with [`Input::RecordKept`], whatever happens.
+    pub(super) fn keep_record(&self, job: JobId, live: &Live) {
+        let source = RecordSource::Live {
+            core: live.core.clone(),
+            record: live.record.clone(),
+            mounted: false,
+        };
+        let (host, me, serial) = (self.cfg.host.clone(), self.me.clone(), live.serial);
+        tokio::spawn(async move {
+            let record = source.resolve(host).await.map(|r| {
+                let mut rec = Arc::unwrap_or_clone(r);
                 // Kept as it is once the job is gone from this node.
                 rec.released = true;
                 rec.mounted = false;
-                tracing::debug!(files = rec.files.len(), "record kept after the release");
-                lock(&self.released).keep(j.core.job, j.owner, Arc::new(rec));
-            }
-            Err(e) => tracing::warn!(error = %e, "the job's record could not be kept"),
-        }
+                tracing::debug!(%job, files = rec.files.len(), "record kept after the release");
+                rec
+            });
+            let _ = me.send(Input::RecordKept {
+                job,
+                serial,
+                record,
+            });
+        });
     }
 
-    /// The record of `job` and its owner: the running job's, resolved now on a blocking
-    /// thread, else the one kept at its release. `None`: no such job here lately.
-    pub(super) async fn record_of(&self, job: JobId) -> Option<(Option<u32>, Arc<JobRecord>)> {
-        let running = lock(&self.jobs).get(&job).filter(|j| !j.probe).cloned();
-        let Some(j) = running else {
-            return lock(&self.released).get(job);
-        };
-        let (owner, host) = (j.owner, self.cfg.host.clone());
-        match tokio::task::spawn_blocking(move || job_record(&j, host)).await {
-            Ok(rec) => Some((owner, Arc::new(rec))),
-            Err(e) => {
-                tracing::warn!(%job, error = %e, "resolving the job's record failed");
-                None
+    /// A releasing job's record is resolved: kept while the job still answers for itself,
+    /// so whoever asks for it (`teesfs learn` beside the epilogs) finds it in one place or
+    /// the other, never in neither; then the job is torn down.
+    pub(super) fn record_kept(&mut self, job: JobId, serial: u64, record: Option<JobRecord>) {
+        let owner = match self.jobs.get(&job) {
+            Some(JobState::Releasing(r))
+                if r.live.serial == serial && r.step == Step::KeepingRecord =>
+            {
+                r.live.owner
             }
+            _ => return,
+        };
+        match record {
+            Some(rec) => self.released.keep(job, owner, Arc::new(rec)),
+            None => tracing::warn!(%job, "the job's record could not be kept"),
         }
+        self.tear_down(job);
     }
 
     /// Answers a [`Msg::AskRecord`] from `from_host`: its record of `job` (or why there is
     /// none) to `reply`. Any peer with a cluster certificate may ask, as any may push a job
     /// here; the record names only layer paths.
-    pub(super) async fn answer_record(
-        self: Arc<Self>,
-        from_host: String,
-        job: JobId,
-        reply: String,
-    ) {
-        let answer = match self.record_of(job).await {
-            Some((_, rec)) => RecordAnswer::Record(Box::new((*rec).clone())),
-            None => RecordAnswer::Missing {
-                host: self.cfg.host.clone(),
-                error: format!("no job {job} on this node, running or released lately"),
-            },
-        };
-        let json = match tokio::task::spawn_blocking(move || serde_json::to_vec(&answer)).await {
-            Ok(Ok(j)) => j,
-            Ok(Err(e)) => return tracing::warn!(%job, error = %e, "cannot encode a record"),
-            Err(e) => return tracing::warn!(%job, error = %e, "cannot encode a record"),
-        };
-        tracing::info!(%job, asker = %from_host, bytes = json.len(), "record sent");
-        let frame = crate::peers::frame(job, &Msg::Record { json });
-        self.peers
-            .send(&from_host, &reply, StreamKind::Control, frame);
+    pub(super) fn ask_record(&self, from_host: String, job: JobId, reply: String) {
+        let source = self.record_source(job).map(|(_, s)| s);
+        let (host, peers) = (self.cfg.host.clone(), self.peers.clone());
+        tokio::spawn(async move {
+            let record = match source {
+                Some(s) => s.resolve(host.clone()).await,
+                None => None,
+            };
+            let answer = match record {
+                Some(rec) => RecordAnswer::Record(Box::new((*rec).clone())),
+                None => RecordAnswer::Missing {
+                    host,
+                    error: format!("no job {job} on this node, running or released lately"),
+                },
+            };
+            let json = match tokio::task::spawn_blocking(move || serde_json::to_vec(&answer)).await
+            {
+                Ok(Ok(j)) => j,
+                Ok(Err(e)) => return tracing::warn!(%job, error = %e, "cannot encode a record"),
+                Err(e) => return tracing::warn!(%job, error = %e, "cannot encode a record"),
+            };
+            tracing::info!(%job, asker = %from_host, bytes = json.len(), "record sent");
+            let frame = crate::peers::frame(job, &Msg::Record { json });
+            peers.send(&from_host, &reply, StreamKind::Control, frame);
+        });
     }
 }
 
 /// One job's record as `record JOB` answers it. Resolving a large record's paths takes a
 /// while: call it off the tasks that carry the network.
-pub(super) fn job_record(j: &NodeJob, host: String) -> JobRecord {
-    let rec = j
-        .record
-        .as_ref()
-        .map(|r| r.recording(&j.core.index))
-        .unwrap_or_default();
+pub(super) fn job_record(
+    core: &JobCore,
+    record: Option<&Recorder>,
+    mounted: bool,
+    host: String,
+) -> JobRecord {
+    let rec = record.map(|r| r.recording(&core.index)).unwrap_or_default();
     let paths = |v: Vec<Vec<u8>>| v.into_iter().map(LayerPath).collect();
     JobRecord {
-        job: j.core.job.to_string(),
+        job: core.job.to_string(),
         host,
-        index: j.core.index_id.to_hex(),
-        recording: j.record.is_some(),
-        mounted: lock(&j.mounted).is_some(),
-        whole_layer: j.core.holds(Phase::All),
+        index: core.index_id.to_hex(),
+        recording: record.is_some(),
+        mounted,
+        whole_layer: core.holds(Phase::All),
         files: paths(rec.opened),
         file_bytes: rec.opened_bytes,
         absent: paths(rec.absent),

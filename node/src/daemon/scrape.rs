@@ -1,46 +1,24 @@
 //! What a metrics scrape reads from the daemon ([`crate::metrics`]): the store, the
-//! links and the jobs, and the counts of the jobs that left. This module only reads the
-//! daemon's state; what the endpoint tells and to whom is decided in
-//! [`crate::metrics::endpoint`].
+//! links, the jobs in the daemon task's view, and the counts of the jobs that left (in the
+//! same view, so a scrape never sees a job in neither place: a node-wide counter that
+//! falls reads as a restart). This module only reads; what the endpoint tells and to whom
+//! is decided in [`crate::metrics::endpoint`].
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use super::{Daemon, NodeJob, lock};
+use super::Shared;
 use crate::metrics::endpoint::{EndpointConfig, SampleFn, serve};
-use crate::metrics::{JobSample, Sample, Totals};
+use crate::metrics::{JobSample, Sample};
 
-impl NodeJob {
-    /// The job's traffic counts, as the metrics show them.
-    fn totals(&self) -> Totals {
-        Totals::of(
-            &self.core.counters(),
-            self.failed_edges.load(Ordering::Relaxed),
-        )
-    }
-}
-
-impl Daemon {
-    /// `job` left the job table: its counts stay in the node's totals. Call it with the
-    /// table locked, so that a scrape never sees the job in neither place (a node-wide
-    /// counter that falls reads as a restart).
-    pub(super) fn retire(&self, job: &NodeJob) {
-        if !job.probe {
-            self.metrics.retire(&job.totals());
-        }
-    }
-
+impl Shared {
     /// The daemon as a metrics scrape sees it: the store, the links, every job but health
     /// probes, and the counts of the jobs released. Walks each job's chunk list: call it
     /// off the network's tasks.
     pub(crate) fn metrics_sample(&self) -> Sample {
-        let (jobs, mut totals) = {
-            let table = lock(&self.jobs);
-            let jobs: Vec<Arc<NodeJob>> = table.values().filter(|j| !j.probe).cloned().collect();
-            (jobs, self.metrics.retired())
-        };
-        let jobs: Vec<JobSample> = jobs
-            .iter()
+        let view = self.view.borrow().clone();
+        let mut totals = view.retired;
+        let jobs: Vec<JobSample> = (view.jobs.values())
+            .filter(|j| !j.probe)
             .map(|j| {
                 let (mut chunks, mut bytes) = (0u64, 0u64);
                 for c in &j.core.index.chunks {
@@ -49,15 +27,14 @@ impl Daemon {
                         bytes += u64::from(c.stored_len);
                     }
                 }
-                let phases = *lock(&j.phases);
                 JobSample {
                     // Decimal, as Slurm shows a job id (`--job-id $SLURM_JOB_ID`).
                     job: j.core.job.0.to_string(),
                     store_bytes: bytes,
                     store_chunks: chunks,
                     totals: j.totals(),
-                    urgent_s: phases[0],
-                    all_s: phases[1],
+                    urgent_s: j.phases[0],
+                    all_s: j.phases[1],
                     read_waits: j.read_waits.clone(),
                 }
             })
@@ -80,12 +57,18 @@ impl Daemon {
         }
     }
 
-    /// Serves `GET /metrics` on `listener` (`teesfs daemon --metrics`) for the daemon's
-    /// life, telling what `cfg` allows to whom it allows.
-    pub fn serve_metrics(&self, listener: tokio::net::TcpListener, cfg: EndpointConfig) {
-        *lock(&self.metrics_addr) = listener.local_addr().ok();
-        let me = self.me.clone();
+    /// Serves `GET /metrics` on `listener` for the daemon's life, telling what `cfg`
+    /// allows to whom it allows.
+    pub(super) fn serve_metrics(
+        self: &Arc<Self>,
+        listener: tokio::net::TcpListener,
+        cfg: EndpointConfig,
+    ) {
+        if let Ok(addr) = listener.local_addr() {
+            let _ = self.inputs.send(super::state::Input::MetricsAt(addr));
+        }
+        let me = Arc::downgrade(self);
         let sample: SampleFn = Arc::new(move || me.upgrade().map(|d| d.metrics_sample()));
-        self.rt.spawn(serve(listener, sample, cfg));
+        tokio::spawn(serve(listener, sample, cfg));
     }
 }

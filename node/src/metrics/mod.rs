@@ -4,7 +4,7 @@
 //! Most values already live in the daemon's state (the store's totals, each job's
 //! counters and phase times), so a scrape reads them into a [`Sample`] and encodes that
 //! with `prometheus-client`; only what the state does not keep is counted as it happens,
-//! through [`Metrics`] (chunks refused, the counters of released jobs, how long reads of
+//! through [`Metrics`] (chunks refused, how long reads of
 //! any job waited) and each job's read-wait [`Histogram`].
 //!
 //! By default the text is about the node only: its store, its links, how many jobs it
@@ -19,8 +19,6 @@
 
 pub mod endpoint;
 
-use std::sync::Mutex;
-
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
@@ -31,13 +29,11 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::job::JobCounters;
 
-/// What the daemon counts as it happens. Cheap to call on any path: an atomic add (a
-/// mutex only when a job leaves).
+/// What the daemon counts as it happens, on any path: an atomic add. (The counts of the
+/// jobs released are the daemon task's, in its view.)
 #[derive(Debug)]
 pub struct Metrics {
     refused: Counter,
-    /// The counts of the jobs released so far, so node-wide counters never fall.
-    retired: Mutex<Totals>,
     /// How long FUSE reads of any job's mount waited for chunks.
     read_waits: Histogram,
 }
@@ -46,7 +42,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             refused: Counter::default(),
-            retired: Mutex::default(),
             read_waits: read_wait_histogram(),
         }
     }
@@ -62,23 +57,6 @@ impl Metrics {
     /// Chunks refused so far.
     pub fn refused(&self) -> u64 {
         self.refused.get()
-    }
-
-    /// A job left the daemon's table with these counts. Call it under the lock of the
-    /// table the sample reads, so that no scrape sees the job in neither place.
-    pub(crate) fn retire(&self, job: &Totals) {
-        self.retired
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .add(job);
-    }
-
-    /// The counts of the jobs released so far.
-    pub(crate) fn retired(&self) -> Totals {
-        *self
-            .retired
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The node-wide read-wait histogram, observed by every job's mount besides its own.
@@ -169,8 +147,8 @@ pub struct Sample {
     pub peer_links: u64,
     /// Chunks refused ([`Metrics::chunk_refused`]).
     pub refused: u64,
-    /// Every job's counts since the daemon started: the released ones'
-    /// ([`Metrics::retired`]) and the running ones'.
+    /// Every job's counts since the daemon started: the released ones' (kept by the
+    /// daemon task) and the running ones'.
     pub totals: Totals,
     /// How long reads of any job's mount waited ([`Metrics::read_waits`]); `None` leaves
     /// the node-wide histogram out.
@@ -625,16 +603,16 @@ mod tests {
 
     #[test]
     fn released_jobs_keep_counting_in_the_node_totals() {
-        let m = Metrics::default();
+        let mut retired = Totals::default();
         let job = Totals {
             chunks_in: 2,
             bytes_in: 10,
             ..Totals::default()
         };
-        m.retire(&job);
-        m.retire(&job);
-        assert_eq!(m.retired().chunks_in, 4);
-        assert_eq!(m.retired().bytes_in, 20);
+        retired.add(&job);
+        retired.add(&job);
+        assert_eq!(retired.chunks_in, 4);
+        assert_eq!(retired.bytes_in, 20);
         let mut t = Totals {
             bytes_in: u64::MAX,
             ..Totals::default()

@@ -1,10 +1,12 @@
-//! `teesfs daemon`: run the node daemon in the foreground until SIGINT/SIGTERM.
+//! `teesfs daemon`: run the node daemon in the foreground until SIGINT/SIGTERM. The flags
+//! become a [`DaemonConfig`]; the service itself (signals, reloads, systemd) is
+//! [`Daemon::run`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use teesfs_node::daemon::{Daemon, DaemonConfig};
+use teesfs_node::daemon::{Daemon, DaemonConfig, Signals};
 
 use super::util;
 
@@ -134,60 +136,23 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         .thread_name("teesfs-daemon")
         .enable_all()
         .build()?;
-    rt.block_on(async move {
-        let daemon = Daemon::start(cfg).with_context(|| {
+    rt.block_on(Daemon::run(cfg, Signals::Process))
+        .with_context(|| {
             format!(
-                "starting the daemon for {host}: are {}/ca.crt and {host}.crt there \
-                 (teesfs keygen --cluster)?",
+                "running the daemon for {host} (are {}/ca.crt and {host}.crt there? \
+                 teesfs keygen --cluster)",
                 args.identity.display()
             )
         })?;
-        let control = daemon.open_control();
-        let metrics = serve_metrics(&daemon, &args).await?;
-        // Signal handlers before the daemon says it is up: a SIGTERM right after readiness
-        // must unmount the jobs, not kill the daemon outright.
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("installing a SIGTERM handler")?;
-        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-            .context("installing a SIGINT handler")?;
-        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .context("installing a SIGHUP handler")?;
-        reload_on_hangup(&daemon, hup, &args);
-        // Scripts and tests read this line to learn the bound address; the control socket
-        // is open by then.
-        match metrics {
-            Some(m) => outln!(
-                "listening on {} as {host}, metrics at http://{m}/metrics",
-                daemon.local_addr()
-            ),
-            None => outln!("listening on {} as {host}", daemon.local_addr()),
-        }
-        // systemd (Type=notify): the daemon is ready once it listens and its socket is open.
-        if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
-            tracing::warn!(error = %e, "cannot tell systemd the daemon is ready");
-        }
-        let shutdown = async move {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-            tracing::info!("shutting down: unmounting jobs");
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-        };
-        daemon.serve(control, shutdown).await;
-        anyhow::Ok(())
-    })?;
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     Ok(())
 }
 
-/// The daemon's configuration from its flags: the trusted keys and revoked indexes read,
-/// the lab's fault parsed.
+/// The daemon's configuration from its flags: where it reads what it trusts, its metrics
+/// endpoint, the lab's fault parsed.
 fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
     #[cfg(feature = "lab")]
     let fault = Fault::parse(args.fault.as_deref())?;
-    let trusted = util::load_user_trust(util::load_trust(&args.trust)?, &args.trusted_users)?;
-    let revoked = util::load_revoked(&args.revoked)?;
     let root = nix::unistd::geteuid().is_root();
     Ok(DaemonConfig {
         host: host.to_string(),
@@ -205,8 +170,11 @@ fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
         passthrough: root && !args.no_passthrough,
         copies_budget: args.copies_budget,
         read_timeout: args.read_timeout,
-        trusted,
-        revoked,
+        trust: teesfs_node::daemon::trust::Sources {
+            keys: args.trust.clone(),
+            users: args.trusted_users.clone(),
+            revoked: args.revoked.clone(),
+        },
         mount: !args.no_mount,
         origin: args.origin.clone(),
         knobs: teesfs_node::job::JobKnobs {
@@ -219,51 +187,13 @@ fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
                 _ => std::time::Duration::ZERO,
             },
         },
+        metrics: args.metrics.map(|addr| {
+            (
+                addr,
+                metrics_config(&args.metrics_allow, args.metrics_per_job),
+            )
+        }),
     })
-}
-
-/// Serves `--metrics`, when given: the address bound.
-async fn serve_metrics(daemon: &Daemon, args: &DaemonArgs) -> anyhow::Result<Option<SocketAddr>> {
-    let Some(addr) = args.metrics else {
-        return Ok(None);
-    };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| teesfs_node::Error::MetricsListen { addr, source })?;
-    let bound = listener.local_addr().context("the metrics address bound")?;
-    daemon.serve_metrics(
-        listener,
-        metrics_config(&args.metrics_allow, args.metrics_per_job),
-    );
-    tracing::info!("serving metrics at http://{bound}/metrics");
-    Ok(Some(bound))
-}
-
-/// On SIGHUP (`systemctl reload`), reads the trusted keys and the credentials (CRL
-/// included) again, without touching running jobs; a failed reload keeps the old ones.
-fn reload_on_hangup(
-    daemon: &std::sync::Arc<Daemon>,
-    mut hup: tokio::signal::unix::Signal,
-    args: &DaemonArgs,
-) {
-    let reloading = daemon.clone();
-    let trust_args = args.trust.clone();
-    let users_dir = args.trusted_users.clone();
-    let revoked_path = args.revoked.clone();
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading]);
-            let reloaded = util::load_trust(&trust_args).and_then(|keys| {
-                let keys = util::load_user_trust(keys, &users_dir)?;
-                let revoked = util::load_revoked(&revoked_path)?;
-                reloading.reload(keys, revoked).map_err(anyhow::Error::from)
-            });
-            if let Err(e) = reloaded {
-                tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the previous keys and credentials");
-            }
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-        }
-    });
 }
 
 /// What `--metrics-allow` and `--metrics-per-job` let the endpoint tell, and to whom; a

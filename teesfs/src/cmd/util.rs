@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use bytesize::ByteSize;
 use manifest::{PublicKey, SecretKey};
+use teesfs_node::daemon::trust;
 
 /// `1.5 MiB`-style sizes.
 pub fn bytes(n: u64) -> String {
@@ -91,16 +92,9 @@ pub fn parse_strategy(s: &str) -> anyhow::Result<peertree::Strategy> {
 }
 
 /// The per-user configuration directory: `$TEESFS_CONFIG`, else `$XDG_CONFIG_HOME/teesfs`,
-/// else `~/.config/teesfs`.
+/// else `~/.config/teesfs` ([`teesfs_node::daemon::trust::config_dir`]).
 pub fn config_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("TEESFS_CONFIG") {
-        return PathBuf::from(p);
-    }
-    if let Some(p) = std::env::var_os("XDG_CONFIG_HOME") {
-        return PathBuf::from(p).join("teesfs");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-    PathBuf::from(home).join(".config/teesfs")
+    trust::config_dir()
 }
 
 /// Default location of the publisher's secret key.
@@ -133,96 +127,20 @@ pub fn load_secret(path: &Path) -> anyhow::Result<SecretKey> {
 }
 
 /// Trusted publisher keys: the `--trust` files if given, else the user's own
-/// `publisher.pub`, `*.pub` in `<config>/trusted/` and in `/etc/teesfs/trusted/`.
+/// `publisher.pub`, `*.pub` in `<config>/trusted/` and in `/etc/teesfs/trusted/`
+/// ([`trust::load_trust`]).
 pub fn load_trust(explicit: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
-    let files = trust_files(explicit);
-    if files.is_empty() {
-        bail!(
-            "no trusted publisher keys: pass --trust FILE.pub, or run `teesfs keygen` \
-             (its publisher.pub is trusted by default), or put keys in {}/trusted/",
-            config_dir().display()
-        );
-    }
-    files
-        .iter()
-        .map(|f| {
-            let text = read_text(f, "trusted key")?;
-            PublicKey::from_file_text(&text).with_context(|| format!("in {}", f.display()))
-        })
-        .collect()
+    Ok(trust::load_trust(explicit)?)
 }
 
 /// A uid from a user name or a number; `None` for a name this host does not know.
 pub fn uid_of(user: &str) -> Option<u32> {
-    user.parse().ok().or_else(|| {
-        nix::unistd::User::from_name(user)
-            .ok()
-            .flatten()
-            .map(|u| u.uid.as_raw())
-    })
-}
-
-/// The site's `keys` with the user-bound keys of `dir` (`dir/<user or uid>/*.pub`, see
-/// `teesfs daemon --trusted-users`): those are trusted too, for their users' jobs only.
-pub fn load_user_trust(
-    keys: Vec<PublicKey>,
-    dir: &Path,
-) -> anyhow::Result<teesfs_node::admit::Trust> {
-    let mut trust = teesfs_node::admit::Trust {
-        keys,
-        owners: Default::default(),
-    };
-    let Ok(users) = std::fs::read_dir(dir) else {
-        return Ok(trust); // none bound
-    };
-    for user in users.flatten().filter(|e| e.path().is_dir()) {
-        let name = user.file_name().to_string_lossy().into_owned();
-        let uid = uid_of(&name).with_context(|| {
-            format!(
-                "{}: no user {name:?} on this node; name the directory by the uid",
-                user.path().display()
-            )
-        })?;
-        let rd = std::fs::read_dir(user.path())
-            .with_context(|| format!("reading {}", user.path().display()))?;
-        for f in rd.flatten().map(|e| e.path()) {
-            if f.extension().is_none_or(|x| x != "pub") {
-                continue;
-            }
-            let text = read_text(&f, "trusted key")?;
-            let key =
-                PublicKey::from_file_text(&text).with_context(|| format!("in {}", f.display()))?;
-            trust.owners.entry(key.to_hex()).or_default().insert(uid);
-            if !trust.keys.contains(&key) {
-                trust.keys.push(key);
-            }
-        }
-    }
-    Ok(trust)
+    trust::uid_of(user)
 }
 
 /// The files [`load_trust`] reads: the `--trust` files if given, else the defaults.
 pub fn trust_files(explicit: &[PathBuf]) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = explicit.to_vec();
-    if files.is_empty() {
-        let own = config_dir().join("publisher.pub");
-        if own.exists() {
-            files.push(own);
-        }
-        for dir in [
-            config_dir().join("trusted"),
-            PathBuf::from("/etc/teesfs/trusted"),
-        ] {
-            if let Ok(rd) = std::fs::read_dir(&dir) {
-                files.extend(
-                    rd.flatten()
-                        .map(|e| e.path())
-                        .filter(|p| p.extension().is_some_and(|x| x == "pub")),
-                );
-            }
-        }
-    }
-    files
+    trust::trust_files(explicit)
 }
 
 /// Resolves `prefix` in `store` and opens that index, checking its signature against the
@@ -320,33 +238,7 @@ pub fn unix_now() -> u64 {
 }
 
 /// Where nodes list revoked index ids by default.
-pub const REVOKED_DEFAULT: &str = "/etc/teesfs/revoked";
-
-/// The revoked index ids in `path`: one id per line, `#` comments, blank lines ignored.
-/// The default file may be missing (nothing revoked); another path must exist. Errors name
-/// the file and line.
-pub fn load_revoked(path: &Path) -> anyhow::Result<std::collections::HashSet<manifest::IndexId>> {
-    if path == Path::new(REVOKED_DEFAULT) && !path.exists() {
-        return Ok(std::collections::HashSet::new());
-    }
-    let text = read_text(path, "revoked index list")?;
-    let mut ids = std::collections::HashSet::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let id: manifest::IndexId = line.parse().map_err(|e| {
-            anyhow::anyhow!(
-                "{} line {}: {e}: list one index id (as `teesfs publish` prints it) per line",
-                path.display(),
-                n + 1
-            )
-        })?;
-        ids.insert(id);
-    }
-    Ok(ids)
-}
+pub const REVOKED_DEFAULT: &str = trust::REVOKED_DEFAULT;
 
 #[cfg(test)]
 mod tests {

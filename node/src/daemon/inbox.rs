@@ -1,0 +1,88 @@
+//! Where the network's messages enter the daemon ([`Router`]): a job's chunks and relay
+//! messages go straight to the job's task, found in the daemon task's view; what changes
+//! the daemon's jobs (a `Start`, a `Prepare`, a request for a record, a peer unreachable)
+//! is sent to the daemon task as an [`Input`]. A `Start`'s stream waits until the task
+//! routed it ([`super::state::Routed`]), so the stream's next messages find the job.
+
+use std::sync::Arc;
+
+use peertree::relay::{JobId, Routed};
+use tokio::sync::oneshot;
+
+use super::Shared;
+use super::state::Input;
+use crate::job::{ChunkTaken, JobCore};
+use crate::peers::{Pending, Router};
+
+impl Shared {
+    /// The task of a job this node runs, for a message from `from_host` about it.
+    fn running(&self, job: JobId, from_host: &str) -> Option<Arc<JobCore>> {
+        let core = self.view.borrow().jobs.get(&job).map(|j| j.core.clone());
+        if core.is_none() {
+            tracing::debug!(%job, peer = %from_host, "message for an unknown job");
+        }
+        core
+    }
+}
+
+impl Router for Shared {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
+        match msg {
+            Routed::Start(start) => {
+                let (routed, done) = oneshot::channel();
+                let input = Input::Start {
+                    from: from_host.to_string(),
+                    job,
+                    start,
+                    routed,
+                };
+                // The stream's next frame waits until the job is routed (or refused).
+                if self.inputs.send(input).is_ok() {
+                    return Some(tokio::spawn(async move {
+                        let _ = done.await;
+                    }));
+                }
+            }
+            Routed::Prepare(prepare) => {
+                let _ = self.inputs.send(Input::Prepare {
+                    from: from_host.to_string(),
+                    job,
+                    prepare,
+                });
+            }
+            Routed::Chunk { chunk, data, .. } => {
+                let taken = self
+                    .running(job, from_host)
+                    .map_or(ChunkTaken::Refused, |j| {
+                        j.on_chunk_msg(from_host, chunk, data)
+                    });
+                if matches!(taken, ChunkTaken::Refused) {
+                    self.metrics.chunk_refused();
+                }
+                return taken.pending();
+            }
+            Routed::Relay(m) => {
+                if let Some(j) = self.running(job, from_host) {
+                    j.on_relay_msg(from_host, m);
+                }
+            }
+            Routed::AskRecord { reply } => {
+                let _ = self.inputs.send(Input::AskRecord {
+                    from: from_host.to_string(),
+                    job,
+                    reply,
+                });
+            }
+            Routed::Record { .. } => {
+                tracing::debug!(%job, peer = %from_host, "a record this daemon did not ask for; ignored")
+            }
+        }
+        None
+    }
+
+    fn unreachable(&self, host: &str, _why: &str) {
+        let _ = self.inputs.send(Input::Unreachable {
+            host: host.to_string(),
+        });
+    }
+}
