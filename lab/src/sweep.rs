@@ -302,6 +302,7 @@ pub fn push_report(
                 child: host(*c),
                 at_s: secs(t),
                 reason: None,
+                cause: None,
             })
         })
         .collect();

@@ -138,6 +138,14 @@ pub enum Reply {
     Exit(i32),
     /// The seeder refused the request; why, and what to do.
     Refused(String),
+    /// The push failed because of this node: the prolog drains it with this reason (sent
+    /// before [`Reply::Exit`]).
+    Drain {
+        /// The node's host name.
+        host: String,
+        /// Slurm's drain reason (`teesfs: login -> n05: no daemon (connection refused)`).
+        reason: String,
+    },
 }
 
 impl Reply {
@@ -148,6 +156,9 @@ impl Reply {
             Reply::Line(s) => format!("line {}\n", flat(s)),
             Reply::Exit(c) => format!("exit {c}\n"),
             Reply::Refused(s) => format!("refused {}\n", flat(s)),
+            Reply::Drain { host, reason } => {
+                format!("drain {} {}\n", flat(host).replace(' ', ""), flat(reason))
+            }
         }
     }
 
@@ -158,6 +169,16 @@ impl Reply {
         match word {
             "line" => Ok(Reply::Line(rest.to_string())),
             "refused" => Ok(Reply::Refused(rest.to_string())),
+            "drain" => match rest.split_once(' ') {
+                Some((host, reason)) if !host.is_empty() => Ok(Reply::Drain {
+                    host: host.to_string(),
+                    reason: reason.to_string(),
+                }),
+                _ => Err(bad(
+                    "the seeder's drain line",
+                    format!("{rest:?} is not a host and a reason"),
+                )),
+            },
             "exit" => rest.parse().map(Reply::Exit).map_err(|_| {
                 bad(
                     "the seeder's exit line",
@@ -297,6 +318,10 @@ mod tests {
             Reply::Exit(0),
             Reply::Exit(1),
             Reply::Refused("uid 65534 is not in [seeder] allow".into()),
+            Reply::Drain {
+                host: "n05".into(),
+                reason: "teesfs: login -> n05: no daemon (connection refused)".into(),
+            },
         ] {
             let line = r.encode();
             assert_eq!(line.matches('\n').count(), 1, "{line:?}");

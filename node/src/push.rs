@@ -15,7 +15,7 @@ use peertree::{NodeId, Plan, Topology};
 use tokio::sync::mpsc;
 
 use super::job::JobKnobs;
-use super::report::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
+use super::report::{Cause, EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
 use super::root::{RootEndpoint, RootJob, RootSession};
 use super::root_store::{BadChunk, CheckedStore, StoreFault};
 use crate::Error;
@@ -435,6 +435,7 @@ fn tally(plan: &Plan, out: &Outcome) -> Tally {
                 child: host(n),
                 at_s: *t,
                 reason: Some(reason.clone()),
+                cause: None,
             }),
             Event::EdgeFailed(_, c) if refused.contains(&c) => {}
             Event::NodeDone(n, Phase::Urgent) => times.entry(n).or_default().0 = Some(*t),
@@ -457,13 +458,23 @@ fn tally(plan: &Plan, out: &Outcome) -> Tally {
                 } else {
                     kind
                 };
-                let reason = edge_reason(kind_seen, out.connect_errors.get(&child));
+                let seen = out.connect_errors.get(&child);
+                let reason = edge_reason(kind_seen, seen);
+                let cause = match kind_seen {
+                    FailureKind::Unreachable => Some(
+                        seen.and_then(|e| Cause::of_connect_error(e))
+                            .unwrap_or(Cause::NoAnswer),
+                    ),
+                    FailureKind::Failed => Some(Cause::Stopped),
+                    _ => None,
+                };
                 failures.push(Failure {
                     kind,
                     parent: host(p),
                     child,
                     at_s: *t,
                     reason: Some(reason),
+                    cause,
                 });
             }
             _ => {}
@@ -517,6 +528,7 @@ pub fn report(
             child: host(plan.root),
             at_s: *at,
             reason: Some(fault.to_string()),
+            cause: None,
         });
     }
     let uplinks = topology.map_or_else(Vec::new, |topo| uplinks(plan, topo, &edges));

@@ -19,8 +19,16 @@
 # the layer must be signed by a publisher key the nodes trust.
 # Nodes mount the layer at /run/teesfs/jobs/<SLURM_JOB_ID>, owned by the
 # job's user ($SLURM_JOB_UID): with the plugin every task starts inside it; without, tasks
-# run `srun teesfs run -- CMD`. A failed push fails the prolog, so Slurm requeues or cancels
-# the job rather than start it on nodes without its software. Beside the log the push writes
+# run `srun teesfs run -- CMD`. A failed push fails the prolog, so the job does not start on
+# nodes without its software. One bad node must not cost the job its start: when the push
+# failed because of some of its nodes (no daemon, TLS, no answer, a node refusing the job),
+# this script drains them (`scontrol update State=DRAIN`, the reason naming teesfs and the
+# failed edge), writes what happened into the job's AdminComment and exits 1, and Slurm
+# requeues the batch job onto healthy nodes, as slurm.conf(5) describes PrologSlurmctld
+# (interactive jobs, and jobs submitted with --no-requeue, are cancelled instead). The
+# SPANK plugin prints that AdminComment into the job's stderr when it starts again. When the
+# root or the job is at fault (the store, a layer every node refuses), nothing is drained.
+# Beside the log the push writes
 # its report, job-<id>.json, and the same drawn as a page, job-<id>.html (the tree, arrival
 # times, failed edges in red; `teesfs report` draws it again from the JSON).
 set -u
@@ -28,10 +36,32 @@ set -u
 # slurm.env may name the seeder (TEESFS_SEEDER=host[:port]) instead of [seeder] host.
 if [ -n "${TEESFS_SEEDER:-}" ]; then export TEESFS_SEEDER; fi
 TEESFS=${TEESFS:-teesfs}
+SCONTROL=${SCONTROL:-scontrol}
 LOGDIR=${TEESFS_SLURM_LOGDIR:-/var/log/teesfs}
 
-# slurmctld gives the prolog the plugin's variable and the job's comment; no Slurm command
-# is called from here (a prolog that calls back into slurmctld can stall it).
+# Drains the nodes a failed push names in $1 (a host, a tab and a reason a line) and says
+# so in the job's AdminComment. The only Slurm commands this script calls, and only when a
+# start failed: slurm.conf(5) has PrologSlurmctld drain a node it cannot make available.
+drain_bad_nodes() {
+    [ -s "$1" ] || return 0
+    tab=$(printf '\t')
+    nodes=""
+    why=""
+    while IFS="$tab" read -r node reason; do
+        [ -n "$node" ] || continue
+        if "$SCONTROL" update NodeName="$node" State=DRAIN Reason="$reason" >&2; then
+            echo "teesfs: drained $node: $reason" >&2
+        else
+            echo "teesfs: could not drain $node ($reason); drain it by hand" >&2
+        fi
+        nodes="$nodes${nodes:+,}$node"
+        why="$why${why:+; }${reason#teesfs: }"
+    done <"$1"
+    "$SCONTROL" update JobId="$SLURM_JOB_ID" AdminComment="teesfs: a start of this job failed on $nodes ($why); Slurm drained $nodes and requeued the job" >&2 ||
+        echo "teesfs: could not set job $SLURM_JOB_ID's AdminComment" >&2
+}
+
+# slurmctld gives the prolog the plugin's variable and the job's comment.
 spec=${SPANK_TEESFS_SPEC:-}
 if [ -z "$spec" ]; then
     case "${SLURM_JOB_COMMENT:-}" in
@@ -44,12 +74,16 @@ if "$TEESFS" handoff --configured >/dev/null 2>&1; then
     mkdir -p -m 0711 "$LOGDIR" 2>/dev/null
     log="$LOGDIR/job-$SLURM_JOB_ID.log"
     [ -w "$LOGDIR" ] || log=/dev/null
+    drains=$(mktemp "${TMPDIR:-/tmp}/teesfs-drain.XXXXXX") || drains=/dev/null
     if "$TEESFS" handoff --job "$SLURM_JOB_ID" --nodes "$SLURM_JOB_NODELIST" \
-        --uid "${SLURM_JOB_UID:-0}" --spec "$spec" >"$log" 2>&1; then
+        --uid "${SLURM_JOB_UID:-0}" --spec "$spec" --drain-list "$drains" >"$log" 2>&1; then
+        rm -f "$drains"
         exit 0
     fi
     echo "teesfs: the seeder's push of $spec to $SLURM_JOB_NODELIST failed; its log is job-$SLURM_JOB_ID.log on the seeder (each error and its fix: /usr/share/doc/teesfs/troubleshooting.md)" >&2
     [ "$log" = /dev/null ] || cat "$log" >&2
+    drain_bad_nodes "$drains"
+    [ "$drains" = /dev/null ] || rm -f "$drains"
     exit 1
 fi
 
@@ -60,12 +94,16 @@ umask 027
 log="$LOGDIR/job-$SLURM_JOB_ID.log"
 owner=""
 [ -n "${SLURM_JOB_UID:-}" ] && owner="--owner $SLURM_JOB_UID"
+drains="$LOGDIR/job-$SLURM_JOB_ID.drain"
 # shellcheck disable=SC2086 # $owner is empty or two words
 if "$TEESFS" prefetch "$spec" --nodes "$SLURM_JOB_NODELIST" --job-id "$SLURM_JOB_ID" $owner \
     --quiet --report "$LOGDIR/job-$SLURM_JOB_ID.json" \
-    --report-html "$LOGDIR/job-$SLURM_JOB_ID.html" >"$log" 2>&1; then
+    --report-html "$LOGDIR/job-$SLURM_JOB_ID.html" --drain-list "$drains" >>"$log" 2>&1; then
+    rm -f "$drains"
     exit 0
 fi
 echo "teesfs: pushing $spec to $SLURM_JOB_NODELIST failed; see $log (each error and its fix: /usr/share/doc/teesfs/troubleshooting.md)" >&2
 cat "$log" >&2
+drain_bad_nodes "$drains"
+rm -f "$drains"
 exit 1

@@ -223,6 +223,7 @@ mod tests {
                 child: host(i),
                 at_s: 0.5,
                 reason: None,
+                cause: None,
             })
             .collect();
         rep.nodes = n;

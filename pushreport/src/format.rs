@@ -10,8 +10,11 @@
 //!                   "group": 0, "app_start_s": 1.1 } ],
 //!   "edges": [ { "parent": "login", "child": "cn01", "bytes": N } ],
 //!   "uplinks": [ { "group": 0, "proxy": "cn01", "in_bytes": N, "out_bytes": N } ],
-//!   "failures": [ { "kind": "failed" | "unreachable" | "liar" | "refused" | "store", "parent": "cn01", "child": "cn02", "at_s": 1.0, "reason": "..." } ] }
+//!   "failures": [ { "kind": "failed" | "unreachable" | "liar" | "refused" | "store", "parent": "cn01", "child": "cn02", "at_s": 1.0, "reason": "...",
+//!                   "cause": "no_daemon" | "tls" | "timeout" | "no_answer" | "stopped" } ] }
 //! ```
+//! `cause` (why a node was not reached, as far as the root can tell) is absent where the
+//! kind says it all (`refused`, `liar`, `store`) and in reports of older versions.
 //! Times are seconds since the push started, as observed by the root. `group` (the node's
 //! group in the topology) is absent without a topology and in reports of older versions;
 //! `app_start_s` (when the application had started on the node) only when the writer knows
@@ -101,6 +104,64 @@ impl std::fmt::Display for FailureKind {
     }
 }
 
+/// Why a node was not reached or was lost ([`FailureKind::Unreachable`] and
+/// [`FailureKind::Failed`]), as far as the root can tell. In JSON, its name in snake case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The root dialled the node and was refused: nothing listens on the daemon's port.
+    NoDaemon,
+    /// The TLS handshake failed: a certificate one side does not accept (another cluster's
+    /// CA, expired, revoked, the wrong host name).
+    Tls,
+    /// The root dialled the node and nothing answered in time: no daemon, a firewall, a
+    /// host down or the wrong address.
+    Timeout,
+    /// The node never answered its parent (a proxy dialled it, not the root).
+    NoAnswer,
+    /// The node took part, then stopped answering (its daemon stopped, crashed, or its link
+    /// was lost).
+    Stopped,
+}
+
+impl Cause {
+    /// The cause a connection error's text shows (the root's own dial), if any.
+    pub fn of_connect_error(error: &str) -> Option<Cause> {
+        let e = error.to_ascii_lowercase();
+        if e.contains("connection refused") {
+            Some(Cause::NoDaemon)
+        } else if [
+            "tls",
+            "certificate",
+            "handshake",
+            "unknownissuer",
+            "expired",
+            "revoked",
+        ]
+        .iter()
+        .any(|w| e.contains(w))
+            || e.contains("notvalidforname")
+        {
+            Some(Cause::Tls)
+        } else if e.contains("no answer") || e.contains("timed out") || e.contains("timeout") {
+            Some(Cause::Timeout)
+        } else {
+            None
+        }
+    }
+
+    /// What it means, in a few words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::NoDaemon => "no daemon (connection refused)",
+            Cause::Tls => "TLS handshake failed",
+            Cause::Timeout => "no answer (timeout: no daemon, a firewall or the host down)",
+            Cause::NoAnswer => "never answered (no daemon, or it never got the job)",
+            Cause::Stopped => "stopped answering during the push",
+        }
+    }
+}
+
 /// A failure the root learned of.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
@@ -116,6 +177,32 @@ pub struct Failure {
     /// (`store`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why the node was not reached or was lost (`unreachable`, `failed`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+}
+
+impl Failure {
+    /// The failure in one line: the edge and why, e.g. `login -> n05: no daemon (connection
+    /// refused)`: what Slurm's drain reason and the job's own stderr carry.
+    pub fn summary(&self) -> String {
+        let edge = format!("{} -> {}", self.parent, self.child);
+        let why = self.reason.as_deref().unwrap_or("");
+        match (self.kind, self.cause) {
+            (FailureKind::Store, _) => format!("the root's store ({}): {why}", self.parent),
+            (FailureKind::Refused, _) => format!("{edge}: refused the job: {why}"),
+            (FailureKind::Liar, _) => {
+                format!(
+                    "{edge}: {} sent a chunk that failed verification",
+                    self.parent
+                )
+            }
+            (_, Some(Cause::Tls)) => format!("{edge}: TLS handshake failed: {why}"),
+            (_, Some(c)) => format!("{edge}: {}", c.describe()),
+            (FailureKind::Unreachable, None) => format!("{edge}: {}", Cause::NoAnswer.describe()),
+            (FailureKind::Failed, None) => format!("{edge}: {}", Cause::Stopped.describe()),
+        }
+    }
 }
 
 /// The whole report.

@@ -24,6 +24,7 @@
 
 #[cfg(feature = "draw")]
 mod curve;
+pub mod drain;
 #[cfg(feature = "draw")]
 mod draw;
 pub mod format;
@@ -42,9 +43,10 @@ mod timeline;
 #[cfg(feature = "draw")]
 mod tree;
 
+pub use drain::{Drain, nodes_to_drain};
 #[cfg(feature = "draw")]
 pub use draw::svg;
-pub use format::{EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
+pub use format::{Cause, EdgeBytes, Failure, FailureKind, NodeTimes, PushReport, Uplink};
 #[cfg(feature = "draw")]
 pub use model::{DETAIL_MAX_NODES, MAX_ROWS};
 #[cfg(feature = "draw")]

@@ -393,6 +393,7 @@ pub(crate) mod tests {
                 child: host(1, 1),
                 at_s: 0.5,
                 reason: None,
+                cause: None,
             }]
         } else {
             vec![]

@@ -19,6 +19,9 @@
 //!   to the user's uid and execs the command as usual: no wrapper in the command line.
 //!   A task of a job that asked for a layer which is not mounted fails with an error saying
 //!   so; tasks of other jobs are untouched.
+//! - **slurmstepd, the batch script's task**: when an earlier start of the job failed on a
+//!   bad node (the prolog drained it and Slurm requeued the job), the job's AdminComment
+//!   says so, and the task prints it into the job's stderr ([`restart`]).
 //!
 //! plugstack.conf: `optional /usr/lib/teesfs/teesfs_spank.so teesfs=PATH mount_root=DIR`
 //! (`%h` in `mount_root` is the node's short host name, for several nodes on one host as in
@@ -37,6 +40,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use slurm_spank::{Context, LogLevel, Plugin, SpankHandle, SpankOption};
+
+pub mod restart;
 
 /// The symbols Slurm looks up by name: `SPANK_PLUGIN!(b"teesfs", <SLURM_VERSION_NUMBER of the
 /// headers>, Teesfs)`, written by build.rs.
@@ -178,6 +183,9 @@ pub fn is_mount(dir: &Path) -> bool {
 #[derive(Default)]
 pub struct Teesfs {
     conf: Conf,
+    /// Why an earlier start of this job failed, printed into the task's stderr
+    /// ([`restart`]).
+    note: Option<String>,
 }
 
 fn call(what: &'static str) -> impl FnOnce(slurm_spank::SpankError) -> PluginError {
@@ -257,6 +265,14 @@ unsafe impl Plugin for Teesfs {
             }
             return Ok(());
         };
+        // The batch script of a job whose earlier start failed: say why, where the user
+        // looks (asked here, on the host, before the task enters its layer). Slurm gives
+        // the batch step no restart count here, so the job's comment is asked for once per
+        // start of every teesfs job, and says nothing for one that never failed.
+        if spank.job_stepid().is_ok_and(|s| s == restart::BATCH_STEP) {
+            let conf = spank.getenv("SLURM_CONF").ok().flatten();
+            self.note = restart::failed_start_note(job, conf);
+        }
         let cwd = std::env::current_dir().ok();
         enter(&self.conf.teesfs, &dir, uid)?;
         // The same working directory, now resolved in the environment (home and scratch
@@ -274,6 +290,15 @@ unsafe impl Plugin for Teesfs {
                 dir.display()
             ),
         );
+        Ok(())
+    }
+
+    /// The task's own stdio is in place here: the note of a failed earlier start goes to its
+    /// stderr.
+    fn task_init(&mut self, _spank: &mut SpankHandle<'_>) -> Result<(), Box<dyn StdError>> {
+        if let Some(note) = self.note.take() {
+            eprintln!("{note}");
+        }
         Ok(())
     }
 

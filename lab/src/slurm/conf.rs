@@ -27,6 +27,13 @@ pub struct SlurmScripts {
     /// Lines of `plugstack.conf` (SPANK plugins, e.g. teesfs's); `slurm.conf` then names
     /// it as `PlugStackConfig=`, and sbatch, srun and slurmstepd load the plugins.
     pub plugstack: Vec<String>,
+    /// `AuthInfo=cred_expire=`: how long a requeued job waits before it may start again
+    /// (and the step credentials' lifetime); Slurm's default (120 s) without.
+    pub cred_expire: Option<u32>,
+    /// `PrologFlags=Alloc` with a `Prolog=` that does nothing: slurmd then knows every job
+    /// allocated to it, and runs the `Epilog` of a job whose start failed in
+    /// `PrologSlurmctld` too (without, slurmd runs no epilog for a job it never launched).
+    pub prolog_alloc: bool,
 }
 
 /// The host slurmctld runs on: `ctl` with [`SlurmScripts::own_controller`], else `login`.
@@ -95,7 +102,14 @@ pub fn slurm_conf(
     }
     line(format!("SlurmctldPort={SLURMCTLD_PORT}"));
     line(format!("SlurmdPort={SLURMD_PORT}"));
-    line(format!("AuthInfo=socket={}", munge_socket.display()));
+    let expire = scripts
+        .cred_expire
+        .map(|s| format!(",cred_expire={s}"))
+        .unwrap_or_default();
+    line(format!(
+        "AuthInfo=socket={}{expire}",
+        munge_socket.display()
+    ));
     line(format!("StateSaveLocation={d}/ctld"));
     line(format!("SlurmctldPidFile={d}/ctld/slurmctld.pid"));
     line(format!("SlurmctldLogFile={d}/ctld/slurmctld.log"));
@@ -104,6 +118,10 @@ pub fn slurm_conf(
     line(format!("SlurmdLogFile={d}/nodes/%n/slurmd.log"));
     if let Some(p) = &scripts.prolog_slurmctld {
         line(format!("PrologSlurmctld={}", p.display()));
+    }
+    if scripts.prolog_alloc {
+        line("Prolog=/bin/true".into());
+        line("PrologFlags=Alloc".into());
     }
     if let Some(p) = &scripts.epilog {
         line(format!("Epilog={}", p.display()));

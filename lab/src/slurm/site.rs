@@ -38,6 +38,10 @@ const SCRIPTS: [(&str, &str); 3] = [
 /// The seeder's port in the lab (the default, on the login node's address).
 pub const SEEDER_PORT: u16 = 7412;
 
+/// How long a job Slurm requeued waits before it may start again, in the site lab
+/// (`AuthInfo=cred_expire=`; Slurm's default is 120 s).
+pub const REQUEUE_WAIT_S: u32 = 10;
+
 /// A user of the machine made for the lab (`<prefix>u`), with a home only they may enter;
 /// removed (with the home) on drop.
 #[derive(Debug)]
@@ -169,6 +173,16 @@ impl Lab {
         let user = LabUser::create(&format!("{}u", self.layout().prefix), &dir.join("home"))?;
         let scripts = self.site_scripts(&dir, plugin)?;
         let slurm = self.start_slurm_with(scripts)?;
+        // The controller's scripts call scontrol when a start fails: the lab's slurm.conf
+        // stands in for the site's /etc/slurm/slurm.conf, and exists only now.
+        let ctl_env = format!(
+            "{} SLURM_CONF={}",
+            self.ctl_env(&dir),
+            slurm.conf().display()
+        );
+        for script in ["prolog-slurmctld.sh", "epilog-slurmctld.sh"] {
+            wrapper(&dir, script, &ctl_env)?;
+        }
         let conf = dir.join("teesfs.toml");
         std::fs::write(&conf, self.site_toml(&dir, &slurm.munge_socket()))
             .map_err(LabError::io(&conf))?;
@@ -205,11 +219,7 @@ impl Lab {
             std::fs::write(&p, text).map_err(LabError::io(&p))?;
         }
         let bin = self.teesfs_bin().display().to_string();
-        let ctl_env = format!(
-            "TEESFS={bin} TEESFS_SLURM_LOGDIR={} TEESFS_SITE_CONFIG={}",
-            ctl_log.display(),
-            dir.join("teesfs.toml").display()
-        );
+        let ctl_env = self.ctl_env(dir);
         let node_env = format!(
             "TEESFS={bin} TEESFS_CONTROL={}/$(hostname)/sock",
             self.work().display()
@@ -225,7 +235,21 @@ impl Lab {
                 plugin.display(),
                 self.work().display()
             )],
+            // A job requeued after a failed start waits this long, not Slurm's 120 s.
+            cred_expire: Some(REQUEUE_WAIT_S),
+            // The epilog releases what a failed start pushed (docs/slurm.md).
+            prolog_alloc: true,
         })
+    }
+
+    /// The controller's /etc/teesfs/slurm.env, as the wrappers export it.
+    fn ctl_env(&self, dir: &Path) -> String {
+        format!(
+            "TEESFS={} TEESFS_SLURM_LOGDIR={} TEESFS_SITE_CONFIG={}",
+            self.teesfs_bin().display(),
+            dir.join("ctl-log").display(),
+            dir.join("teesfs.toml").display()
+        )
     }
 
     /// The lab's site configuration: the store, the tree and credentials of the login node,

@@ -69,6 +69,11 @@ pub struct HandoffArgs {
     /// munged's socket (default: the site's [seeder] munge_socket, else munge's own).
     #[arg(long, value_name = "PATH")]
     munge_socket: Option<PathBuf>,
+    /// When the push fails because of some of its nodes, write those to FILE, one a line:
+    /// the host, a tab and the reason to drain it with (what `teesfs prefetch
+    /// --drain-list` writes on the seeder). The prolog drains them.
+    #[arg(long, value_name = "FILE")]
+    drain_list: Option<PathBuf>,
 }
 
 /// Runs `teesfs handoff`; its exit code is the seeder's push's.
@@ -103,7 +108,14 @@ pub fn run(args: HandoffArgs) -> anyhow::Result<ExitCode> {
     let socket = args.munge_socket.clone().or(site.seeder.munge_socket);
     let credential = munge(&req.encode(), socket.as_deref())?;
     let conn = connect(&seeder)?;
-    relay(conn, &credential, &seeder, req.job)
+    let mut drains = Vec::new();
+    let code = relay(conn, &credential, &seeder, req.job, &mut drains);
+    if let Some(path) = &args.drain_list {
+        let text: String = drains.iter().map(|(h, r)| format!("{h}\t{r}\n")).collect();
+        std::fs::write(path, text)
+            .with_context(|| format!("writing the drain list {}", path.display()))?;
+    }
+    code
 }
 
 /// The request the arguments describe, checked.
@@ -197,6 +209,7 @@ fn relay(
     credential: &str,
     seeder: &str,
     job: SlurmJobId,
+    drains: &mut Vec<(String, String)>,
 ) -> anyhow::Result<ExitCode> {
     conn.write_all(format!("{credential}\n").as_bytes())
         .with_context(|| format!("sending job {job} to the seeder at {seeder}"))?;
@@ -208,6 +221,10 @@ fn relay(
         }
         match Reply::decode(&String::from_utf8_lossy(&line))? {
             Reply::Line(l) => outln!("{l}"),
+            Reply::Drain { host, reason } => {
+                outln!("the push failed because of {host}: {reason}");
+                drains.push((host, reason));
+            }
             Reply::Exit(code) => return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1))),
             Reply::Refused(why) => {
                 anyhow::bail!("the seeder at {seeder} refused job {job}: {why}")
@@ -235,6 +252,7 @@ mod tests {
             spec: Some("/home/alice/manifest.toml".into()),
             spec_text: text,
             munge_socket: None,
+            drain_list: None,
         }
     }
 

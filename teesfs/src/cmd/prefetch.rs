@@ -71,6 +71,10 @@ pub struct PrefetchArgs {
     /// user at submit, so the copy's owner is not checked.
     #[arg(long, value_name = "DIR", hide = true)]
     base: Option<PathBuf>,
+    /// When the push fails because of some of its nodes, write those to FILE with the
+    /// reason to drain each with (see `teesfs push --help`); the Slurm prolog drains them.
+    #[arg(long, value_name = "FILE")]
+    drain_list: Option<PathBuf>,
 }
 
 /// With `--owner`, the prolog pushes for that user, running as the Slurm user who can read
@@ -165,6 +169,7 @@ fn push_args(
         quiet: args.quiet,
         job_id: args.job_id,
         owner: args.owner,
+        drain_list: args.drain_list.clone(),
     })
 }
 
@@ -303,6 +308,7 @@ mod tests {
             owner: None,
             timeout: None,
             base: None,
+            drain_list: None,
         }
     }
 

@@ -169,6 +169,13 @@ pub struct PushArgs {
     /// unless you are root (then root only).
     #[arg(help_heading = "Job", long, value_name = "UID")]
     pub owner: Option<u32>,
+    /// When the push fails because of some of its nodes, write those to FILE, one a line:
+    /// the host, a tab, and the reason to drain it with (`teesfs: login -> n05: no daemon
+    /// (connection refused)`). The Slurm prolog drains them, so that Slurm requeues the job
+    /// onto healthy nodes. Nothing is written when the root or the job is at fault. A
+    /// failed push with this flag does not go on streaming in the background.
+    #[arg(help_heading = "Output", long, value_name = "FILE")]
+    pub drain_list: Option<PathBuf>,
 }
 
 /// Runs `teesfs push`.
@@ -283,19 +290,24 @@ fn carry_out(
         .enable_all()
         .build()?;
     let mut urgent_sent = false;
-    let outcome = rt.block_on(push(spec, wait, timeout, |p, so_far| {
-        bar.set_position(p.urgent as u64);
-        bar.set_message(format!(
-            "urgent, {} complete, {} failed, {} sent",
-            p.all,
-            p.failed,
-            util::bytes(p.bytes_out)
-        ));
-        if serving && !urgent_sent && so_far.urgent_s.is_some() {
-            urgent_sent = true;
-            Handover::Urgent(report_of(so_far)).emit();
-        }
-    }))?;
+    // Every line the root logs names the job (the Slurm id under Slurm).
+    let span = tracing::info_span!("push", job = %spec.job);
+    let outcome = rt.block_on(tracing::Instrument::instrument(
+        push(spec, wait, timeout, |p, so_far| {
+            bar.set_position(p.urgent as u64);
+            bar.set_message(format!(
+                "urgent, {} complete, {} failed, {} sent",
+                p.all,
+                p.failed,
+                util::bytes(p.bytes_out)
+            ));
+            if serving && !urgent_sent && so_far.urgent_s.is_some() {
+                urgent_sent = true;
+                Handover::Urgent(report_of(so_far)).emit();
+            }
+        }),
+        span,
+    ))?;
     bar.finish_and_clear();
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(outcome)
@@ -310,6 +322,7 @@ fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> 
     }
     write_report(args, rep);
     if let Some(e) = failed(rep) {
+        write_drain_list(args, rep);
         return Err(e);
     }
     if timed_out {
@@ -421,9 +434,38 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
         );
     }
     if let Some(e) = failed(rep) {
+        if args.drain_list.is_some() {
+            // The prolog's push: the job will not start on these nodes. The rest of the
+            // layer must not go on streaming to nodes that release it, nor meet the job's
+            // next push (the same id) after Slurm requeues it.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(bg.pid() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        write_drain_list(args, rep);
         return Err(e);
     }
     Ok(())
+}
+
+/// Writes `--drain-list`: the nodes the push failed because of, with why
+/// ([`pushreport::nodes_to_drain`]); best-effort, as the report.
+fn write_drain_list(args: &PushArgs, rep: &PushReport) {
+    let Some(path) = &args.drain_list else {
+        return;
+    };
+    let drains = pushreport::nodes_to_drain(rep);
+    let text: String = drains
+        .iter()
+        .map(|d| format!("{}\t{}\n", d.host, d.reason))
+        .collect();
+    if let Err(e) = std::fs::write(path, text) {
+        errln!(
+            "teesfs: warning: the drain list {} was not written: {e}",
+            path.display()
+        );
+    }
 }
 
 /// Writes `--report` and `--report-html`, best-effort: the layer is delivered whether or

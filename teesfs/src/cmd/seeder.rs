@@ -286,8 +286,32 @@ impl Service {
         let code = status
             .code()
             .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        if req.kind == Kind::Prefetch {
+            self.send_drains(req, &mut log, &mut out);
+        }
         let _ = writeln!(log, "exit {code}");
         Ok(code)
+    }
+
+    /// Where the push of `req` writes the nodes it failed because of (`--drain-list`).
+    fn drain_list(&self, req: &Request) -> PathBuf {
+        self.spool.path().join(format!("job-{}.drain", req.job))
+    }
+
+    /// Sends the prolog the nodes to drain, as [`Reply::Drain`], and logs them.
+    fn send_drains(&self, req: &Request, log: &mut std::fs::File, out: &mut TcpStream) {
+        let path = self.drain_list(req);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let _ = std::fs::remove_file(&path);
+        for (host, reason) in text.lines().filter_map(|l| l.split_once('\t')) {
+            tracing::warn!(node = host, "the push failed because of {host}: {reason}");
+            let _ = writeln!(log, "the controller drains {host}: {reason}");
+            let reply = Reply::Drain {
+                host: host.into(),
+                reason: reason.into(),
+            };
+            let _ = out.write_all(reply.encode().as_bytes());
+        }
     }
 
     /// The per-job log and the child command for `req`.
@@ -320,7 +344,9 @@ impl Service {
                     .arg("--report")
                     .arg(report("json"))
                     .arg("--report-html")
-                    .arg(report("html"));
+                    .arg(report("html"))
+                    .arg("--drain-list")
+                    .arg(self.drain_list(req));
                 report("log")
             }
             Kind::Learn => {
@@ -340,13 +366,13 @@ impl Service {
 }
 
 /// The job's log, readable by the seeder's user alone until the push shares it with the
-/// job's owner.
+/// job's owner. Appended to: a job Slurm requeued after a failed start keeps the story of
+/// each start.
 fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .create(true)
-        .write(true)
-        .truncate(true)
+        .append(true)
         .mode(0o640)
         .open(path)
         .with_context(|| format!("creating the job's log {}", path.display()))

@@ -101,6 +101,8 @@ impl Site {
                 slurm_user: Some("slurm".into()),
                 own_controller: false,
                 plugstack,
+                cred_expire: None,
+                prolog_alloc: false,
             },
         }
     }

@@ -29,6 +29,7 @@ mod lab_load;
 mod lab_model;
 mod lab_seeder;
 mod lab_slurm;
+mod lab_slurm_requeue;
 mod lab_soak;
 mod learned;
 mod local_state;

@@ -73,6 +73,7 @@ fn push_report(groups: usize) -> PushReport {
             child: host(1, 5),
             at_s: 0.4,
             reason: None,
+            cause: None,
         }],
         learned_files: 0,
     }

@@ -1,0 +1,173 @@
+//! Issue 32 item 4 and issue 30 item 2: one bad node never fails a launch, and the user sees
+//! why. Real Slurm as a site runs it (slurmctld on `ctl` as `slurm`, the packaged prolog and
+//! epilog, the SPANK plugin, the seeder on login): a job whose first allocation holds a node
+//! without a daemon is pushed, the push fails because of that node, the prolog drains it
+//! with a reason naming teesfs and the failed edge and fails, and Slurm requeues the job
+//! onto healthy nodes, where it runs. Nothing stays mounted from the failed start, and the
+//! job's own stderr says what happened.
+
+use std::time::{Duration, Instant};
+
+use lab::{Lab, LabOptions, LabSpec};
+
+use crate::lab::can_lab;
+use crate::util::{spank_plugin, teesfs_bin};
+
+/// `scontrol show FOR ID -o`, on the login node.
+fn show(site: &lab::slurm::site::SiteSlurm<'_>, what: &str, id: &str) -> String {
+    site.slurm
+        .run(
+            "scontrol",
+            &["show", what, id, "-o"],
+            Duration::from_secs(30),
+        )
+        .unwrap_or_default()
+}
+
+/// The value of `key=` in `scontrol -o` output (up to the next space).
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix(key))
+        .unwrap_or("")
+}
+
+/// Whether some node's daemon still holds job `job` mounted (its mount namespace's table).
+fn mounted_anywhere(lab: &Lab, hosts: &[String], job: &str) -> Vec<String> {
+    hosts
+        .iter()
+        .filter(|h| {
+            lab.daemon_pid(h).is_some_and(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                    .unwrap_or_default()
+                    .contains(&format!("{h}/jobs/{job} "))
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+/// Waits until Slurm requeued job `id` (its restart count rises), checking that it never
+/// ran before (on the node without a daemon).
+fn wait_requeued(site: &lab::slurm::site::SiteSlurm<'_>, id: &str, logs: &dyn Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let j = show(site, "job", id);
+        if field(&j, "Restarts=") != "0" {
+            return;
+        }
+        assert!(
+            field(&j, "JobState=") != "RUNNING",
+            "job {id} started on a node without a daemon: {j}\n{}",
+            logs()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "job {id} was not requeued: {j}\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_why() {
+    let _turn = crate::lab::lab_turn();
+    if !can_lab() {
+        return;
+    }
+    let spec = LabSpec {
+        groups: 2,
+        group_size: 3,
+        ..LabSpec::default()
+    };
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let site = lab.start_site_slurm(&spank_plugin()).expect("site Slurm");
+    site.prepare_job("requeue")
+        .expect("the user's spec and job");
+    let hosts = site.slurm.hosts().to_vec();
+    // n04 (a group's proxy, which the root dials itself) has no daemon. Slurm allocates the
+    // lowest nodes first: the job's first allocation, n[01-05], holds it.
+    let bad = "n04";
+    lab.kill_daemon(bad).expect("kill n04's daemon");
+    let user = &site.user;
+    let n = (hosts.len() - 1).to_string();
+    let job = site
+        .slurm
+        .submit(
+            &user.home,
+            &[
+                "-N",
+                &n,
+                "--teesfs=manifest.toml",
+                "-o",
+                "job-%j.out",
+                "-e",
+                "job-%j.err",
+                "job.sh",
+            ],
+            Some((user.uid, user.gid)),
+        )
+        .expect("sbatch");
+    let id = job.to_string();
+    let logs = || {
+        let seeder = std::fs::read_to_string(site.seeder_log().join(format!("job-{id}.log")))
+            .unwrap_or_default();
+        let ctl = std::fs::read_to_string(site.ctl_log().join(format!("job-{id}.log")))
+            .unwrap_or_default();
+        let ctld = std::fs::read_to_string(site.slurm.dir().join("ctld/slurmctld.log"))
+            .unwrap_or_default();
+        let tail: Vec<&str> = ctld.lines().rev().take(30).collect();
+        format!("seeder job log:\n{seeder}\ncontroller job log:\n{ctl}\nslurmctld: {tail:#?}")
+    };
+
+    // The failed start: the prolog fails and Slurm requeues the job.
+    wait_requeued(&site, &id, &logs);
+    // The bad node is drained, the reason naming teesfs and the failed edge.
+    let node = show(&site, "node", bad);
+    assert!(field(&node, "State=").contains("DRAIN"), "{node}");
+    let reason = node.split("Reason=").nth(1).unwrap_or("");
+    assert!(
+        reason.starts_with("teesfs: ") && reason.contains(&format!("-> {bad}: ")),
+        "{node}"
+    );
+
+    // The job runs on the healthy nodes and completes.
+    let state = site
+        .slurm
+        .wait_ended(job, Duration::from_secs(180))
+        .unwrap_or_else(|e| panic!("job {id}: {e}\n{}", logs()));
+    let out = std::fs::read_to_string(user.home.join(format!("job-{id}.out"))).unwrap_or_default();
+    let err = std::fs::read_to_string(user.home.join(format!("job-{id}.err"))).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{out}\n{err}\n{}", logs());
+    let mut ran: Vec<&str> = out.lines().filter_map(|l| l.split(' ').next()).collect();
+    ran.sort();
+    let want: Vec<&str> = hosts
+        .iter()
+        .map(String::as_str)
+        .filter(|h| *h != bad)
+        .collect();
+    assert_eq!(ran, want, "the job ran on the healthy nodes: {out}");
+    // The job's own stderr says what happened to its first start, naming the node and why.
+    assert!(
+        err.contains("teesfs: a start of this job failed on")
+            && err.contains(&format!("-> {bad}: "))
+            && err.contains(&format!("Slurm drained {bad} and requeued the job")),
+        "the job's stderr: {err:?}\n{}",
+        logs()
+    );
+    // The seeder's job log, the owner's to read, keeps both starts.
+    let seeder = std::fs::read_to_string(site.seeder_log().join(format!("job-{id}.log")))
+        .unwrap_or_default();
+    assert!(
+        seeder.contains(&format!("the controller drains {bad}: teesfs: "))
+            && seeder.matches("teesfs seeder on ").count() >= 2,
+        "{seeder}"
+    );
+    let left = mounted_anywhere(&lab, &hosts, &id);
+    assert!(
+        left.is_empty(),
+        "job {id} still mounted on {left:?} after it ended"
+    );
+    drop(site);
+    lab.down().expect("lab down");
+}
