@@ -30,10 +30,6 @@ pub struct SlurmScripts {
     /// `AuthInfo=cred_expire=`: how long a requeued job waits before it may start again
     /// (and the step credentials' lifetime); Slurm's default (120 s) without.
     pub cred_expire: Option<u32>,
-    /// `PrologFlags=Alloc` with a `Prolog=` that does nothing: slurmd then knows every job
-    /// allocated to it, and runs the `Epilog` of a job whose start failed in
-    /// `PrologSlurmctld` too (without, slurmd runs no epilog for a job it never launched).
-    pub prolog_alloc: bool,
 }
 
 /// The host slurmctld runs on: `ctl` with [`SlurmScripts::own_controller`], else `login`.
@@ -118,10 +114,6 @@ pub fn slurm_conf(
     line(format!("SlurmdLogFile={d}/nodes/%n/slurmd.log"));
     if let Some(p) = &scripts.prolog_slurmctld {
         line(format!("PrologSlurmctld={}", p.display()));
-    }
-    if scripts.prolog_alloc {
-        line("Prolog=/bin/true".into());
-        line("PrologFlags=Alloc".into());
     }
     if let Some(p) = &scripts.epilog {
         line(format!("Epilog={}", p.display()));

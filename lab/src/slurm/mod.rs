@@ -420,7 +420,6 @@ mod tests {
             own_controller: false,
             plugstack: vec!["required /p/teesfs_spank.so".into()],
             cred_expire: None,
-            prolog_alloc: false,
         };
         let c = slurm_conf(&l, Path::new("/w/slurm0"), Path::new("/w/m.sock"), &scripts);
         assert!(c.contains("SlurmUser=root\n"), "{c}");

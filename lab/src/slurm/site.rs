@@ -237,8 +237,6 @@ impl Lab {
             )],
             // A job requeued after a failed start waits this long, not Slurm's 120 s.
             cred_expire: Some(REQUEUE_WAIT_S),
-            // The epilog releases what a failed start pushed (docs/slurm.md).
-            prolog_alloc: true,
         })
     }
 

@@ -102,7 +102,6 @@ impl Site {
                 own_controller: false,
                 plugstack,
                 cred_expire: None,
-                prolog_alloc: false,
             },
         }
     }
