@@ -200,7 +200,8 @@ impl Task {
             .record
             .then(|| Arc::new(Recorder::default().counting(core.activity())));
         tracing::info!(index = %a.signed.id().short(), parent = %a.from, "job accepted");
-        core.start();
+        // Not started here: the task starts it once the job is in the view
+        // ([`Task::admitted`]), so its children's first answers find it.
         if !shared {
             core.follow_losses(self.store.watch());
         }
@@ -269,7 +270,6 @@ impl Task {
             crate::job::JobKnobs::default(),
         );
         tracing::debug!(%job, parent = %from, "health probe");
-        core.start();
         let me = self.me.clone();
         tokio::spawn(async move {
             let finished = async {

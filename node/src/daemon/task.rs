@@ -277,11 +277,18 @@ impl Task {
                 Outcome::Job(a) => self.launch(job, serial, *a, s.prepared),
             }
         };
+        let core = live.as_ref().map(|l| l.core.clone());
         if let Some(live) = live {
             self.jobs.insert(job, JobState::Running(Box::new(live)));
         }
-        // The job is in the view before its streams go on.
+        // The job is in the view before its streams go on, and before its task starts
+        // sending: a child that holds the layer already answers its `Start` at once, and
+        // that answer must find the job here (messages that come before the start wait
+        // in the job's queue).
         self.publish();
+        if let Some(core) = core {
+            core.start();
+        }
         drop(s.routed);
         for stop in s.stops {
             let _ = stop.send(stopped(job));
