@@ -33,6 +33,21 @@ const NOT_SHIPPED: &[&str] = &["lab", "fuzz"];
 /// `#[cfg(feature = ...)]` of one of these are not shipped code.
 const LAB_FEATURES: &[&str] = &["lab", "fault-injection"];
 
+/// The floors of the crates (by folder), as the README's crate table says them: a crate
+/// depends (in `[dependencies]`) only on crates of a lower floor, so the pure crates stay
+/// at the bottom and nothing below the node library reaches up into it.
+const FLOORS: &[(&str, u8)] = &[
+    ("manifest", 0),
+    ("peertree", 0),
+    ("runenv", 0),
+    ("spank", 0),
+    ("pushreport", 1),
+    ("seeder", 1),
+    ("node", 2),
+    ("lab", 3),
+    ("teesfs", 4),
+];
+
 /// The longest a non-test source file may be before it is split by concern.
 const MAX_FILE_LINES: usize = 800;
 
@@ -65,6 +80,8 @@ struct Workspace {
     crates: Vec<String>,
     /// The `teesfs` binary package's default features.
     teesfs_default: Vec<String>,
+    /// Each crate's (by folder) normal dependencies on the workspace's crates (by folder).
+    deps: BTreeMap<String, Vec<String>>,
 }
 
 /// One broken rule, said the way the failure message prints it.
@@ -87,6 +104,13 @@ enum Breach {
     },
     DefaultFeatures {
         features: Vec<String>,
+    },
+    Floor {
+        krate: String,
+        dep: String,
+    },
+    NoFloor {
+        krate: String,
     },
 }
 
@@ -121,6 +145,17 @@ impl std::fmt::Display for Breach {
                 "teesfs/Cargo.toml: the teesfs package has default features {features:?}: a plain \
                  `cargo build` or `cargo install` must not link the lab"
             ),
+            Self::Floor { krate, dep } => write!(
+                f,
+                "crate {krate} depends on {dep}, which is not on a lower floor (FLOORS in \
+                 teesfs/tests/it/house_rules.rs, the README's crate table): move the shared part \
+                 down instead"
+            ),
+            Self::NoFloor { krate } => write!(
+                f,
+                "crate {krate} has no floor in FLOORS (teesfs/tests/it/house_rules.rs): give it \
+                 one, and a line in the README's crate table"
+            ),
         }
     }
 }
@@ -144,7 +179,31 @@ fn judge(ws: &Workspace, sources: &[Source]) -> Vec<Breach> {
         }
     }
     breaches.extend(big_crates(sources, &kinds));
+    breaches.extend(floors(ws));
     breaches
+}
+
+/// The dependencies that do not go down a floor, and the crates with no floor.
+fn floors(ws: &Workspace) -> Vec<Breach> {
+    let floor = |k: &str| FLOORS.iter().find(|(c, _)| *c == k).map(|&(_, f)| f);
+    let mut out = Vec::new();
+    for (krate, deps) in &ws.deps {
+        let Some(mine) = floor(krate) else {
+            out.push(Breach::NoFloor {
+                krate: krate.clone(),
+            });
+            continue;
+        };
+        for dep in deps {
+            if floor(dep).is_none_or(|theirs| theirs >= mine) {
+                out.push(Breach::Floor {
+                    krate: krate.clone(),
+                    dep: dep.clone(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The crates of the workspace in neither list, and the listed ones it does not have.
@@ -330,9 +389,35 @@ fn read_workspace(root: &Path) -> Workspace {
     }
     let teesfs = read_toml(&root.join("teesfs/Cargo.toml"));
     Workspace {
+        deps: read_deps(root, &top, &crates),
         crates,
         teesfs_default: strings(teesfs.get("features").and_then(|f| f.get("default"))),
     }
+}
+
+/// Each member's `[dependencies]` on the workspace's own crates, named by folder: a
+/// dependency is the workspace's when `[workspace.dependencies]` gives it a path.
+fn read_deps(root: &Path, top: &toml::Table, crates: &[String]) -> BTreeMap<String, Vec<String>> {
+    let ws_deps = top
+        .get("workspace")
+        .and_then(|w| w.get("dependencies"))
+        .and_then(toml::Value::as_table);
+    let folder_of = |name: &str| {
+        let path = ws_deps?.get(name)?.get("path")?.as_str()?;
+        Some(path.trim_end_matches('/').to_string())
+    };
+    let mut out = BTreeMap::new();
+    for krate in crates.iter().filter(|k| *k != "fuzz") {
+        let manifest = read_toml(&root.join(krate).join("Cargo.toml"));
+        let deps = manifest.get("dependencies").and_then(toml::Value::as_table);
+        let on: Vec<String> = deps
+            .into_iter()
+            .flat_map(|t| t.keys())
+            .filter_map(|name| folder_of(name))
+            .collect();
+        out.insert(krate.clone(), on);
+    }
+    out
 }
 
 /// Every `.rs` file of the crate in `root/krate` (build outputs left out).
@@ -372,6 +457,13 @@ fn the_workspace_keeps_the_house_rules() {
             .iter()
             .any(|s| s.path == "teesfs/tests/it/house_rules.rs"),
         "the walk found the workspace's sources"
+    );
+    assert!(
+        ws.deps
+            .get("node")
+            .is_some_and(|d| d.iter().any(|k| k == "manifest")),
+        "the dependencies were read: {:?}",
+        ws.deps
     );
     let breaches = judge(&ws, &sources);
     let said: Vec<String> = breaches.iter().map(ToString::to_string).collect();
@@ -419,6 +511,10 @@ fn classified() -> Workspace {
             .map(|k| k.to_string())
             .collect(),
         teesfs_default: Vec::new(),
+        deps: FLOORS
+            .iter()
+            .map(|(k, _)| (k.to_string(), Vec::new()))
+            .collect(),
     }
 }
 
@@ -501,4 +597,39 @@ fn an_unclassified_crate_and_default_features_are_breaches() {
     assert!(said[0].starts_with("crate newcrate is in neither SHIPPED nor NOT_SHIPPED"));
     assert!(said[1].starts_with("crate fuzz is classified"));
     assert!(said[2].contains("default features [\"lab\"]"));
+}
+
+#[test]
+fn a_dependency_that_does_not_go_down_a_floor_is_named() {
+    let mut ws = classified();
+    ws.deps
+        .insert("node".into(), vec!["manifest".into(), "pushreport".into()]);
+    assert_eq!(
+        judge(&ws, &[]),
+        Vec::<Breach>::new(),
+        "node may use lower floors"
+    );
+    ws.deps.insert("peertree".into(), vec!["manifest".into()]);
+    ws.deps.insert("seeder".into(), vec!["node".into()]);
+    ws.deps.insert("newcrate".into(), Vec::new());
+    let floors: Vec<Breach> = judge(&ws, &[])
+        .into_iter()
+        .filter(|b| matches!(b, Breach::Floor { .. } | Breach::NoFloor { .. }))
+        .collect();
+    assert_eq!(
+        floors,
+        [
+            Breach::NoFloor {
+                krate: "newcrate".into()
+            },
+            Breach::Floor {
+                krate: "peertree".into(),
+                dep: "manifest".into()
+            },
+            Breach::Floor {
+                krate: "seeder".into(),
+                dep: "node".into()
+            },
+        ]
+    );
 }
