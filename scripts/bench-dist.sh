@@ -7,6 +7,8 @@
 #      same raw stream whose server hashes every frame with BLAKE3 and writes it to a file of
 #      its own on /dev/shm while it reads the next, one frame at work as in the daemon
 #      (`quic_raw server ... STORE`);
+#      It also measures the CPU of a proxy that receives the push and forwards it to 7
+#      children (one group of 8 daemons, `--strategy topo`) beside one of its leaves;
 #   2. cold read latency of a missing chunk at tree depth 1, 2, 3 (a chain
 #      login -> n01 -> n02 -> n03) against the model (d+1) x (round trip + chunk time), with
 #      the round trip from `quic_raw ping` and the chunk time from benchmark 1's raw rate.
@@ -59,7 +61,7 @@ trap 'exit 130' INT TERM
 export TEESFS_CONFIG="$work/config"
 
 "$BIN" keygen --out "$work/pub.key" >/dev/null
-"$BIN" keygen --cluster "$work/cluster" --nodes 'login,n[01-03]' >/dev/null
+"$BIN" keygen --cluster "$work/cluster" --nodes 'login,n[01-08]' >/dev/null
 "$RAW" keygen "$work/rawcreds"
 
 # Median of numbers on stdin.
@@ -105,7 +107,7 @@ status() { "$BIN" status --format json --control "$work/run$1/$2/sock"; }
 push() { # run nodes extra...
     local run="$work/run$1" nodes=$2
     shift 2
-    "$BIN" push --quiet --store "$work/store" --nodes "$nodes" --group-size 1 \
+    "$BIN" push --quiet --store "$work/store" --nodes "$nodes" --group-size "${GROUP:-1}" \
         --identity "$work/cluster" --hosts "$run/hosts" --listen 127.0.0.1:0 \
         --trust "$work/pub.pub" "$@"
 }
@@ -144,6 +146,7 @@ raw=() stored=() flat=() chain=()
 # CPU seconds per run: raw client and server, the hashing and the store writes alone
 # (`quic_raw work`), and the flat push's root and daemon.
 cpu_client=() cpu_server=() cpu_hash=() cpu_store=() cpu_root=() cpu_daemon=()
+cpu_proxy=() cpu_leaf=() fan=()
 clk_tck=$(getconf CLK_TCK)
 cpu_of() { awk -v t="$clk_tck" '{printf "%.3f", ($14 + $15) / t}' "/proc/$1/stat"; }
 # One quic_raw transfer of PUSH_MIB MiB; writes its MiB/s to the file $1, and the client's
@@ -195,7 +198,17 @@ for r in $(seq "$RUNS"); do
         --report "$work/chain$r.json" >/dev/null
     chain+=("$(json "$work/chain$r.json" "$PUSH_MIB / v['all_complete_s']")")
     stop_daemons
-    echo "run $r: raw ${raw[-1]} MiB/s, raw hashed and stored ${stored[-1]} MiB/s, push flat ${flat[-1]} MiB/s, 2-hop chain ${chain[-1]} MiB/s" >&2
+
+    # A proxy forwarding to its group: n01 receives from the root and sends to n02..n08.
+    start_daemons 8 "fan$r"
+    p0=$(cpu_of "${daemon_pids[0]}") l0=$(cpu_of "${daemon_pids[1]}")
+    GROUP=8 push "fan$r" 'n[01-08]' --index "$big_id" --strategy topo --wait all \
+        --report "$work/fan$r.json" >/dev/null
+    cpu_proxy+=("$(echo "$(cpu_of "${daemon_pids[0]}") - $p0" | bc -l)")
+    cpu_leaf+=("$(echo "$(cpu_of "${daemon_pids[1]}") - $l0" | bc -l)")
+    fan+=("$(json "$work/fan$r.json" "$PUSH_MIB / v['all_complete_s']")")
+    stop_daemons
+    echo "run $r: raw ${raw[-1]} MiB/s, raw hashed and stored ${stored[-1]} MiB/s, push flat ${flat[-1]} MiB/s, 2-hop chain ${chain[-1]} MiB/s, group of 8 ${fan[-1]} MiB/s" >&2
 done
 raw_med=$(med "${raw[@]}")
 stored_med=$(med "${stored[@]}")
@@ -320,14 +333,22 @@ echo "runs (MiB/s): raw ${raw[*]}; hashed and stored ${stored[*]}; flat ${flat[*
 printf 'flat push ÷ raw hashed and stored (median of per-run ratios): %.2f\n' "$flat_floor"
 echo
 echo "CPU seconds per $PUSH_MIB MiB (medians of $RUNS runs; $cores cores shared by both ends)"
-printf '| %-44s | %8s |\n' "" "CPU-s"
-printf '|%s|%s|\n' "----------------------------------------------" "---------:"
-printf '| %-44s | %8.3f |\n' "raw client (sends)" "$(med "${cpu_client[@]}")"
-printf '| %-44s | %8.3f |\n' "raw server (receives)" "$(med "${cpu_server[@]}")"
-printf '| %-44s | %8.3f |\n' "BLAKE3 alone (quic_raw work)" "$(med "${cpu_hash[@]}")"
-printf '| %-44s | %8.3f |\n' "writing 1 MiB files to tmpfs alone" "$(med "${cpu_store[@]}")"
-printf '| %-44s | %8.3f |\n' "push root (teesfs push, flat)" "$(med "${cpu_root[@]}")"
-printf '| %-44s | %8.3f |\n' "receiving daemon (flat)" "$(med "${cpu_daemon[@]}")"
+printf '| %-44s | %8s | %10s |\n' "" "CPU-s" "CPU-s/GiB"
+printf '|%s|%s|%s|\n' "----------------------------------------------" "---------:" "-----------:"
+cpu_row() { # label, median CPU-s per PUSH_MIB
+    printf '| %-44s | %8.3f | %10.3f |\n' "$1" "$2" "$(echo "$2 * 1024 / $PUSH_MIB" | bc -l)"
+}
+cpu_row "raw client (sends)" "$(med "${cpu_client[@]}")"
+cpu_row "raw server (receives)" "$(med "${cpu_server[@]}")"
+cpu_row "BLAKE3 alone (quic_raw work)" "$(med "${cpu_hash[@]}")"
+cpu_row "writing 1 MiB files to tmpfs alone" "$(med "${cpu_store[@]}")"
+cpu_row "push root (teesfs push, flat)" "$(med "${cpu_root[@]}")"
+cpu_row "receiving daemon (flat)" "$(med "${cpu_daemon[@]}")"
+cpu_row "proxy: receives, forwards to 7 children" "$(med "${cpu_proxy[@]}")"
+cpu_row "one of that proxy's leaves" "$(med "${cpu_leaf[@]}")"
+printf 'proxy ÷ receiving daemon (median of per-run ratios): %.2f; group of 8 took %s MiB/s per node (runs: %s)\n' \
+    "$(for i in "${!cpu_proxy[@]}"; do echo "${cpu_proxy[$i]} / ${cpu_daemon[$i]}" | bc -l; done | median)" \
+    "$(med "${fan[@]}")" "${fan[*]}"
 printf 'Ceiling for any verified, stored push here: at least %.3f s per %s MiB, so at most %.2fx raw\n' \
     "$(med "${t_min[@]}")" "$PUSH_MIB" "$ceiling_med"
 echo "  (per run: ${ceiling[*]})"
