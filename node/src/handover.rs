@@ -18,6 +18,9 @@ use crate::Error;
 /// Set (to its log file) in the environment of the background copy.
 pub(crate) const SERVE_ENV: &str = "TEESFS_PUSH_SERVE";
 
+/// Set (to the foreground's pid) in the environment of the background copy.
+const PARENT_ENV: &str = "TEESFS_PUSH_PARENT";
+
 /// What the background copy tells the foreground, one JSON line each
 /// (`{"event": "urgent", "report": {...}}`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -61,6 +64,35 @@ pub fn completed() {
     }
 }
 
+/// In a background copy that releases its job if the push fails before the job starts
+/// (the Slurm prolog's push): SIGTERM when the foreground ends, as when slurmctld kills a
+/// prolog that ran too long or the seeder kills the push its prolog no longer waits for.
+/// Call it once SIGTERM is handled. Elsewhere nothing happens.
+pub(crate) fn tie_to_parent() {
+    let Some(parent) = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+        .filter(|_| serving().is_some())
+    else {
+        return;
+    };
+    use nix::sys::signal::{Signal, raise};
+    if nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).is_err() {
+        tracing::warn!("could not ask to be told when the foreground push ends");
+    }
+    // It may have ended before the request above.
+    if nix::unistd::getppid().as_raw() != parent {
+        let _ = raise(Signal::SIGTERM);
+    }
+}
+
+/// The job started: the foreground may end without this copy stopping.
+pub(crate) fn untie_from_parent() {
+    if serving().is_some() && std::env::var_os(PARENT_ENV).is_some() {
+        let _ = nix::sys::prctl::set_pdeathsig(None);
+    }
+}
+
 /// The background copy, seen from the foreground.
 pub struct Background {
     child: Child,
@@ -83,6 +115,7 @@ impl Background {
         let mut child = Command::new(exe)
             .args(std::env::args_os().skip(1))
             .env(SERVE_ENV, &log)
+            .env(PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -109,6 +142,20 @@ impl Background {
     /// Its log file.
     pub fn log(&self) -> &Path {
         &self.log
+    }
+
+    /// Waits at most `bound` for it to end (it has released its job, say), reading what it
+    /// still says; whether it ended.
+    pub fn ended_within(self, bound: std::time::Duration) -> bool {
+        let Self {
+            mut child, lines, ..
+        } = self;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            lines.for_each(drop);
+            let _ = tx.send(child.wait().is_ok());
+        });
+        rx.recv_timeout(bound).unwrap_or(false)
     }
 
     /// Waits for its first [`Handover`]. If it ends without one, the error carries its exit

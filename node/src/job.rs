@@ -151,6 +151,8 @@ enum Input {
     PumpDone(NodeId),
     /// The root stops serving demand and finishes the job.
     EndServing,
+    /// The root releases the job down the tree: the push failed before the job started.
+    Release,
     /// This node's store cannot keep the job's chunks: it leaves the tree, saying why.
     StoreFailed(String),
     /// `chunk` was read from the origin store (`got`: there, verified and kept) or not.
@@ -172,6 +174,8 @@ pub struct JobView {
     pub done: [bool; 2],
     /// Whether the job is finished for this node.
     pub finished: bool,
+    /// Whether the job was released down the tree (and the release handed to the links).
+    pub released: bool,
     /// The relay's counters.
     pub stats: peertree::relay::RelayStats,
     /// Bytes pushed to each child (`(me, child, bytes)`).
@@ -188,6 +192,7 @@ impl JobView {
             chunks: r.schedule().len(),
             done: [r.local_done(Phase::Urgent), r.local_done(Phase::All)],
             finished: r.finished(),
+            released: r.released(),
             stats: r.stats(),
             child_bytes: r.child_bytes().map(|(c, b)| (r.me(), c, b)).collect(),
         }
@@ -419,6 +424,7 @@ impl JobCore {
                 pumps.idle.remove(&child);
             }
             Input::EndServing => r.end_serving(),
+            Input::Release => r.release(),
             Input::StoreFailed(why) => r.leave(&why),
             Input::Origin { chunk, got } => r.handle_origin(now, chunk, got),
         }
@@ -548,6 +554,15 @@ impl JobCore {
     /// At the root of a push that leaves chunks to demand: stop serving and finish the job.
     pub(crate) fn end_serving(&self) {
         self.tell(Input::EndServing);
+    }
+
+    /// At the root of a push that failed before the job started: releases the job on every
+    /// node the tree reaches, and returns once the release is handed to the links to the
+    /// root's children (or after `bound`, if the job's task is gone).
+    pub(crate) async fn release(&self, bound: std::time::Duration) {
+        let mut view = self.view.subscribe();
+        self.tell(Input::Release);
+        let _ = tokio::time::timeout(bound, view.wait_for(|v| v.released)).await;
     }
 
     /// Stops the job's tasks (connections stay, they are shared).

@@ -57,6 +57,12 @@ pub struct PushSpec {
     pub serve: Option<Duration>,
     /// Hold the hysteretic set back after the urgent set is on every node.
     pub bulk_hold: Option<BulkHold>,
+    /// The Slurm prolog's push: its job starts once this phase is on every node. A push
+    /// that fails before then (a node failed or refused, the store, the timeout), or is
+    /// stopped by SIGTERM or SIGINT before then, releases the job on every node the tree
+    /// reaches ([`RootSession::release`]), so a start that Slurm gives up leaves no mount
+    /// behind. `None`: a failed push leaves the job where it got.
+    pub release: Option<Phase>,
 }
 
 /// Live progress for a progress bar.
@@ -90,6 +96,85 @@ pub struct Outcome {
     pub store_fault: Option<(f64, StoreFault)>,
     /// Why the root could not connect to each of its own peers it failed to reach.
     pub connect_errors: HashMap<String, String>,
+    /// SIGTERM or SIGINT stopped the push (only a push with [`PushSpec::release`] listens).
+    pub stopped: bool,
+    /// The job was released on every node the tree reached ([`PushSpec::release`]).
+    pub released: bool,
+}
+
+impl Outcome {
+    /// Whether `phase` is complete on every node the push reached.
+    fn complete(&self, phase: Phase) -> bool {
+        match phase {
+            Phase::Urgent => self.urgent_s.is_some(),
+            Phase::All => self.all_s.is_some(),
+        }
+    }
+
+    /// Whether the push failed so far: a node failed, refused the job or lied, the store
+    /// could not deliver, or the wait timed out (what makes `teesfs push` exit non-zero).
+    pub fn failed(&self) -> bool {
+        self.timed_out
+            || self.store_fault.is_some()
+            || self.events.iter().any(|(_, e)| {
+                matches!(
+                    e,
+                    Event::EdgeFailed(..)
+                        | Event::Unreachable(..)
+                        | Event::Liar(..)
+                        | Event::Refused(..)
+                )
+            })
+    }
+}
+
+/// What a push with [`PushSpec::release`] watches besides the tree: the signals that stop
+/// it, and whether its job may still be released.
+struct Armed {
+    /// The phase at which the job starts; `None` once it has started (a stop then ends the
+    /// push without releasing anything).
+    starts: Option<Phase>,
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Armed {
+    fn new(starts: Phase) -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let armed = Armed {
+            starts: Some(starts),
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+        };
+        // Listening now: a background copy may be told of its foreground's end.
+        crate::handover::tie_to_parent();
+        armed
+    }
+
+    /// The job has started on every node: from now on nothing is released.
+    fn started(&mut self) {
+        self.starts = None;
+        crate::handover::untie_from_parent();
+    }
+}
+
+/// SIGTERM or SIGINT, if the push listens; else never.
+async fn stop_signal(armed: &mut Option<Armed>) {
+    async fn fired(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    match armed {
+        Some(a) => tokio::select! {
+            () = fired(&mut a.term) => {}
+            () = fired(&mut a.int) => {}
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// What ended a wait of the push's loop.
@@ -100,6 +185,8 @@ enum Step {
     Bad(Vec<BadChunk>),
     /// Shared-storage mode: the store's chunks of a phase were checked; the bad ones.
     Scanned(Phase, Vec<BadChunk>),
+    /// SIGTERM or SIGINT (a push with [`PushSpec::release`]).
+    Stopped,
 }
 
 /// Shared-storage mode: checks, on the blocking pool, the chunks the nodes will read from
@@ -165,6 +252,7 @@ pub async fn push(
     };
     let (id, timing, signed) = (spec.job, spec.timing, spec.signed_index);
     let (shared_store, owner, spec_serve) = (spec.shared_store, spec.owner, spec.serve);
+    let mut armed = spec.release.map(Armed::new);
     // Without an urgent set nothing starts before the whole layer is there: no hold.
     let bulk_hold = spec.bulk_hold.filter(|_| schedule.urgent > 0);
     let nodes = spec.nodes.len();
@@ -190,15 +278,24 @@ pub async fn push(
         ..Progress::default()
     };
     let mut out = follow(
-        &mut session,
-        &mut watch,
+        (&mut session, &mut watch, &mut armed),
         progress,
         wait,
         timeout,
         on_progress,
     )
     .await;
-    if let Some(serve) = spec_serve.filter(|_| !out.timed_out && out.store_fault.is_none()) {
+    let starting = armed.as_ref().is_some_and(|a| a.starts.is_some());
+    if starting && (out.stopped || out.failed()) {
+        tracing::warn!(
+            stopped = out.stopped,
+            "the push failed before the job started: releasing the job on every node the tree reaches"
+        );
+        session.release().await;
+        out.released = true;
+    }
+    let serving = !out.timed_out && out.store_fault.is_none() && !out.stopped && !out.released;
+    if let Some(serve) = spec_serve.filter(|_| serving) {
         serve_demand(&mut session, serve, &mut watch, &mut out).await;
     }
     // Edge byte counts of the root's own children, which the relay keeps itself.
@@ -217,7 +314,7 @@ pub async fn push(
     for (p, c, b) in root_edges {
         out.events.push((now, Event::EdgeBytes(p, c, b)));
     }
-    session.close(out.all_s.is_some()).await;
+    session.close(out.all_s.is_some() || out.released).await;
     Ok(out)
 }
 
@@ -237,8 +334,7 @@ struct StoreWatch {
 /// fails or `timeout` passes. A phase is complete when the nodes hold it and, in
 /// shared-storage mode, its chunks in the store were found whole.
 async fn follow(
-    session: &mut RootSession,
-    watch: &mut StoreWatch,
+    (session, watch, armed): (&mut RootSession, &mut StoreWatch, &mut Option<Armed>),
     mut progress: Progress,
     wait: Phase,
     timeout: Duration,
@@ -254,11 +350,16 @@ async fn follow(
             e = session.next_event(deadline) => Step::Event(e),
             Some(bad) = watch.faults.recv() => Step::Bad(vec![bad]),
             Some((phase, bad)) = scanned(&mut watch.scan) => Step::Scanned(phase, bad),
+            () = stop_signal(armed) => Step::Stopped,
         };
         let at = session.start.elapsed().as_secs_f64();
         match step {
             Step::Event(None) => {
                 out.timed_out = true;
+                break;
+            }
+            Step::Stopped => {
+                out.stopped = true;
                 break;
             }
             Step::Event(Some((t, ev))) => {
@@ -291,11 +392,16 @@ async fn follow(
         }
         progress.bytes_out = session.core().counters().bytes_out;
         on_progress(&progress, &out);
-        let done = match wait {
-            Phase::Urgent => out.urgent_s.is_some(),
-            Phase::All => out.all_s.is_some(),
-        };
-        if done {
+        if let Some(a) = armed.as_mut()
+            && let Some(starts) = a.starts
+            && out.complete(starts)
+        {
+            if out.failed() {
+                break; // released by the caller
+            }
+            a.started();
+        }
+        if out.complete(wait) {
             break;
         }
     }

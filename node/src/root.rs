@@ -161,6 +161,13 @@ impl RootSession {
         Some((at.saturating_duration_since(self.start).as_secs_f64(), ev))
     }
 
+    /// The push failed before its job started: every node the tree reaches drops the job
+    /// ([`peertree::relay::Msg::Release`]). Returns once the release is on its way to the
+    /// root's children; [`RootSession::close`] with `drain` then waits for it to arrive.
+    pub async fn release(&self) {
+        self.core.release(DRAIN_BOUND).await;
+    }
+
     /// Ends the session. With `drain`, first waits (at most [`DRAIN_BOUND`]) until the
     /// nodes have acknowledged the root's last messages (`Finished`), so they drop the job
     /// at once instead of at their deadline.

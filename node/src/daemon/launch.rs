@@ -354,6 +354,13 @@ async fn follow_events(
                 "the push's root is gone (it never answered): no longer asking it; the job \
                  keeps serving what it holds, and reads of the rest fail until it is released"
             ),
+            Event::Released => {
+                tracing::warn!(
+                    "the push's root released the job (the push failed before the job \
+                     started; passed on to this node's children): releasing it here"
+                );
+                tell(News::Released);
+            }
             _ => {}
         }
     }

@@ -99,6 +99,8 @@ pub(crate) enum News {
     EdgeFailed,
     /// A health probe is over (its root finished it, or its lifetime ran out).
     ProbeOver,
+    /// The push's root released the job down the tree: it failed before the job started.
+    Released,
 }
 
 /// One job's state on this node.

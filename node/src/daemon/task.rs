@@ -334,6 +334,8 @@ impl Task {
             News::Phase(p, t) => l.phases[p.index()] = Some(t),
             News::EdgeFailed => l.failed_edges += 1,
             News::ProbeOver => self.release(job, false, None, None),
+            // As `teesfs release` would: its record kept, then its mount gone.
+            News::Released => self.release(job, true, None, None),
         }
     }
 

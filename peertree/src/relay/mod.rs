@@ -34,7 +34,7 @@
 //! the push down to them), `chunks.rs` (what this node holds), `demand.rs` (`Want`s),
 //! `recovery.rs` (failed edges, re-attaching, adoption), `timers.rs` (heartbeats,
 //! deadlines, and a starved peer told from a dead one), `pace.rs` (a bulk stream's
-//! pacing), `root.rs` (the root's job-wide view) and `msg.rs` (the wire). This file keeps the state, the constructors, the accessors and
+//! pacing), `release.rs` (a failed push's job dropped down the tree), `root.rs` (the root's job-wide view) and `msg.rs` (the wire). This file keeps the state, the constructors, the accessors and
 //! the dispatch of messages and outputs.
 
 mod chunks;
@@ -42,6 +42,9 @@ mod demand;
 mod msg;
 mod pace;
 mod recovery;
+mod release;
+#[cfg(test)]
+mod release_tests;
 mod root;
 mod schedule;
 mod seek;
@@ -157,6 +160,9 @@ pub enum Event {
         /// The search failed lately already and nothing changed since: said before.
         again: bool,
     },
+    /// The parent passed on the root's [`Msg::Release`] (already forwarded to this node's
+    /// children): the push failed before the job could start, and the node drops the job.
+    Released,
 }
 
 /// Counters for tests and status.
@@ -240,6 +246,8 @@ pub struct Relay {
     lost_urgent: usize,
     lost_pushed: usize,
     finished: bool,
+    /// The job was released down the tree ([`Msg::Release`]): sent on, nothing more.
+    released: bool,
     stats: RelayStats,
     /// Every ready child has been sent the whole urgent set (a memo of
     /// [`Relay::urgent_gate_open`]; false means "look again").
@@ -442,6 +450,7 @@ impl Relay {
             lost_urgent: 0,
             lost_pushed: 0,
             finished: false,
+            released: false,
             stats: RelayStats::default(),
             urgent_all_sent: false,
             bulk_hold: None,
@@ -648,6 +657,7 @@ impl Relay {
             RelayMsg::Ask { chunk } => self.on_ask(now, from, chunk),
             RelayMsg::Lacks { chunk } => self.on_lacks(now, from, chunk),
             RelayMsg::Adopted => self.on_adopted(now, from),
+            RelayMsg::Release => self.on_release(from),
             RelayMsg::Finished => {
                 if Some(from) == self.parent && !self.finished {
                     self.finish();

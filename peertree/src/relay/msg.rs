@@ -337,6 +337,12 @@ pub enum Msg {
         /// Position in the chunk table.
         chunk: ChunkNo,
     },
+    /// Root to everyone, down the tree: the push failed before the job could start (the
+    /// Slurm prolog's push, which Slurm requeues elsewhere, or one stopped meanwhile), so
+    /// drop the job now: each node passes it on to its children, then releases the job as
+    /// `teesfs release` would. Only a node's parent is obeyed. Appended last: the wire's
+    /// variant numbers of the others stay as they were.
+    Release,
 }
 
 /// An arriving message, sorted once by the process that receives it: what starts or
@@ -421,6 +427,8 @@ pub enum RelayMsg {
         /// Position in the chunk table.
         chunk: ChunkNo,
     },
+    /// [`Msg::Release`].
+    Release,
 }
 
 impl Msg {
@@ -451,6 +459,7 @@ impl Msg {
             Msg::Record { json } => Routed::Record { json },
             Msg::Ask { chunk } => Routed::Relay(RelayMsg::Ask { chunk }),
             Msg::Lacks { chunk } => Routed::Relay(RelayMsg::Lacks { chunk }),
+            Msg::Release => Routed::Relay(RelayMsg::Release),
         }
     }
 }

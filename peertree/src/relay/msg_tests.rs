@@ -90,6 +90,7 @@ fn every_message_routes_to_one_place() {
         (Msg::Ping, RelayMsg::Ping),
         (Msg::Adopted, RelayMsg::Adopted),
         (Msg::Finished, RelayMsg::Finished),
+        (Msg::Release, RelayMsg::Release),
         (
             Msg::Attach { have: vec![5] },
             RelayMsg::Attach { have: vec![5] },
@@ -226,6 +227,7 @@ fn messages_round_trip() {
             have: vec![u64::MAX, 5],
         },
         Msg::Finished,
+        Msg::Release,
         Msg::Prepare(Prepare {
             subtree: vec![NodeInfo {
                 id: NodeId(4),

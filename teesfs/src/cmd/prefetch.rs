@@ -73,6 +73,8 @@ pub struct PrefetchArgs {
     base: Option<PathBuf>,
     /// When the push fails because of some of its nodes, write those to FILE with the
     /// reason to drain each with (see `teesfs push --help`); the Slurm prolog drains them.
+    /// With it, a push that fails (or is stopped) before the job starts releases the job on
+    /// every node it reaches: Slurm runs no Epilog for a start that failed in the prolog.
     #[arg(long, value_name = "FILE")]
     drain_list: Option<PathBuf>,
 }

@@ -172,8 +172,11 @@ pub struct PushArgs {
     /// When the push fails because of some of its nodes, write those to FILE, one a line:
     /// the host, a tab, and the reason to drain it with (`teesfs: login -> n05: no daemon
     /// (connection refused)`). The Slurm prolog drains them, so that Slurm requeues the job
-    /// onto healthy nodes. Nothing is written when the root or the job is at fault. A
-    /// failed push with this flag does not go on streaming in the background.
+    /// onto healthy nodes. Nothing is written when the root or the job is at fault. With
+    /// this flag (the prolog's push, whose job does not start if it fails) a push that
+    /// fails, or is stopped by SIGTERM or SIGINT, before the job starts releases the job on
+    /// every node the tree reaches (as `teesfs release` there would), so the failed start
+    /// leaves no mount behind; it does not go on streaming in the background either.
     #[arg(help_heading = "Output", long, value_name = "FILE")]
     pub drain_list: Option<PathBuf>,
 }
@@ -246,6 +249,12 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
             max: args.bulk_after,
             quiet: Some(args.bulk_quiet),
         }),
+        // The prolog's push: the job starts when the push returns (a background copy's
+        // foreground returns at the urgent set).
+        release: args.drain_list.as_ref().map(|_| match args.wait {
+            Wait::Urgent => Phase::Urgent,
+            Wait::All => Phase::All,
+        }),
     };
     let n = plan.len() - 1;
     let bar = progress_bar(args.quiet, n);
@@ -271,6 +280,12 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         r
     };
     let outcome = carry_out(spec, wait, args.timeout, &bar, serving, &report_of)?;
+    if outcome.released {
+        errln!("teesfs: released job {job} on every node the push reached");
+    }
+    if outcome.stopped && !outcome.failed() {
+        bail!("stopped by a signal before the push completed");
+    }
     finish(&args, &report_of(&outcome), outcome.timed_out, serving)
 }
 
@@ -435,19 +450,33 @@ fn hand_off(args: &PushArgs, bar: &ProgressBar) -> anyhow::Result<()> {
     }
     if let Some(e) = failed(rep) {
         if args.drain_list.is_some() {
-            // The prolog's push: the job will not start on these nodes. The rest of the
-            // layer must not go on streaming to nodes that release it, nor meet the job's
-            // next push (the same id) after Slurm requeues it.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(bg.pid() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            // The prolog's push: the job will not start on these nodes. The copy saw the
+            // same failure and releases the job on every node it reaches, then ends; the
+            // prolog returns after that, so Slurm's next start of the job (the same id)
+            // meets no half-released nodes.
+            let pid = bg.pid();
+            if bg.ended_within(RELEASE_BOUND) {
+                errln!("teesfs: the push released the job on every node it reached");
+            } else {
+                errln!(
+                    "teesfs: the background push (pid {pid}) did not end within {}; stopping it",
+                    util::duration(RELEASE_BOUND)
+                );
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
         }
         write_drain_list(args, rep);
         return Err(e);
     }
     Ok(())
 }
+
+/// How long a failed prolog's push waits for its background copy to release the job on the
+/// nodes and end: the release's own bound and the drain of the root's last messages, twice.
+const RELEASE_BOUND: Duration = Duration::from_secs(10);
 
 /// Writes `--drain-list`: the nodes the push failed because of, with why
 /// ([`pushreport::nodes_to_drain`]); best-effort, as the report.

@@ -16,6 +16,7 @@ mod daemon_service;
 mod deps;
 mod distribution;
 mod doctor;
+mod failed_release;
 mod gc;
 mod health;
 mod help;
