@@ -26,8 +26,12 @@
 # failed edge), writes what happened into the job's AdminComment and exits 1, and Slurm
 # requeues the batch job onto healthy nodes, as slurm.conf(5) describes PrologSlurmctld
 # (interactive jobs, and jobs submitted with --no-requeue, are cancelled instead). The
-# SPANK plugin prints that AdminComment into the job's stderr when it starts again. When the
+# SPANK plugin prints that AdminComment into the job's stderr when it starts again. An
+# interactive job (srun, salloc) is cancelled and never starts: its srun or salloc, still
+# waiting for the allocation, gets the same summary with `scontrol notify` and prints it. When the
 # root or the job is at fault (the store, a layer every node refuses), nothing is drained.
+# Slurm runs no Epilog for a start that failed here: with --drain-list the failed push has
+# released the job on every node it reached before it returns, so no mount is left.
 # Beside the log the push writes
 # its report, job-<id>.json, and the same drawn as a page, job-<id>.html (the tree, arrival
 # times, failed edges in red; `teesfs report` draws it again from the JSON).
@@ -57,8 +61,33 @@ drain_bad_nodes() {
         nodes="$nodes${nodes:+,}$node"
         why="$why${why:+; }${reason#teesfs: }"
     done <"$1"
+    if interactive; then
+        notify_user "teesfs: the start of this job failed on $nodes ($why); Slurm drained $nodes and cancels this interactive job: run it again and it gets other nodes"
+    fi
     "$SCONTROL" update JobId="$SLURM_JOB_ID" AdminComment="teesfs: a start of this job failed on $nodes ($why); Slurm drained $nodes and requeued the job" >&2 ||
         echo "teesfs: could not set job $SLURM_JOB_ID's AdminComment" >&2
+}
+
+# Whether the job is an interactive one (srun or salloc waiting for its allocation), which
+# Slurm cancels when this script fails instead of requeueing it.
+interactive() {
+    "$SCONTROL" show job "$SLURM_JOB_ID" -o 2>/dev/null | grep -q ' BatchFlag=0 '
+}
+
+# Sends $1 to the srun or salloc waiting for the allocation, which prints it on its own
+# stderr (slurmctld delivers `scontrol notify` to an interactive job's srun or salloc).
+notify_user() {
+    "$SCONTROL" notify "$SLURM_JOB_ID" "$1" >&2 ||
+        echo "teesfs: could not tell job $SLURM_JOB_ID's srun or salloc why it failed" >&2
+}
+
+# When nothing was drained (the root or the job is at fault), tells an interactive job's
+# user the push's last error line from $1 (its log).
+tell_failure() {
+    [ -s "$2" ] && return 0
+    interactive || return 0
+    last=$(grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1)
+    notify_user "teesfs: pushing this job's layer failed (no node is at fault, so none was drained): ${last:-see job-$SLURM_JOB_ID.log}"
 }
 
 # slurmctld gives the prolog the plugin's variable and the job's comment.
@@ -83,6 +112,7 @@ if "$TEESFS" handoff --configured >/dev/null 2>&1; then
     echo "teesfs: the seeder's push of $spec to $SLURM_JOB_NODELIST failed; its log is job-$SLURM_JOB_ID.log on the seeder (each error and its fix: /usr/share/doc/teesfs/troubleshooting.md)" >&2
     [ "$log" = /dev/null ] || cat "$log" >&2
     drain_bad_nodes "$drains"
+    tell_failure "$log" "$drains"
     [ "$drains" = /dev/null ] || rm -f "$drains"
     exit 1
 fi
@@ -105,5 +135,6 @@ fi
 echo "teesfs: pushing $spec to $SLURM_JOB_NODELIST failed; see $log (each error and its fix: /usr/share/doc/teesfs/troubleshooting.md)" >&2
 cat "$log" >&2
 drain_bad_nodes "$drains"
+tell_failure "$log" "$drains"
 rm -f "$drains"
 exit 1

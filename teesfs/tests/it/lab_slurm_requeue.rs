@@ -4,7 +4,9 @@
 //! without a daemon is pushed, the push fails because of that node, the prolog drains it
 //! with a reason naming teesfs and the failed edge and fails, and Slurm requeues the job
 //! onto healthy nodes, where it runs. Nothing stays mounted from the failed start, and the
-//! job's own stderr says what happened.
+//! job's own stderr says what happened. Slurm runs no Epilog for a start that failed in
+//! PrologSlurmctld: the failed push releases the job down the tree itself, so a node of the
+//! failed start that the requeued job does not use (drained meanwhile here) holds no mount.
 
 use std::time::{Duration, Instant};
 
@@ -69,6 +71,102 @@ fn wait_requeued(site: &lab::slurm::site::SiteSlurm<'_>, id: &str, logs: &dyn Fn
     }
 }
 
+/// Drains `node` (a healthy node of job `id`'s first allocation) once Slurm allocated the
+/// job, while its first start runs: the requeued job cannot use it.
+fn drain_once_allocated(site: &lab::slurm::site::SiteSlurm<'_>, id: &str, node: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let j = show(site, "job", id);
+        let nodes = field(&j, "NodeList=");
+        if !nodes.is_empty() && nodes != "(null)" {
+            assert_eq!(nodes, "n[01-05]", "the first allocation: {j}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {id} never allocated: {j}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let update = [
+        "update",
+        &format!("NodeName={node}"),
+        "State=DRAIN",
+        "Reason=test: keep the requeued job off",
+    ];
+    site.slurm
+        .run("scontrol", &update, Duration::from_secs(30))
+        .expect("drain the spare node");
+}
+
+/// Issue 30 item 2: an interactive job is cancelled, not requeued, when its start fails, so
+/// the batch stderr never reaches its user. `srun --teesfs=` over a node whose daemon is
+/// dead (`node`, given back to Slurm and asked for by name) prints the prolog's summary, naming the node
+/// and why, on srun's own stderr, and exits non-zero.
+fn an_interactive_job_is_told_why_it_failed(
+    lab: &Lab,
+    site: &lab::slurm::site::SiteSlurm<'_>,
+    node: &str,
+) {
+    lab.kill_daemon(node).expect("kill the daemon");
+    let resume = ["update", &format!("NodeName={node}"), "State=RESUME"];
+    site.slurm
+        .run("scontrol", &resume, Duration::from_secs(30))
+        .expect("resume the node");
+    let user = &site.user;
+    let mut srun = site.slurm.client("setpriv");
+    srun.arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .args(["--clear-groups", "--", "srun", "-N", "5", "-w", node])
+        .args(["--teesfs=manifest.toml", "hostname"])
+        .current_dir(&user.home)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = srun.spawn().expect("srun");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("srun still waiting after {:?}", t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().expect("srun output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said = || {
+        let jobs = site
+            .slurm
+            .run("scontrol", &["show", "job", "-o"], Duration::from_secs(30))
+            .unwrap_or_default();
+        let logs: Vec<String> = std::fs::read_dir(site.seeder_log())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|f| {
+                let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+                format!("{}:\n{text}", f.path().display())
+            })
+            .collect();
+        format!(
+            "srun's stdout: {}\nstderr: {err}\njobs: {jobs}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            logs.join("\n")
+        )
+    };
+    assert!(!status.success(), "{}", said());
+    assert!(
+        err.contains("teesfs: the start of this job failed on")
+            && err.contains(&format!("-> {node}: "))
+            && err.contains("cancels this interactive job"),
+        "{}",
+        said()
+    );
+    eprintln!(
+        "srun with a dead node failed after {:?} saying: {err}",
+        t0.elapsed()
+    );
+}
+
 #[test]
 fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_why() {
     let _turn = crate::lab::lab_turn();
@@ -77,7 +175,7 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
     }
     let spec = LabSpec {
         groups: 2,
-        group_size: 3,
+        group_size: 4,
         ..LabSpec::default()
     };
     let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
@@ -85,19 +183,20 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
     site.prepare_job("requeue")
         .expect("the user's spec and job");
     let hosts = site.slurm.hosts().to_vec();
-    // n04 (a group's proxy, which the root dials itself) has no daemon. Slurm allocates the
-    // lowest nodes first: the job's first allocation, n[01-05], holds it.
-    let bad = "n04";
+    // n04 has no daemon. Slurm allocates the lowest nodes first: the job's first
+    // allocation, n[01-05], holds it. n05 is drained while that start runs, so the
+    // requeued job runs on n[01-03,06-07] and only the failed start used n05.
+    let (bad, spare) = ("n04", "n05");
     lab.kill_daemon(bad).expect("kill n04's daemon");
     let user = &site.user;
-    let n = (hosts.len() - 1).to_string();
+    let n = "5";
     let job = site
         .slurm
         .submit(
             &user.home,
             &[
                 "-N",
-                &n,
+                n,
                 "--teesfs=manifest.toml",
                 "-o",
                 "job-%j.out",
@@ -109,6 +208,7 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
         )
         .expect("sbatch");
     let id = job.to_string();
+    drain_once_allocated(&site, &id, spare);
     let logs = || {
         let seeder = std::fs::read_to_string(site.seeder_log().join(format!("job-{id}.log")))
             .unwrap_or_default();
@@ -122,6 +222,16 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
 
     // The failed start: the prolog fails and Slurm requeues the job.
     wait_requeued(&site, &id, &logs);
+    // No Epilog ran for it: the failed push released the job on the nodes it reached.
+    let t0 = Instant::now();
+    while !mounted_anywhere(&lab, &[spare.to_string()], &id).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "job {id} still mounted on {spare}, used by its failed start only\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // The bad node is drained, the reason naming teesfs and the failed edge.
     let node = show(&site, "node", bad);
     assert!(field(&node, "State=").contains("DRAIN"), "{node}");
@@ -141,11 +251,7 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
     assert_eq!(state, "COMPLETED", "{out}\n{err}\n{}", logs());
     let mut ran: Vec<&str> = out.lines().filter_map(|l| l.split(' ').next()).collect();
     ran.sort();
-    let want: Vec<&str> = hosts
-        .iter()
-        .map(String::as_str)
-        .filter(|h| *h != bad)
-        .collect();
+    let want = ["n01", "n02", "n03", "n06", "n07"];
     assert_eq!(ran, want, "the job ran on the healthy nodes: {out}");
     // The job's own stderr says what happened to its first start, naming the node and why.
     assert!(
@@ -168,6 +274,7 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
         left.is_empty(),
         "job {id} still mounted on {left:?} after it ended"
     );
+    an_interactive_job_is_told_why_it_failed(&lab, &site, spare);
     drop(site);
     lab.down().expect("lab down");
 }
