@@ -315,3 +315,108 @@ impl Drop for Interrupt {
         );
     }
 }
+
+/// The pids of the pushes of job `job` that run (a prefetch and its background copy).
+fn pushes_of(job: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        let has = |s: &str| args.contains(&s.as_bytes());
+        let job_arg = args
+            .windows(2)
+            .any(|w| w[0] == b"--job" && w[1] == job.as_bytes());
+        if has("prefetch") && job_arg {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Issue 30: the seeder runs the push as a child for a `teesfs handoff`, and slurmctld
+/// kills a prolog that runs past its time. Killed so, the handoff's connection closes: the
+/// seeder's push (the prefetch and the background copy it started) ends soon after, and
+/// the nodes it reached drop the job, which never starts.
+#[test]
+fn a_killed_handoff_ends_the_seeders_push_and_the_nodes_drop_the_job() {
+    let _turn = crate::lab::lab_turn();
+    if !can_lab() {
+        return;
+    }
+    let lab = small_lab(1, 3);
+    let site = lab.start_site_slurm(&spank_plugin()).expect("site Slurm");
+    site.prepare_job("killed").expect("the user's spec");
+    // n02 has no daemon: the push waits its 5 s deadline for it, so it is still running
+    // when the prolog is killed.
+    lab.kill_daemon("n02").expect("kill n02's daemon");
+    let spec = site.user.home.join("manifest.toml");
+    let text = std::fs::read(&spec).expect("spec");
+    let job = "4242";
+    let mut handoff = site
+        .on_ctl("slurm", teesfs_bin())
+        .args(["handoff", "--job", job, "--nodes", "n[01-03]"])
+        .args(["--uid", &site.user.uid.to_string(), "--spec"])
+        .arg(&spec)
+        .env("SPANK_TEESFS_SPEC_TEXT", hex::encode(&text))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("teesfs handoff");
+    // Both the seeder's prefetch and its background copy run.
+    let t0 = Instant::now();
+    while pushes_of(job).len() < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the seeder never started the push: {:?}\n{}",
+            pushes_of(job),
+            logs(&site)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let running = pushes_of(job);
+    // n01 has joined the job (n02's deadline is still ahead).
+    let holds = |host: &str| -> bool {
+        lab.status(host)
+            .is_ok_and(|s| s.jobs.iter().any(|j| j.job == job))
+    };
+    while !holds("n01") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "n01 never got job {job}\n{}",
+            logs(&site)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // slurmctld kills the prolog.
+    handoff.kill().expect("kill the handoff");
+    let _ = handoff.wait();
+    let killed = Instant::now();
+    while !pushes_of(job).is_empty() {
+        assert!(
+            // Its deadline for n02 (5 s) is still ahead: only the kill ends it this soon.
+            killed.elapsed() < Duration::from_secs(3),
+            "the push of job {job} still runs {:?} after its handoff was killed: {:?} (was {running:?})\n{}",
+            killed.elapsed(),
+            pushes_of(job),
+            logs(&site)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gone = killed.elapsed();
+    for host in ["n01", "n03"] {
+        while holds(host) {
+            assert!(
+                killed.elapsed() < Duration::from_secs(20),
+                "{host} still holds job {job} after its push was stopped\n{}",
+                logs(&site)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    eprintln!("the seeder's push of job {job} ended {gone:?} after its handoff was killed");
+    drop(site);
+    lab.down().expect("lab down");
+}
