@@ -284,3 +284,106 @@ fn doctor_as_non_root_warns_it_cannot_read_the_key_instead_of_failing_the_certif
     assert!(fix.contains("as root") && !fix.contains("keygen"), "{fix}");
     assert_eq!(run(0)["level"], "ok", "root reads and checks it");
 }
+
+/// `teesfs doctor --role seeder --format json` (issue 30 item 9): the check named `name`'s
+/// level and detail.
+fn seeder_check(report: &serde_json::Value, name: &str) -> (String, String) {
+    let c = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check: {report}"));
+    (
+        c["level"].as_str().unwrap_or_default().to_owned(),
+        c["detail"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Issue 30 item 9: doctor checked only the node side. On a seeder's host it checks what
+/// the seeder needs: with its port taken by another process and no munged, both fail,
+/// naming the process and the socket; with the port free, it says the seeder does not run;
+/// the site file, the store, the certificate and the files the seeder reads pass.
+#[test]
+fn doctor_on_a_seeder_host_names_a_taken_port_and_a_missing_munge() {
+    let ws = crate::util::Workspace::new();
+    let creds = ws.path().join("cluster");
+    let out = ws.teesfs(&[
+        "keygen",
+        "--cluster",
+        creds.to_str().expect("utf8"),
+        "--nodes",
+        "login",
+    ]);
+    assert!(out.status.success(), "keygen: {out:?}");
+    let layer = ws.path().join("layer");
+    std::fs::create_dir_all(&layer).expect("mkdir");
+    std::fs::write(layer.join("a.txt"), "a").expect("write");
+    ws.publish(&layer);
+    // Another process holds the seeder's port: this test.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let site = ws.path().join("teesfs.toml");
+    std::fs::write(
+        &site,
+        format!(
+            "[store]\npath = {:?}\n[seeder]\nhost = \"login\"\nallow = [\"root\"]\nlisten = \"127.0.0.1:{port}\"\n\
+             munge_socket = {:?}\nlogdir = {:?}\n",
+            ws.store(),
+            ws.path().join("no-munge.socket"),
+            ws.path(),
+        ),
+    )
+    .expect("site file");
+    let run = |user: &str| {
+        let out = Command::new(teesfs_bin())
+            .args([
+                "doctor", "--role", "seeder", "--format", "json", "--host", "login",
+            ])
+            .args(["--seeder-user", user])
+            .arg("--identity")
+            .arg(&creds)
+            .arg("--trust")
+            .arg(ws.pubkey())
+            .env("TEESFS_SITE_CONFIG", &site)
+            .env("TEESFS_CONFIG", ws.path().join("config"))
+            .output()
+            .expect("teesfs doctor");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status, report)
+    };
+    let (status, report) = run("root");
+    assert!(!status.success(), "{report}");
+    let (level, detail) = seeder_check(&report, "seeder-port");
+    assert_eq!(level, "fail", "{detail}");
+    assert!(
+        detail.contains(&format!("127.0.0.1:{port}"))
+            && detail.contains(&format!("pid {}", std::process::id())),
+        "{detail}"
+    );
+    let (level, detail) = seeder_check(&report, "munge");
+    assert_eq!(level, "fail", "{detail}");
+    for ok in [
+        "site",
+        "store",
+        "certificate",
+        "seeder-host",
+        "seeder-allow",
+        "seeder-logdir",
+        "seeder-reads",
+    ] {
+        let (level, detail) = seeder_check(&report, ok);
+        assert_eq!(level, "ok", "{ok}: {detail}\n{report}");
+    }
+    // A seeder run as `nobody` cannot read the node key keygen made (0600, root's).
+    let (_, report) = run("nobody");
+    let (level, detail) = seeder_check(&report, "seeder-reads");
+    assert_eq!(level, "fail", "{detail}");
+    assert!(detail.contains("login.key"), "{detail}");
+    drop(taken);
+    let (_, report) = run("root");
+    let (level, detail) = seeder_check(&report, "seeder-port");
+    assert_eq!(level, "warn", "{detail}");
+    assert!(detail.contains("nothing listens"), "{detail}");
+}

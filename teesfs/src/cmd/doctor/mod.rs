@@ -5,6 +5,7 @@
 
 pub mod checks;
 pub mod login;
+pub mod seeder;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,9 @@ pub enum Role {
     /// The host that roots the trees (the login node, where the prolog's push runs): the
     /// site file, the store, its certificate, the CA key's place, topology and keys.
     Login,
+    /// The host `teesfs seeder` runs on: the login side's checks, and its `[seeder]`
+    /// settings, munge, its port, and its credentials and store readable by its user.
+    Seeder,
 }
 
 /// Arguments of `teesfs doctor`.
@@ -39,7 +43,8 @@ pub enum Role {
     teesfs doctor                         check this node with the site configuration\n  \
     teesfs doctor --format json | jq .    the same for scripts\n  \
     teesfs doctor --host cn0042 --identity /etc/teesfs/cluster\n  \
-    teesfs doctor --role login            check the login node that roots the pushes\n\n\
+    teesfs doctor --role login            check the login node that roots the pushes\n  \
+    teesfs doctor --role seeder --format json   check the host `teesfs seeder` runs on\n\n\
     Exit status: 0 when nothing FAILs (WARNs included), 1 when something would break a job.")]
 pub struct DoctorArgs {
     /// This node's name as the cluster knows it. Default: the system host name.
@@ -75,9 +80,12 @@ pub struct DoctorArgs {
     /// Which side to check: `node` (default) or `login`.
     #[arg(long, value_enum, default_value_t = Role::Node)]
     role: Role,
-    /// With --role login: the store (default: the site's [store] path).
+    /// With --role login or seeder: the store (default: the site's [store] path).
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
+    /// With --role seeder: the user the seeder runs as (the packaged unit: root).
+    #[arg(long, value_name = "USER", default_value = "root")]
+    seeder_user: String,
 }
 
 /// Runs `teesfs doctor`; the exit code is 1 when a check FAILs.
@@ -92,6 +100,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
     let verdicts = match args.role {
         Role::Node => checks::evaluate(&gather(&args, host.clone())),
         Role::Login => login::evaluate(&gather_login(&args, host.clone())),
+        Role::Seeder => seeder::evaluate(&gather_seeder(&args, host.clone())),
     };
     let report = Report::of(host, verdicts);
     match args.format {
@@ -175,6 +184,14 @@ fn gather_login(args: &DoctorArgs, host: String) -> login::LoginFacts {
         topology,
         trust: trust_facts(&args.trust),
     }
+}
+
+fn gather_seeder(args: &DoctorArgs, host: String) -> seeder::SeederFacts {
+    let login = gather_login(args, host.clone());
+    let conf = teesfs_node::site::load_lenient(&teesfs_node::site::main_path())
+        .map(|l| l.config.seeder)
+        .unwrap_or_default();
+    seeder::gather(login, host, &conf, &args.identity, &args.seeder_user)
 }
 
 fn dev_fuse() -> Found<()> {
