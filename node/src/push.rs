@@ -680,3 +680,36 @@ pub(crate) fn unix_ms_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What releases a prolog's job is what makes `teesfs push` exit non-zero: a failed,
+    /// unreachable, refusing or lying node, the store, the timeout; progress alone is not.
+    #[test]
+    fn a_push_fails_on_the_same_facts_as_its_exit_status() {
+        let mut out = Outcome::default();
+        out.events
+            .push((0.1, Event::NodeDone(NodeId(1), Phase::Urgent)));
+        out.events.push((0.2, Event::JobPhaseDone(Phase::Urgent)));
+        assert!(!out.failed());
+        for ev in [
+            Event::EdgeFailed(NodeId(0), NodeId(2)),
+            Event::Unreachable(NodeId(1), NodeId(3)),
+            Event::Liar(NodeId(1), NodeId(2)),
+            Event::Refused(NodeId(2), "index revoked".into()),
+        ] {
+            let mut o = Outcome::default();
+            o.events.push((1.0, ev));
+            assert!(o.failed());
+        }
+        let timed_out = Outcome {
+            timed_out: true,
+            ..Outcome::default()
+        };
+        assert!(timed_out.failed());
+        out.urgent_s = Some(0.2);
+        assert!(out.complete(Phase::Urgent) && !out.complete(Phase::All));
+    }
+}
