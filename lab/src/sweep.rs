@@ -328,6 +328,7 @@ pub fn push_report(
         uplinks,
         failures,
         learned_files: 0,
+        rates: None,
     }
 }
 

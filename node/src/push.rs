@@ -671,6 +671,7 @@ pub fn report(
         uplinks,
         failures,
         learned_files: 0,
+        rates: None,
     }
 }
 

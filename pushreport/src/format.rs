@@ -10,6 +10,8 @@
 //!                   "group": 0, "app_start_s": 1.1 } ],
 //!   "edges": [ { "parent": "login", "child": "cn01", "bytes": N } ],
 //!   "uplinks": [ { "group": 0, "proxy": "cn01", "in_bytes": N, "out_bytes": N } ],
+//!   "rates": { "source": "configured" | "learned" | "none", "node": BPS, "port": BPS,
+//!              "uplink": BPS, "login": BPS, "pushes": N, "learned_at": UNIX_S },
 //!   "failures": [ { "kind": "failed" | "unreachable" | "liar" | "refused" | "store", "parent": "cn01", "child": "cn02", "at_s": 1.0, "reason": "...",
 //!                   "cause": "no_daemon" | "tls" | "timeout" | "no_answer" | "stopped" } ] }
 //! ```
@@ -248,6 +250,10 @@ pub struct PushReport {
     /// without one. Older reports lack it.
     #[serde(default)]
     pub learned_files: usize,
+    /// The link rates the plan used and where they came from (configured, learned from
+    /// earlier pushes, none; [`crate::rates`]). Older reports lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rates: Option<crate::rates::RatesUsed>,
 }
 
 impl PushReport {

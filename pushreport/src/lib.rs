@@ -10,7 +10,8 @@
 //! and nothing else is. The page adds tables: failures, groups with their uplink bytes,
 //! edges with their bytes, and (small jobs) nodes.
 //!
-//! Beside it, [`output`]: the JSON documents the store commands print (`publish`, `inspect`,
+//! Beside it, [`rates`]: the link rates the tree learns from its pushes' reports, for the
+//! planner of the next push. And [`output`]: the JSON documents the store commands print (`publish`, `inspect`,
 //! `verify`, `gc` with `--format json`), typed once for the binary that fills them and the
 //! tests and scripts that read them.
 //!
@@ -35,6 +36,7 @@ mod model;
 pub mod output;
 #[cfg(feature = "draw")]
 mod page;
+pub mod rates;
 pub mod read;
 #[cfg(feature = "draw")]
 mod style;
@@ -135,6 +137,14 @@ pub enum Error {
         value: String,
         /// What it should be.
         why: String,
+    },
+    /// The learned-rates file (`STORE/learned/rates.json`) is not one teesfs wrote.
+    #[error(
+        "the learned link rates are unreadable ({detail}); they are ignored until the next push rewrites them"
+    )]
+    LearnedRates {
+        /// What is wrong.
+        detail: String,
     },
     /// The push report cannot be drawn (plotters refused a drawing command).
     #[error("cannot draw the push report: {detail}")]

@@ -417,6 +417,7 @@ pub(crate) mod tests {
             uplinks,
             failures,
             learned_files: 0,
+            rates: None,
         }
     }
 

@@ -152,6 +152,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The learned link rates' file in the store cannot be read ([`crate::rates`]).
+    #[error("learned link rates {} are unusable: {reason}; they are ignored (the next push rewrites them; remove the file to start afresh)", path.display())]
+    BadLearnedRates {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A chunk listed in the index is not in the store.
     #[error("chunk {0} is missing from the store")]
     MissingChunk(manifest::ChunkId),

@@ -7,6 +7,7 @@
 //! STORE/indexes/<id>.idx        a signed index
 //! STORE/indexes/tags/<name>     the id a tag names (crate::tags)
 //! STORE/learned/<id>.list       an index's learned urgent list (crate::learned)
+//! STORE/learned/rates.json      the link rates the pushes measured (crate::rates)
 //! .tmp*                         a write not yet renamed into place, in any of these
 //! ```
 //!
@@ -26,6 +27,8 @@ pub const INDEXES: &str = "indexes";
 pub const TAGS: &str = "tags";
 /// The directory of the learned urgent lists.
 pub const LEARNED: &str = "learned";
+/// The learned link rates' file, inside [`LEARNED`].
+pub const RATES: &str = "rates.json";
 /// The store's lock file.
 pub const LOCK: &str = ".lock";
 /// How the name of a write not yet renamed into place starts.
@@ -54,6 +57,11 @@ pub fn tags_dir(root: &Path) -> PathBuf {
 /// `STORE/learned`.
 pub fn learned_dir(root: &Path) -> PathBuf {
     root.join(LEARNED)
+}
+
+/// `STORE/learned/rates.json`.
+pub fn learned_rates(root: &Path) -> PathBuf {
+    learned_dir(root).join(RATES)
 }
 
 /// `STORE/.lock`.

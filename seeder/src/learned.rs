@@ -171,6 +171,27 @@ pub fn write_learned(
     id: &IndexId,
     list: &UrgentList,
 ) -> Result<(PathBuf, usize), Error> {
+    let mut header = vec![learned_header(id)];
+    header.extend(list.header.iter().cloned());
+    let (bytes, left_out) = UrgentList {
+        header,
+        ..list.clone()
+    }
+    .render();
+    let path = learned_path(store, id);
+    write_in_learned(store, &path, &id.to_hex(), &bytes)?;
+    Ok((path, left_out))
+}
+
+/// Writes `bytes` to `path` in the store's `learned/` (made if missing; a symlink there is
+/// refused, never followed) atomically, readable by everyone who may enter the store: a
+/// reader sees the old file or the new one. `tag` names the temporary file.
+pub(crate) fn write_in_learned(
+    store: &DirStore,
+    path: &Path,
+    tag: &str,
+    bytes: &[u8],
+) -> Result<(), Error> {
     let dir = layout::learned_dir(store.root());
     match std::fs::symlink_metadata(&dir) {
         Ok(md) if md.is_dir() => {}
@@ -187,18 +208,9 @@ pub fn write_learned(
         },
         Err(e) => return Err(io(&dir)(e)),
     }
-    let mut header = vec![learned_header(id)];
-    header.extend(list.header.iter().cloned());
-    let (bytes, left_out) = UrgentList {
-        header,
-        ..list.clone()
-    }
-    .render();
-    let path = learned_path(store, id);
     let tmp = dir.join(format!(
-        "{}{}-{}",
+        "{}{tag}-{}",
         layout::OWN_TEMP_PREFIX,
-        id.to_hex(),
         std::process::id()
     ));
     let written = (|| {
@@ -208,14 +220,14 @@ pub fn write_learned(
             .mode(0o644)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
-        f.write_all(&bytes)?;
+        f.write_all(bytes)?;
         f.sync_all()
     })();
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(io(&path)(e));
+        return Err(io(path)(e));
     }
-    Ok((path, left_out))
+    Ok(())
 }
 
 /// The learned list of `id`, `None` when there is none. A list that is not a regular file

@@ -16,6 +16,7 @@
 //! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
 //! - [`learned`]: the urgent set a layer's jobs taught (their nodes' records merged), kept
 //!   beside the index as the next push's order hint; the urgent list format.
+//! - [`rates`]: the file of the link rates the pushes measured, kept for the next plan.
 //!
 //! Nothing here talks to the network.
 
@@ -29,6 +30,7 @@ pub mod layout;
 pub mod learned;
 pub mod lock;
 pub mod publish;
+pub mod rates;
 pub mod shared;
 pub mod store;
 pub mod tags;

@@ -34,8 +34,21 @@ pub struct JobArgs {
     /// carries fewer streams than its group has members, members relay to members.
     /// Overrides the topology file's [links]; without either the planner assumes a port
     /// and an uplink that carry a whole group (Tianhe).
+    /// Without rates here or in the topology file, the planner uses the rates earlier
+    /// pushes from the store measured (STORE/learned/rates.json, see --no-learned-rates).
     #[arg(long, value_name = "SPEC", value_parser = parse_links)]
     pub links: Option<LinkRates>,
+    /// Plan without the link rates earlier pushes measured (kept in
+    /// STORE/learned/rates.json, used when no rates are configured): the planner then
+    /// assumes a port that carries a whole group. Pushes still record what they measure.
+    #[arg(long)]
+    pub no_learned_rates: bool,
+    /// The store whose learned link rates the plan may use (set by the command).
+    #[arg(skip)]
+    pub rates_store: Option<PathBuf>,
+    /// The learned rates, once read.
+    #[arg(skip)]
+    pub learned: std::sync::OnceLock<Option<pushreport::rates::Learned>>,
     /// Nodes outside the job that are busy: their proxies cannot be borrowed, the others
     /// may be. Without --busy or --idle no proxy outside the job is borrowed (whether it
     /// runs somebody else's job cannot be known).
@@ -101,13 +114,30 @@ impl JobArgs {
     }
 
     /// The topology: `--topology FILE`, or generated from `--cluster`/`--group-size`; with
-    /// `--links`, those rates.
+    /// the link rates of [`JobArgs::rates_used`].
     pub fn topology(&self, nodes: &[String]) -> anyhow::Result<Topology> {
         let t = self.bare_topology(nodes)?;
-        Ok(match self.links {
-            Some(l) => t.with_links(Some(l)),
-            None => t,
-        })
+        let rates = self.rates_for(&t).rates();
+        Ok(t.with_links(rates))
+    }
+
+    /// The link rates the plan uses and where they come from: `--links` (or the site's
+    /// `[topology] links`), else the topology file's `[links]`, else what earlier pushes
+    /// from the store learned (unless `--no-learned-rates`), else none.
+    pub fn rates_used(&self, nodes: &[String]) -> anyhow::Result<pushreport::rates::RatesUsed> {
+        Ok(self.rates_for(&self.bare_topology(nodes)?))
+    }
+
+    fn rates_for(&self, bare: &Topology) -> pushreport::rates::RatesUsed {
+        let configured = self.links.or_else(|| bare.links().copied());
+        let learned = match (&configured, &self.rates_store) {
+            (None, Some(store)) if !self.no_learned_rates => self
+                .learned
+                .get_or_init(|| super::rates::load(store))
+                .as_ref(),
+            _ => None,
+        };
+        pushreport::rates::choose(configured, learned)
     }
 
     fn bare_topology(&self, nodes: &[String]) -> anyhow::Result<Topology> {

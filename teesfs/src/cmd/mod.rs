@@ -20,6 +20,7 @@ pub mod plan;
 pub mod prefetch;
 pub mod publish;
 pub mod push;
+pub mod rates;
 pub mod record;
 pub mod report;
 pub mod rotate;

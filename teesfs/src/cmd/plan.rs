@@ -58,15 +58,22 @@ pub struct PlanArgs {
     /// Print the whole tree in text format even for jobs over 64 hosts.
     #[arg(long)]
     tree: bool,
+    /// The store whose learned link rates the plan uses when none are configured
+    /// (STORE/learned/rates.json, what its pushes measured; default: the site's [store]
+    /// path).
+    #[arg(long, value_name = "DIR")]
+    store: Option<std::path::PathBuf>,
     /// Plan every strategy and print them side by side, as ratios to topo and the minimum.
     #[arg(long)]
     compare: bool,
 }
 
 /// Runs `teesfs plan`.
-pub fn run(args: PlanArgs) -> anyhow::Result<()> {
+pub fn run(mut args: PlanArgs) -> anyhow::Result<()> {
+    args.job.rates_store = args.store.clone();
     let nodes = args.job.job_nodes()?;
     let topology = args.job.topology(&nodes)?;
+    let rates = args.job.rates_used(&nodes)?;
     let opts = args.job.options()?;
     let payload = args.payload.as_u64();
     let stdout = std::io::stdout().lock();
@@ -99,6 +106,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     match args.format {
         Format::Text => {
             write!(out, "{}", summary(&row, &topology, requested))?;
+            writeln!(out, "link rates: {}", rates.describe())?;
             if args.tree || row.plan.len() <= TREE_LIMIT {
                 writeln!(out)?;
                 write_tree(&mut out, &row.plan, &topology)?;
@@ -111,7 +119,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             }
         }
         Format::Json => {
-            let doc = JsonPlan::new(&row.plan, &topology, &row.metrics, requested);
+            let mut doc = JsonPlan::new(&row.plan, &topology, &row.metrics, requested);
+            doc.rates = Some(&rates);
             // Pretty for plans a person reads; compact for big ones (same document).
             if row.plan.len() <= TREE_LIMIT {
                 serde_json::to_writer_pretty(&mut out, &doc)?;
@@ -387,6 +396,9 @@ struct JsonPlan<'a> {
     /// The rate each edge of `edges` is paced at, bits per second; `null` without link
     /// rates in the topology.
     edge_rates: Vec<Option<u64>>,
+    /// The link rates the plan used and where they came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rates: Option<&'a pushreport::rates::RatesUsed>,
     borrowed: Vec<&'a str>,
     orphans: Vec<&'a str>,
     metrics: JsonMetrics<'a>,
@@ -438,6 +450,7 @@ impl<'a> JsonPlan<'a> {
             nodes: m.job_nodes,
             edges,
             edge_rates,
+            rates: None,
             borrowed: names(&p.borrowed),
             orphans: names(&p.orphans),
             metrics: JsonMetrics {

@@ -231,6 +231,9 @@ fn job_args(
             .map(super::jobspec::parse_links)
             .transpose()
             .map_err(|e| anyhow::anyhow!("the site's [topology] links: {e}"))?,
+        no_learned_rates: false,
+        rates_store: None,
+        learned: std::sync::OnceLock::new(),
         busy: None,
         idle: None,
         borrow_idle: false,

@@ -182,14 +182,18 @@ pub struct PushArgs {
 }
 
 /// Runs `teesfs push`.
-pub fn run(args: PushArgs) -> anyhow::Result<()> {
+pub fn run(mut args: PushArgs) -> anyhow::Result<()> {
+    if args.job.rates_store.is_none() {
+        args.job.rates_store = Some(args.store.clone());
+    }
     // Held shared for the whole push (and by a background copy for its own), so that gc
     // does not remove the index or chunks the nodes are still fetching.
     let store = DirStore::open(&args.store)?.locked_for_reading()?;
     let (index_id, signed_bytes, index) =
         util::open_trusted_index(&store, &args.index, &args.trust, util::Expired::Refuse)
             .context("nodes would refuse it")?;
-    let (_nodes, topology, mut plan) = args.job.plan()?;
+    let (nodes, topology, mut plan) = args.job.plan()?;
+    let rates = args.job.rates_used(&nodes)?;
     let job = match args.job_id {
         Some(id) => id,
         None => teesfs_node::fresh_job_id(&index_id.0),
@@ -268,6 +272,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         plan.strategy,
         plan.depth()
     );
+    errln!("link rates: {}", rates.describe());
     if wait == Phase::Urgent && !serving {
         // Return at the urgent set while a background copy of this command keeps
         // streaming the hysteretic set.
@@ -277,6 +282,7 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
     let report_of = |o: &Outcome| {
         let mut r = report(&plan, Some(&topology), job, index_id, &index, &order, o);
         r.learned_files = hint.len();
+        r.rates = Some(rates.clone());
         r
     };
     let outcome = carry_out(spec, wait, args.timeout, &bar, serving, &report_of)?;
@@ -336,6 +342,7 @@ fn finish(args: &PushArgs, rep: &PushReport, timed_out: bool, serving: bool) -> 
         show_report(args, rep)?;
     }
     write_report(args, rep);
+    super::rates::fold(&args.store, rep);
     if let Some(e) = failed(rep) {
         write_drain_list(args, rep);
         return Err(e);
@@ -659,6 +666,9 @@ fn print_report(r: &PushReport) {
             "  per node, urgent set: first {first:.2} s, median {:.2} s, last {last:.2} s",
             urgent[urgent.len() / 2]
         );
+    }
+    if let Some(rates) = &r.rates {
+        outln!("  link rates: {}", rates.describe());
     }
     if !r.uplinks.is_empty() {
         let total_in = r.predicted_uplink_in();

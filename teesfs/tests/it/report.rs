@@ -76,6 +76,7 @@ fn push_report(groups: usize) -> PushReport {
             cause: None,
         }],
         learned_files: 0,
+        rates: None,
     }
 }
 

@@ -288,3 +288,69 @@ fn every_store_command_takes_the_site_store_without_store_flags() {
     let out = run(&["gc", "--keep", "1"]);
     assert!(out.contains("kept 1 index"), "{out}");
 }
+
+/// Issue 33: without configured rates the plan takes the rates the store's pushes learned
+/// (the site's `[store] path`), says where they came from, and configured rates win; a
+/// damaged file is a warning and the plan goes on without rates.
+#[test]
+fn plan_uses_the_stores_learned_rates_unless_rates_are_configured() {
+    let ws = Workspace::new();
+    let store = ws.path().join("store");
+    for d in ["chunks", "indexes", "learned"] {
+        std::fs::create_dir_all(store.join(d)).expect("store dirs");
+    }
+    let site = ws.path().join("teesfs.toml");
+    std::fs::write(
+        &site,
+        format!(
+            "[store]\npath = \"{}\"\n[topology]\ncluster = \"cn[01-64]\"\ngroup_size = 8\n",
+            store.display()
+        ),
+    )
+    .expect("write");
+    let rates = store.join("learned/rates.json");
+    std::fs::write(
+        &rates,
+        r#"{"version": 1, "pushes": [{"at": 1796400000, "job": "1", "node": 98000000,
+            "port": 395000000, "uplink": 99000000, "login": 392000000}]}"#,
+    )
+    .expect("learned rates");
+    let learned = plan_json(&site, &[]);
+    assert_eq!(learned["rates"]["source"], "learned", "{learned}");
+    assert_eq!(learned["rates"]["pushes"], 1);
+    assert_eq!(learned["rates"]["port"], 392_000_000, "4 node streams");
+    let paced = learned["edge_rates"].as_array().expect("edge_rates");
+    assert!(paced.iter().all(|r| r.as_u64().is_some()), "{learned}");
+    let text = teesfs_with_site(&site, &["plan", "--nodes", "cn[01-16]"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("link rates: learned from 1 push (last 2026-12-04 16:00 UTC)"),
+        "{text}"
+    );
+    let links = "node=1gbit,port=4gbit,uplink=4gbit,login=4gbit";
+    let configured = plan_json(&site, &["--links", links]);
+    assert_eq!(configured["rates"]["source"], "configured");
+    assert_eq!(configured["rates"]["node"], 1_000_000_000_u64);
+    let off = plan_json(&site, &["--no-learned-rates"]);
+    assert_eq!(off["rates"]["source"], "none", "{off}");
+    assert!(
+        off["edge_rates"]
+            .as_array()
+            .expect("edge_rates")
+            .iter()
+            .all(serde_json::Value::is_null)
+    );
+    std::fs::write(&rates, b"{\"version\": 1, \"pushes\": [{\"at\"").expect("damage");
+    let out = teesfs_with_site(&site, &["plan", "--nodes", "cn[01-16]", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "a damaged file never fails a plan: {out:?}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rates.json") && err.contains("ignored"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+    assert_eq!(doc["rates"]["source"], "none", "{doc}");
+}

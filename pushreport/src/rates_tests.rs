@@ -1,0 +1,319 @@
+//! The estimator of learned link rates and the override rule, on reports built by hand.
+
+use super::*;
+use crate::format::{EdgeBytes, Failure, FailureKind, NodeTimes, Uplink};
+
+const MBIT: u64 = 1_000_000;
+const SIZE: u64 = 16 << 20;
+
+/// A report of a push of 16 MiB (no urgent set) to `groups` groups of `size`, the login node
+/// feeding every proxy at `proxy_bps` and each proxy its members at `member_bps`, every node
+/// started 0.3 s in.
+fn push(groups: usize, size: usize, proxy_bps: u64, member_bps: u64) -> PushReport {
+    let mut rep = PushReport {
+        version: 1,
+        root: "login".into(),
+        total_bytes: SIZE,
+        ..PushReport::default()
+    };
+    let secs = |bps: u64| 0.3 + SIZE as f64 * 8.0 / bps as f64;
+    for g in 0..groups {
+        let proxy = format!("g{g}n0");
+        rep.uplinks.push(Uplink {
+            group: g,
+            proxy: proxy.clone(),
+            in_bytes: SIZE,
+            out_bytes: 0,
+        });
+        for m in 0..size {
+            let host = format!("g{g}n{m}");
+            let (parent, bps) = if m == 0 {
+                ("login".to_string(), proxy_bps)
+            } else {
+                (proxy.clone(), member_bps)
+            };
+            rep.edges.push(EdgeBytes {
+                parent: parent.clone(),
+                child: host.clone(),
+                bytes: SIZE,
+            });
+            rep.per_node.push(NodeTimes {
+                host,
+                parent,
+                urgent_s: Some(0.3),
+                all_s: Some(secs(bps)),
+                group: Some(g),
+                app_start_s: None,
+            });
+        }
+    }
+    rep.nodes = rep.per_node.len();
+    rep
+}
+
+fn near(got: Option<u64>, want: u64) -> bool {
+    got.is_some_and(|g| (g as f64 / want as f64 - 1.0).abs() < 0.01)
+}
+
+/// The lab's first push without rates: the login node feeds the 4 proxies (400 Mbit/s
+/// shared, 100 each), each proxy its 7 members (400 Mbit/s port shared, 57 each). The
+/// figures show the login link and the ports whole, and a node's rate from the proxies'
+/// streams: enough for the next plan to feed 4 members per port and chain the rest.
+#[test]
+fn an_unrated_push_of_the_lab_shows_its_ports_login_link_and_a_nodes_rate() {
+    let rep = push(4, 8, 100 * MBIT, 400 * MBIT / 7);
+    let f = observe(&rep);
+    assert!(near(f.login, 400 * MBIT), "{f:?}");
+    assert!(near(f.port, 400 * MBIT), "{f:?}");
+    assert!(near(f.node, 100 * MBIT), "{f:?}");
+    assert!(near(f.uplink, 100 * MBIT), "a lower bound only: {f:?}");
+    let mut file = LearnedRates::default();
+    file.fold(
+        PushFigures {
+            at: 1000,
+            job: "1".into(),
+            figures: f,
+        },
+        1000,
+    );
+    let l = file.estimate(1000).expect("a node's rate was measured");
+    assert_eq!((l.pushes, l.last), (1, 1000));
+    assert_eq!(
+        (l.rates.port_streams(), l.rates.login_streams()),
+        (4, 4),
+        "{l:?}"
+    );
+}
+
+/// Set-up time before a node was started is not counted; the urgent set's bytes are not
+/// counted as carried in the window after it.
+#[test]
+fn an_edges_rate_counts_from_the_childs_start_and_leaves_the_urgent_set_out() {
+    let mut rep = push(1, 2, 100 * MBIT, 100 * MBIT);
+    for n in &mut rep.per_node {
+        // Started late, at 5 s; the same transfer after it.
+        n.urgent_s = n.urgent_s.map(|t| t + 4.7);
+        n.all_s = n.all_s.map(|t| t + 4.7);
+    }
+    assert!(near(observe(&rep).node, 100 * MBIT));
+    rep.urgent_bytes = SIZE / 2;
+    assert!(
+        near(observe(&rep).node, 50 * MBIT),
+        "half the bytes, same time"
+    );
+}
+
+#[test]
+fn edges_too_small_too_short_or_into_failed_nodes_say_nothing() {
+    let mut small = push(1, 2, 100 * MBIT, 100 * MBIT);
+    for e in &mut small.edges {
+        e.bytes = MIN_BYTES - 1;
+    }
+    assert!(observe(&small).is_empty());
+    let mut short = push(1, 2, 100 * MBIT, 100 * MBIT);
+    for n in &mut short.per_node {
+        n.all_s = n.urgent_s.map(|t| t + MIN_SECS / 2.0);
+    }
+    assert!(observe(&short).is_empty());
+    let mut failed = push(1, 2, 100 * MBIT, 100 * MBIT);
+    failed.failures = ["g0n0", "g0n1"]
+        .into_iter()
+        .map(|c| Failure {
+            kind: FailureKind::Failed,
+            parent: "x".into(),
+            child: c.into(),
+            at_s: 1.0,
+            reason: None,
+            cause: None,
+        })
+        .collect();
+    assert!(observe(&failed).is_empty());
+    let mut unfinished = push(1, 2, 100 * MBIT, 100 * MBIT);
+    for n in &mut unfinished.per_node {
+        n.all_s = None;
+    }
+    assert!(observe(&unfinished).is_empty());
+}
+
+/// A member relaying to a member shows a node's NIC as a sender too.
+#[test]
+fn a_member_feeding_members_shows_its_nic() {
+    let mut rep = push(1, 4, 50 * MBIT, 45 * MBIT);
+    // g0n2 and g0n3 hang under g0n1, at 45 Mbit/s each: its NIC sent 90.
+    for i in [2, 3] {
+        rep.per_node[i].parent = "g0n1".into();
+        rep.edges[i].parent = "g0n1".into();
+    }
+    let f = observe(&rep);
+    assert!(near(f.node, 90 * MBIT), "{f:?}");
+    assert!(near(f.port, 45 * MBIT), "one member on the port: {f:?}");
+    assert!(near(f.login, 50 * MBIT), "{f:?}");
+}
+
+fn figures(node: u64) -> Figures {
+    Figures {
+        node: Some(node * MBIT),
+        port: Some(4 * node * MBIT),
+        uplink: None,
+        login: Some(4 * node * MBIT),
+    }
+}
+
+fn at(at: u64, node: u64) -> PushFigures {
+    PushFigures {
+        at,
+        job: format!("j{at}"),
+        figures: figures(node),
+    }
+}
+
+/// Busy pushes (shared links measure low) and one odd high figure leave the estimate at
+/// the links' rate; a class never measured is assumed eight nodes wide.
+#[test]
+fn the_estimate_is_a_high_percentile_robust_to_busy_pushes_and_one_outlier() {
+    let mut file = LearnedRates::default();
+    for (i, node) in [100, 40, 100, 55, 98, 1000, 100, 30]
+        .into_iter()
+        .enumerate()
+    {
+        file.fold(at(100 + i as u64, node), 200);
+    }
+    let l = file.estimate(200).expect("rates");
+    assert_eq!(l.rates.node, 100 * MBIT, "{l:?}");
+    assert_eq!(l.rates.port, 400 * MBIT);
+    assert_eq!(l.rates.uplink, 800 * MBIT, "unmeasured: 8 nodes");
+    let mut noisy = LearnedRates::default();
+    let mut f = figures(100);
+    f.port = Some(392 * MBIT);
+    f.login = Some(250 * MBIT);
+    noisy.fold(
+        PushFigures {
+            at: 1,
+            job: "1".into(),
+            figures: f,
+        },
+        1,
+    );
+    let n = noisy.estimate(1).expect("rates");
+    assert_eq!(n.rates.port, 400 * MBIT, "3.92 streams are 4");
+    assert_eq!(n.rates.login, 250 * MBIT, "2.5 streams stay as measured");
+    assert_eq!((l.pushes, l.last), (8, 107));
+}
+
+#[test]
+fn old_figures_decay_and_only_the_newest_pushes_are_kept() {
+    let mut file = LearnedRates::default();
+    file.fold(at(0, 10), 0);
+    let now = MAX_AGE_S + 10;
+    file.fold(at(now, 100), now);
+    assert_eq!(file.pushes.len(), 1, "the month-old figure is gone");
+    for i in 0..(KEEP_PUSHES as u64 + 5) {
+        file.fold(at(now + i, 100 + i), now + i);
+    }
+    assert_eq!(file.pushes.len(), KEEP_PUSHES);
+    assert_eq!(file.pushes[0].at, now + 5, "the oldest went first");
+    let empty = PushFigures {
+        at: now + 100,
+        job: "nothing".into(),
+        figures: Figures::default(),
+    };
+    file.fold(empty, now + 100);
+    assert_eq!(
+        file.pushes.len(),
+        KEEP_PUSHES,
+        "a push that measured nothing adds nothing"
+    );
+    assert!(
+        file.estimate(now + MAX_AGE_S + 1000).is_none(),
+        "every figure expired: nothing learned"
+    );
+    let no_node = LearnedRates {
+        version: VERSION,
+        pushes: vec![PushFigures {
+            at: 1,
+            job: "1".into(),
+            figures: Figures {
+                port: Some(1),
+                ..Figures::default()
+            },
+        }],
+    };
+    assert!(no_node.estimate(1).is_none(), "nothing to size streams by");
+}
+
+#[test]
+fn configured_rates_override_learned_ones_and_learned_ones_none() {
+    let configured =
+        LinkRates::parse("node=10gbit,port=40gbit,uplink=40gbit,login=40gbit").expect("valid");
+    let learned = Learned {
+        rates: LinkRates::parse("node=1gbit,port=4gbit,uplink=2gbit,login=3gbit").expect("valid"),
+        pushes: 3,
+        last: 1_796_400_000,
+    };
+    let c = choose(Some(configured), Some(&learned));
+    assert_eq!(
+        (c.source, c.rates()),
+        (Source::Configured, Some(configured))
+    );
+    assert_eq!(c.pushes, None);
+    assert!(
+        c.describe()
+            .starts_with("configured: node=10gbit port=40gbit")
+    );
+    let l = choose(None, Some(&learned));
+    assert_eq!(
+        (l.source, l.rates()),
+        (Source::Learned, Some(learned.rates))
+    );
+    assert_eq!(
+        l.describe(),
+        "learned from 3 pushes (last 2026-12-04 16:00 UTC): node=1gbit port=4gbit uplink=2gbit \
+         login=3gbit"
+    );
+    let n = choose(None, None);
+    assert_eq!((n.source, n.rates()), (Source::None, None));
+    assert!(n.describe().starts_with("none"));
+    let json = serde_json::to_string(&l).expect("serialises");
+    assert!(json.contains(r#""source":"learned""#), "{json}");
+    assert_eq!(serde_json::from_str::<RatesUsed>(&json).expect("reads"), l);
+}
+
+#[test]
+fn the_file_reads_back_and_a_bad_one_is_named() {
+    let mut file = LearnedRates::default();
+    file.fold(at(5, 100), 5);
+    let back = LearnedRates::from_json(&file.to_json()).expect("reads back");
+    assert_eq!(back, file);
+    for (bytes, says) in [
+        (&b"{\"version\": 1, \"pushes\": [{\"at\": "[..], "EOF"),
+        (b"\0\0garbage", "expected value"),
+        (br#"{"version": 7, "pushes": []}"#, "version 7"),
+        (
+            br#"{"version": 1, "pushes": [{"at": -3, "job": "x"}]}"#,
+            "invalid value",
+        ),
+    ] {
+        let e = LearnedRates::from_json(bytes).expect_err("bad").to_string();
+        assert!(e.contains(says) && e.contains("ignored"), "{e}");
+    }
+    let huge = vec![b' '; MAX_FILE_BYTES as usize + 1];
+    assert!(LearnedRates::from_json(&huge).is_err());
+}
+
+#[test]
+fn rates_and_dates_read_like_people_write_them() {
+    assert_eq!(bits(97_340_000), "97.3mbit");
+    assert_eq!(bits(400_000_000), "400mbit");
+    assert_eq!(bits(12_500_000_000), "12.5gbit");
+    assert_eq!(
+        LinkRates::parse(&format!(
+            "node={},port=1,uplink=1,login=1",
+            bits(97_340_000)
+        ))
+        .expect("--links reads it")
+        .node,
+        97_300_000
+    );
+    assert_eq!(date(0), "1970-01-01 00:00 UTC");
+    assert_eq!(date(951_782_400), "2000-02-29 00:00 UTC");
+}
