@@ -28,7 +28,8 @@
 //! ones decay out of it), and its estimate per class is a high percentile
 //! ([`PERCENTILE`]) of them: pushes that shared their links with other traffic measure low
 //! and do not pull the estimate down, a single odd push does not pull it up once there are
-//! four. [`choose`] applies the override rule: configured rates win, learned ones come next,
+//! four. [`choose`] applies the override rule: configured rates win, learned ones come next
+//! (used a quarter faster than measured, so that paced streams can show a faster link),
 //! else none.
 //!
 //! Pure: the caller reads and writes the file (`seeder::rates`) and supplies the clock.
@@ -54,6 +55,8 @@ pub const PERCENTILE: f64 = 0.75;
 /// A link's rate within this many node streams of a whole number of them is taken as that
 /// number ([`LearnedRates::estimate`]): measurements are a few per cent off.
 pub const SNAP: f64 = 0.15;
+/// Learned rates are planned and paced this many times as fast as measured ([`choose`]).
+pub const HEADROOM: f64 = 1.25;
 /// The file format's version.
 pub const VERSION: u32 = 1;
 /// The largest learned-rates file read back.
@@ -414,10 +417,24 @@ fn date(unix: u64) -> String {
 }
 
 /// The override rule: configured rates win over learned ones, learned ones over none.
+/// Learned rates are used [`HEADROOM`] times as fast as measured (every class alike, so the
+/// fan-outs are those of the measured rates): the plan paces every stream at its rate, and
+/// a paced stream never shows more than its pace, so rates used as measured could never
+/// rise again after one slow push (a busy machine, a busy fabric).
 pub fn choose(configured: Option<LinkRates>, learned: Option<&Learned>) -> RatesUsed {
+    let up = |bps: u64| (bps as f64 * HEADROOM) as u64;
     let (source, rates, learned) = match (configured, learned) {
         (Some(r), _) => (Source::Configured, Some(r), None),
-        (None, Some(l)) => (Source::Learned, Some(l.rates), Some(l)),
+        (None, Some(l)) => {
+            let r = l.rates;
+            let paced = LinkRates {
+                node: up(r.node),
+                port: up(r.port),
+                uplink: up(r.uplink),
+                login: up(r.login),
+            };
+            (Source::Learned, Some(paced), Some(l))
+        }
         (None, None) => (Source::None, None, None),
     };
     RatesUsed {

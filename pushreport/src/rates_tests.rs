@@ -261,14 +261,21 @@ fn configured_rates_override_learned_ones_and_learned_ones_none() {
             .starts_with("configured: node=10gbit port=40gbit")
     );
     let l = choose(None, Some(&learned));
+    let paced =
+        LinkRates::parse("node=1.25gbit,port=5gbit,uplink=2.5gbit,login=3.75gbit").expect("valid");
     assert_eq!(
         (l.source, l.rates()),
-        (Source::Learned, Some(learned.rates))
+        (Source::Learned, Some(paced)),
+        "a quarter above the measured rates, the fan-outs alike"
+    );
+    assert_eq!(
+        (paced.port_streams(), paced.login_streams()),
+        (learned.rates.port_streams(), learned.rates.login_streams())
     );
     assert_eq!(
         l.describe(),
-        "learned from 3 pushes (last 2026-12-04 16:00 UTC): node=1gbit port=4gbit uplink=2gbit \
-         login=3gbit"
+        "learned from 3 pushes (last 2026-12-04 16:00 UTC): node=1.3gbit port=5gbit \
+         uplink=2.5gbit login=3.8gbit"
     );
     let n = choose(None, None);
     assert_eq!((n.source, n.rates()), (Source::None, None));

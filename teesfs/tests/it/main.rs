@@ -28,6 +28,7 @@ mod lab_faults;
 mod lab_launch;
 mod lab_load;
 mod lab_model;
+mod lab_rates;
 mod lab_seeder;
 mod lab_slurm;
 mod lab_slurm_requeue;
