@@ -197,6 +197,23 @@ fn the_estimate_is_a_high_percentile_robust_to_busy_pushes_and_one_outlier() {
     let n = noisy.estimate(1).expect("rates");
     assert_eq!(n.rates.port, 400 * MBIT, "3.92 streams are 4");
     assert_eq!(n.rates.login, 250 * MBIT, "2.5 streams stay as measured");
+    let mut low = LearnedRates::default();
+    let mut f = figures(100);
+    f.login = Some(366 * MBIT);
+    low.fold(
+        PushFigures {
+            at: 1,
+            job: "1".into(),
+            figures: f,
+        },
+        1,
+    );
+    let lo = low.estimate(1).expect("rates");
+    assert_eq!(
+        lo.rates.login_streams(),
+        4,
+        "the lab's login link measured 3.66 streams"
+    );
     assert_eq!((l.pushes, l.last), (8, 107));
 }
 
