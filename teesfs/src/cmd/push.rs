@@ -116,7 +116,8 @@ pub struct PushArgs {
     /// "total_bytes", "streamed_bytes", "urgent_complete_s", "all_complete_s", "per_node":
     /// [{"host", "parent", "urgent_s", "all_s"}], "edges": [{"parent", "child", "bytes"}],
     /// "uplinks": [{"group", "proxy", "in_bytes", "out_bytes"}], "failures": [{"kind",
-    /// "parent", "child", "at_s", "reason"}]}` (times in seconds since the push started;
+    /// "parent", "child", "at_s", "reason"}], "rates": {"source", "node", "port", "uplink",
+    /// "login", "pushes", "learned_at"}}` (times in seconds since the push started;
     /// teesfs_node::report::PushReport). Progress and notes go to stderr.
     #[arg(help_heading = "Output", long, value_enum, default_value_t = util::Format::Text)]
     pub format: util::Format,

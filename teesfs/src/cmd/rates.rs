@@ -3,6 +3,8 @@
 //! takes the estimate from there ([`load`]). Both are best-effort: a file that cannot be
 //! read or written is a warning, and the push goes on unrated. The estimator and the
 //! override rule are `pushreport::rates`; the file's reading and writing `seeder::rates`.
+//! Two pushes that end at once each fold into the file they read: the later rename wins and
+//! the other push's figures are lost, which costs one sample of many.
 
 use std::path::Path;
 
