@@ -171,6 +171,7 @@ impl Lab {
             .join(format!("site{}", NEXT.fetch_add(1, Ordering::Relaxed)));
         mkdir(&dir, 0o755)?;
         let user = LabUser::create(&format!("{}u", self.layout().prefix), &dir.join("home"))?;
+        self.share_store(&user)?;
         let scripts = self.site_scripts(&dir, plugin)?;
         let slurm = self.start_slurm_with(scripts)?;
         // The controller's scripts call scontrol when a start fails: the lab's slurm.conf
@@ -194,6 +195,29 @@ impl Lab {
             dir,
             lab: self,
         })
+    }
+
+    /// Makes the lab's store the publishing group's, as docs/slurm.md has a site do with
+    /// one store for many users: every directory setgid and group-writable, owned by the
+    /// lab user's group, and the lock group-writable; the lab (root) published first.
+    fn share_store(&self, user: &LabUser) -> Result<()> {
+        let store = self.work().join("store");
+        if !store.exists() {
+            mkdir(&store, 0o2775)?;
+        }
+        let gid = nix::unistd::Gid::from_raw(user.gid);
+        for e in walkdir::WalkDir::new(&store) {
+            let e = e.map_err(|e| LabError::io(&store)(std::io::Error::other(e)))?;
+            let p = e.path();
+            nix::unistd::chown(p, None, Some(gid))
+                .map_err(|e| LabError::io(p)(std::io::Error::from(e)))?;
+            if e.file_type().is_dir() {
+                set_mode(p, 0o2775)?;
+            } else if p.file_name().is_some_and(|n| n == ".lock") {
+                set_mode(p, 0o664)?;
+            }
+        }
+        Ok(())
     }
 
     /// The packaged scripts and their wrappers (the lab's /etc/teesfs/slurm.env), the log
@@ -220,9 +244,12 @@ impl Lab {
         }
         let bin = self.teesfs_bin().display().to_string();
         let ctl_env = self.ctl_env(dir);
+        // The nodes read the site's file too, as every host of a site reads its
+        // /etc/teesfs/teesfs.toml: a login-side mistake there must not stop a release.
         let node_env = format!(
-            "TEESFS={bin} TEESFS_CONTROL={}/$(hostname)/sock",
-            self.work().display()
+            "TEESFS={bin} TEESFS_CONTROL={}/$(hostname)/sock TEESFS_SITE_CONFIG={}",
+            self.work().display(),
+            dir.join("teesfs.toml").display()
         );
         Ok(SlurmScripts {
             prolog_slurmctld: Some(wrapper(dir, "prolog-slurmctld.sh", &ctl_env)?),

@@ -183,6 +183,14 @@ pub struct PushArgs {
 }
 
 /// Runs `teesfs push`.
+/// The phase a push waits for.
+fn phase_of(wait: Wait) -> Phase {
+    match wait {
+        Wait::Urgent => Phase::Urgent,
+        Wait::All => Phase::All,
+    }
+}
+
 pub fn run(mut args: PushArgs) -> anyhow::Result<()> {
     if args.job.rates_store.is_none() {
         args.job.rates_store = Some(args.store.clone());
@@ -256,17 +264,11 @@ pub fn run(mut args: PushArgs) -> anyhow::Result<()> {
         }),
         // The prolog's push: the job starts when the push returns (a background copy's
         // foreground returns at the urgent set).
-        release: args.drain_list.as_ref().map(|_| match args.wait {
-            Wait::Urgent => Phase::Urgent,
-            Wait::All => Phase::All,
-        }),
+        release: args.drain_list.as_ref().map(|_| phase_of(args.wait)),
     };
     let n = plan.len() - 1;
     let bar = progress_bar(args.quiet, n);
-    let wait = match args.wait {
-        Wait::Urgent => Phase::Urgent,
-        Wait::All => Phase::All,
-    };
+    let wait = phase_of(args.wait);
     errln!(
         "pushing index {} to {n} nodes ({} plan, depth {}, job {job})",
         index_id.short(),

@@ -420,3 +420,186 @@ fn a_killed_handoff_ends_the_seeders_push_and_the_nodes_drop_the_job() {
     drop(site);
     lab.down().expect("lab down");
 }
+
+/// Runs `teesfs args...` as the lab user, in their home.
+fn teesfs_as(user: &lab::slurm::site::LabUser, args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .arg(format!("--reuid={}", user.name))
+        .arg(format!("--regid={}", user.name))
+        .args(["--clear-groups", "--"])
+        .arg(teesfs_bin())
+        .args(args)
+        .current_dir(&user.home)
+        .env("HOME", &user.home)
+        .env_remove("TEESFS_CONFIG")
+        .output()
+        .expect("setpriv teesfs")
+}
+
+/// Issue 30's tests in the site-shaped lab (slurmctld on `ctl`, the seeder on `login`, an
+/// unprivileged user): a second user publishes into the store the lab made, and a
+/// login-side mistake in the site's `teesfs.toml` (which the nodes read too) does not stop
+/// the nodes' epilog from releasing a job.
+#[test]
+fn in_the_site_lab_a_second_user_publishes_into_the_store_and_a_bad_login_key_does_not_stop_release()
+ {
+    let _turn = crate::lab::lab_turn();
+    if !can_lab() {
+        return;
+    }
+    let lab = small_lab(2, 2);
+    let site = lab
+        .start_site_slurm(&spank_plugin())
+        .expect("Slurm as a site runs it (scripts/deps.sh installs munge and Slurm)");
+    // The lab (root) publishes first, then the user into the same store.
+    site.prepare_job("share").expect("the user's spec and job");
+    let user = &site.user;
+    the_user_publishes_into_the_labs_store(user, &lab.work().join("store"));
+
+    // A job that runs until the test lets it end.
+    let go = user.home.join("go");
+    let wait = user
+        .write(
+            "wait.sh",
+            &format!(
+                "#!/bin/sh\nsrun sh /opt/lab-share/hello.sh\nwhile [ ! -e {go:?} ]; do sleep 0.2; done\n"
+            ),
+        )
+        .expect("wait.sh");
+    std::fs::set_permissions(&wait, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let line = site.sbatch_line().replace(" job.sh", " wait.sh");
+    let out = Command::new("sh").args(["-c", &line]).output().expect("sh");
+    assert!(out.status.success(), "{line}: {out:?}\n{}", logs(&site));
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let file = user.home.join(format!("job-{job}.out"));
+    let hosts = site.slurm.hosts().to_vec();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < hosts.len()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "job {job} never ran: {}",
+            logs(&site)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A login-side mistake lands in the site's configuration (its local drop-in) while the
+    // job runs: a bad value of a key the push uses, and a section no release knows.
+    let conf = site.dir().join("teesfs.toml");
+    std::fs::write(
+        site.dir().join("teesfs.toml.local"),
+        "[tree]\nthreshold = \"many\"\n[daemon]\nstore_budget = \"8GiB\"\n",
+    )
+    .expect("write");
+    let node = &hosts[0];
+    let status = Command::new(teesfs_bin())
+        .args(["status", "--control"])
+        .arg(lab.work().join(node).join("sock"))
+        .env("TEESFS_SITE_CONFIG", &conf)
+        .output()
+        .expect("status");
+    let said = String::from_utf8_lossy(&status.stderr);
+    assert!(
+        status.status.success() && said.contains("unknown key [daemon]"),
+        "a node's status with the site file: {status:?}"
+    );
+    user.write("go", "").expect("go");
+    let id: u32 = job.parse().expect("job id");
+    let state = site
+        .slurm
+        .wait_ended(lab::slurm::JobId(id), Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("job {job}: {e}\n{}", logs(&site)));
+    assert_eq!(state, "COMPLETED", "{}", logs(&site));
+    // Every node's epilog released the job (its wrapper reads the same site file) and no
+    // node was drained for a failing epilog.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mounted = loop {
+        let mounted = mounted_on(&lab, &hosts, &job);
+        if mounted.is_empty() || Instant::now() > deadline {
+            break mounted;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        mounted.is_empty(),
+        "still mounted on {mounted:?}: {}",
+        logs(&site)
+    );
+    let nodes = site
+        .slurm
+        .run(
+            "sinfo",
+            &["-h", "-N", "-o", "%N %t"],
+            Duration::from_secs(10),
+        )
+        .expect("sinfo");
+    assert!(
+        !nodes.contains("drain"),
+        "a node was drained: {nodes}\n{}",
+        logs(&site)
+    );
+    drop(site);
+    lab.down().expect("lab down");
+}
+
+/// The lab user publishes a layer of their own into `store`, which root made and published
+/// into first; every directory of the store stays the group's (setgid, group-writable).
+fn the_user_publishes_into_the_labs_store(user: &lab::slurm::site::LabUser, store: &Path) {
+    let layer = user.home.join("mine");
+    std::fs::create_dir_all(layer.join("opt/mine")).expect("layer");
+    std::fs::write(layer.join("opt/mine/tool"), "my own tool\n").expect("file");
+    for p in [&layer, &layer.join("opt"), &layer.join("opt/mine")] {
+        nix::unistd::chown(p.as_path(), Some(user.uid.into()), Some(user.gid.into())).expect("own");
+    }
+    let key = user.home.join("mine.key");
+    let out = teesfs_as(user, &["keygen", "--out", key.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "keygen as the user: {out:?}");
+    let out = teesfs_as(
+        user,
+        &[
+            "publish",
+            layer.to_str().expect("utf-8"),
+            "--store",
+            store.to_str().expect("utf-8"),
+            "--key",
+            key.to_str().expect("utf-8"),
+            "--tag",
+            "mine",
+            "--quiet",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "the user publishes into the store root made: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for e in walkdir::WalkDir::new(store) {
+        let e = e.expect("walk");
+        let md = e.metadata().expect("metadata");
+        if md.is_dir() {
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!(md.mode() & 0o7777, 0o2775, "{}", e.path().display());
+            assert_eq!(md.gid(), user.gid, "{}", e.path().display());
+        }
+    }
+}
+
+/// The hosts whose daemon still has job `job` mounted.
+fn mounted_on(lab: &Lab, hosts: &[String], job: &str) -> Vec<String> {
+    hosts
+        .iter()
+        .filter(|h| {
+            lab.daemon_pid(h).is_some_and(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                    .unwrap_or_default()
+                    .contains(&format!("{h}/jobs/{job} "))
+            })
+        })
+        .cloned()
+        .collect()
+}
