@@ -11,6 +11,8 @@
 //!   - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
 //!   - [`store`]: the node's budgeted, content-addressed chunk store.
 //!   - [`admit`]: whether a node takes a job a parent offers (pure checks of the `Start`).
+//!   - [`keeper`]: `teesfs keep-fds`, which holds the jobs' FUSE connections while a daemon
+//!     restarts.
 //!   - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
 //!   - [`control`]: the daemon's control requests and who may make them.
 //!   - [`root`]: the login node as the root of one job's tree (one session for push and
@@ -47,6 +49,7 @@ pub mod handoff;
 pub mod handover;
 pub mod health;
 pub mod job;
+pub mod keeper;
 pub mod learn;
 pub mod metrics;
 pub mod net;
@@ -175,6 +178,9 @@ pub enum Error {
     /// A worker task (a blocking store read) failed.
     #[error("a worker task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// A kept job's record (`<state-dir>/kept`) cannot be used.
+    #[error("{0}")]
+    KeptRecord(String),
     /// A system call or file operation of the execution environment failed.
     #[error("{what}")]
     Sys {

@@ -92,6 +92,10 @@ enum Command {
     /// Write man pages and shell completions (used by packaging).
     #[command(hide = true)]
     GenerateDocs(GenerateArgs),
+    /// Hold the jobs' FUSE connections while the daemon restarts (started by
+    /// `teesfs daemon --keep-jobs`).
+    #[command(hide = true)]
+    KeepFds(cmd::keep_fds::KeepFdsArgs),
 }
 
 /// Arguments of the hidden `generate-docs` command.
@@ -338,6 +342,7 @@ fn main() -> std::process::ExitCode {
         #[cfg(feature = "lab")]
         Command::Lab(a) => cmd::lab::run(a),
         Command::GenerateDocs(a) => generate_docs(a),
+        Command::KeepFds(a) => cmd::keep_fds::run(a),
     };
     exit_code(result.map(|()| std::process::ExitCode::SUCCESS))
 }

@@ -4,20 +4,26 @@
 use crate::Error;
 
 /// Detaches FUSE mounts under `root` left by a daemon that died without unmounting (their
-/// reads would fail with ENOTCONN forever), and removes the empty mountpoints of its jobs.
-pub(super) fn clean_stale_mounts(root: &std::path::Path) {
-    detach_stale_mounts(root);
-    // No job runs yet: every directory left under the mount root is a dead job's.
+/// reads would fail with ENOTCONN forever), and removes the empty mountpoints of its jobs;
+/// the mounts at `spare` (jobs taken up from the keeper) stay.
+///
+/// Nothing here looks into a mount (a `stat` of a mount nobody serves yet would wait for
+/// an answer that never comes): mounts are told by their names under the root.
+pub(super) fn clean_stale_mounts(root: &std::path::Path, spare: &[std::path::PathBuf]) {
+    let spare: Vec<&std::ffi::OsStr> = spare.iter().filter_map(|p| p.file_name()).collect();
+    detach_stale_mounts(root, &spare);
+    // No job runs yet: every other directory left under the mount root is a dead job's.
     if let Ok(rd) = std::fs::read_dir(root) {
         for e in rd.flatten() {
-            if std::fs::remove_dir(e.path()).is_ok() {
+            let kept = spare.contains(&e.file_name().as_os_str());
+            if !kept && std::fs::remove_dir(e.path()).is_ok() {
                 tracing::info!(dir = %e.path().display(), "removed a stale job mountpoint");
             }
         }
     }
 }
 
-fn detach_stale_mounts(root: &std::path::Path) {
+fn detach_stale_mounts(root: &std::path::Path, spare: &[&std::ffi::OsStr]) {
     let Ok(root) = std::fs::canonicalize(root) else {
         return;
     };
@@ -26,7 +32,9 @@ fn detach_stale_mounts(root: &std::path::Path) {
     };
     for m in mounts {
         let mp = &m.mount_point;
-        if m.fs_type.starts_with("fuse") && mp.starts_with(&root) {
+        let spared = mp.parent() == Some(root.as_path())
+            && mp.file_name().is_some_and(|n| spare.contains(&n));
+        if m.fs_type.starts_with("fuse") && mp.starts_with(&root) && !spared {
             match nix::mount::umount2(mp, nix::mount::MntFlags::MNT_DETACH) {
                 Ok(()) => {
                     tracing::warn!(mountpoint = %mp.display(), "detached a stale mount from an earlier run")

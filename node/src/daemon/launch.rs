@@ -81,7 +81,11 @@ pub(super) fn admit_in_background(
 }
 
 /// The outcome of [`crate::admit::admit`]; a shared store is opened here, locked against gc.
-fn admission(admitted: Result<Admitted, Error>, from: String, start: Box<Start>) -> Outcome {
+pub(super) fn admission(
+    admitted: Result<Admitted, Error>,
+    from: String,
+    start: Box<Start>,
+) -> Outcome {
     let refused = |why: String, start: &Start| Outcome::Refused {
         from: from.clone(),
         parent: start.ancestors.first().cloned(),
@@ -131,13 +135,15 @@ impl Task {
     }
 
     /// Launches an admitted job: planned, its chunks pinned, its relay and task started,
-    /// its events followed and its mount begun. `None`: refused (the parent was told).
+    /// its events followed and its mount begun, or, for a job an earlier daemon left
+    /// mounted, its connection served (`adopt`: the connection and the kernel's `FUSE_INIT`
+    /// parameters). `None`: refused (the parent was told).
     pub(super) fn launch(
         &mut self,
         job: JobId,
         serial: u64,
         a: Admission,
-        prepared: bool,
+        (prepared, adopt): (bool, Option<super::mounting::LiveFuse>),
     ) -> Option<Live> {
         let span = tracing::info_span!("job", %job);
         let _g = span.enter();
@@ -165,6 +171,7 @@ impl Task {
             }
         };
         let owner = a.start.owner;
+        let how = super::mounting::How::of(adopt, self.keeper.is_some(), &a);
         let mut relay = match Relay::new_node(a.start, a.schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => {
@@ -211,17 +218,13 @@ impl Task {
             (live.mount, live.mountpoint) = (MountState::Mounting, mp.clone());
         }
         self.follow(job, serial, &live, events);
-        if let Some(mountpoint) = plan.mountpoint.clone() {
-            let source: Arc<dyn crate::source::ChunkSource> = match a.shared {
-                Some(s) => Arc::new(crate::source::StoreSource::new(s, &index)),
-                None => Arc::new(crate::source::JobSource::new(
-                    live.core.clone(),
-                    self.store.clone(),
-                )),
-            };
-            let id = a.signed.id();
-            self.spawn_mount(job, serial, &live, &mountpoint, (index, id, source), plan);
-        }
+        self.mount_job(
+            (job, serial),
+            &live,
+            (index, a.signed.id(), a.shared),
+            plan,
+            how,
+        );
         Some(live)
     }
 

@@ -26,7 +26,8 @@
 //!
 //! By concern: `control` serves the control socket, `records` keeps released jobs'
 //! records and answers a login node asking for them, `mounting` makes a job's mount,
-//! `prepare` passes on the `Prepare` wave, `host` is what the daemon does to its host at
+//! `prepare` passes on the `Prepare` wave, `kept` keeps jobs across restarts (records
+//! and the keeper), `host` is what the daemon does to its host at
 //! start (state lock, stale mounts, file limit), `scrape` is what a metrics scrape reads,
 //! `run` is the service; job admission is decided in [`super::admit`].
 
@@ -83,6 +84,11 @@ pub struct DaemonConfig {
     pub origin: Option<PathBuf>,
     /// Serve Prometheus metrics at this address, telling what the config allows.
     pub metrics: Option<(SocketAddr, crate::metrics::endpoint::EndpointConfig)>,
+    /// Jobs outlive the daemon (`--keep-jobs`): this program (`teesfs`) is started as the
+    /// keeper of their FUSE connections (`teesfs keep-fds`, [`crate::keeper`]); a daemon
+    /// that stops (or dies) leaves them mounted, and the next one on this state directory
+    /// takes them up. `None`: jobs end with the daemon.
+    pub keeper: Option<PathBuf>,
 }
 
 /// What the daemon's handle, its control clients, its metrics and the network share: the
@@ -113,7 +119,12 @@ impl Daemon {
         let lock = lock_state_dir(&cfg.state_dir)?;
         let (trust, revoked) = cfg.trust.load()?;
         raise_fd_limit();
-        clean_stale_mounts(&cfg.mount_root);
+        let (keeper, adoptions) = kept::start_keeping(&cfg, &trust, &revoked);
+        let spare: Vec<PathBuf> = adoptions
+            .iter()
+            .map(|(_, a)| a.mountpoint.clone())
+            .collect();
+        clean_stale_mounts(&cfg.mount_root, &spare);
         let identity = Identity::load(&cfg.identity_dir, &cfg.host)?;
         let transport = Transport::bind(cfg.listen, &identity)?;
         let store = NodeStore::open(
@@ -146,9 +157,15 @@ impl Daemon {
             metrics: Arc::default(),
             trust,
             revoked,
+            keeper,
         };
+        let shared = spawn_task(parts);
+        for (job, a) in adoptions {
+            let adoption = Box::new(a);
+            let _ = shared.inputs.send(Input::Adopt { job, adoption });
+        }
         Ok(Self {
-            shared: spawn_task(parts),
+            shared,
             _lock: lock,
         })
     }
@@ -202,8 +219,9 @@ impl Daemon {
         }
     }
 
-    /// Releases every job (unmounted, relays closed), closes the links and removes the
-    /// control socket; returns once all is done.
+    /// Releases every job (unmounted, relays closed; with a keeper, mounted jobs are left
+    /// mounted for the next daemon instead), closes the links and removes the control
+    /// socket; returns once all is done.
     pub async fn stop(&self) {
         let (done, stopped) = oneshot::channel();
         if self.shared.inputs.send(Input::Shutdown { done }).is_ok() {
@@ -286,6 +304,7 @@ fn job_status(j: &JobSeen) -> JobStatus {
 mod control;
 mod host;
 mod inbox;
+mod kept;
 mod launch;
 mod mounting;
 mod plan;
@@ -299,6 +318,6 @@ mod task;
 mod tests;
 pub mod trust;
 
-pub use run::{Signal, Signals};
+pub use run::{Ended, Signal, Signals};
 
 use host::{clean_stale_mounts, lock_state_dir, raise_fd_limit};

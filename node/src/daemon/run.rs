@@ -20,6 +20,17 @@ pub enum Signal {
     Shutdown,
 }
 
+/// How the daemon ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every job released.
+    Stopped,
+    /// Mounted jobs left to the keeper for the next daemon: exit the process now, without
+    /// running destructors or shutting the runtime down, so nothing unmounts them or
+    /// fails a request they wait on (the next daemon has the kernel resend those).
+    HandedOver,
+}
+
 /// Where the daemon's [`Signal`]s come from.
 pub enum Signals {
     /// The process's: SIGHUP reloads, SIGTERM and SIGINT stop.
@@ -66,8 +77,9 @@ impl Signals {
 
 impl Daemon {
     /// Runs `teesfs daemon` until a [`Signal::Shutdown`] (or the end of the signals), then
-    /// releases every job. Must run inside a tokio runtime.
-    pub async fn run(cfg: super::DaemonConfig, signals: Signals) -> Result<(), Error> {
+    /// releases every job, or with a keeper leaves the mounted ones to it. Must run inside
+    /// a tokio runtime.
+    pub async fn run(cfg: super::DaemonConfig, signals: Signals) -> Result<Ended, Error> {
         let metrics = cfg.metrics.clone();
         let daemon = Daemon::start(cfg)?;
         let control = daemon.open_control();
@@ -97,11 +109,20 @@ impl Daemon {
             }
             notify(sd_notify::NotifyState::Ready);
         }
-        tracing::info!("shutting down: unmounting jobs");
+        let keeping = daemon.shared.cfg.keeper.is_some();
+        if keeping {
+            tracing::info!("shutting down: mounted jobs stay for the next daemon");
+        } else {
+            tracing::info!("shutting down: unmounting jobs");
+        }
         notify(sd_notify::NotifyState::Stopping);
         control.abort();
         daemon.stop().await;
-        Ok(())
+        Ok(if keeping {
+            Ended::HandedOver
+        } else {
+            Ended::Stopped
+        })
     }
 
     /// Serves `--metrics` at `addr`: the address bound.

@@ -88,6 +88,11 @@ pub(crate) enum Input {
     MetricsAt(std::net::SocketAddr),
     /// Release every job, then stop; `done` once all are torn down.
     Shutdown { done: oneshot::Sender<()> },
+    /// Take up a job an earlier daemon left mounted (its record and connection checked).
+    Adopt {
+        job: JobId,
+        adoption: Box<super::kept::Adoption>,
+    },
 }
 
 /// What a running job's event follower tells the task.

@@ -51,12 +51,14 @@ pub(crate) struct Task {
     metrics_addr: Option<std::net::SocketAddr>,
     /// The counts of the jobs released so far.
     retired: Totals,
-    serial: u64,
+    pub(super) serial: u64,
     /// For background work to report back.
     pub(super) me: mpsc::UnboundedSender<Input>,
     view: watch::Sender<View>,
     /// Set once the daemon stops: told when every job is torn down.
     stopping: Option<oneshot::Sender<()>>,
+    /// Holds the mounted jobs' FUSE connections across restarts (`--keep-jobs`).
+    pub(super) keeper: Option<Arc<crate::keeper::Keeper>>,
 }
 
 /// What the task is made of, besides its own state.
@@ -68,6 +70,7 @@ pub(crate) struct Parts {
     pub metrics: Arc<Metrics>,
     pub trust: Trust,
     pub revoked: HashSet<manifest::IndexId>,
+    pub keeper: Option<Arc<crate::keeper::Keeper>>,
 }
 
 impl Task {
@@ -95,6 +98,7 @@ impl Task {
             me,
             view,
             stopping: None,
+            keeper: p.keeper,
         }
     }
 
@@ -164,11 +168,12 @@ impl Task {
             }
             Input::MetricsAt(addr) => self.metrics_addr = Some(addr),
             Input::Shutdown { done } => self.shutdown(done),
+            Input::Adopt { job, adoption } => self.adopt(job, *adoption),
         }
     }
 
     /// Publishes the view: every running job, and the node's figures.
-    fn publish(&self) {
+    pub(super) fn publish(&self) {
         let jobs = (self.jobs.iter())
             .filter_map(|(id, s)| s.live().map(|l| (*id, Arc::new(JobSeen::of(l)))))
             .collect();
@@ -274,7 +279,7 @@ impl Task {
                     None
                 }
                 Outcome::Probe { from, start } => self.launch_probe(job, serial, &from, *start),
-                Outcome::Job(a) => self.launch(job, serial, *a, s.prepared),
+                Outcome::Job(a) => self.launch(job, serial, *a, (s.prepared, None)),
             }
         };
         let core = live.as_ref().map(|l| l.core.clone());
@@ -356,12 +361,15 @@ impl Task {
         self.revoked = Arc::new(revoked);
     }
 
-    /// Stops: every job is released (without keeping records), and the task ends once
-    /// all are torn down.
+    /// Stops: every job is released (without keeping records), or, with a keeper, left
+    /// mounted for the next daemon if it is mounted; the task ends once all are gone.
     fn shutdown(&mut self, done: oneshot::Sender<()>) {
         self.stopping = Some(done);
         let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
         for job in jobs {
+            if self.hand_over(job) {
+                continue;
+            }
             match self.jobs.get_mut(&job) {
                 Some(JobState::Prepared) => {
                     self.jobs.remove(&job);
@@ -457,8 +465,14 @@ impl Task {
         let (core, pin, serial) = (r.live.core.clone(), r.live.pin.take(), r.live.serial);
         let mountpoint = r.live.mountpoint.clone();
         let me = self.me.clone();
+        let kept = (self.keeper.clone()).map(|k| (k, self.cfg.state_dir.clone()));
         tokio::spawn(async move {
             core.close();
+            // No later daemon may take it up.
+            if let Some((k, dir)) = kept {
+                let forget = move || super::kept::forget(&dir, &k, job);
+                let _ = tokio::task::spawn_blocking(forget).await;
+            }
             if let MountState::Mounted(m) = mounted {
                 let _ = tokio::task::spawn_blocking(move || drop(m)).await;
             }

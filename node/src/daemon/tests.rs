@@ -41,6 +41,7 @@ fn daemon(dir: &std::path::Path) -> Daemon {
         mount: false,
         knobs: crate::job::JobKnobs::default(),
         origin: None,
+        keeper: None,
         metrics: None,
     };
     Daemon::start(cfg).expect("starts")

@@ -66,6 +66,9 @@ pub(crate) struct LayerFs {
     notifier: Arc<OnceLock<fuser::Notifier>>,
     /// Inodes whose contents were put into the page cache (or tried); locked while one is.
     prefilled: Mutex<HashSet<u64>>,
+    /// What the kernel offered at `FUSE_INIT`, kept so a restarted daemon can serve the
+    /// same connection ([`super::adopt`]).
+    init_seen: Arc<OnceLock<super::adopt::InitParams>>,
 }
 
 fn err(e: &FsError) -> Errno {
@@ -157,7 +160,13 @@ impl LayerFs {
             counters: Arc::default(),
             notifier: Arc::default(),
             prefilled: Mutex::default(),
+            init_seen: Arc::default(),
         }
+    }
+
+    /// Where the kernel's `FUSE_INIT` parameters are put once the session starts.
+    pub(crate) fn init_slot(&self) -> Arc<OnceLock<super::adopt::InitParams>> {
+        self.init_seen.clone()
     }
 
     /// Where the mount puts the session's notifier once it runs, which lets small files be
@@ -234,6 +243,12 @@ impl LayerFs {
 
 impl Filesystem for LayerFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let abi = config.kernel_abi();
+        let _ = self.init_seen.set(super::adopt::InitParams {
+            major: abi.0,
+            minor: abi.1,
+            flags: config.capabilities().bits(),
+        });
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);

@@ -8,6 +8,9 @@ use std::sync::atomic::AtomicBool;
 use fuser::{Config, MountOption, SessionACL};
 use manifest::{Index, IndexId};
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use super::adopt::InitParams;
 use super::counters::{FsCount, FsCounters};
 use super::data::Data;
 use super::fuse::{LayerFs, PassthroughConfig};
@@ -38,6 +41,12 @@ pub struct MountConfig {
     /// Make passthrough copies as chunks arrive ([`Data::arrived`]): a node's mount of a
     /// job, whose chunks come from the tree (not a mount of a store, where none arrive).
     pub ahead: bool,
+    /// The mount may outlive this process (a keeper holds its connection): every worker
+    /// thread reads the one descriptor the keeper holds a copy of, so requests taken and
+    /// not answered when the process dies stay queued there for the next daemon to have
+    /// resent. A cloned descriptor per thread (faster) would fail its requests with
+    /// ECONNABORTED as it closes with the process.
+    pub outlive: bool,
 }
 
 impl Default for MountConfig {
@@ -51,6 +60,7 @@ impl Default for MountConfig {
             read_timeout: super::data::DEFAULT_READ_TIMEOUT,
             read_waits: Vec::new(),
             ahead: false,
+            outlive: false,
         }
     }
 }
@@ -64,6 +74,13 @@ pub struct Mounted {
     passthrough: Option<PassthroughConfig>,
     rt: Option<tokio::runtime::Runtime>,
     counters: Arc<FsCounters>,
+    /// The mount's FUSE connection (a duplicate of the session's descriptor).
+    fuse: OwnedFd,
+    /// What the kernel offered at `FUSE_INIT`, once the session started.
+    init: Arc<std::sync::OnceLock<InitParams>>,
+    /// Served on a connection an earlier daemon made: fuser does not know the mount, so
+    /// unmounting is done here.
+    adopted: bool,
 }
 
 impl Mounted {
@@ -98,9 +115,34 @@ impl Mounted {
         self.shutdown()
     }
 
+    /// The mount's FUSE connection, for the keeper to hold.
+    pub fn fuse_fd(&self) -> BorrowedFd<'_> {
+        self.fuse.as_fd()
+    }
+
+    /// What the kernel offered at `FUSE_INIT` (`None` before the session started).
+    pub fn init_params(&self) -> Option<InitParams> {
+        self.init.get().copied()
+    }
+
+    /// Leaves the mount as it is for the next daemon (the keeper holds its connection):
+    /// nothing of it is torn down, and it goes on answering until this process exits
+    /// (which it must do next); requests left unanswered then wait in the kernel for the
+    /// next daemon, which has them resent.
+    pub fn leave(self) {
+        tracing::info!(mountpoint = %self.mountpoint.display(), "left mounted for the next daemon");
+        // Dropping any part would unmount it, or fail the requests it is answering (a
+        // reply dropped unsent is an EIO): its session, runtime and threads end with the
+        // process.
+        std::mem::forget(self);
+    }
+
     fn shutdown(&mut self) -> Result<(), Error> {
         let mounted = self.session.is_some();
+        let adopted = self.adopted;
+        let mountpoint = self.mountpoint.clone();
         let result = match self.session.take() {
+            Some(s) if adopted => unmount_adopted(s, &mountpoint),
             Some(s) => s.umount_and_join().or_else(|e| {
                 // Busy (a process still has a file open): detach so the mount disappears
                 // from the namespace now and goes away when the last user closes.
@@ -137,6 +179,21 @@ impl Drop for Mounted {
     }
 }
 
+/// Unmounts a mount fuser did not make ([`adopt`]) and waits for its session to end; a
+/// busy mount is detached instead, and its session ends when the last user closes.
+fn unmount_adopted(s: fuser::BackgroundSession, mountpoint: &Path) -> std::io::Result<()> {
+    use nix::mount::{MntFlags, umount2};
+    match umount2(mountpoint, MntFlags::empty()) {
+        Ok(()) => s.join(),
+        Err(e) => {
+            tracing::warn!(error = %e, mountpoint = %mountpoint.display(), "unmount busy; detaching");
+            // Not joined: its session ends when the last file is closed.
+            drop(s);
+            umount2(mountpoint, MntFlags::MNT_DETACH).map_err(std::io::Error::from)
+        }
+    }
+}
+
 /// Why this process cannot mount FUSE filesystems itself, if it cannot: not root (a user
 /// mounts through fusermount3 instead), or no `/dev/fuse`.
 pub fn why_cannot_mount() -> Option<&'static str> {
@@ -149,14 +206,26 @@ pub fn why_cannot_mount() -> Option<&'static str> {
     }
 }
 
-/// Mounts `index` at `mountpoint`, reading chunks from `source`.
-pub fn mount(
+/// A layer's filesystem, ready for a session, and what the mount keeps of it.
+struct Prepared {
+    fs: LayerFs,
+    config: Config,
+    rt: tokio::runtime::Runtime,
+    data: Arc<Data>,
+    passthrough_on: Arc<AtomicBool>,
+    counters: Arc<FsCounters>,
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    init: Arc<std::sync::OnceLock<InitParams>>,
+}
+
+/// The layer's filesystem over `source` and the session's options.
+fn prepare(
     index: Index,
     id: IndexId,
     source: Arc<dyn ChunkSource>,
     mountpoint: &Path,
     cfg: &MountConfig,
-) -> Result<Mounted, Error> {
+) -> Result<Prepared, Error> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("teesfs-io")
@@ -166,7 +235,6 @@ pub fn mount(
             mountpoint: mountpoint.to_path_buf(),
             source,
         })?;
-    let tree_chunk_size = index.chunk_size;
     let mut tree = Tree::new(index);
     tree.set_root_owner(cfg.root_owner);
     let tree = Arc::new(tree);
@@ -186,8 +254,6 @@ pub fn mount(
     )
     .with_recorder(cfg.recorder.clone())
     .with_read_waits(cfg.read_waits.clone());
-    let counters = fs.counters();
-    let notifier = fs.notifier_slot();
     let root = nix::unistd::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![
@@ -206,22 +272,96 @@ pub fn mount(
         SessionACL::Owner
     };
     config.n_threads = Some(cfg.threads.max(1));
-    config.clone_fd = true;
-    let chunk_size = u64::from(tree_chunk_size);
-    let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| Error::Mount {
+    config.clone_fd = !cfg.outlive;
+    Ok(Prepared {
+        counters: fs.counters(),
+        notifier: fs.notifier_slot(),
+        init: fs.init_slot(),
+        fs,
+        config,
+        rt,
+        data,
+        passthrough_on,
+    })
+}
+
+/// Mounts `index` at `mountpoint`, reading chunks from `source`.
+pub fn mount(
+    index: Index,
+    id: IndexId,
+    source: Arc<dyn ChunkSource>,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+) -> Result<Mounted, Error> {
+    let chunk_size = u64::from(index.chunk_size);
+    let p = prepare(index, id, source, mountpoint, cfg)?;
+    let failed = |source| Error::Mount {
         mountpoint: mountpoint.to_path_buf(),
         source,
-    })?;
-    let _ = notifier.set(session.notifier());
+    };
+    let session = fuser::Session::new(p.fs, mountpoint, &p.config).map_err(failed)?;
+    // Kept so the connection can outlive this process ([`crate::keeper`]).
+    let fuse = super::adopt::dup(session.as_fd()).map_err(failed)?;
+    let session = session.spawn().map_err(failed)?;
+    let _ = p.notifier.set(session.notifier());
     raise_readahead(mountpoint, (4 * chunk_size).clamp(1 << 20, 16 << 20));
     Ok(Mounted {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
-        data,
-        passthrough_on,
+        data: p.data,
+        passthrough_on: p.passthrough_on,
         passthrough: cfg.passthrough.clone(),
-        rt: Some(rt),
-        counters,
+        rt: Some(p.rt),
+        counters: p.counters,
+        fuse,
+        init: p.init,
+        adopted: false,
+    })
+}
+
+/// Serves `index` on the live FUSE connection `fuse` of the mount at `mountpoint`, which
+/// an earlier daemon made (its kernel parameters were `init`), and has the kernel resend
+/// the requests that daemon took and never answered. Passthrough is off on such a mount:
+/// the kernel may still hold the earlier daemon's backing files for its inodes.
+pub fn adopt(
+    (index, id, source): (Index, IndexId, Arc<dyn ChunkSource>),
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    fuse: std::os::fd::OwnedFd,
+    init: &InitParams,
+) -> Result<Mounted, Error> {
+    let cfg = MountConfig {
+        passthrough: None,
+        ahead: false,
+        outlive: true,
+        ..cfg.clone()
+    };
+    let p = prepare(index, id, source, mountpoint, &cfg)?;
+    let failed = |source| Error::Mount {
+        mountpoint: mountpoint.to_path_buf(),
+        source,
+    };
+    let session = super::adopt::session_on(p.fs, fuse.as_fd(), init, p.config).map_err(failed)?;
+    let session = session.spawn().map_err(failed)?;
+    let _ = p.notifier.set(session.notifier());
+    let _ = p.init.set(*init);
+    match super::adopt::resend(fuse.as_fd()) {
+        Ok(()) => tracing::debug!("asked the kernel to resend the requests left unanswered"),
+        Err(e) => {
+            tracing::warn!(error = %e, "the kernel cannot resend the requests the dead daemon took (Linux 6.9 and later can): they wait until the job ends")
+        }
+    }
+    Ok(Mounted {
+        session: Some(session),
+        mountpoint: mountpoint.to_path_buf(),
+        data: p.data,
+        passthrough_on: p.passthrough_on,
+        passthrough: None,
+        rt: Some(p.rt),
+        counters: p.counters,
+        fuse,
+        init: p.init,
+        adopted: true,
     })
 }
 

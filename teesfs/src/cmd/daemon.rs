@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use teesfs_node::daemon::{Daemon, DaemonConfig, Signals};
+use teesfs_node::daemon::{Daemon, DaemonConfig, Ended, Signals};
 
 use super::util;
 
@@ -104,6 +104,14 @@ pub struct DaemonArgs {
     /// Relay only: forward to children but do not mount.
     #[arg(long)]
     no_mount: bool,
+    /// Running jobs outlive this daemon: a crash, an upgrade or a stop (SIGTERM) costs
+    /// them a pause, not their files. A keeper process (`teesfs keep-fds`, started if none
+    /// runs for the state directory) holds each mounted job's FUSE connection; the next
+    /// daemon on the same state directory takes the jobs up from their records in
+    /// <state-dir>/kept and serves their mounts, and reads waiting meanwhile complete.
+    /// Only `teesfs release` ends a job then. The packaged systemd unit sets it.
+    #[arg(long)]
+    keep_jobs: bool,
     /// Threads that run the network, the relay and FUSE answers. Two keep a node's
     /// pushes and reads apart; one costs less CPU per byte where many daemons share few
     /// cores (the lab's 32 nodes on one machine).
@@ -136,7 +144,8 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
         .thread_name("teesfs-daemon")
         .enable_all()
         .build()?;
-    rt.block_on(Daemon::run(cfg, Signals::Process))
+    let ended = rt
+        .block_on(Daemon::run(cfg, Signals::Process))
         .with_context(|| {
             format!(
                 "running the daemon for {host} (are {}/ca.crt and {host}.crt there? \
@@ -144,6 +153,10 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
                 args.identity.display()
             )
         })?;
+    if ended == Ended::HandedOver {
+        // Nothing may unmount the jobs left to the keeper, nor fail a read they wait on.
+        std::process::exit(0);
+    }
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     Ok(())
 }
@@ -177,6 +190,11 @@ fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
         },
         mount: !args.no_mount,
         origin: args.origin.clone(),
+        keeper: if args.keep_jobs {
+            Some(std::env::current_exe().context("finding this program to start the keeper")?)
+        } else {
+            None
+        },
         knobs: teesfs_node::job::JobKnobs {
             rate_limit: args.rate_limit,
             #[cfg(feature = "lab")]

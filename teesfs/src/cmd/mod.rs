@@ -10,6 +10,7 @@ pub mod handoff;
 pub mod health;
 pub mod inspect;
 pub mod jobspec;
+pub mod keep_fds;
 pub mod keygen;
 #[cfg(feature = "lab")]
 pub mod lab;

@@ -102,8 +102,8 @@ fn spawn_daemon_at(
         .recv_timeout(Duration::from_secs(30))
         .unwrap_or_else(|_| {
             panic!(
-                "daemon {host} did not start; see {}",
-                dir.join("daemon.log").display()
+                "daemon {host} did not start: {}",
+                std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
             )
         });
     let addr = line
@@ -281,9 +281,14 @@ impl Cluster {
 
     /// Starts node `i` again with the same directories (a new port).
     pub fn restart(&mut self, i: usize) {
+        self.restart_with(i, &[]);
+    }
+
+    /// [`Cluster::restart`] with `extra` arguments.
+    pub fn restart_with(&mut self, i: usize, extra: &[&str]) {
         self.kill(i);
         let n = &self.nodes[i];
-        let (child, addr) = spawn_daemon(&self.ws, &n.identity, &n.host, &n.dir, &[], self.log);
+        let (child, addr) = spawn_daemon(&self.ws, &n.identity, &n.host, &n.dir, extra, self.log);
         self.nodes[i].child = Some(child);
         self.nodes[i].addr = addr;
     }
@@ -291,6 +296,11 @@ impl Cluster {
     /// Kills node `i` with SIGKILL and starts it again at the same address with the same
     /// directories: a crashed daemon brought back by systemd, or a rebooted node.
     pub fn restart_in_place(&mut self, i: usize) {
+        self.restart_in_place_with(i, &[]);
+    }
+
+    /// [`Cluster::restart_in_place`] with `extra` arguments.
+    pub fn restart_in_place_with(&mut self, i: usize, extra: &[&str]) {
         self.kill(i);
         let n = &self.nodes[i];
         let (child, addr) = spawn_daemon_at(
@@ -298,12 +308,24 @@ impl Cluster {
             &n.identity,
             &n.host,
             &n.dir,
-            &[],
+            extra,
             &n.addr,
             self.log,
         );
         assert_eq!(addr, n.addr, "restarted at the same address");
         self.nodes[i].child = Some(child);
+    }
+
+    /// Stops node `i` with SIGTERM and waits for it to exit (an upgrade's or
+    /// `systemctl restart`'s stop).
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = c.wait();
+        }
     }
 
     /// Pid of node `i`'s daemon while it runs.

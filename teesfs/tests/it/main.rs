@@ -12,6 +12,7 @@ mod copies_ahead;
 mod corruption;
 mod crl_tree;
 mod daemon_bounds;
+mod daemon_restart;
 mod daemon_service;
 mod deps;
 mod distribution;
