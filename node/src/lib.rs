@@ -11,8 +11,8 @@
 //!   - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
 //!   - [`store`]: the node's budgeted, content-addressed chunk store.
 //!   - [`admit`]: whether a node takes a job a parent offers (pure checks of the `Start`).
-//!   - [`keeper`]: `teesfs keep-fds`, which holds the jobs' FUSE connections while a daemon
-//!     restarts.
+//!   - [`keeper`] (its own crate, re-exported): `teesfs keep-fds`, which holds the jobs'
+//!     FUSE connections while a daemon restarts, and the serving of a live connection.
 //!   - [`daemon`]: `teesfs daemon`: accepts jobs from parents, mounts them, serves children.
 //!   - [`control`]: the daemon's control requests and who may make them.
 //!   - [`root`]: the login node as the root of one job's tree (one session for push and
@@ -49,7 +49,7 @@ pub mod handoff;
 pub mod handover;
 pub mod health;
 pub mod job;
-pub mod keeper;
+pub use keeper;
 pub mod learn;
 pub mod metrics;
 pub mod net;
@@ -181,6 +181,9 @@ pub enum Error {
     /// A kept job's record (`<state-dir>/kept`) cannot be used.
     #[error("{0}")]
     KeptRecord(String),
+    /// Keeping a job across restarts failed (the keeper, a record).
+    #[error(transparent)]
+    Keeper(#[from] keeper::Error),
     /// A system call or file operation of the execution environment failed.
     #[error("{what}")]
     Sys {

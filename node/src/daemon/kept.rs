@@ -1,14 +1,9 @@
-//! Jobs that outlive their daemon. With a keeper ([`crate::keeper`], `--keep-jobs`), every
-//! mounted job has a record in `<state-dir>/kept/<job>.job`, written atomically once its
-//! mount is made and removed when it is released: the `Start` its parent sent (the signed
-//! index inside), the parent's name, the mountpoint and the kernel's `FUSE_INIT`
-//! parameters. A daemon that starts on the state directory takes up every job whose record
-//! and FUSE connection it gets back (`take_up`): the record read and checked, the index's
-//! signature checked again with what the node trusts now (`readmit`), the mount still
-//! there. A record without a connection, a connection without a record, a record that
-//! fails a check or a job refused now: its mount is detached as a stale one, and the log
-//! says why. What the task does with a taken-up job is in `task` and `launch` (it runs as
-//! a job admitted again, its mount served on the connection it had).
+//! Jobs that outlive their daemon (`--keep-jobs`, [`crate::keeper`]): every mounted job
+//! has a record in `<state-dir>/kept/<job>.job` from its mount to its release. A daemon
+//! that starts takes up every job whose record and FUSE connection it gets back, checked
+//! and admitted again (`take_up`), and runs it as a launched job whose mount is served on
+//! the connection it had; any other record or connection is dropped and its mount
+//! detached as a stale one, the log saying why.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -20,85 +15,41 @@ use super::launch::{Admission, Outcome};
 use super::state::{JobState, MountState};
 use super::task::Task;
 use crate::Error;
-use crate::fs::adopt::InitParams;
 use crate::keeper::Keeper;
+use keeper::fuse::InitParams;
 
 /// The first line of a record.
-const MAGIC: &[u8] = b"teesfs kept job 1\n";
+const MAGIC: &str = "teesfs kept job 1";
 
-/// What a restarted daemon needs to take a job up again.
-#[derive(Clone)]
+/// What a restarted daemon needs to take a job up again: the header's fields, and the
+/// `Start` its parent sent (the signed index inside).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Record {
     pub job: JobId,
     /// The host the job's `Start` came from.
     pub from: String,
     pub mountpoint: PathBuf,
     pub init: InitParams,
-    pub start: Start,
-}
-
-/// The record's small fields, as its second line says them.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Header {
-    job: JobId,
-    from: String,
-    mountpoint: PathBuf,
-    init: InitParams,
-    /// The length and blake3 of the encoded `Start` that follows.
-    start_len: usize,
-    start_hash: String,
-}
-
-fn bad(why: impl Into<String>) -> Error {
-    Error::KeptRecord(why.into())
+    #[serde(skip)]
+    pub start: Option<Start>,
 }
 
 impl Record {
-    /// The record's bytes.
+    /// The record's bytes: the small fields, then the encoded `Start`.
     pub fn encode(&self) -> Vec<u8> {
-        let start = Msg::Start(Box::new(self.start.clone())).encode();
-        let header = Header {
-            job: self.job,
-            from: self.from.clone(),
-            mountpoint: self.mountpoint.clone(),
-            init: self.init,
-            start_len: start.len(),
-            start_hash: blake3::hash(&start).to_hex().to_string(),
-        };
-        let mut out = MAGIC.to_vec();
-        out.extend(serde_json::to_vec(&header).expect("a plain struct encodes"));
-        out.push(b'\n');
-        out.extend(start);
-        out
+        let start = (self.start.clone()).map(|s| Msg::Start(Box::new(s)).encode());
+        keeper::record::encode(MAGIC, self, &start.unwrap_or_default())
     }
 
     /// A record from its bytes, every part checked against the others.
     pub fn decode(bytes: &[u8]) -> Result<Record, Error> {
-        let rest = bytes
-            .strip_prefix(MAGIC)
-            .ok_or_else(|| bad("not a kept job's record"))?;
-        let nl =
-            (rest.iter().position(|&b| b == b'\n')).ok_or_else(|| bad("its header has no end"))?;
-        let h: Header = serde_json::from_slice(&rest[..nl])
-            .map_err(|e| bad(format!("its header is unreadable: {e}")))?;
-        let body = &rest[nl + 1..];
-        if body.len() != h.start_len || blake3::hash(body).to_hex().as_str() != h.start_hash {
-            return Err(bad(
-                "its body does not match its header (cut short or changed)",
-            ));
+        let (mut r, body) = keeper::record::decode::<Record>(MAGIC, bytes)?;
+        match Msg::decode(body) {
+            Ok(Msg::Start(s)) if s.job == r.job => r.start = Some(*s),
+            Ok(_) => return Err(Error::KeptRecord("its Start is for another job".into())),
+            Err(e) => return Err(Error::KeptRecord(format!("its Start is unreadable: {e}"))),
         }
-        let start = match Msg::decode(body) {
-            Ok(Msg::Start(s)) if s.job == h.job => *s,
-            Ok(_) => return Err(bad("its Start is for another job")),
-            Err(e) => return Err(bad(format!("its Start is unreadable: {e}"))),
-        };
-        Ok(Record {
-            job: h.job,
-            from: h.from,
-            mountpoint: h.mountpoint,
-            init: h.init,
-            start,
-        })
+        Ok(r)
     }
 }
 
@@ -112,18 +63,9 @@ pub(crate) fn path(state_dir: &Path, job: JobId) -> PathBuf {
     dir(state_dir).join(format!("{job}.job"))
 }
 
-/// Writes `record` atomically (a temporary file renamed over it), in a private directory.
+/// Writes `record` atomically, in a private directory.
 pub(crate) fn write(state_dir: &Path, record: &Record) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    let d = dir(state_dir);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&d)?;
-    let to = path(state_dir, record.job);
-    let tmp = d.join(format!(".{}.tmp", record.job));
-    std::fs::write(&tmp, record.encode())?;
-    std::fs::rename(&tmp, &to)
+    keeper::record::write(&path(state_dir, record.job), &record.encode())
 }
 
 /// Removes the record of `job` and has the keeper drop its connection: the job is gone,
@@ -235,8 +177,9 @@ fn take_up_one(
 /// The record's `Start` admitted again, as from its parent: the index's signature and
 /// expiry checked with what the node trusts now.
 fn readmit(r: Record, c: &Checks<'_>) -> Result<Admission, String> {
-    let admitted = crate::admit::admit(&r.start, c.host, &r.from, &c.policy);
-    match super::launch::admission(admitted, r.from, Box::new(r.start)) {
+    let start = r.start.ok_or("no Start")?;
+    let admitted = crate::admit::admit(&start, c.host, &r.from, &c.policy);
+    match super::launch::admission(admitted, r.from, Box::new(start)) {
         Outcome::Job(mut a) => {
             // The root's clock then says nothing of this node's clock now.
             a.start.root_clock_ms = None;
@@ -386,7 +329,7 @@ mod tests {
                 minor: 45,
                 flags: 1 << 33,
             },
-            start,
+            start: Some(start),
         }
     }
 
@@ -397,8 +340,8 @@ mod tests {
         assert_eq!((back.job, back.from.as_str()), (JobId(42), "n01"));
         assert_eq!(back.mountpoint, r.mountpoint);
         assert_eq!(back.init, r.init);
-        assert_eq!(back.start.index, r.start.index);
-        assert_eq!(back.start.owner, Some(1000));
+        let (start, was) = (back.start.expect("start"), r.start.expect("start"));
+        assert_eq!((start.index, start.owner), (was.index, Some(1000)));
     }
 
     #[test]
@@ -419,7 +362,7 @@ mod tests {
             bad(&flipped)
         );
         assert!(bad(&bytes[..bytes.len() - 1]).contains("does not match"));
-        assert!(bad(&bytes[1..]).contains("not a kept job"));
+        assert!(bad(&bytes[1..]).contains("not a teesfs kept job"));
         // A header that names another job than its Start.
         let mut other = record();
         other.job = JobId(43);

@@ -16,13 +16,13 @@ use super::plan::JobPlan;
 use super::state::{Input, Live};
 use super::task::Task;
 use crate::Error;
-use crate::fs::adopt::InitParams;
 use crate::fs::data::Data;
 use crate::fs::fuse::PassthroughConfig;
 use crate::fs::mount::{MountConfig, Mounted, adopt, mount};
 use crate::job::JobCore;
 use crate::keeper::Keeper;
 use crate::source::ChunkSource;
+use keeper::fuse::InitParams;
 
 /// The longest a job's mount waits for the links to the node's children.
 const MOUNT_AFTER_LINKS: std::time::Duration = std::time::Duration::from_secs(1);
@@ -210,7 +210,7 @@ fn keep(job: JobId, m: &Mounted, (k, dir): (&Keeper, &Path), from: String, start
         from,
         mountpoint: m.mountpoint().to_path_buf(),
         init,
-        start,
+        start: Some(start),
     };
     let kept = super::kept::write(dir, &record)
         .map_err(|e| e.to_string())

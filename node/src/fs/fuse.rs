@@ -67,8 +67,8 @@ pub(crate) struct LayerFs {
     /// Inodes whose contents were put into the page cache (or tried); locked while one is.
     prefilled: Mutex<HashSet<u64>>,
     /// What the kernel offered at `FUSE_INIT`, kept so a restarted daemon can serve the
-    /// same connection ([`super::adopt`]).
-    init_seen: Arc<OnceLock<super::adopt::InitParams>>,
+    /// same connection ([`keeper::fuse`]).
+    init_seen: Arc<OnceLock<keeper::fuse::InitParams>>,
 }
 
 fn err(e: &FsError) -> Errno {
@@ -165,7 +165,7 @@ impl LayerFs {
     }
 
     /// Where the kernel's `FUSE_INIT` parameters are put once the session starts.
-    pub(crate) fn init_slot(&self) -> Arc<OnceLock<super::adopt::InitParams>> {
+    pub(crate) fn init_slot(&self) -> Arc<OnceLock<keeper::fuse::InitParams>> {
         self.init_seen.clone()
     }
 
@@ -244,7 +244,7 @@ impl LayerFs {
 impl Filesystem for LayerFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let abi = config.kernel_abi();
-        let _ = self.init_seen.set(super::adopt::InitParams {
+        let _ = self.init_seen.set(keeper::fuse::InitParams {
             major: abi.0,
             minor: abi.1,
             flags: config.capabilities().bits(),

@@ -1,6 +1,5 @@
 //! The read-only layer filesystem.
 //!
-//! - [`adopt`]: serving a FUSE connection a dead daemon made (a restart keeps its jobs).
 //! - [`tree`]: pure navigation over an index (lookup, attributes, listings).
 //! - [`ahead`]: passthrough copies made as a node's chunks arrive, before any open.
 //! - [`copies`]: materialised files for passthrough: a private directory, a budget, and
@@ -13,7 +12,6 @@
 //! - [`record`]: what a program opens, probes and waits for, for `teesfs record` and the
 //!   daemon's record of each job's start.
 
-pub mod adopt;
 pub mod ahead;
 pub mod copies;
 pub mod counters;

@@ -10,13 +10,13 @@ use manifest::{Index, IndexId};
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::adopt::InitParams;
 use super::counters::{FsCount, FsCounters};
 use super::data::Data;
 use super::fuse::{LayerFs, PassthroughConfig};
 use super::tree::Tree;
 use crate::Error;
 use crate::source::ChunkSource;
+use keeper::fuse::InitParams;
 
 /// How a layer is mounted.
 #[derive(Clone, Debug)]
@@ -206,10 +206,8 @@ pub fn why_cannot_mount() -> Option<&'static str> {
     }
 }
 
-/// A layer's filesystem, ready for a session, and what the mount keeps of it.
+/// What a mount keeps of its layer's filesystem.
 struct Prepared {
-    fs: LayerFs,
-    config: Config,
     rt: tokio::runtime::Runtime,
     data: Arc<Data>,
     passthrough_on: Arc<AtomicBool>,
@@ -225,7 +223,7 @@ fn prepare(
     source: Arc<dyn ChunkSource>,
     mountpoint: &Path,
     cfg: &MountConfig,
-) -> Result<Prepared, Error> {
+) -> Result<(LayerFs, Config, Prepared), Error> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("teesfs-io")
@@ -273,16 +271,15 @@ fn prepare(
     };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = !cfg.outlive;
-    Ok(Prepared {
+    let kept = Prepared {
         counters: fs.counters(),
         notifier: fs.notifier_slot(),
         init: fs.init_slot(),
-        fs,
-        config,
         rt,
         data,
         passthrough_on,
-    })
+    };
+    Ok((fs, config, kept))
 }
 
 /// Mounts `index` at `mountpoint`, reading chunks from `source`.
@@ -294,29 +291,43 @@ pub fn mount(
     cfg: &MountConfig,
 ) -> Result<Mounted, Error> {
     let chunk_size = u64::from(index.chunk_size);
-    let p = prepare(index, id, source, mountpoint, cfg)?;
+    let (fs, config, p) = prepare(index, id, source, mountpoint, cfg)?;
     let failed = |source| Error::Mount {
         mountpoint: mountpoint.to_path_buf(),
         source,
     };
-    let session = fuser::Session::new(p.fs, mountpoint, &p.config).map_err(failed)?;
+    let session = fuser::Session::new(fs, mountpoint, &config).map_err(failed)?;
     // Kept so the connection can outlive this process ([`crate::keeper`]).
-    let fuse = super::adopt::dup(session.as_fd()).map_err(failed)?;
+    let fuse = keeper::fuse::dup(session.as_fd()).map_err(failed)?;
     let session = session.spawn().map_err(failed)?;
-    let _ = p.notifier.set(session.notifier());
     raise_readahead(mountpoint, (4 * chunk_size).clamp(1 << 20, 16 << 20));
-    Ok(Mounted {
-        session: Some(session),
-        mountpoint: mountpoint.to_path_buf(),
-        data: p.data,
-        passthrough_on: p.passthrough_on,
-        passthrough: cfg.passthrough.clone(),
-        rt: Some(p.rt),
-        counters: p.counters,
-        fuse,
-        init: p.init,
-        adopted: false,
-    })
+    Ok(p.mounted(session, mountpoint, cfg, fuse, false))
+}
+
+impl Prepared {
+    /// The mount, its session running.
+    fn mounted(
+        self,
+        session: fuser::BackgroundSession,
+        mountpoint: &Path,
+        cfg: &MountConfig,
+        fuse: OwnedFd,
+        adopted: bool,
+    ) -> Mounted {
+        let _ = self.notifier.set(session.notifier());
+        Mounted {
+            session: Some(session),
+            mountpoint: mountpoint.to_path_buf(),
+            data: self.data,
+            passthrough_on: self.passthrough_on,
+            passthrough: cfg.passthrough.clone(),
+            rt: Some(self.rt),
+            counters: self.counters,
+            fuse,
+            init: self.init,
+            adopted,
+        }
+    }
 }
 
 /// Serves `index` on the live FUSE connection `fuse` of the mount at `mountpoint`, which
@@ -336,33 +347,18 @@ pub fn adopt(
         outlive: true,
         ..cfg.clone()
     };
-    let p = prepare(index, id, source, mountpoint, &cfg)?;
+    let (fs, config, p) = prepare(index, id, source, mountpoint, &cfg)?;
     let failed = |source| Error::Mount {
         mountpoint: mountpoint.to_path_buf(),
         source,
     };
-    let session = super::adopt::session_on(p.fs, fuse.as_fd(), init, p.config).map_err(failed)?;
+    let session = keeper::fuse::session_on(fs, fuse.as_fd(), init, config).map_err(failed)?;
     let session = session.spawn().map_err(failed)?;
-    let _ = p.notifier.set(session.notifier());
     let _ = p.init.set(*init);
-    match super::adopt::resend(fuse.as_fd()) {
-        Ok(()) => tracing::debug!("asked the kernel to resend the requests left unanswered"),
-        Err(e) => {
-            tracing::warn!(error = %e, "the kernel cannot resend the requests the dead daemon took (Linux 6.9 and later can): they wait until the job ends")
-        }
+    if let Err(e) = keeper::fuse::resend(fuse.as_fd()) {
+        tracing::warn!(error = %e, "the kernel cannot resend the requests the dead daemon took (Linux 6.9 and later can): they wait until the job ends");
     }
-    Ok(Mounted {
-        session: Some(session),
-        mountpoint: mountpoint.to_path_buf(),
-        data: p.data,
-        passthrough_on: p.passthrough_on,
-        passthrough: None,
-        rt: Some(p.rt),
-        counters: p.counters,
-        fuse,
-        init: p.init,
-        adopted: true,
-    })
+    Ok(p.mounted(session, mountpoint, &cfg, fuse, true))
 }
 
 /// Raises the mount's readahead to `bytes`.

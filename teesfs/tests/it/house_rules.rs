@@ -19,6 +19,7 @@ const SHIPPED: &[&str] = &[
     "peertree",
     "seeder",
     "runenv",
+    "keeper",
     "pushreport",
     "node",
     "teesfs",

@@ -4,7 +4,7 @@
 //! descriptor: with the daemon dead (a crash, an upgrade, `systemctl restart`), the job's
 //! requests wait in the kernel instead of failing with ENOTCONN, and the next daemon on the
 //! same state directory takes the descriptors back ([`Keeper::held`]) and serves them
-//! ([`crate::fs::mount::adopt`]).
+//! ([`crate::fuse`]).
 //!
 //! The keeper listens on `<state-dir>/keeper.sock` (its pid in `keeper.pid`; a `SOCK_SEQPACKET` socket, mode 0600,
 //! and only callers of its own uid are served: `SO_PEERCRED`). It drops a descriptor when
@@ -30,6 +30,11 @@ use nix::sys::socket::{
 
 use crate::Error;
 
+/// Locks `m`, even if a holder panicked (the socket is still usable).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The keeper's socket in a state directory.
 pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join("keeper.sock")
@@ -44,7 +49,7 @@ const FIRST_CLIENT: u16 = 60_000;
 fn sys(what: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> Error {
     let what = what.into();
     move |e| Error::Sys {
-        what: format!("{what}: {e}"),
+        what,
         source: std::io::Error::from(e),
     }
 }
@@ -136,7 +141,7 @@ impl Keeper {
     }
 
     fn ask(&self, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<(), Error> {
-        let sock = crate::sync::lock(&self.sock);
+        let sock = lock(&self.sock);
         send(sock.as_fd(), bytes, fd).map_err(sys("telling the keeper"))?;
         match recv(sock.as_fd()).map_err(sys("hearing the keeper"))? {
             (k, _) if k == b"K" => Ok(()),
@@ -159,7 +164,7 @@ impl Keeper {
 
     /// Duplicates of every descriptor the keeper holds, by key (it goes on holding them).
     pub fn held(&self) -> Result<Vec<(String, OwnedFd)>, Error> {
-        let sock = crate::sync::lock(&self.sock);
+        let sock = lock(&self.sock);
         send(sock.as_fd(), b"L", None).map_err(sys("asking the keeper"))?;
         let mut out = Vec::new();
         loop {
@@ -263,7 +268,12 @@ pub fn serve(state_dir: &Path) -> Result<(), Error> {
     // Who holds the connections, for operators (and tests) that must end it.
     let pid_file = state_dir.join("keeper.pid");
     let _ = std::fs::write(&pid_file, format!("{}\n", std::process::id()));
-    crate::outln!("ready");
+    {
+        use std::io::Write;
+        // The daemon that started it waits for this line; a closed stdout changes nothing.
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "ready").and_then(|()| out.flush());
+    }
     tracing::info!(socket = %path.display(), pid = std::process::id(), "keeping the jobs' FUSE connections");
     let mut k = Held {
         listener,

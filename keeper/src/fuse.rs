@@ -1,5 +1,5 @@
 //! Serving a FUSE connection that is already up: a restarted daemon takes a job's mount
-//! back from the keeper ([`crate::keeper`]) and answers its requests where the dead daemon
+//! back from the keeper ([`crate::process`]) and answers its requests where the dead daemon
 //! left off.
 //!
 //! fuser 0.18 serves a `/dev/fuse` descriptor only after a `FUSE_INIT` handshake
