@@ -42,6 +42,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("peertree", 0),
     ("runenv", 0),
     ("spank", 0),
+    ("keeper", 0),
     ("pushreport", 1),
     ("seeder", 1),
     ("node", 2),
