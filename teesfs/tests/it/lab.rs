@@ -281,3 +281,19 @@ fn lab_panicking_midway_leaves_nothing_behind() {
     let left = leftovers(&prefix, &pids, &work);
     assert!(left.is_empty(), "left behind after a panic: {left:#?}");
 }
+
+/// The hosts among `hosts` whose daemon still has job `job` mounted (read from the
+/// daemon's own mount table, in its mount namespace).
+pub(crate) fn mounted_on(lab: &Lab, hosts: &[String], job: &str) -> Vec<String> {
+    hosts
+        .iter()
+        .filter(|h| {
+            lab.daemon_pid(h).is_some_and(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                    .unwrap_or_default()
+                    .contains(&format!("{h}/jobs/{job} "))
+            })
+        })
+        .cloned()
+        .collect()
+}

@@ -519,7 +519,7 @@ fn in_the_site_lab_a_second_user_publishes_into_the_store_and_a_bad_login_key_do
     // node was drained for a failing epilog.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mounted = loop {
-        let mounted = mounted_on(&lab, &hosts, &job);
+        let mounted = crate::lab::mounted_on(&lab, &hosts, &job);
         if mounted.is_empty() || Instant::now() > deadline {
             break mounted;
         }
@@ -587,19 +587,4 @@ fn the_user_publishes_into_the_labs_store(user: &lab::slurm::site::LabUser, stor
             assert_eq!(md.gid(), user.gid, "{}", e.path().display());
         }
     }
-}
-
-/// The hosts whose daemon still has job `job` mounted.
-fn mounted_on(lab: &Lab, hosts: &[String], job: &str) -> Vec<String> {
-    hosts
-        .iter()
-        .filter(|h| {
-            lab.daemon_pid(h).is_some_and(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-                    .unwrap_or_default()
-                    .contains(&format!("{h}/jobs/{job} "))
-            })
-        })
-        .cloned()
-        .collect()
 }

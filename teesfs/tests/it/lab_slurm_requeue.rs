@@ -33,21 +33,6 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
         .unwrap_or("")
 }
 
-/// Whether some node's daemon still holds job `job` mounted (its mount namespace's table).
-fn mounted_anywhere(lab: &Lab, hosts: &[String], job: &str) -> Vec<String> {
-    hosts
-        .iter()
-        .filter(|h| {
-            lab.daemon_pid(h).is_some_and(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-                    .unwrap_or_default()
-                    .contains(&format!("{h}/jobs/{job} "))
-            })
-        })
-        .cloned()
-        .collect()
-}
-
 /// Waits until Slurm requeued job `id` (its restart count rises), checking that it never
 /// ran before (on the node without a daemon).
 fn wait_requeued(site: &lab::slurm::site::SiteSlurm<'_>, id: &str, logs: &dyn Fn() -> String) {
@@ -224,7 +209,7 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
     wait_requeued(&site, &id, &logs);
     // No Epilog ran for it: the failed push released the job on the nodes it reached.
     let t0 = Instant::now();
-    while !mounted_anywhere(&lab, &[spare.to_string()], &id).is_empty() {
+    while !crate::lab::mounted_on(&lab, &[spare.to_string()], &id).is_empty() {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
             "job {id} still mounted on {spare}, used by its failed start only\n{}",
@@ -269,7 +254,7 @@ fn a_node_without_a_daemon_is_drained_and_the_job_runs_on_healthy_nodes_saying_w
             && seeder.matches("teesfs seeder on ").count() >= 2,
         "{seeder}"
     );
-    let left = mounted_anywhere(&lab, &hosts, &id);
+    let left = crate::lab::mounted_on(&lab, &hosts, &id);
     assert!(
         left.is_empty(),
         "job {id} still mounted on {left:?} after it ended"
