@@ -83,6 +83,21 @@ fn push(c: &Cluster, id: &str, job: &str) {
     assert!(out.status.success(), "push: {out:?}");
 }
 
+/// Waits until node 0 keeps job `job`: its record written, which the daemon does just
+/// after the mount appears (a kill before that loses the job, as with no keeper).
+fn wait_kept(c: &Cluster, job: &str) {
+    let record = c.nodes[0].dir.join(format!("state/kept/{job}.job"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !record.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "job {job} was never kept: {}",
+            daemon_log(c)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn daemon_log(c: &Cluster) -> String {
     std::fs::read_to_string(c.nodes[0].dir.join("daemon.log")).unwrap_or_default()
 }
@@ -214,7 +229,15 @@ fn a_reader_sees_only_right_bytes_while_the_daemon_is_killed_and_restarted() {
     let id = c.ws.publish(&src);
     push(&c, &id, "301");
     let mp = c.mount_of(0);
-    assert_eq!(keeper.held(), 1, "the keeper holds the job's connection");
+    wait_kept(&c, "301");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while keeper.held() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the keeper never held the job's connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let reader = Reader::start(c.ws.path(), &mp.join("a.bin"));
     reader.wait_for(20);
     c.kill(0);
@@ -290,6 +313,7 @@ fn a_read_in_flight_when_the_daemon_is_killed_completes_after_the_restart() {
     std::os::unix::fs::symlink(c.ws.store(), &origin).expect("link the origin");
     push(&c, &id, "302");
     let mp = c.mount_of(0);
+    wait_kept(&c, "302");
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let slow: Vec<&str> = argv
         .iter()
@@ -375,12 +399,14 @@ fn a_job_that_cannot_be_taken_up_is_detached_and_the_log_says_why() {
     // The keeper dies with the daemon.
     push(&c, &id, "303");
     let mp = c.mount_of(0);
+    wait_kept(&c, "303");
     c.kill(0);
     keeper.kill();
     detached(&mut c, &KEEP, "FUSE connection is gone", &mp);
     // The record is changed.
     push(&c, &id, "304");
     let mp = c.mount_of(0);
+    wait_kept(&c, "304");
     c.kill(0);
     let record = c.nodes[0].dir.join("state/kept/304.job");
     let mut bytes = std::fs::read(&record).expect("the job's record");
@@ -396,6 +422,7 @@ fn a_job_that_cannot_be_taken_up_is_detached_and_the_log_says_why() {
     // The index is revoked while the daemon is down.
     push(&c, &id, "305");
     let mp = c.mount_of(0);
+    wait_kept(&c, "305");
     c.kill(0);
     let revoked = c.ws.path().join("revoked");
     std::fs::write(&revoked, format!("{id}\n")).expect("revoke");
