@@ -9,6 +9,9 @@
 #      (`quic_raw server ... STORE`);
 #      It also measures the CPU of a proxy that receives the push and forwards it to 7
 #      children (one group of 8 daemons, `--strategy topo`) beside one of its leaves;
+#      and how the receiving daemon scales with cores: the same flat push with the daemon
+#      alone limited to 1 core and then to 2 (`taskset`; the root and quic_raw may use any
+#      core in both runs, so the sender has the same headroom), runs alternating;
 #   2. cold read latency of a missing chunk at tree depth 1, 2, 3 (a chain
 #      login -> n01 -> n02 -> n03) against the model (d+1) x (round trip + chunk time), with
 #      the round trip from `quic_raw ping` and the chunk time from benchmark 1's raw rate.
@@ -20,8 +23,10 @@
 #
 # Environment: RUNS (push repetitions, default 3), PUSH_MIB (default 256), READS (cold reads
 # per depth and file size, default 9), RATE (root cap for the cut-through check, default
-# 64MiB), BIN and RAW (built `teesfs` and `quic_raw`; default:
-# build them in release mode).
+# 64MiB), SCALE_RUNS (pairs of 1-core/2-core pushes, default 3), PARTS (which parts to run,
+# default "push scale cut cold"; cold needs push), BIN and RAW (built `teesfs` and `quic_raw`; default:
+# build them in release mode), DAEMON_ARGS (more options for every daemon, split on spaces; for
+# example `--copies-budget 0` to measure the receiving daemon without the copies it makes ahead).
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -33,6 +38,10 @@ fi
 RUNS=${RUNS:-3}
 PUSH_MIB=${PUSH_MIB:-256}
 READS=${READS:-9}
+SCALE_RUNS=${SCALE_RUNS:-3}
+PARTS=${PARTS:-push scale cut cold}
+read -ra daemon_args <<<"${DAEMON_ARGS:-}"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 if [ -z "${BIN:-}" ] || [ -z "${RAW:-}" ]; then
     cargo build --release --locked -p teesfs --bin teesfs --example quic_raw
@@ -78,10 +87,11 @@ start_daemons() {
         local host
         host=$(printf 'n%02d' "$i")
         mkdir -p "$run/$host"
-        TEESFS_LOG=teesfs=warn "$BIN" daemon --host "$host" --listen 127.0.0.1:0 \
+        # DAEMON_CPUS: the cores the daemons may run on (taskset's list), else any.
+        TEESFS_LOG=teesfs=warn ${DAEMON_CPUS:+taskset -c "$DAEMON_CPUS"} "$BIN" daemon --host "$host" --listen 127.0.0.1:0 \
             --identity "$work/cluster" --state-dir "$run/$host/state" \
             --mount-root "$run/$host/jobs" --control "$run/$host/sock" \
-            --trust "$work/pub.pub" >"$run/$host/out" 2>"$run/$host/log" &
+            --trust "$work/pub.pub" "${daemon_args[@]}" >"$run/$host/out" 2>"$run/$host/log" &
         daemon_pids+=("$!")
         # Ready once it answers on its control socket; its bound address is in the answer.
         local st="" addr=""
@@ -104,10 +114,13 @@ stop_daemons() {
 
 status() { "$BIN" status --format json --control "$work/run$1/$2/sock"; }
 
+# Every push plans without the link rates the pushes before it taught the store: with them
+# it would be paced at what those measured, and a later push could never go faster.
 push() { # run nodes extra...
     local run="$work/run$1" nodes=$2
     shift 2
     "$BIN" push --quiet --store "$work/store" --nodes "$nodes" --group-size "${GROUP:-1}" \
+        --no-learned-rates \
         --identity "$work/cluster" --hosts "$run/hosts" --listen 127.0.0.1:0 \
         --trust "$work/pub.pub" "$@"
 }
@@ -141,12 +154,12 @@ for i in $(seq 0 $((3 * READS - 1))); do
 done
 cold_id=$(publish "$cold")
 
-echo "== 1. push throughput, $PUSH_MIB MiB, $RUNS runs" >&2
 raw=() stored=() flat=() chain=()
 # CPU seconds per run: raw client and server, the hashing and the store writes alone
 # (`quic_raw work`), and the flat push's root and daemon.
 cpu_client=() cpu_server=() cpu_hash=() cpu_store=() cpu_root=() cpu_daemon=()
 cpu_proxy=() cpu_leaf=() fan=()
+scale1=() scale2=() scpu1=() scpu2=()
 clk_tck=$(getconf CLK_TCK)
 cpu_of() { awk -v t="$clk_tck" '{printf "%.3f", ($14 + $15) / t}' "/proc/$1/stat"; }
 # One quic_raw transfer of PUSH_MIB MiB; writes its MiB/s to the file $1, and the client's
@@ -156,6 +169,9 @@ cpu_of() { awk -v t="$clk_tck" '{printf "%.3f", ($14 + $15) / t}' "/proc/$1/stat
 raw_run() {
     local out=$1
     shift
+    # Emptied first: the server's redirect truncates it only once the server's process runs,
+    # and the wait below must not read the last server's address.
+    : >"$work/raw-server.out"
     "$RAW" server "$work/rawcreds" 127.0.0.1:0 "$@" >"$work/raw-server.out" &
     other_pids+=("$!")
     for _ in $(seq 100); do grep -q listening "$work/raw-server.out" && break; sleep 0.05; done
@@ -168,7 +184,9 @@ raw_run() {
     awk '/^cpu-seconds/ {print $2}' "$work/raw-client.out" >"$out.client"
     awk '/^cpu-seconds/ {print $2}' "$work/raw-server.out" >"$out.server"
 }
+part push && echo "== 1. push throughput, $PUSH_MIB MiB, $RUNS runs" >&2
 for r in $(seq "$RUNS"); do
+    part push || break
     raw_run "$work/rate"
     raw+=("$(cat "$work/rate")")
     cpu_client+=("$(cat "$work/rate.client")")
@@ -202,6 +220,8 @@ for r in $(seq "$RUNS"); do
     # A proxy forwarding to its group: n01 receives from the root and sends to n02..n08.
     start_daemons 8 "fan$r"
     p0=$(cpu_of "${daemon_pids[0]}") l0=$(cpu_of "${daemon_pids[1]}")
+    # (Without learned rates, see push: with them the planner makes the group a chain
+    # instead of one proxy feeding 7 children.)
     GROUP=8 push "fan$r" 'n[01-08]' --index "$big_id" --strategy topo --wait all \
         --report "$work/fan$r.json" >/dev/null
     cpu_proxy+=("$(echo "$(cpu_of "${daemon_pids[0]}") - $p0" | bc -l)")
@@ -210,6 +230,29 @@ for r in $(seq "$RUNS"); do
     stop_daemons
     echo "run $r: raw ${raw[-1]} MiB/s, raw hashed and stored ${stored[-1]} MiB/s, push flat ${flat[-1]} MiB/s, 2-hop chain ${chain[-1]} MiB/s, group of 8 ${fan[-1]} MiB/s" >&2
 done
+# One flat push to a daemon on the cores $1 (taskset's list); appends its MiB/s and the
+# daemon's CPU seconds to the arrays named $2 and $3.
+scaled_push() {
+    local -n rates=$2 cpus=$3
+    DAEMON_CPUS=$1 start_daemons 1 "scale$1.$4"
+    local c0
+    c0=$(cpu_of "${daemon_pids[0]}")
+    push "scale$1.$4" n01 --index "$big_id" --strategy flat --wait all \
+        --report "$work/scale.json" >/dev/null
+    cpus+=("$(echo "$(cpu_of "${daemon_pids[0]}") - $c0" | bc -l)")
+    rates+=("$(json "$work/scale.json" "$PUSH_MIB / v['all_complete_s']")")
+    stop_daemons
+}
+if part scale; then
+    echo "== 1b. the receiving daemon on 1 core, then on 2, $SCALE_RUNS pairs" >&2
+    for r in $(seq "$SCALE_RUNS"); do
+        scaled_push 0 scale1 scpu1 "$r"
+        scaled_push 0,1 scale2 scpu2 "$r"
+        echo "pair $r: daemon on 1 core ${scale1[-1]} MiB/s, on 2 cores ${scale2[-1]} MiB/s" >&2
+    done
+fi
+
+if part push; then
 raw_med=$(med "${raw[@]}")
 stored_med=$(med "${stored[@]}")
 flat_med=$(med "${flat[@]}")
@@ -233,15 +276,17 @@ for i in "${!raw[@]}"; do
     ceiling+=("$(echo "($PUSH_MIB / ${raw[$i]}) / $t" | bc -l)")
 done
 ceiling_med=$(med "${ceiling[@]}")
+fi
 
 # Cut-through with links, not the CPU, as the bottleneck: on this loopback all processes share
 # the same cores, so an unlimited chain does twice the CPU work of a flat push. With the root
 # capped at RATE per child, a chain that forwards each chunk as soon as it holds it finishes
 # about one chunk later than the flat push; store-and-forward of the layer would take 2x.
 RATE=${RATE:-64MiB}
-echo "== cut-through: root capped at $RATE/s, 2 runs" >&2
 rflat=() rchain=()
+part cut && echo "== cut-through: root capped at $RATE/s, 2 runs" >&2
 for r in 1 2; do
+    part cut || break
     start_daemons 1 "rflat$r"
     push "rflat$r" n01 --index "$big_id" --strategy flat --wait all --rate-limit "$RATE" \
         --report "$work/rflat$r.json" >/dev/null
@@ -254,6 +299,7 @@ for r in 1 2; do
     stop_daemons
 done
 
+if part cold; then
 echo "== round trip (quic_raw ping)" >&2
 "$RAW" server "$work/rawcreds" 127.0.0.1:0 >"$work/raw-server.out" &
 other_pids+=("$!")
@@ -320,7 +366,9 @@ import json, sys
 print(json.load(sys.stdin)["jobs"][0]["counters"]["wants_sent"], end=" ")'
 done)
 stop_daemons
+fi
 
+if part push; then
 echo
 echo "Push throughput on loopback, $PUSH_MIB MiB incompressible, $RUNS runs"
 printf '| %-28s | %12s | %16s |\n' "" "median MiB/s" "÷ raw (per run)"
@@ -346,15 +394,38 @@ cpu_row "push root (teesfs push, flat)" "$(med "${cpu_root[@]}")"
 cpu_row "receiving daemon (flat)" "$(med "${cpu_daemon[@]}")"
 cpu_row "proxy: receives, forwards to 7 children" "$(med "${cpu_proxy[@]}")"
 cpu_row "one of that proxy's leaves" "$(med "${cpu_leaf[@]}")"
+echo "runs (CPU-s): raw server ${cpu_server[*]}; push root ${cpu_root[*]}; receiving daemon ${cpu_daemon[*]}; proxy ${cpu_proxy[*]}"
+printf 'receiving daemon ÷ raw server (median of per-run ratios): %.2f\n' \
+    "$(for i in "${!cpu_daemon[@]}"; do echo "${cpu_daemon[$i]} / ${cpu_server[$i]}" | bc -l; done | median)"
 printf 'proxy ÷ receiving daemon (median of per-run ratios): %.2f; group of 8 took %s MiB/s per node (runs: %s)\n' \
     "$(for i in "${!cpu_proxy[@]}"; do echo "${cpu_proxy[$i]} / ${cpu_daemon[$i]}" | bc -l; done | median)" \
     "$(med "${fan[@]}")" "${fan[*]}"
 printf 'Ceiling for any verified, stored push here: at least %.3f s per %s MiB, so at most %.2fx raw\n' \
     "$(med "${t_min[@]}")" "$PUSH_MIB" "$ceiling_med"
 echo "  (per run: ${ceiling[*]})"
+fi
+if part scale; then
+    echo
+    echo "The receiving daemon alone on 1 core, then on 2 (taskset; the root on any core), flat push of $PUSH_MIB MiB, $SCALE_RUNS pairs"
+    printf '| %-10s | %12s | %22s | %24s |\n' "daemon on" "median MiB/s" "daemon CPU-s per 256 MiB" "daemon cores in use (CPU-s ÷ s)"
+    printf '|%s|%s|%s|%s|\n' "------------" "-------------:" "------------------------:" "--------------------------:"
+    for k in 1 2; do
+        local_rates="scale$k[@]" local_cpus="scpu$k[@]"
+        rates=("${!local_rates}") cpus=("${!local_cpus}")
+        printf '| %-10s | %12.0f | %22.3f | %24.2f |\n' "$k core(s)" "$(med "${rates[@]}")" \
+            "$(echo "$(med "${cpus[@]}") * 256 / $PUSH_MIB" | bc -l)" \
+            "$(for i in "${!rates[@]}"; do echo "${cpus[$i]} * ${rates[$i]} / $PUSH_MIB" | bc -l; done | median)"
+    done
+    printf '2 cores ÷ 1 core (median of per-pair ratios): %.2f (runs, MiB/s: 1 core %s; 2 cores %s)\n' \
+        "$(for i in "${!scale1[@]}"; do echo "${scale2[$i]} / ${scale1[$i]}" | bc -l; done | median)" \
+        "${scale1[*]}" "${scale2[*]}"
+fi
+if part cut; then
 printf 'Cut-through, root capped at %s/s: flat %s s, 2-hop chain %s s (all_complete_s per run)\n' \
     "$RATE" "${rflat[*]}" "${rchain[*]}"
 printf 'chain ÷ flat (medians): %.2f\n' "$(echo "$(med "${rchain[@]}") / $(med "${rflat[@]}")" | bc -l)"
+fi
+part cold || exit 0
 echo
 chunk_ms=$(echo "1000 / $raw_med" | bc -l)
 rtt_ms=$(echo "$rtt_us / 1000" | bc -l)

@@ -24,6 +24,17 @@ command -v mktorrent >/dev/null 2>&1 || need+=(mktorrent)
 [ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
 [ -x /usr/sbin/slurmd ] || command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
 command -v sbcast >/dev/null 2>&1 || need+=(slurm-client)
+# Container images (issue 34): the image launch's baselines (a registry with skopeo and
+# umoci, sbcast of a squashfs, squashfuse over HTTP from nginx with httpdirfs) and the
+# test image (scripts/image-build.sh: mmdebstrap, umoci, mksquashfs).
+command -v umoci >/dev/null 2>&1 || need+=(umoci)
+command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+command -v mksquashfs >/dev/null 2>&1 || need+=(squashfs-tools)
+command -v squashfuse >/dev/null 2>&1 || need+=(squashfuse)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v httpdirfs >/dev/null 2>&1 || need+=(httpdirfs)
+[ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 # POSIX ACLs (the prolog shares a job's files with its owner): libacl's headers to link.
 [ -f /usr/include/sys/acl.h ] || need+=(libacl1-dev)
 # The package test (teesfs/tests/it/packaging.rs) lists and lints the RPMs.
@@ -34,6 +45,13 @@ command -v dpkg-shlibdeps >/dev/null 2>&1 || need+=(dpkg-dev)
 # The SPANK plugin (spank/): Slurm's headers, and libclang for the bindings generated from them.
 [ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
 ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-*.so.1 >/dev/null 2>&1 || need+=(libclang-dev)
+# Container images as layers (issue 34): `teesfs publish --image` reads squashfs and SIF
+# files through sqfs2tar (squashfs-tools-ng); its tests build images with umoci, convert
+# them with skopeo and make squashfs files with mksquashfs (squashfs-tools).
+command -v sqfs2tar >/dev/null 2>&1 || need+=(squashfs-tools-ng)
+command -v umoci >/dev/null 2>&1 || need+=(umoci)
+command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+command -v mksquashfs >/dev/null 2>&1 || need+=(squashfs-tools)
 if [ "${TEESFS_NEED_PIP:-0}" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
     need+=(python3-pip)
 fi

@@ -473,23 +473,26 @@ impl Lab {
 
     /// Publishes `layer` into the login node's store; returns the index id.
     pub fn publish(&self, layer: &Path) -> Result<String> {
+        self.publish_source(&layer.display().to_string(), None)
+    }
+
+    /// Publishes the container image `image` (`teesfs publish --image`, e.g. an OCI
+    /// layout `DIR:TAG`) into the login node's store; returns the index id.
+    pub fn publish_image(&self, image: &str) -> Result<String> {
+        self.publish_source(image, Some("--image"))
+    }
+
+    fn publish_source(&self, source: &str, flag: Option<&str>) -> Result<String> {
         let chunk_size = self
             .opts
             .chunk_size
             .map_or_else(|| "auto".to_owned(), |c| c.to_string());
-        let out = self.run_teesfs(&[
-            "publish",
-            &layer.display().to_string(),
-            "--store",
-            &self.path_str("store"),
-            "--key",
-            &self.path_str("publisher.key"),
-            "--chunk-size",
-            &chunk_size,
-            "--quiet",
-            "--format",
-            "json",
-        ])?;
+        let (store, key) = (self.path_str("store"), self.path_str("publisher.key"));
+        let mut args: Vec<&str> = vec!["publish"];
+        args.extend(flag);
+        args.extend([source, "--store", &store, "--key", &key]);
+        args.extend(["--chunk-size", &chunk_size, "--quiet", "--format", "json"]);
+        let out = self.run_teesfs(&args)?;
         serde_json::from_str::<pushreport::output::PublishDoc>(&out)
             .map(|doc| doc.index)
             .map_err(|e| LabError::Parse {

@@ -172,18 +172,7 @@ fn step(
             if !through.exists() {
                 return Ok(());
             }
-            let mut cmd = lab.command_on(&p.host, &app.program)?;
-            cmd.args(app.args.iter().map(|a| subst(a, &mp, &p.host)))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null());
-            for (k, v) in &app.env {
-                cmd.env(k, subst(v, &mp, &p.host));
-            }
-            let child = cmd.spawn().map_err(|source| LabError::Spawn {
-                program: app.program.clone(),
-                source,
-            })?;
+            let child = spawn_app(lab, &p.host, app, &mp)?;
             p.started = Some((t0.elapsed().as_secs_f64(), child));
         }
         Some((started_s, child)) => {
@@ -198,18 +187,57 @@ fn step(
                     .map(|(s, cpu)| (s.success(), cpu))
                     .unwrap_or((false, 0.0));
                 let expect = subst(&app.expect, Path::new(""), &p.host);
+                let ok = status && out.contains(&expect);
                 p.done = Some(AppRun {
                     host: p.host.clone(),
                     started_s: *started_s,
                     done_s,
-                    ok: status && out.contains(&expect),
-                    output: out.lines().next().unwrap_or("").to_string(),
+                    ok,
+                    output: shown_output(lab, &p.host, &out, ok),
                     cpu_s,
                 });
             }
         }
     }
     Ok(())
+}
+
+/// Where a node's application writes its standard error (read back when it fails).
+fn app_stderr(lab: &Lab, host: &str) -> PathBuf {
+    lab.work().join(host).join("app.stderr")
+}
+
+/// Starts `app` on `host` with `{mount}` at `mount`: standard output piped, standard error
+/// to [`app_stderr`].
+fn spawn_app(lab: &Lab, host: &str, app: &App, mount: &Path) -> Result<Child> {
+    let err_path = app_stderr(lab, host);
+    let err = std::fs::File::create(&err_path).map_err(LabError::io(&err_path))?;
+    let mut cmd = lab.command_on(host, &app.program)?;
+    cmd.args(app.args.iter().map(|a| subst(a, mount, host)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(err);
+    for (k, v) in &app.env {
+        cmd.env(k, subst(v, mount, host));
+    }
+    cmd.spawn().map_err(|source| LabError::Spawn {
+        program: app.program.clone(),
+        source,
+    })
+}
+
+/// The line a report shows for one run: the first line of its output, or for a failed run
+/// the last line of its standard error (where the reason is).
+fn shown_output(lab: &Lab, host: &str, stdout: &str, ok: bool) -> String {
+    let first = stdout.lines().next().unwrap_or("").to_string();
+    if ok {
+        return first;
+    }
+    let err = std::fs::read_to_string(app_stderr(lab, host)).unwrap_or_default();
+    match err.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(last) => last.chars().take(300).collect(),
+        None => first,
+    }
 }
 
 /// Runs `app` once more on every node of a finished push `job` (all data local by then),
@@ -229,19 +257,7 @@ pub fn start_everywhere(
     let t0 = Instant::now();
     let mut children = Vec::new();
     for node in lab.layout().compute() {
-        let mp = mount_of(&node.host);
-        let mut cmd = lab.command_on(&node.host, &app.program)?;
-        cmd.args(app.args.iter().map(|a| subst(a, &mp, &node.host)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        for (k, v) in &app.env {
-            cmd.env(k, subst(v, &mp, &node.host));
-        }
-        let child = cmd.spawn().map_err(|source| LabError::Spawn {
-            program: app.program.clone(),
-            source,
-        })?;
+        let child = spawn_app(lab, &node.host, app, &mount_of(&node.host))?;
         children.push((node.host.clone(), child));
     }
     let mut runs = Vec::new();
@@ -257,9 +273,10 @@ pub fn start_everywhere(
         let (status, cpu_s) =
             crate::proc::wait_with_cpu(&mut child).map_err(LabError::io(&app.program))?;
         let expect = subst(&app.expect, Path::new(""), &host);
+        let ok = status.success() && text.contains(&expect);
         runs.push(AppRun {
-            ok: status.success() && text.contains(&expect),
-            output: text.lines().next().unwrap_or("").to_string(),
+            ok,
+            output: shown_output(lab, &host, &text, ok),
             host,
             started_s: 0.0,
             done_s: t0.elapsed().as_secs_f64(),

@@ -15,6 +15,7 @@
 //!   plots;
 //! - [`slurm`]: real Slurm (munge, slurmctld, one slurmd per node) in a lab, and `sbcast`;
 //! - [`torrent`]: the BitTorrent baseline (a tracker, `mktorrent`, `aria2c` per node);
+//! - [`image`]: the image launch's baselines (registry pull, sbcast+unsquash, squashfuse);
 //! - [`fault`]: faults injected into a running lab (daemon crash, stop, link down) and
 //!   pushes left running while they happen.
 //!
@@ -28,6 +29,7 @@ pub mod cluster;
 pub mod demo;
 pub mod error;
 pub mod fault;
+pub mod image;
 pub mod launch;
 pub mod layout;
 pub mod net;

@@ -164,6 +164,7 @@ fn layer(inline_share: u64) -> Index {
         chunks,
         entries,
         urgent: Vec::new(),
+        image: None,
     }
 }
 

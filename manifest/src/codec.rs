@@ -3,10 +3,13 @@
 //!
 //! Layout: magic `TEESIDX` + version byte; chunk size; chunk table (id, plain length,
 //! stored length); entry table (parent, name, kind, flags, metadata, kind payload);
-//! since version 2, the ordered urgent list (count, then entry positions).
+//! since version 2, the ordered urgent list (count, then entry positions); since version 3,
+//! the optional image section ([`crate::image`]: an OCI image's config).
 //!
 //! Version 1 (no urgent list) still decodes: its list is the flagged entries in entry
-//! order, which is what version 1 meant. The encoder always writes version 2.
+//! order, which is what version 1 meant. Version 2 decodes with no image. The encoder
+//! writes version 3 only for an index with an image and version 2 otherwise, so indexes of
+//! plain layers keep their bytes (and ids) and stay readable by nodes that predate images.
 //! The decoder checks every field against [`Limits`] and the tree invariants before it
 //! returns, so consumers can index without further checks.
 
@@ -18,7 +21,9 @@ use crate::index::{
 use crate::wire::{Reader, Writer};
 
 const MAGIC: &[u8; 7] = b"TEESIDX";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
+/// The version without the image section (what the encoder writes for an index without one).
+const VERSION_2: u8 = 2;
 /// The first version, without the urgent list.
 const VERSION_1: u8 = 1;
 
@@ -34,7 +39,11 @@ const DATA_CHUNKS: u8 = 1;
 pub(crate) fn encode(index: &Index) -> Vec<u8> {
     let mut w = Writer::with_capacity(64 + index.chunks.len() * 40 + index.entries.len() * 48);
     w.raw(MAGIC);
-    w.u8(VERSION);
+    w.u8(if index.image.is_some() {
+        VERSION
+    } else {
+        VERSION_2
+    });
     w.varint(u64::from(index.chunk_size));
     w.varint(index.chunks.len() as u64);
     for c in &index.chunks {
@@ -86,6 +95,9 @@ pub(crate) fn encode(index: &Index) -> Vec<u8> {
     w.varint(index.urgent.len() as u64);
     for e in &index.urgent {
         w.varint(u64::from(e.0));
+    }
+    if let Some(image) = &index.image {
+        crate::image::encode(&mut w, Some(image));
     }
     w.buf
 }
@@ -219,6 +231,11 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
     } else {
         decode_urgent(&mut r, &entries, limits)?
     };
+    let image = if version == VERSION {
+        crate::image::decode(&mut r, limits)?
+    } else {
+        None
+    };
     if r.remaining() != 0 {
         return Err(Error::TrailingBytes(r.remaining()));
     }
@@ -230,6 +247,7 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
         chunks,
         entries,
         urgent,
+        image,
     })
 }
 
@@ -239,7 +257,7 @@ fn decode_header(r: &mut Reader<'_>, limits: &Limits) -> Result<(u8, u32), Error
         return Err(Error::BadMagic { what: "index" });
     }
     let version = r.u8("version")?;
-    if version != VERSION && version != VERSION_1 {
+    if !matches!(version, VERSION | VERSION_2 | VERSION_1) {
         return Err(Error::UnsupportedVersion {
             what: "index",
             version,
@@ -570,6 +588,7 @@ mod tests {
             chunks: vec![],
             entries,
             urgent: vec![],
+            image: None,
         }
     }
 

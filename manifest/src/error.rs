@@ -118,6 +118,10 @@ pub enum Error {
         /// Which part is missing or why it cannot be used.
         reason: String,
     },
+    /// The image config section of an index is malformed (a bad presence byte, a string
+    /// that is not UTF-8 or holds NUL, labels out of order).
+    #[error("image config: {0}")]
+    BadImageConfig(String),
     /// The chunk table is inconsistent.
     #[error("chunk table entry {chunk}: {reason}")]
     BadChunkTable {

@@ -5,6 +5,7 @@
 //! they share its contents, metadata and inode.
 
 use crate::ids::ChunkId;
+use crate::image::ImageConfig;
 
 /// Position of an entry in [`Index::entries`]; 0 is the root directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -170,6 +171,12 @@ pub struct Limits {
     pub max_chunk_size: u64,
     /// Largest file size.
     pub max_file_size: u64,
+    /// Most strings in each list of an image config (env, entrypoint, cmd) and most labels.
+    pub max_image_strings: u64,
+    /// Longest string of an image config, in bytes (the kernel's `MAX_ARG_STRLEN`).
+    pub max_image_string_len: u64,
+    /// Most string bytes of an image config in all.
+    pub max_image_bytes: u64,
 }
 
 impl Default for Limits {
@@ -185,6 +192,9 @@ impl Default for Limits {
             min_chunk_size: 4 << 10,
             max_chunk_size: 64 << 20,
             max_file_size: 1 << 50,
+            max_image_strings: 4096,
+            max_image_string_len: 128 << 10,
+            max_image_bytes: 4 << 20,
         }
     }
 }
@@ -203,6 +213,9 @@ pub struct Index {
     /// [`EntryFlags::URGENT`] flag, and no other entry has the flag. Set it with
     /// [`Index::set_urgent`] to keep the two in step.
     pub urgent: Vec<EntryIdx>,
+    /// For an index published from a container image, the image's config (what a task
+    /// started in it follows); `None` for a plain layer.
+    pub image: Option<ImageConfig>,
 }
 
 impl Index {

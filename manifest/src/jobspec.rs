@@ -4,6 +4,8 @@
 //! [layer]
 //! store = "/shared/teesfs"        # where the layer was published (default: the site's)
 //! index = "3a6a3941"              # a tag, or 4+ hex characters of its id
+//! image = false                   # true: the layer is the tasks' whole root (an image),
+//!                                 # not a layer over the node's "/" (`--teesfs-image`)
 //!
 //! [launch]
 //! urgent = ["opt/app/bin/*"]     # extra urgent paths, globs over layer paths
@@ -61,6 +63,10 @@ pub struct LayerSpec {
     pub store: Option<PathBuf>,
     /// A tag (`teesfs publish --tag`), or at least 4 hex characters of the index id.
     pub index: String,
+    /// The layer is an image: every task's whole root, not a layer over the node's "/"
+    /// (what the SPANK plugin's `--teesfs-image` asks for).
+    #[serde(default)]
+    pub image: bool,
 }
 
 /// `[launch]`.
@@ -231,6 +237,18 @@ mod tests {
         )
         .expect_err("command");
         assert!(err.to_string().contains("--urgent-exec"), "{err}");
+    }
+
+    #[test]
+    fn an_image_job_says_so_in_its_layer() {
+        let spec = |extra: &str| {
+            JobSpec::from_toml(&format!("[layer]\nindex = \"ab\"\n{extra}"))
+                .expect("valid")
+                .layer
+                .image
+        };
+        assert!(!spec(""));
+        assert!(spec("image = true\n"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod chunk;
 mod codec;
 mod error;
 pub mod ids;
+pub mod image;
 pub mod index;
 pub mod jobspec;
 pub mod sign;
@@ -31,6 +32,7 @@ pub use build::{
 pub use chunk::{CheckedChunk, Verified, decode_chunk, encode_chunk, verify_chunk};
 pub use error::Error;
 pub use ids::{ChunkId, IndexId};
+pub use image::ImageConfig;
 pub use index::{
     ChunkInfo, Entry, EntryFlags, EntryIdx, EntryKind, FileData, Index, Limits, Meta, Slot,
 };

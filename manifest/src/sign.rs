@@ -368,6 +368,7 @@ mod tests {
                 kind: EntryKind::Dir,
             }],
             urgent: Vec::new(),
+            image: None,
         }
     }
 

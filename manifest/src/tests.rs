@@ -78,6 +78,7 @@ fn sample() -> Index {
             ),
         ],
         urgent: vec![],
+        image: None,
     };
     // Not in entry order: the list keeps the order the files are needed in.
     index.set_urgent([EntryIdx(6), EntryIdx(2), EntryIdx(4)]);
@@ -173,10 +174,10 @@ fn version_1_bodies_decode_with_the_flagged_entries_as_the_list() {
     let back = crate::codec::decode(&body, &Limits::default()).expect("version 1 decodes");
     assert_eq!(back.urgent, [EntryIdx(2), EntryIdx(4), EntryIdx(6)]);
     assert_eq!(back.entries, index.entries);
-    body[7] = 3;
+    body[7] = 4;
     assert!(matches!(
         crate::codec::decode(&body, &Limits::default()),
-        Err(Error::UnsupportedVersion { version: 3, .. })
+        Err(Error::UnsupportedVersion { version: 4, .. })
     ));
 }
 

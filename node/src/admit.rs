@@ -17,6 +17,9 @@ use peertree::relay::{Schedule, Start};
 use crate::Error;
 
 /// What an admitted `Start` is.
+// One per Start, moved once into the job: the Job variant's size (an index, which carries
+// an image config since issue 34) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Admitted {
     /// An empty broadcast (`teesfs health`): nothing to verify beyond its origin.
     Probe,
@@ -225,6 +228,7 @@ mod tests {
                 kind: EntryKind::Dir,
             }],
             urgent: Vec::new(),
+            image: None,
         }
     }
 

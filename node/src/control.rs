@@ -279,6 +279,37 @@ pub struct JobStatus {
     pub owner: Option<u32>,
     /// Traffic counters.
     pub counters: crate::job::JobCounters,
+    /// The container image's config, when the job's signed index is an image (`teesfs run
+    /// --image` and the Slurm plugin's image jobs follow it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageStatus>,
+}
+
+/// The image config of a job's index, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ImageStatus {
+    /// `Env`: `NAME=value`, in the config's order.
+    pub env: Vec<String>,
+    /// `Entrypoint`.
+    pub entrypoint: Vec<String>,
+    /// `Cmd`.
+    pub cmd: Vec<String>,
+    /// `WorkingDir`.
+    pub working_dir: Option<String>,
+    /// `User`.
+    pub user: Option<String>,
+}
+
+impl From<&manifest::ImageConfig> for ImageStatus {
+    fn from(c: &manifest::ImageConfig) -> Self {
+        Self {
+            env: c.env.clone(),
+            entrypoint: c.entrypoint.clone(),
+            cmd: c.cmd.clone(),
+            working_dir: c.working_dir.clone(),
+            user: c.user.clone(),
+        }
+    }
 }
 
 /// What the daemon knows about a job named in a request.

@@ -1,5 +1,6 @@
 //! `teesfs health`: an empty broadcast (a probe job, no index, no chunks) down the planned
-//! tree from the login node, and the report of what answered.
+//! tree from the login node, and the report of what answered. With `--rates` the probe
+//! carries filler and measures each edge's rate ([`crate::rates_probe`]).
 //!
 //! Each parent measures its edge's round trip (its child's `Start` handed to the transport,
 //! to the child's first message back: connection setup and the child's processing
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use manifest::{ChunkId, Index, IndexId};
-use peertree::relay::{Event, JobId, NodeInfo, Phase, Relay, Timing};
+use peertree::relay::{Event, Filler, JobId, NodeInfo, Phase, Relay, Timing};
 use peertree::{NodeId, Plan, Topology, hostlist};
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,7 @@ use super::job::JobKnobs;
 use super::root::{RootEndpoint, RootJob, RootSession};
 use crate::Error;
 use crate::net::Identity;
+use crate::rates_probe::ProbeJob;
 
 /// The chunk store of a probe: holds nothing, takes nothing.
 pub(crate) struct NoChunks;
@@ -67,6 +69,7 @@ pub(crate) fn empty_index() -> (Arc<Index>, IndexId) {
         chunks: Vec::new(),
         entries: Vec::new(),
         urgent: Vec::new(),
+        image: None,
     };
     (Arc::new(index), IndexId([0; 32]))
 }
@@ -86,6 +89,9 @@ pub struct ProbeSpec {
     /// How nodes reach the root (`host:port`); default: the root's host name and the
     /// bound port.
     pub advertise: Option<String>,
+    /// A rates probe: the filler every node receives ([`crate::rates_probe`]); `None` for
+    /// an empty broadcast.
+    pub filler: Option<Filler>,
 }
 
 /// What the root of a probe saw.
@@ -108,32 +114,48 @@ pub async fn probe(spec: ProbeSpec, deadline: Duration) -> Result<ProbeOutcome, 
         listen: spec.listen,
         advertise: spec.advertise,
     };
-    let (index, index_id) = empty_index();
+    let filler = spec.filler;
+    let probe = match &filler {
+        Some(f) => ProbeJob::filler(f, JobKnobs::default()),
+        None => ProbeJob::of_start(&[], JobKnobs::default())?,
+    };
     let job = RootJob {
-        index,
-        index_id,
-        bytes: Arc::new(NoChunks),
-        knobs: JobKnobs::default(),
+        index: probe.index,
+        index_id: probe.index_id,
+        bytes: probe.bytes,
+        knobs: probe.knobs,
     };
     let expected = spec.nodes.len().saturating_sub(1);
     let (id, timing) = (spec.job, spec.timing);
-    let mut session = RootSession::open(&endpoint, spec.nodes, job, |nodes, start| {
-        Relay::new_probe_root(id, nodes, timing, start)
+    let mut session = RootSession::open(&endpoint, spec.nodes, job, |nodes, start| match filler {
+        Some(f) => Relay::new_rates_probe_root(id, nodes, f, timing, start),
+        None => Relay::new_probe_root(id, nodes, timing, start),
     })?;
 
     let mut out = ProbeOutcome::default();
     let until = tokio::time::Instant::from_std(session.start) + deadline;
     let mut answered = HashSet::new();
+    // A rates probe is over once every node's edge said what it carried too (the parent
+    // says so right after its child's answer, and the root's job may hand the two events
+    // out apart).
+    let mut carried = HashSet::new();
     let mut all_done = expected == 0;
     while !all_done {
         let Some((t, ev)) = session.next_event(until).await else {
             out.timed_out = true;
             break;
         };
-        if let Event::NodeDone(n, Phase::All) = ev {
-            answered.insert(n);
-            all_done = answered.len() == expected;
+        match ev {
+            Event::NodeDone(n, Phase::All) => {
+                answered.insert(n);
+            }
+            Event::EdgeBytes(_, n, _) => {
+                carried.insert(n);
+            }
+            _ => {}
         }
+        all_done = answered.len() == expected
+            && (filler.is_none() || answered.iter().all(|n| carried.contains(n)));
         out.events.push((t, ev));
     }
     // The facts that came with the last answer (its edge's round trip among them).

@@ -40,12 +40,14 @@ use seeder::{ChunkStore, StoredChunk};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 mod chunks;
+mod knobs;
 mod liveness;
 mod origin;
 mod pump;
 
 pub(crate) use chunks::ChunkTaken;
 
+pub use knobs::JobKnobs;
 use liveness::TransportSeen;
 
 use super::peers::{Peers, chunk_head, frame};
@@ -92,35 +94,6 @@ pub struct JobCounters {
     /// Chunks no source could give (their readers failed with EIO).
     #[serde(default)]
     pub unobtainable: u64,
-}
-
-/// Per-job behaviour knobs.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct JobKnobs {
-    /// Cap on bulk bytes per second to each child (protects a shared uplink); `None` for
-    /// no cap. Demand traffic is never capped.
-    pub rate_limit: Option<u64>,
-    /// Fault injection for the lab's tests: flip a byte in every chunk this node sends,
-    /// making it a lying peer. Not built into the shipped binary (feature `fault-injection`, which the binary's `lab` feature turns on).
-    #[cfg(feature = "fault-injection")]
-    pub corrupt_outgoing: bool,
-    /// Fault injection for the lab's tests: every chunk file write on this node takes this
-    /// much longer (a slow disk). Applied to the daemon's store.
-    #[cfg(feature = "fault-injection")]
-    pub slow_store: std::time::Duration,
-}
-
-impl JobKnobs {
-    /// The production knobs: an optional cap on bulk bytes per second to each child.
-    pub(crate) fn rate_limited(rate_limit: Option<u64>) -> Self {
-        Self {
-            rate_limit,
-            #[cfg(feature = "fault-injection")]
-            corrupt_outgoing: false,
-            #[cfg(feature = "fault-injection")]
-            slow_store: std::time::Duration::ZERO,
-        }
-    }
 }
 
 /// What the job's task is told; every change to the relay goes through one of these.

@@ -17,7 +17,7 @@ use peertree::relay::{JobId, Msg, Routed};
 use tokio::sync::mpsc;
 
 use super::control::{JobRecord, RecordAnswer};
-use super::peers::{Peers, Pending, Router, frame};
+use super::peers::{Peers, Pending, Router, Ticket, frame};
 use crate::Error;
 use crate::net::{Identity, StreamKind, Transport};
 
@@ -52,7 +52,16 @@ pub struct Gathered {
 }
 
 /// One node's answer as it arrives.
-type Answer = (String, Result<Vec<u8>, String>);
+type Answer = (String, NodeAnswer);
+
+/// What a node answered.
+#[derive(Debug)]
+enum NodeAnswer {
+    /// Its record's JSON (a record, or why it has none).
+    Json(Vec<u8>),
+    /// It could not be reached (why).
+    Unreachable(String),
+}
 
 /// Hands the answers of one job to [`gather`].
 struct Collector {
@@ -61,10 +70,12 @@ struct Collector {
 }
 
 impl Router for Collector {
-    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed, _: Ticket) -> Option<Pending> {
         match msg {
             Routed::Record { json } if job == self.job => {
-                let _ = self.tx.send((from_host.to_string(), Ok(json)));
+                let _ = self
+                    .tx
+                    .send((from_host.to_string(), NodeAnswer::Json(json)));
             }
             _ => tracing::debug!(peer = %from_host, %job, "not an answer to this learn; ignored"),
         }
@@ -72,9 +83,10 @@ impl Router for Collector {
     }
 
     fn unreachable(&self, host: &str, why: &str) {
-        let _ = self
-            .tx
-            .send((host.to_string(), Err(format!("unreachable: {why}"))));
+        let _ = self.tx.send((
+            host.to_string(),
+            NodeAnswer::Unreachable(format!("unreachable: {why}")),
+        ));
     }
 }
 
@@ -110,7 +122,7 @@ async fn ask_all(spec: AskSpec) -> Result<Gathered, Error> {
     }
     let until = tokio::time::Instant::now() + spec.deadline;
     let wanted: HashSet<&str> = spec.nodes.iter().map(|(h, _)| h.as_str()).collect();
-    let mut answers: BTreeMap<String, Result<Vec<u8>, String>> = BTreeMap::new();
+    let mut answers: BTreeMap<String, NodeAnswer> = BTreeMap::new();
     while answers.len() < wanted.len() {
         let (host, answer) = tokio::select! {
             a = rx.recv() => match a {
@@ -121,7 +133,7 @@ async fn ask_all(spec: AskSpec) -> Result<Gathered, Error> {
         };
         // The first word of a node counts (a record after "unreachable" cannot come).
         if wanted.contains(host.as_str()) && !answers.contains_key(&host) {
-            tracing::debug!(peer = %host, ok = answer.is_ok(), "answer");
+            tracing::debug!(peer = %host, ok = matches!(answer, NodeAnswer::Json(_)), "answer");
             peers.disconnect(&host);
             answers.insert(host, answer);
             ask_next(&mut queue);
@@ -138,15 +150,15 @@ async fn ask_all(spec: AskSpec) -> Result<Gathered, Error> {
 /// skipped with the reason.
 fn sort_answers(
     asked: impl Iterator<Item = String>,
-    mut answers: BTreeMap<String, Result<Vec<u8>, String>>,
+    mut answers: BTreeMap<String, NodeAnswer>,
     deadline: Duration,
 ) -> Gathered {
     let mut out = Gathered::default();
     for host in asked {
         let why = match answers.remove(&host) {
             None => format!("no answer within {:.0?}", deadline),
-            Some(Err(e)) => e,
-            Some(Ok(json)) => match serde_json::from_slice::<RecordAnswer>(&json) {
+            Some(NodeAnswer::Unreachable(e)) => e,
+            Some(NodeAnswer::Json(json)) => match serde_json::from_slice::<RecordAnswer>(&json) {
                 Ok(RecordAnswer::Record(r)) if r.recording && !r.files.is_empty() => {
                     out.records.push(*r);
                     continue;
@@ -196,16 +208,31 @@ mod tests {
             error: "no job 00000000000004d2 on this node".into(),
         };
         let answers = BTreeMap::from([
-            ("n01".to_string(), Ok(record("n01", &["bin/app"], true))),
-            ("n02".to_string(), Err("unreachable".to_string())),
+            (
+                "n01".to_string(),
+                NodeAnswer::Json(record("n01", &["bin/app"], true)),
+            ),
+            (
+                "n02".to_string(),
+                NodeAnswer::Unreachable("unreachable".to_string()),
+            ),
             (
                 "n04".to_string(),
-                Ok(serde_json::to_vec(&missing).expect("json")),
+                NodeAnswer::Json(serde_json::to_vec(&missing).expect("json")),
             ),
-            ("n05".to_string(), Ok(record("n05", &[], true))),
-            ("n06".to_string(), Ok(record("n06", &["x"], false))),
-            ("n07".to_string(), Ok(b"garbage".to_vec())),
-            ("n99".to_string(), Ok(record("n99", &["never asked"], true))),
+            (
+                "n05".to_string(),
+                NodeAnswer::Json(record("n05", &[], true)),
+            ),
+            (
+                "n06".to_string(),
+                NodeAnswer::Json(record("n06", &["x"], false)),
+            ),
+            ("n07".to_string(), NodeAnswer::Json(b"garbage".to_vec())),
+            (
+                "n99".to_string(),
+                NodeAnswer::Json(record("n99", &["never asked"], true)),
+            ),
         ]);
         let asked = ["n01", "n02", "n03", "n04", "n05", "n06", "n07"].map(String::from);
         let g = sort_answers(asked.into_iter(), answers, Duration::from_secs(20));

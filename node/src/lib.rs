@@ -6,6 +6,7 @@
 //! - The daemon and the push root over real networks (all protocol decisions are made by
 //!   `peertree::relay`; these only move bytes):
 //!   - [`peers`]: QUIC connections to other nodes, shared by all jobs, frames in and out.
+//!   - [`reorder`]: a stream's chunks at work in parallel, handed to the relay in order.
 //!   - [`crls`]: the cluster's revocation list passed on to every peer a process connects
 //!     to, and installed by daemons when it is newer than theirs.
 //!   - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
@@ -55,6 +56,8 @@ pub mod metrics;
 pub mod net;
 pub mod peers;
 pub mod push;
+pub mod rates_probe;
+pub mod reorder;
 pub use pushreport as report;
 pub use pushreport::output;
 pub mod root;

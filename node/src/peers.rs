@@ -18,14 +18,17 @@ use tokio::sync::{mpsc, watch};
 
 use super::crls::CrlKeeper;
 use crate::net::{Conn, NetError, StreamKind, Transport};
+pub(crate) use crate::reorder::{StreamOrder, Ticket};
 use crate::sync::lock;
 
 /// Where incoming messages go.
 pub(crate) trait Router: Send + Sync + 'static {
-    /// A message for `job` from the peer whose certificate names `from_host`. Returns the
-    /// work still running for it (a chunk being verified and stored), which the stream's
-    /// reader waits for before it delivers the stream's next frame ([`InOrder`]).
-    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending>;
+    /// A message for `job` from the peer whose certificate names `from_host`, at its
+    /// place `order` in its stream. Returns the work still running for it (a chunk being
+    /// verified and stored), which the stream's reader bounds ([`InOrder`]). What must
+    /// happen in the stream's order (telling the relay a chunk is held) is released
+    /// through `order`; dropping it leaves the place empty.
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed, order: Ticket) -> Option<Pending>;
     /// `host` could not be reached at all, for the reason `why` (the connection's error).
     fn unreachable(&self, host: &str, why: &str);
 }
@@ -33,24 +36,55 @@ pub(crate) trait Router: Send + Sync + 'static {
 /// Work a [`Router`] still does for a delivered message.
 pub type Pending = tokio::task::JoinHandle<()>;
 
-/// One stream's delivered messages, taken in the order they came with at most one still
-/// at work: a stream's reader reads the next frame while the work the last one started
-/// (verifying and storing a chunk) runs, and delivers it only once that work is done. So
-/// reading overlaps with verification, a stream's chunks reach the relay in order, and a
-/// sender faster than verification is held back by QUIC flow control after one frame.
-#[derive(Debug, Default)]
+/// How many of one stream's chunks may be at work at once: one per core this process may
+/// run on (its CPU affinity), at least 2, at most 8.
+pub(crate) fn chunks_at_work() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, std::num::NonZeroUsize::get)
+        .clamp(2, 8)
+}
+
+/// One stream's delivered messages: up to `most` chunks at work at once (verified and
+/// stored in parallel on the blocking pool) while the reader reads on, each holding a
+/// place in the stream's [`StreamOrder`] so that what must happen in order (the relay
+/// hearing of them) still does. Any other message waits until the work of every message
+/// before it is done, and the message after it until its own is (a `Start` is routed
+/// before its job's chunks come). A sender faster than verification is held back by QUIC
+/// flow control once `most` chunks are at work.
 struct InOrder {
-    working: Option<Pending>,
+    working: std::collections::VecDeque<Pending>,
+    /// The last message delivered was no chunk: the next waits until its work is done.
+    barrier: bool,
+    order: StreamOrder,
+    most: usize,
 }
 
 impl InOrder {
-    /// Waits for the work of the message before, then delivers this one with `deliver`.
-    async fn deliver(&mut self, deliver: impl FnOnce() -> Option<Pending>) {
-        if let Some(w) = self.working.take() {
-            // A task that panicked has reported it; the stream goes on.
-            let _ = w.await;
+    fn new(most: usize) -> Self {
+        Self {
+            working: std::collections::VecDeque::new(),
+            barrier: false,
+            order: StreamOrder::default(),
+            most: most.max(1),
         }
-        self.working = deliver();
+    }
+
+    /// Waits until the message may be delivered (see [`InOrder`]; `chunk`: it is one),
+    /// then delivers it with `deliver`, given its place.
+    async fn deliver(&mut self, chunk: bool, deliver: impl FnOnce(Ticket) -> Option<Pending>) {
+        let keep = if chunk && !self.barrier {
+            self.most - 1
+        } else {
+            0
+        };
+        while self.working.len() > keep {
+            if let Some(w) = self.working.pop_front() {
+                // A task that panicked has reported it; the stream goes on.
+                let _ = w.await;
+            }
+        }
+        self.barrier = !chunk;
+        self.working.extend(deliver(self.order.ticket()));
     }
 }
 
@@ -333,19 +367,20 @@ impl Peers {
                 let router = weak_router.clone();
                 let host = host.clone();
                 tokio::spawn(async move {
-                    let mut in_order = InOrder::default();
+                    let mut in_order = InOrder::new(chunks_at_work());
                     loop {
                         match rx.recv().await {
                             Ok(Some(bytes)) => match unframe(bytes.into()) {
                                 Ok((job, msg)) => {
+                                    let chunk = matches!(msg, Routed::Chunk { .. });
                                     // The router is upgraded only to deliver: a stream
                                     // waiting for work must not keep the daemon alive.
                                     in_order
-                                        .deliver(|| {
+                                        .deliver(chunk, |order| {
                                             router
                                                 .as_ref()
                                                 .and_then(Weak::upgrade)
-                                                .and_then(|r| r.deliver(&host, job, msg))
+                                                .and_then(|r| r.deliver(&host, job, msg, order))
                                         })
                                         .await;
                                 }

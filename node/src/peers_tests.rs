@@ -7,25 +7,34 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-/// A router whose work for each chunk waits for the test to release it, and which
-/// counts the chunks at work at once.
+/// A router whose work for each chunk waits until the test opens that chunk's gate,
+/// counts the chunks at work at once, and tells (in the stream's order) which it took.
 struct Gated {
     order: Mutex<Vec<u32>>,
+    told: Arc<Mutex<Vec<u32>>>,
     delivered: watch::Sender<usize>,
-    gate: Arc<tokio::sync::Semaphore>,
+    gates: Vec<Arc<tokio::sync::Semaphore>>,
     at_work: Arc<AtomicUsize>,
     most_at_work: AtomicUsize,
 }
 
 impl Gated {
-    fn new() -> Self {
+    fn new(chunks: usize) -> Self {
         Self {
             order: Mutex::new(Vec::new()),
+            told: Arc::new(Mutex::new(Vec::new())),
             delivered: watch::channel(0).0,
-            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+            gates: (0..chunks)
+                .map(|_| Arc::new(tokio::sync::Semaphore::new(0)))
+                .collect(),
             at_work: Arc::new(AtomicUsize::new(0)),
             most_at_work: AtomicUsize::new(0),
         }
+    }
+
+    /// Lets chunk `n`'s work finish.
+    fn open(&self, n: usize) {
+        self.gates[n].add_permits(1);
     }
 
     /// Waits until `n` chunks have been delivered.
@@ -40,10 +49,21 @@ impl Gated {
             .await
             .unwrap_or_else(|_| panic!("chunk {} never delivered", n - 1));
     }
+
+    /// Waits until the chunks told are `want`, failing after 10 s.
+    async fn told_soon(&self, want: &[u32]) {
+        soon("the chunks told", || lock(&self.told)[..] == *want).await;
+    }
 }
 
 impl Router for Gated {
-    fn deliver(&self, _from_host: &str, _job: JobId, msg: Routed) -> Option<Pending> {
+    fn deliver(
+        &self,
+        _from_host: &str,
+        _job: JobId,
+        msg: Routed,
+        order: Ticket,
+    ) -> Option<Pending> {
         let Routed::Chunk { chunk, .. } = msg else {
             return None;
         };
@@ -51,10 +71,12 @@ impl Router for Gated {
         let now = self.at_work.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_work.fetch_max(now, Ordering::SeqCst);
         self.delivered.send_modify(|d| *d += 1);
-        let (gate, at_work) = (self.gate.clone(), self.at_work.clone());
+        let (gate, at_work) = (self.gates[chunk.0 as usize].clone(), self.at_work.clone());
+        let told = self.told.clone();
         Some(tokio::spawn(async move {
             gate.acquire().await.expect("gate open").forget();
             at_work.fetch_sub(1, Ordering::SeqCst);
+            order.release(move || lock(&told).push(chunk.0));
         }))
     }
 
@@ -62,91 +84,118 @@ impl Router for Gated {
 }
 
 /// Over real QUIC between two `Peers`: a stream's chunks reach the router in the order
-/// they were sent, and the next one only once the work the last one started is done,
-/// although it has long arrived. (One `InOrder` per frame instead of per stream would
-/// deliver chunk 1 while chunk 0 is at work.)
+/// they were sent, up to [`chunks_at_work`] of them at work at once and the next one only
+/// once the oldest is done, although it has long arrived; and works that finish out of
+/// order are told in the stream's order. (One `InOrder` per frame instead of per stream
+/// would deliver every chunk at once; a reader without places would tell them as they
+/// finish.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_streams_chunks_are_delivered_in_order_one_at_work_over_quic() {
+async fn a_streams_chunks_are_at_work_in_parallel_and_told_in_order_over_quic() {
+    let most = chunks_at_work();
+    let chunks = most + 1;
     let dir = tempfile::tempdir().expect("tempdir");
     crate::net::make_cluster(dir.path(), &["a".to_owned(), "b".to_owned()]).expect("make_cluster");
     let identity = |h| crate::net::Identity::load(dir.path(), h).expect("identity");
     let local: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, 0).into();
     let a = Peers::new(Transport::bind(local, &identity("a")).expect("bind a"));
     let b = Peers::new(Transport::bind(local, &identity("b")).expect("bind b"));
-    let router = Arc::new(Gated::new());
+    let router = Arc::new(Gated::new(chunks));
     let as_router: Arc<dyn Router> = router.clone();
     b.set_router(Arc::downgrade(&as_router));
     tokio::spawn(b.clone().accept_loop());
     let addr = b.transport().local_addr().to_string();
-    for chunk in 0..3u32 {
+    for chunk in 0..chunks as u32 {
         let data = Bytes::from(vec![chunk as u8; 100_000]);
         let head = chunk_head(JobId(7), ChunkNo(chunk), false, data.len());
         a.send_parts("b", &addr, StreamKind::Control, head, data);
     }
 
-    router.delivered_soon(1).await;
-    let early = tokio::time::timeout(Duration::from_millis(500), router.delivered(2)).await;
+    router.delivered_soon(most).await;
+    let early = tokio::time::timeout(Duration::from_millis(500), router.delivered(most + 1)).await;
     assert!(
         early.is_err(),
-        "chunk 1 was delivered while chunk 0 was at work"
+        "chunk {most} was delivered while {most} chunks were at work"
     );
-    for n in 2..=3 {
-        router.gate.add_permits(1);
-        router.delivered_soon(n).await;
+    // The second chunk's work finishes first: nobody is told before the first's does.
+    router.open(1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(lock(&router.told).is_empty(), "chunk 1 told before chunk 0");
+    router.open(0);
+    router.told_soon(&[0, 1]).await;
+    router.delivered_soon(most + 1).await;
+    for n in 2..chunks {
+        router.open(n);
     }
-    router.gate.add_permits(1);
-    assert_eq!(*lock(&router.order), [0, 1, 2]);
-    assert_eq!(router.most_at_work.load(Ordering::SeqCst), 1);
+    router
+        .told_soon(&(0..chunks as u32).collect::<Vec<_>>())
+        .await;
+    assert_eq!(*lock(&router.order), (0..chunks as u32).collect::<Vec<_>>());
+    assert_eq!(router.most_at_work.load(Ordering::SeqCst), most);
 }
 
-/// A stream hands on its next message without waiting for the work the one before
-/// started (its reader reads on meanwhile), but delivers it only once that work is
-/// done: chunks reach the relay in order, with one at work per stream.
+/// Polls `f` once.
+async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    let mut f = Some(f);
+    std::future::poll_fn(|cx| Poll::Ready(f.take().expect("polled once").poll(cx))).await
+}
+
+/// A stream hands on its next chunk without waiting for the work the one before started
+/// while fewer than `most` are at work, and a message that is no chunk (a `Start`) only
+/// once every work before it is done; the message after that waits for its work.
 #[tokio::test]
-async fn a_streams_next_message_waits_for_the_work_of_the_one_before_and_no_longer() {
+async fn a_message_that_is_no_chunk_waits_for_every_work_before_it_and_the_next_for_it() {
     let log = Arc::new(Mutex::new(Vec::<&str>::new()));
     let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let mut in_order = InOrder::default();
-    /// Polls `f` once.
-    async fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-        let mut f = Some(f);
-        std::future::poll_fn(|cx| Poll::Ready(f.take().expect("polled once").poll(cx))).await
-    }
+    let mut in_order = InOrder::new(2);
     {
         let l = log.clone();
-        let first = in_order.deliver(|| {
-            lock(&l).push("deliver 1");
+        let first = in_order.deliver(true, |_| {
+            lock(&l).push("chunk 1");
             Some(tokio::spawn(async move {
                 let _ = released.await;
                 lock(&l).push("work of 1 done");
             }))
         });
         tokio::pin!(first);
-        assert!(
-            poll_once(first).await.is_ready(),
-            "the reader waits for 1's work before reading on"
-        );
+        assert!(poll_once(first).await.is_ready(), "the reader reads on");
     }
-    assert_eq!(*lock(&log), ["deliver 1"]);
-
     {
         let l = log.clone();
-        let second = in_order.deliver(|| {
-            lock(&l).push("deliver 2");
+        let second = in_order.deliver(true, |_| {
+            lock(&l).push("chunk 2");
             None
         });
         tokio::pin!(second);
         assert!(
-            poll_once(second.as_mut()).await.is_pending(),
-            "2 is delivered before 1's work is done"
+            poll_once(second).await.is_ready(),
+            "chunk 2 waits for chunk 1's work"
         );
-        assert_eq!(*lock(&log), ["deliver 1"]);
-
-        release.send(()).expect("1's work waits");
-        second.await;
     }
-    assert_eq!(*lock(&log), ["deliver 1", "work of 1 done", "deliver 2"]);
-    assert!(in_order.working.is_none(), "2 started no work");
+    {
+        let l = log.clone();
+        let start = in_order.deliver(false, |_| {
+            lock(&l).push("start");
+            Some(tokio::spawn(async {}))
+        });
+        tokio::pin!(start);
+        assert!(
+            poll_once(start.as_mut()).await.is_pending(),
+            "a start is delivered before chunk 1's work is done"
+        );
+        assert_eq!(*lock(&log), ["chunk 1", "chunk 2"]);
+        release.send(()).expect("1's work waits");
+        start.await;
+    }
+    assert_eq!(
+        *lock(&log),
+        ["chunk 1", "chunk 2", "work of 1 done", "start"]
+    );
+    assert_eq!(in_order.working.len(), 1, "the start's work");
+    in_order.deliver(true, |_| None).await;
+    assert!(
+        in_order.working.is_empty(),
+        "chunk 3 waited for the start's work"
+    );
 }
 
 /// A chunk sent as a head and shared stored bytes is the frame of its message, and
@@ -192,7 +241,7 @@ fn a_chunk_frame_is_sent_in_parts_and_unframed_without_a_copy() {
 struct Sink;
 
 impl Router for Sink {
-    fn deliver(&self, _from_host: &str, _job: JobId, _msg: Routed) -> Option<Pending> {
+    fn deliver(&self, _from_host: &str, _job: JobId, _msg: Routed, _: Ticket) -> Option<Pending> {
         None
     }
     fn unreachable(&self, _host: &str, _why: &str) {}
@@ -243,7 +292,7 @@ async fn acknowledgements_count_as_heard_and_the_count_outlives_the_connection()
 struct Count(watch::Sender<usize>);
 
 impl Router for Count {
-    fn deliver(&self, _from_host: &str, _job: JobId, _msg: Routed) -> Option<Pending> {
+    fn deliver(&self, _from_host: &str, _job: JobId, _msg: Routed, _: Ticket) -> Option<Pending> {
         self.0.send_modify(|n| *n += 1);
         None
     }

@@ -13,7 +13,7 @@ use peertree::relay::{Event, JobId, NodeInfo, Relay, Routed};
 use tokio::sync::mpsc;
 
 use super::job::{JobCore, JobKnobs, TimedEvent};
-use super::peers::{Peers, Pending, Router};
+use super::peers::{Peers, Pending, Router, Ticket};
 use crate::Error;
 use crate::net::{Identity, Transport};
 
@@ -52,14 +52,14 @@ struct RootRouter(
 );
 
 impl Router for RootRouter {
-    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed, order: Ticket) -> Option<Pending> {
         if job != self.0.job {
             return None;
         }
         match msg {
             Routed::Relay(m) => self.0.on_relay_msg(from_host, m),
             Routed::Chunk { chunk, data, .. } => {
-                return self.0.on_chunk_msg(from_host, chunk, data).pending();
+                return self.0.on_chunk_msg(from_host, chunk, data, order).pending();
             }
             // Nobody starts or prepares a job at its root, or asks a root for a record.
             Routed::Start(_)

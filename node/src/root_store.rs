@@ -305,6 +305,7 @@ mod tests {
             chunks,
             entries: Vec::new(),
             urgent: Vec::new(),
+            image: None,
         };
         (t, store, Arc::new(index))
     }

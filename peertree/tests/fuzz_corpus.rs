@@ -121,6 +121,7 @@ fn indexes() -> Vec<(&'static str, Index)> {
             entry(0, "empty", file(vec![], 0), false),
         ],
         urgent: vec![EntryIdx(2), EntryIdx(0), EntryIdx(1)],
+        image: None,
     };
     let unsorted = Index {
         chunk_size: cs,
@@ -133,12 +134,14 @@ fn indexes() -> Vec<(&'static str, Index)> {
             entry(1, "b", file(vec![Slot::chunk(0)], u64::from(cs)), false),
         ],
         urgent: vec![],
+        image: None,
     };
     let root_only = Index {
         chunk_size: 1 << 20,
         chunks: vec![],
         entries: vec![entry(0, "", EntryKind::Dir, false)],
         urgent: vec![],
+        image: None,
     };
     vec![
         ("kinds", kinds),

@@ -127,6 +127,28 @@ pub struct IndexDoc {
     pub chunk_size: u64,
     /// Every entry, parents before children.
     pub entries: Vec<EntryDoc>,
+    /// The image config of an index published with `teesfs publish --image`; null for a
+    /// layer published from a directory.
+    #[serde(default)]
+    pub image: Option<ImageDoc>,
+}
+
+/// The image config of [`IndexDoc`]: the parts of the OCI image's config the index keeps,
+/// as the image has them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageDoc {
+    /// `Env`: `NAME=value` strings, in the config's order.
+    pub env: Vec<String>,
+    /// `Entrypoint`.
+    pub entrypoint: Vec<String>,
+    /// `Cmd`.
+    pub cmd: Vec<String>,
+    /// `WorkingDir`, if the image names one.
+    pub working_dir: Option<String>,
+    /// `User`, as the config has it (tasks run as their own user, not as this one).
+    pub user: Option<String>,
+    /// `Labels`, by key.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// One entry of [`IndexDoc`].

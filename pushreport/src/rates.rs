@@ -14,16 +14,23 @@
 //!   nodes.
 //! - A sender's link carried the sum of its children's rates on that link (they stream at
 //!   once): the login node's link, a proxy's port to its group, a proxy's uplink to other
-//!   groups, a member's NIC.
-//! - The receiving end's link carried the edge's rate: a proxy entered from another group
-//!   receives through its uplink. Every stream into any compute node is also taken as a
+//!   groups, a member's NIC. The sum *measures* the link only when the link held its
+//!   streams back: two or more streams that averaged less than [`SHARED`] of the push's
+//!   fastest stream. Streams near the fastest were held back by their receivers (or by their
+//!   sender's own input) and their sum only bounds the link from below: on the lab's 3 x 14
+//!   shape the first push fed two proxies from the login node, each as fast as a proxy took
+//!   it, and a login link taken as those two streams planned every later push with two
+//!   (the third group behind a proxy: 1.2-1.38x the plan with the lab's rates).
+//! - The receiving end's link carried the edge's rate (a lower bound): a proxy entered from
+//!   another group receives through its uplink. Every stream into any compute node is also taken as a
 //!   lower bound of a node's rate: compute nodes are alike, and a first push planned without
 //!   rates often has no unshared stream into a member (its proxy feeds the whole group), so
 //!   the login node's streams to the proxies are what shows a node's rate. Where proxies'
 //!   uplinks are much faster than the nodes' NICs and the login node feeds few of them, that
 //!   overstates a node's rate; configured rates override learned ones.
 //!
-//! One push's figure per class is the largest of its lower bounds. [`LearnedRates`] keeps
+//! One push's figure per class is the largest of its lower bounds; [`Observed`] keeps the
+//! measured figures apart from the bounds. [`LearnedRates`] keeps
 //! the figures of the newest [`KEEP_PUSHES`] pushes of the last [`MAX_AGE_S`] seconds (older
 //! ones decay out of it), and its estimate per class is a high percentile
 //! ([`PERCENTILE`]) of them: pushes that shared their links with other traffic measure low
@@ -57,6 +64,11 @@ pub const PERCENTILE: f64 = 0.75;
 /// link's the sum of several, each a little below its share: in the lab the login link and
 /// the ports of 4 node streams measured 3.7-3.8.
 pub const SNAP: f64 = 0.35;
+/// A sender's link whose streams averaged less than this share of the push's fastest
+/// stream was what held them back: their sum measures it. Streams near the fastest were
+/// held back by their receivers (or their own input), and their sum only bounds the link
+/// from below ([`observe`]).
+pub const SHARED: f64 = 0.8;
 /// Learned rates are planned and paced this many times as fast as measured ([`choose`]).
 pub const HEADROOM: f64 = 1.25;
 /// The file format's version.
@@ -64,8 +76,9 @@ pub const VERSION: u32 = 1;
 /// The largest learned-rates file read back.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// The link classes of [`LinkRates`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The link classes of [`LinkRates`]; in JSON their names in lower case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LinkClass {
     /// A compute node's NIC.
     Node,
@@ -104,7 +117,14 @@ impl Figures {
         }
     }
 
-    fn get(&self, class: LinkClass) -> Option<u64> {
+    /// Raises the class's figure to at least `bps`.
+    fn at_least(&mut self, class: LinkClass, bps: u64) {
+        let s = self.slot(class);
+        *s = Some(s.map_or(bps, |v| v.max(bps)));
+    }
+
+    /// The figure of `class`, if any.
+    pub fn get(&self, class: LinkClass) -> Option<u64> {
         match class {
             LinkClass::Node => self.node,
             LinkClass::Port => self.port,
@@ -113,20 +133,67 @@ impl Figures {
         }
     }
 
-    /// Raises the class's figure to at least `bps`.
-    fn at_least(&mut self, class: LinkClass, bps: u64) {
-        let s = self.slot(class);
-        *s = Some(s.map_or(bps, |v| v.max(bps)));
-    }
-
     /// Whether the push measured anything.
     pub fn is_empty(&self) -> bool {
         *self == Figures::default()
     }
 }
 
-/// What one push measured of each link class (see the module docs).
-pub fn observe(rep: &PushReport) -> Figures {
+impl From<LinkRates> for Figures {
+    fn from(r: LinkRates) -> Self {
+        Figures {
+            node: Some(r.node),
+            port: Some(r.port),
+            uplink: Some(r.uplink),
+            login: Some(r.login),
+        }
+    }
+}
+
+/// What one push showed of each link class (see the module docs): figures it measured and
+/// figures it only bounded from below.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Measured: a node's fastest stream (or NIC), a sender's link that its streams shared.
+    pub figures: Figures,
+    /// Lower bounds only: a sender's link whose streams each ran near the fastest stream of
+    /// the push (they, not the link, set the pace), a proxy's uplink seen from its receiving
+    /// end.
+    pub at_least: Figures,
+}
+
+impl Observed {
+    /// Whether the push showed anything.
+    pub fn is_empty(&self) -> bool {
+        self.figures.is_empty() && self.at_least.is_empty()
+    }
+}
+
+/// One edge of a push as [`observe`] measures it: the sender's link it crossed, and the
+/// rate it carried after the child held the urgent set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EdgeRate {
+    /// Sender.
+    pub parent: String,
+    /// Receiver.
+    pub child: String,
+    /// The sender's link the stream crossed.
+    pub link: LinkClass,
+    /// Bytes it carried after the child held the urgent set.
+    pub bytes: u64,
+    /// Seconds from the child holding the urgent set to holding everything.
+    pub secs: f64,
+    /// Bits per second; `None` when the edge carried less than [`MIN_BYTES`] or took less
+    /// than [`MIN_SECS`] (too little to measure).
+    pub bps: Option<u64>,
+    /// The child is a proxy entered from another group (its uplink carried the stream).
+    #[serde(skip)]
+    into_uplink: bool,
+}
+
+/// Every edge into a node that held the urgent set and everything, and did not fail, in
+/// the report's node order, with the rate [`observe`] takes from it.
+pub fn edge_rates(rep: &PushReport) -> Vec<EdgeRate> {
     let bytes: HashMap<(&str, &str), u64> = rep
         .edges
         .iter()
@@ -139,28 +206,24 @@ pub fn observe(rep: &PushReport) -> Figures {
         .iter()
         .map(|n| (n.host.as_str(), n.group))
         .collect();
-    let mut out = Figures::default();
-    let mut sent: HashMap<(&str, LinkClass), u64> = HashMap::new();
+    let mut out = Vec::new();
     for n in &rep.per_node {
         let (p, c) = (n.parent.as_str(), n.host.as_str());
-        if failed.contains(c) {
-            continue;
-        }
         let (Some(start), Some(end)) = (n.urgent_s, n.all_s) else {
             continue;
         };
+        if failed.contains(c) {
+            continue;
+        }
         let carried = bytes
             .get(&(p, c))
             .copied()
             .unwrap_or(0)
             .saturating_sub(rep.urgent_bytes);
         let secs = end - start;
-        if carried < MIN_BYTES || secs.is_nan() || secs < MIN_SECS {
-            continue;
-        }
-        let bps = (carried as f64 * 8.0 / secs) as u64;
+        let measured = carried >= MIN_BYTES && !secs.is_nan() && secs >= MIN_SECS;
         let same_group = group.get(p).copied().flatten().is_some() && group.get(p) == group.get(c);
-        let via = if p == rep.root {
+        let link = if p == rep.root {
             LinkClass::Login
         } else if proxies.contains(p) {
             if same_group {
@@ -171,14 +234,46 @@ pub fn observe(rep: &PushReport) -> Figures {
         } else {
             LinkClass::Node
         };
-        *sent.entry((p, via)).or_default() += bps;
-        if proxies.contains(c) && !same_group {
-            out.at_least(LinkClass::Uplink, bps);
-        }
-        out.at_least(LinkClass::Node, bps);
+        out.push(EdgeRate {
+            parent: p.to_owned(),
+            child: c.to_owned(),
+            link,
+            bytes: carried,
+            secs,
+            bps: measured.then(|| (carried as f64 * 8.0 / secs) as u64),
+            into_uplink: proxies.contains(c) && !same_group,
+        });
     }
-    for ((_, class), bps) in sent {
-        out.at_least(class, bps);
+    out
+}
+
+/// What one push showed of each link class (see the module docs).
+pub fn observe(rep: &PushReport) -> Observed {
+    let edges = edge_rates(rep);
+    let mut out = Observed::default();
+    // Per sender and link: its children's streams.
+    let mut sent: HashMap<(&str, LinkClass), Vec<u64>> = HashMap::new();
+    for e in &edges {
+        let Some(bps) = e.bps else { continue };
+        sent.entry((e.parent.as_str(), e.link))
+            .or_default()
+            .push(bps);
+        if e.into_uplink {
+            out.at_least.at_least(LinkClass::Uplink, bps);
+        }
+        out.figures.at_least(LinkClass::Node, bps);
+    }
+    // The fastest single stream: what a stream reached where nothing else held it back.
+    let fastest = out.figures.node.unwrap_or(0) as f64;
+    for ((_, class), streams) in sent {
+        let sum: u64 = streams.iter().sum();
+        let mean = sum as f64 / streams.len() as f64;
+        let shared = streams.len() >= 2 && mean < SHARED * fastest;
+        if class == LinkClass::Node || shared {
+            out.figures.at_least(class, sum);
+        } else {
+            out.at_least.at_least(class, sum);
+        }
     }
     out
 }
@@ -193,12 +288,16 @@ pub struct PushFigures {
     /// What it measured.
     #[serde(flatten)]
     pub figures: Figures,
+    /// What it bounded from below only (absent in files of teesfs before it).
+    #[serde(default, skip_serializing_if = "Figures::is_empty")]
+    pub at_least: Figures,
 }
 
 /// The learned-rates file: the figures of the recent pushes.
 ///
 /// JSON: `{"version": 1, "pushes": [{"at": UNIX_S, "job": "..", "node": BPS, "port": BPS,
-/// "uplink": BPS, "login": BPS}]}` (a class a push did not measure is absent), oldest first.
+/// "uplink": BPS, "login": BPS, "at_least": {"login": BPS, ..}}]}` (a class a push did not
+/// measure is absent, and so is `at_least` without lower bounds), oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LearnedRates {
     /// Format version ([`VERSION`]).
@@ -250,7 +349,7 @@ impl LearnedRates {
     /// [`MAX_AGE_S`] at `now` and keeps the newest [`KEEP_PUSHES`].
     pub fn fold(&mut self, push: PushFigures, now: u64) {
         self.version = VERSION;
-        if !push.figures.is_empty() {
+        if !push.figures.is_empty() || !push.at_least.is_empty() {
             self.pushes.push(push);
         }
         self.pushes.sort_by_key(|p| p.at);
@@ -263,21 +362,34 @@ impl LearnedRates {
     /// The learned rates at `now`: per class the [`PERCENTILE`] of the figures of the kept,
     /// unexpired pushes, a link within [`SNAP`] of a whole number of nodes' streams taken as
     /// that number. `None` without a figure for a node's rate (nothing to size streams
-    /// by). A class no push measured is taken as the planner takes an unrated machine: a
-    /// port, uplink and login link that carry eight nodes' streams (Tianhe's group).
+    /// by). Lower bounds count as figures do (a link carried at least that), and a link
+    /// known only from below is taken one node's stream wider than its bound, so that the
+    /// next plan gives it one stream more and the push after shows whether it carries it
+    /// (a bound of two streams planned as two would stay two). A class no push measured
+    /// or bounded is taken as the planner takes an unrated machine: a port, uplink and login
+    /// link that carry eight nodes' streams (Tianhe's group).
     pub fn estimate(&self, now: u64) -> Option<Learned> {
         let live: Vec<&PushFigures> = self
             .pushes
             .iter()
             .filter(|p| now.saturating_sub(p.at) <= MAX_AGE_S)
             .collect();
-        let pick = |class: LinkClass| {
-            let mut v: Vec<u64> = live.iter().filter_map(|p| p.figures.get(class)).collect();
+        let pick = |class: LinkClass, bound: bool| {
+            let mut v: Vec<u64> = live
+                .iter()
+                .filter_map(|p| if bound { p.at_least } else { p.figures }.get(class))
+                .collect();
             percentile(&mut v, PERCENTILE)
         };
-        let node = pick(LinkClass::Node).filter(|&n| n > 0)?;
+        let node = pick(LinkClass::Node, false)
+            .max(pick(LinkClass::Node, true))
+            .filter(|&n| n > 0)?;
         let wide = node.saturating_mul(8);
-        let link = |class| pick(class).map_or(wide, |bps| snap(bps, node));
+        let link = |class| match (pick(class, false), pick(class, true)) {
+            (Some(m), low) => snap(m.max(low.unwrap_or(0)), node),
+            (None, Some(low)) => snap(low, node).saturating_add(node),
+            (None, None) => wide,
+        };
         Some(Learned {
             rates: LinkRates {
                 node,
@@ -285,7 +397,10 @@ impl LearnedRates {
                 uplink: link(LinkClass::Uplink),
                 login: link(LinkClass::Login),
             },
-            pushes: live.iter().filter(|p| !p.figures.is_empty()).count(),
+            pushes: live
+                .iter()
+                .filter(|p| !p.figures.is_empty() || !p.at_least.is_empty())
+                .count(),
             last: live.iter().map(|p| p.at).max().unwrap_or(0),
         })
     }
@@ -329,18 +444,10 @@ pub enum Source {
 pub struct RatesUsed {
     /// Where they came from.
     pub source: Source,
-    /// The rates (bits per second), absent with [`Source::None`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<u64>,
-    /// A proxy's port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<u64>,
-    /// A group's uplink.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uplink: Option<u64>,
-    /// The login node's link.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub login: Option<u64>,
+    /// The rates (bits per second), every class absent with [`Source::None`]; in the JSON
+    /// the fields `node`, `port`, `uplink` and `login` beside `source`.
+    #[serde(flatten)]
+    pub links: Figures,
     /// Learned: from this many pushes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pushes: Option<usize>,
@@ -352,11 +459,12 @@ pub struct RatesUsed {
 impl RatesUsed {
     /// The rates as [`LinkRates`], when there are any.
     pub fn rates(&self) -> Option<LinkRates> {
+        let f = &self.links;
         Some(LinkRates {
-            node: self.node?,
-            port: self.port?,
-            uplink: self.uplink?,
-            login: self.login?,
+            node: f.node?,
+            port: f.port?,
+            uplink: f.uplink?,
+            login: f.login?,
         })
     }
 
@@ -441,10 +549,7 @@ pub fn choose(configured: Option<LinkRates>, learned: Option<&Learned>) -> Rates
     };
     RatesUsed {
         source,
-        node: rates.map(|r| r.node),
-        port: rates.map(|r| r.port),
-        uplink: rates.map(|r| r.uplink),
-        login: rates.map(|r| r.login),
+        links: rates.map(Figures::from).unwrap_or_default(),
         pushes: learned.map(|l| l.pushes),
         learned_at: learned.map(|l| l.last),
     }

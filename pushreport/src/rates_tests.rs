@@ -57,32 +57,111 @@ fn near(got: Option<u64>, want: u64) -> bool {
 
 /// The lab's first push without rates: the login node feeds the 4 proxies (400 Mbit/s
 /// shared, 100 each), each proxy its 7 members (400 Mbit/s port shared, 57 each). The
-/// figures show the login link and the ports whole, and a node's rate from the proxies'
-/// streams: enough for the next plan to feed 4 members per port and chain the rest.
+/// figures show the ports whole and a node's rate from the proxies' streams; the login link
+/// carried 4 streams as fast as the fastest, which bounds it from below only, so the next
+/// plan gives it one more: enough for the next plan to feed 4 members per port and chain
+/// the rest, and every proxy from the login node.
 #[test]
 fn an_unrated_push_of_the_lab_shows_its_ports_login_link_and_a_nodes_rate() {
     let rep = push(4, 8, 100 * MBIT, 400 * MBIT / 7);
-    let f = observe(&rep);
-    assert!(near(f.login, 400 * MBIT), "{f:?}");
-    assert!(near(f.port, 400 * MBIT), "{f:?}");
-    assert!(near(f.node, 100 * MBIT), "{f:?}");
-    assert!(near(f.uplink, 100 * MBIT), "a lower bound only: {f:?}");
+    let o = observe(&rep);
+    let f = o.figures;
+    assert!(near(f.port, 400 * MBIT), "{o:?}");
+    assert!(near(f.node, 100 * MBIT), "{o:?}");
+    assert_eq!((f.login, f.uplink), (None, None), "{o:?}");
+    assert!(near(o.at_least.login, 400 * MBIT), "{o:?}");
+    assert!(
+        near(o.at_least.uplink, 100 * MBIT),
+        "a lower bound only: {o:?}"
+    );
     let mut file = LearnedRates::default();
     file.fold(
         PushFigures {
             at: 1000,
             job: "1".into(),
             figures: f,
+            at_least: o.at_least,
         },
         1000,
     );
     let l = file.estimate(1000).expect("a node's rate was measured");
     assert_eq!((l.pushes, l.last), (1, 1000));
     assert_eq!(
-        (l.rates.port_streams(), l.rates.login_streams()),
-        (4, 4),
+        (
+            l.rates.port_streams(),
+            l.rates.login_streams(),
+            l.rates.uplink_streams()
+        ),
+        (4, 5, 2),
         "{l:?}"
     );
+}
+
+/// The lab's first push without rates on 3 x 14 (the figures of a release run, 59 Mbit/s
+/// slave links, ports and login 238): the unrated plan feeds two proxies from the login
+/// node (54 Mbit/s each, as fast as they took it), the third group behind the first proxy
+/// (34), every member from its proxy (16 each). Taken as measured, the login link was two
+/// streams wide and every later plan fed two proxies; as a lower bound it is planned three
+/// wide, and the next plan feeds all three groups from the login node as the lab's rates
+/// do, each port four members.
+#[test]
+fn a_link_whose_streams_ran_as_fast_as_any_is_bounded_not_measured() {
+    let mut rep = push(3, 14, 54 * MBIT, 16 * MBIT);
+    let third = rep
+        .per_node
+        .iter()
+        .position(|n| n.host == "g2n0")
+        .expect("g2n0");
+    rep.per_node[third].parent = "g0n0".into();
+    rep.per_node[third].all_s = Some(0.3 + SIZE as f64 * 8.0 / (34 * MBIT) as f64);
+    rep.edges[third].parent = "g0n0".into();
+    let o = observe(&rep);
+    assert!(near(o.figures.node, 54 * MBIT), "{o:?}");
+    assert!(near(o.figures.port, 16 * 13 * MBIT), "{o:?}");
+    assert_eq!(o.figures.login, None, "{o:?}");
+    assert!(near(o.at_least.login, 108 * MBIT), "{o:?}");
+    assert!(near(o.at_least.uplink, 54 * MBIT), "{o:?}");
+    let mut file = LearnedRates::default();
+    file.fold(
+        PushFigures {
+            at: 1,
+            job: "1".into(),
+            figures: o.figures,
+            at_least: o.at_least,
+        },
+        1,
+    );
+    let first = file.estimate(1).expect("rates").rates;
+    assert_eq!(
+        (first.login_streams(), first.port_streams()),
+        (3, 4),
+        "{first:?}"
+    );
+    // The second push fed the three proxies at 54: bounded at three, planned four wide;
+    // once a push shows it shared (four streams at 30 against a fastest 54), it is measured.
+    let mut second = push(3, 14, 54 * MBIT, 30 * MBIT);
+    for n in second.per_node.iter_mut().filter(|n| n.parent != "login") {
+        n.all_s = Some(0.3 + SIZE as f64 * 8.0 / (20 * MBIT) as f64);
+    }
+    let o2 = observe(&second);
+    assert!(near(o2.at_least.login, 162 * MBIT), "{o2:?}");
+    file.fold(
+        PushFigures {
+            at: 2,
+            job: "2".into(),
+            figures: o2.figures,
+            at_least: o2.at_least,
+        },
+        2,
+    );
+    assert_eq!(file.estimate(2).expect("rates").rates.login_streams(), 4);
+    let mut shared = push(4, 2, 30 * MBIT, 54 * MBIT);
+    shared
+        .per_node
+        .retain(|n| n.parent == "login" || n.host == "g0n1");
+    let o3 = observe(&shared);
+    assert!(near(o3.figures.login, 120 * MBIT), "{o3:?}");
+    assert_eq!(o3.at_least.login, None, "{o3:?}");
 }
 
 /// Set-up time before a node was started is not counted; the urgent set's bytes are not
@@ -95,10 +174,10 @@ fn an_edges_rate_counts_from_the_childs_start_and_leaves_the_urgent_set_out() {
         n.urgent_s = n.urgent_s.map(|t| t + 4.7);
         n.all_s = n.all_s.map(|t| t + 4.7);
     }
-    assert!(near(observe(&rep).node, 100 * MBIT));
+    assert!(near(observe(&rep).figures.node, 100 * MBIT));
     rep.urgent_bytes = SIZE / 2;
     assert!(
-        near(observe(&rep).node, 50 * MBIT),
+        near(observe(&rep).figures.node, 50 * MBIT),
         "half the bytes, same time"
     );
 }
@@ -135,6 +214,35 @@ fn edges_too_small_too_short_or_into_failed_nodes_say_nothing() {
     assert!(observe(&unfinished).is_empty());
 }
 
+/// Each edge's rate, what `teesfs health --rates` prints: the link it crossed, and nothing
+/// for an edge too small to measure.
+#[test]
+fn every_edge_is_named_with_its_link_and_its_rate() {
+    let mut rep = push(2, 3, 100 * MBIT, 50 * MBIT);
+    rep.edges[2].bytes = MIN_BYTES - 1;
+    let edges = edge_rates(&rep);
+    assert_eq!(edges.len(), 6);
+    let links: Vec<(&str, LinkClass)> = edges.iter().map(|e| (e.child.as_str(), e.link)).collect();
+    assert_eq!(
+        links[..3],
+        [
+            ("g0n0", LinkClass::Login),
+            ("g0n1", LinkClass::Port),
+            ("g0n2", LinkClass::Port)
+        ]
+    );
+    assert!(near(edges[0].bps, 100 * MBIT), "{:?}", edges[0]);
+    assert!(near(edges[1].bps, 50 * MBIT), "{:?}", edges[1]);
+    assert_eq!(edges[2].bps, None, "too little to measure");
+    assert_eq!(edges[2].bytes, MIN_BYTES - 1);
+    let json = serde_json::to_value(&edges[1]).expect("json");
+    assert_eq!(json["link"], "port");
+    assert_eq!(
+        (json["parent"].as_str(), json["child"].as_str()),
+        (Some("g0n0"), Some("g0n1"))
+    );
+}
+
 /// A member relaying to a member shows a node's NIC as a sender too.
 #[test]
 fn a_member_feeding_members_shows_its_nic() {
@@ -144,10 +252,13 @@ fn a_member_feeding_members_shows_its_nic() {
         rep.per_node[i].parent = "g0n1".into();
         rep.edges[i].parent = "g0n1".into();
     }
-    let f = observe(&rep);
-    assert!(near(f.node, 90 * MBIT), "{f:?}");
-    assert!(near(f.port, 45 * MBIT), "one member on the port: {f:?}");
-    assert!(near(f.login, 50 * MBIT), "{f:?}");
+    let o = observe(&rep);
+    assert!(near(o.figures.node, 90 * MBIT), "{o:?}");
+    assert!(
+        near(o.at_least.port, 45 * MBIT),
+        "one member on the port bounds it: {o:?}"
+    );
+    assert!(near(o.at_least.login, 50 * MBIT), "{o:?}");
 }
 
 fn figures(node: u64) -> Figures {
@@ -164,6 +275,7 @@ fn at(at: u64, node: u64) -> PushFigures {
         at,
         job: format!("j{at}"),
         figures: figures(node),
+        at_least: Figures::default(),
     }
 }
 
@@ -191,6 +303,7 @@ fn the_estimate_is_a_high_percentile_robust_to_busy_pushes_and_one_outlier() {
             at: 1,
             job: "1".into(),
             figures: f,
+            at_least: Figures::default(),
         },
         1,
     );
@@ -205,6 +318,7 @@ fn the_estimate_is_a_high_percentile_robust_to_busy_pushes_and_one_outlier() {
             at: 1,
             job: "1".into(),
             figures: f,
+            at_least: Figures::default(),
         },
         1,
     );
@@ -233,6 +347,7 @@ fn old_figures_decay_and_only_the_newest_pushes_are_kept() {
         at: now + 100,
         job: "nothing".into(),
         figures: Figures::default(),
+        at_least: Figures::default(),
     };
     file.fold(empty, now + 100);
     assert_eq!(
@@ -253,6 +368,7 @@ fn old_figures_decay_and_only_the_newest_pushes_are_kept() {
                 port: Some(1),
                 ..Figures::default()
             },
+            at_least: Figures::default(),
         }],
     };
     assert!(no_node.estimate(1).is_none(), "nothing to size streams by");
@@ -340,4 +456,39 @@ fn rates_and_dates_read_like_people_write_them() {
     );
     assert_eq!(date(0), "1970-01-01 00:00 UTC");
     assert_eq!(date(951_782_400), "2000-02-29 00:00 UTC");
+}
+
+#[test]
+fn the_rates_used_read_and_write_the_json_of_before_the_shared_figures() {
+    // The JSON `RatesUsed` wrote when it had its own four rate fields: the same bytes now.
+    let learned = Learned {
+        rates: LinkRates::parse("node=80mbit,port=320mbit,uplink=160mbit,login=240mbit")
+            .expect("valid"),
+        pushes: 2,
+        last: 1_796_400_000,
+    };
+    let cases = [
+        (
+            choose(None, Some(&learned)),
+            r#"{"source":"learned","node":100000000,"port":400000000,"uplink":200000000,"login":300000000,"pushes":2,"learned_at":1796400000}"#,
+        ),
+        (
+            choose(Some(learned.rates), None),
+            r#"{"source":"configured","node":80000000,"port":320000000,"uplink":160000000,"login":240000000}"#,
+        ),
+        (choose(None, None), r#"{"source":"none"}"#),
+    ];
+    for (used, json) in cases {
+        assert_eq!(serde_json::to_string(&used).expect("serialises"), json);
+        assert_eq!(
+            serde_json::from_str::<RatesUsed>(json).expect("reads"),
+            used
+        );
+    }
+    assert_eq!(
+        serde_json::from_str::<RatesUsed>(r#"{"source":"configured","node":1,"login":2}"#)
+            .expect("a partial one reads")
+            .rates(),
+        None
+    );
 }

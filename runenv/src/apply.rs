@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
+use super::image::Skel;
 use super::layout::{Op, overlay_options};
 use super::{Result, nix_err, sys};
 
@@ -87,6 +88,26 @@ fn apply_one(op: &Op, created: &mut Vec<PathBuf>) -> Result<()> {
             )))
         }
     }
+}
+
+/// Writes an image's skeleton (directories mode 0755, files mode 0644) on the staging
+/// tmpfs.
+pub fn skeleton(entries: &[Skel]) -> Result<()> {
+    for e in entries {
+        match e {
+            Skel::Dir(d) => {
+                std::fs::create_dir_all(d).map_err(sys(format!("creating {}", d.display())))?
+            }
+            Skel::File(f, content) => {
+                if let Some(parent) = f.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(sys(format!("creating {}", parent.display())))?;
+                }
+                std::fs::write(f, content).map_err(sys(format!("writing {}", f.display())))?
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Sets the propagation of every mount of this namespace (`MS_PRIVATE` or `MS_SLAVE`).

@@ -89,7 +89,7 @@ pub fn supervise(pid: Pid, signals: &mut Signals) -> Outcome {
     }
 }
 
-/// The namespace's init (`teesfs __run-init ROOT STATUS UID GID CWD -- CMD...`): mounts
+/// The namespace's init (`teesfs __run-init ROOT STATUS UID GID CWD [WORKDIR] -- CMD...`): mounts
 /// `/proc`, switches to the new root, drops back to the invoking user, runs the command,
 /// forwards signals, reaps orphans and writes the command's outcome to STATUS.
 pub fn init_main(args: &[OsString]) -> Result<std::convert::Infallible> {
@@ -98,8 +98,11 @@ pub fn init_main(args: &[OsString]) -> Result<std::convert::Infallible> {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => return Err(bad()),
     };
-    let [root, status, uid, gid, cwd] = head else {
-        return Err(bad());
+    // CWD, then (an image's WorkingDir) where to start when CWD is not in the environment.
+    let (root, status, uid, gid, cwd, workdir) = match head {
+        [root, status, uid, gid, cwd] => (root, status, uid, gid, cwd, None),
+        [root, status, uid, gid, cwd, w] => (root, status, uid, gid, cwd, Some(w)),
+        _ => return Err(bad()),
     };
     let num = |s: &OsString| {
         s.to_str()
@@ -118,12 +121,22 @@ pub fn init_main(args: &[OsString]) -> Result<std::convert::Infallible> {
         return Err(bad());
     }
 
+    // A mount namespace of its own: pivot_root moves the root of every process of the
+    // namespace, and `teesfs run` (which shares it so far) must keep the host's view to read
+    // the status file and tear the staging directory down afterwards.
+    unshare(CloneFlags::CLONE_NEWNS).map_err(nix_err("creating the init's mount namespace"))?;
     apply::mount_proc(&root.join("proc"))?;
     apply::enter_root(&root)?;
     let cwd = PathBuf::from(cwd);
     if nix::unistd::chdir(&cwd).is_err() {
-        tracing::warn!(cwd = %cwd.display(), "working directory missing in the environment; using /");
-        nix::unistd::chdir("/").map_err(nix_err("entering /"))?;
+        match workdir {
+            Some(w) if nix::unistd::chdir(Path::new(w)).is_ok() => {}
+            _ => {
+                let cwd = cwd.display();
+                tracing::warn!(%cwd, "working directory missing in the environment; using /");
+                nix::unistd::chdir("/").map_err(nix_err("entering /"))?;
+            }
+        }
     }
     // Back to the invoking user: a nested user namespace maps them to the root of this one.
     if uid != 0 || gid != 0 {

@@ -23,20 +23,25 @@
 //! that forwards signals, reaps orphans and reports the command's exit status or signal.
 //! When it exits, the kernel ends every process of the namespace and drops every mount.
 //!
+//! With [`RunSpec::image`] the layer is not put over the node's "/" but is the whole root,
+//! as enroot and Apptainer do with an image: only `/proc`, `/dev`, `/sys`, `/tmp`, the
+//! user's home and the site's paths come from the host ([`image`] has the rules).
+//!
 //! [`enter`] runs in the invoking `teesfs run` process; it must be called while the process
-//! is single-threaded (the kernel refuses a new user namespace otherwise). [`task_env_main`]
+//! is single-threaded (the kernel refuses a new user namespace otherwise). [`task_env`]
 //! builds the same layout as root for a Slurm task.
 //!
 //! By concern: `layout` decides the layout as a pure plan of operations from gathered
-//! facts, `apply` carries plans out (the only mount(2) calls), `init` is the namespace's
-//! PID 1. This module is the public surface and the sequence: it sets up the namespaces,
-//! gathers what the layout depends on (the mount table, the entries of "/" and of the
-//! layer), and hands it to the planner. It must not decide what goes where itself, nor
-//! mount anything but through `apply`.
+//! facts (`image` an image's), `apply` carries plans out (the only mount(2) calls),
+//! `image_root` gathers an image's facts, `init` is the namespace's PID 1, `task_env`
+//! a Slurm task's environment. This module is the public surface and the sequence: it
+//! sets up the namespaces, gathers what the layout depends on (the mount table, the
+//! entries of "/" and of the layer), and hands it to the planner. It must not decide what
+//! goes where itself, nor mount anything but through `apply`.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -46,13 +51,17 @@ use nix::sched::{CloneFlags, unshare};
 use nix::unistd::{Gid, Pid, Uid};
 
 mod apply;
+pub mod image;
+mod image_root;
 mod init;
 mod layout;
 pub mod mountinfo;
+mod task_env;
 
 pub use init::init_main;
 pub use layout::work_dir_for;
 use layout::{Facts, Kind, Listing, Places, Privilege};
+pub use task_env::{TASK_ENV_SUBCOMMAND, TaskImage, task_env, task_env_main};
 
 /// Why an execution environment could not be made or run.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +117,23 @@ pub struct RunSpec {
     pub command: Vec<OsString>,
     /// The working directory inside the environment (falls back to "/").
     pub cwd: PathBuf,
+    /// The layer is an image: the whole root, not a layer over the node's "/".
+    pub image: Option<ImageView>,
+}
+
+/// What an image run takes from the host and the image's config ([`image`]).
+#[derive(Debug, Clone, Default)]
+pub struct ImageView {
+    /// Host paths bound at the same place (the site's `[run] image_binds` and `--bind`);
+    /// those the host lacks are skipped.
+    pub binds: Vec<PathBuf>,
+    /// The user's home on the host, bound at the same place.
+    pub home: Option<PathBuf>,
+    /// Where the command starts when [`RunSpec::cwd`] is not in the image (its
+    /// `WorkingDir`).
+    pub workdir: Option<PathBuf>,
+    /// The command's whole environment ([`image::apply_env`]).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 /// Top-level directories always bound from the host, never captured in an overlay: the
@@ -153,6 +179,13 @@ pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
     if spec.command.is_empty() {
         return Err(crate::Error::InvalidRun("no command to run".into()));
     }
+    if spec.image.is_some() && (spec.layer.is_none() || spec.upper != Upper::Tmpfs) {
+        return Err(crate::Error::InvalidRun(
+            "an image runs from a job's mount or a layer directory, with writes in a tmpfs \
+             (not --upper)"
+                .into(),
+        ));
+    }
     if let Some(layer) = &spec.layer
         && !layer.is_dir()
     {
@@ -190,7 +223,19 @@ pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
     map_ids(0, uid.as_raw(), 0, gid.as_raw())?;
     apply::propagate_all(MsFlags::MS_PRIVATE, "making mounts private")?;
 
-    let (root, created) = build_root(spec, staging.path(), Privilege::User)?;
+    let (root, created) = match (&spec.image, &spec.layer) {
+        (Some(view), Some(layer)) => {
+            let root = image_root::build(
+                layer,
+                view,
+                staging.path(),
+                Privilege::User,
+                (uid.as_raw(), gid.as_raw()),
+            )?;
+            (root, Vec::new())
+        }
+        _ => build_root(spec, staging.path(), Privilege::User)?,
+    };
     tracing::debug!(root = %root.display(), "environment built");
 
     let mut init = Command::new(self_exe);
@@ -199,9 +244,12 @@ pub fn enter(spec: &RunSpec, self_exe: &Path) -> Result<Outcome> {
         .arg(&status_path)
         .arg(uid.as_raw().to_string())
         .arg(gid.as_raw().to_string())
-        .arg(&spec.cwd)
-        .arg("--")
-        .args(&spec.command);
+        .arg(&spec.cwd);
+    if let Some(view) = &spec.image {
+        init.args(&view.workdir);
+        init.env_clear().envs(view.env.iter().map(|(k, v)| (k, v)));
+    }
+    init.arg("--").args(&spec.command);
     let child = init
         .spawn()
         .map_err(sys(format!("starting {}", self_exe.display())))?;
@@ -377,87 +425,6 @@ fn mount_points() -> Result<Vec<PathBuf>> {
 /// Whether a directory exists and has at least one entry.
 fn has_entries(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|mut r| r.next().is_some())
-}
-
-/// The hidden subcommand the SPANK plugin runs to build a Slurm task's environment
-/// (`teesfs-spank`'s `TASK_ENV_SUBCOMMAND`).
-pub const TASK_ENV_SUBCOMMAND: &str = "__task-env";
-
-/// `teesfs __task-env LAYER UID`, run as root by the SPANK plugin for each task of a job
-/// whose layer is mounted at LAYER: builds the execution environment (the layer over "/",
-/// writes to a tmpfs, the host's mount points, `/home`, `/tmp`, `/run`, `/dev`, `/sys` and
-/// `/proc` as they are) in a new mount namespace that still receives the host's later
-/// mounts, switches its root to it, prints `ready`, and waits for standard input to close.
-/// The plugin joins the namespace in between; the helper then exits and the namespace
-/// lives as long as the task.
-///
-/// The layer must belong to UID (the daemon gives a job's mount to the job's user) or to
-/// root (a job pushed without an owner): a task never sees another user's layer.
-pub fn task_env_main(args: &[OsString]) -> Result<()> {
-    let bad = || {
-        crate::Error::InvalidRun(format!(
-            "{TASK_ENV_SUBCOMMAND}: bad arguments {args:?} (LAYER UID)"
-        ))
-    };
-    let [layer, uid] = args else {
-        return Err(bad());
-    };
-    let uid: u32 = uid.to_str().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    if !nix::unistd::geteuid().is_root() {
-        return Err(crate::Error::InvalidRun(format!(
-            "{TASK_ENV_SUBCOMMAND} builds a Slurm task's environment and must run as root \
-             (slurmstepd's SPANK plugin runs it); users run `teesfs run`"
-        )));
-    }
-    let layer = PathBuf::from(layer);
-    let md = std::fs::metadata(&layer).map_err(sys(format!("the layer {}", layer.display())))?;
-    if md.uid() != uid && md.uid() != 0 {
-        return Err(crate::Error::InvalidRun(format!(
-            "the layer {} belongs to uid {}, not to the job's user {uid}; refusing to show it \
-             to this job",
-            layer.display(),
-            md.uid()
-        )));
-    }
-    let parent = layer
-        .parent()
-        .ok_or_else(|| crate::Error::InvalidRun(format!("{} has no parent", layer.display())))?;
-    // Staged beside the job's mount; the directory is removed once the root has moved.
-    let parent_dir =
-        std::fs::File::open(parent).map_err(sys(format!("opening {}", parent.display())))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".task-env.")
-        .tempdir_in(parent)
-        .map_err(sys(format!(
-            "creating a staging directory in {}",
-            parent.display()
-        )))?
-        .keep();
-    let spec = RunSpec {
-        layer: Some(layer.clone()),
-        upper: Upper::Tmpfs,
-        bind: Vec::new(),
-        command: Vec::new(),
-        cwd: PathBuf::from("/"),
-    };
-    unshare(CloneFlags::CLONE_NEWNS).map_err(nix_err("creating a mount namespace"))?;
-    // Nothing done here reaches the host; what the host mounts later (automounted homes,
-    // other jobs) still reaches the task.
-    apply::propagate_all(MsFlags::MS_SLAVE, "making mounts slaves of the host's")?;
-    let (root, _) = build_root(&spec, &staging, Privilege::Root)?;
-    apply::switch_root(&root)?;
-    // The staging tmpfs shows up again under the bound /run; it is of no use to the task.
-    let _ = apply::detach(&staging);
-    if let Some(name) = staging.file_name() {
-        let _ = nix::unistd::unlinkat(&parent_dir, name, nix::unistd::UnlinkatFlags::RemoveDir);
-    }
-    let mut out = std::io::stdout().lock();
-    out.write_all(b"ready\n")
-        .and_then(|()| out.flush())
-        .map_err(sys("telling the plugin the environment is ready"))?;
-    let mut rest = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut rest);
-    Ok(())
 }
 
 #[cfg(test)]

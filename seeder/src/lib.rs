@@ -37,7 +37,7 @@ pub mod tags;
 pub mod verify;
 
 pub use error::Error;
-pub use publish::{Published, publish, publish_tagged, publish_with_urgent};
+pub use publish::{Published, publish, publish_adjusted, publish_tagged, publish_with_urgent};
 pub use store::{ChunkStore, DirStore, StoredChunk};
 pub use tags::TagName;
 pub use verify::verify;

@@ -72,6 +72,22 @@ pub fn publish_tagged(
     tag: Option<&TagName>,
     progress: &dyn BuildProgress,
 ) -> Result<Published, Error> {
+    publish_adjusted(layer, store, key, opts, urgent, tag, progress, &|_| {})
+}
+
+/// [`publish_tagged`], with `adjust` run on the built index before it is signed (a
+/// container image's owners, modes and config, which its staging tree cannot carry).
+#[allow(clippy::too_many_arguments)]
+pub fn publish_adjusted(
+    layer: &Path,
+    store: &DirStore,
+    key: &SecretKey,
+    opts: &BuildOptions,
+    urgent: &[PathBuf],
+    tag: Option<&TagName>,
+    progress: &dyn BuildProgress,
+    adjust: &dyn Fn(&mut Index),
+) -> Result<Published, Error> {
     let start = Instant::now();
     if !layer.is_dir() {
         return Err(Error::NotADirectory(layer.to_path_buf()));
@@ -103,6 +119,7 @@ pub fn publish_tagged(
             other => break other?,
         }
     };
+    adjust(&mut index);
     manifest::set_urgent_paths(&mut index, urgent)?;
     let signed = SignedIndex::sign_until(&index, key, 3, opts.expires);
     let id = store.put_index(&signed)?;

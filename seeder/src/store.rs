@@ -496,6 +496,7 @@ mod tests {
                 kind: manifest::EntryKind::Dir,
             }],
             urgent: Vec::new(),
+            image: None,
         };
         let signed = SignedIndex::sign(&index, &key, 3);
         let id = s.put_index(&signed).expect("put");

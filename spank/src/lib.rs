@@ -19,13 +19,24 @@
 //!   to the user's uid and execs the command as usual: no wrapper in the command line.
 //!   A task of a job that asked for a layer which is not mounted fails with an error saying
 //!   so; tasks of other jobs are untouched.
+//! - **An image job** (`--teesfs-image=SPEC`, or `image = true` under `[layer]` in the
+//!   spec): the layer is every `srun` task's whole root instead, as with enroot and
+//!   pyxis: `teesfs __task-env --image` builds it (only `/proc`, `/dev`, `/sys`, `/tmp`, the
+//!   user's home and the site's `[run] image_binds` from the node), asks the node's daemon
+//!   (`control=`) for the image's config, and tells the plugin the environment changes
+//!   and working directory it sets here (a task whose directory the image lacks moves to
+//!   the image's WorkingDir in `task_init`, after slurmstepd's own change of directory);
+//!   the task gets `no_new_privs`. The batch script itself stays on the node (it runs
+//!   `srun`, which the image need not have). Every step sees `--teesfs-image`; a spec's
+//!   `image = true` reaches the steps as `SLURM_SPANK_TEESFS_IMAGE` in the job's
+//!   environment ([`IMAGE_JOB_VAR`]), which a bare `srun` sets in its own ([`own_image_env`]).
 //! - **slurmstepd, the batch script's task**: when an earlier start of the job failed on a
 //!   bad node (the prolog drained it and Slurm requeued the job), the job's AdminComment
 //!   says so, and the task prints it into the job's stderr ([`restart`]).
 //!
-//! plugstack.conf: `optional /usr/lib/teesfs/teesfs_spank.so teesfs=PATH mount_root=DIR`
-//! (`%h` in `mount_root` is the node's short host name, for several nodes on one host as in
-//! teesfs's lab). `optional` so that a plugin Slurm refuses (built for another release) does
+//! plugstack.conf: `optional /usr/lib/teesfs/teesfs_spank.so teesfs=PATH mount_root=DIR
+//! control=PATH` (`%h` in `mount_root` and `control` is the node's short host name, for
+//! several nodes on one host as in teesfs's lab). `optional` so that a plugin Slurm refuses (built for another release) does
 //! not stop every job; give at least one argument: with none, Slurm passes a null `argv`,
 //! which slurm-spank 0.2 turns into a slice (debug builds abort on it).
 
@@ -53,6 +64,16 @@ mod symbols {
 
 /// The option's name: `--teesfs=SPEC`.
 pub const OPTION: &str = "teesfs";
+/// The image option's name: `--teesfs-image=SPEC`.
+pub const IMAGE_OPTION: &str = "teesfs-image";
+/// Set to `1` in the job's control environment when the job runs in its layer as an image
+/// (sbatch passes it into the job's own environment as `SLURM_SPANK_TEESFS_IMAGE`, which
+/// `srun` in the job passes on); `TEESFS_IMAGE=1` in the job's own environment does the
+/// same.
+pub const IMAGE_VAR: &str = "TEESFS_IMAGE";
+/// [`IMAGE_VAR`] as a task's environment has it: Slurm's prefix for the job control
+/// environment in a job's own.
+pub const IMAGE_JOB_VAR: &str = "SLURM_SPANK_TEESFS_IMAGE";
 /// The job control variable (Slurm prefixes `SPANK_`) the prolog reads the spec from.
 pub const SPEC_VAR: &str = "TEESFS_SPEC";
 /// The job control variable (`SPANK_` prefixed by Slurm) carrying the spec's content, hex.
@@ -69,7 +90,8 @@ pub const READY: &str = "ready";
 pub enum PluginError {
     /// An argument in plugstack.conf is not one the plugin knows.
     #[error(
-        "plugstack.conf: unknown teesfs plugin argument {0:?} (known: teesfs=PATH, mount_root=DIR)"
+        "plugstack.conf: unknown teesfs plugin argument {0:?} (known: teesfs=PATH, mount_root=DIR, \
+         control=PATH)"
     )]
     BadArgument(String),
     /// The spec named by `--teesfs` or `TEESFS_SPEC` cannot be used.
@@ -126,6 +148,8 @@ pub struct Conf {
     pub teesfs: PathBuf,
     /// Where the node's daemon mounts jobs; `%h` is the short host name.
     pub mount_root: String,
+    /// The node's daemon's control socket; `%h` is the short host name.
+    pub control: String,
 }
 
 impl Default for Conf {
@@ -133,6 +157,7 @@ impl Default for Conf {
         Conf {
             teesfs: PathBuf::from("/usr/bin/teesfs"),
             mount_root: "/run/teesfs/jobs".into(),
+            control: "/run/teesfs/daemon.sock".into(),
         }
     }
 }
@@ -145,6 +170,7 @@ impl Conf {
             match a.split_once('=') {
                 Some(("teesfs", v)) if !v.is_empty() => c.teesfs = PathBuf::from(v),
                 Some(("mount_root", v)) if !v.is_empty() => c.mount_root = v.to_string(),
+                Some(("control", v)) if !v.is_empty() => c.control = v.to_string(),
                 _ => return Err(PluginError::BadArgument(a.to_string())),
             }
         }
@@ -186,6 +212,10 @@ pub struct Teesfs {
     /// Why an earlier start of this job failed, printed into the task's stderr
     /// ([`restart`]).
     note: Option<String>,
+    /// Where an image task starts when the image lacks its working directory: slurmstepd
+    /// changes to that directory after [`Plugin::task_init_privileged`] (to /tmp when it
+    /// is not there), so the task moves here in [`Plugin::task_init`], just before its exec.
+    start_in: Option<PathBuf>,
 }
 
 fn call(what: &'static str) -> impl FnOnce(slurm_spank::SpankError) -> PluginError {
@@ -207,6 +237,10 @@ unsafe impl Plugin for Teesfs {
                 .takes_value("SPEC")
                 .usage("run the job inside the teesfs layer named by SPEC (a manifest.toml)"),
         )?;
+        spank.register_option(SpankOption::new(IMAGE_OPTION).takes_value("SPEC").usage(
+            "run every srun task of the job in the teesfs image named by SPEC (a \
+                 manifest.toml): the image is the task's whole root",
+        ))?;
         Ok(())
     }
 
@@ -220,10 +254,15 @@ unsafe impl Plugin for Teesfs {
         if ctx == Context::Local && std::env::var_os("SLURM_JOB_ID").is_some() {
             return Ok(());
         }
-        let given = spank
-            .get_option_value(OPTION)
-            .map_err(call("reading --teesfs"))?
-            .map(|v| v.into_owned())
+        let as_image = spank
+            .get_option_value(IMAGE_OPTION)
+            .map_err(call("reading --teesfs-image"))?
+            .map(|v| v.into_owned());
+        let given = (as_image.clone())
+            .or(spank
+                .get_option_value(OPTION)
+                .map_err(call("reading --teesfs"))?
+                .map(|v| v.into_owned()))
             .or_else(|| std::env::var(SPEC_VAR).ok().filter(|s| !s.is_empty()));
         let Some(spec) = given else {
             return Ok(());
@@ -239,6 +278,18 @@ unsafe impl Plugin for Teesfs {
         spank
             .job_control_setenv(SPEC_TEXT_VAR, hex_of(&text), true)
             .map_err(call("passing the spec's content to the prolog"))?;
+        let image = as_image.is_some() || spec_is_image(&String::from_utf8_lossy(&text));
+        if image {
+            // The job's tasks find it in their environment ([`IMAGE_JOB_VAR`]).
+            spank
+                .job_control_setenv(IMAGE_VAR, "1", true)
+                .map_err(call("marking the job as an image job"))?;
+        }
+        if let Some((var, value)) = own_image_env(ctx == Context::Local, image) {
+            // SAFETY: srun runs its plugins' `init_post_opt` while it is single-threaded,
+            // before it asks for the allocation and starts its message threads.
+            unsafe { std::env::set_var(var, value) };
+        }
         Ok(())
     }
 
@@ -258,8 +309,15 @@ unsafe impl Plugin for Teesfs {
             .and_then(|h| h.into_string().ok())
             .unwrap_or_default();
         let short = host.split('.').next().unwrap_or_default();
+        let asked = spank.is_option_set(OPTION) || spank.is_option_set(IMAGE_OPTION);
+        // `--teesfs-image` reaches every step as an option; a spec's `image = true` only
+        // as the job's environment.
+        let image = spank.is_option_set(IMAGE_OPTION)
+            || [IMAGE_JOB_VAR, IMAGE_VAR]
+                .iter()
+                .any(|v| spank.getenv(v).ok().flatten().as_deref() == Some("1"));
         let Some(dir) = self.conf.mounted_dir(short, job) else {
-            if spank.is_option_set(OPTION) {
+            if asked {
                 let dir = self.conf.job_dir(short, job);
                 return Err(PluginError::NotMounted { job, dir }.into());
             }
@@ -273,12 +331,34 @@ unsafe impl Plugin for Teesfs {
             let conf = spank.getenv("SLURM_CONF").ok().flatten();
             self.note = restart::failed_start_note(job, conf);
         }
+        let batch = spank.job_stepid().is_ok_and(|s| s == restart::BATCH_STEP);
         let cwd = std::env::current_dir().ok();
-        enter(&self.conf.teesfs, &dir, uid)?;
+        if image && batch {
+            // The batch script runs `srun`, which lives on the node, not in the image.
+            spank
+                .setenv("TEESFS_JOB", job.to_string(), true)
+                .map_err(call("setting TEESFS_JOB"))?;
+            return Ok(());
+        }
+        let control = self.conf.control.replace("%h", short);
+        let said = enter(
+            &self.conf.teesfs,
+            &dir,
+            uid,
+            image.then_some(control.as_str()),
+        )?;
+        let workdir = if image {
+            image_env(spank, &said)?
+        } else {
+            None
+        };
         // The same working directory, now resolved in the environment (home and scratch
-        // are the host's own there).
+        // are the host's own there); in an image, else the image's WorkingDir, else "/".
         if cwd.is_none_or(|c| nix::unistd::chdir(&c).is_err()) {
-            let _ = nix::unistd::chdir("/");
+            let start = (workdir.filter(|w| nix::unistd::chdir(w).is_ok()))
+                .unwrap_or_else(|| PathBuf::from("/"));
+            let _ = nix::unistd::chdir(&start);
+            self.start_in = image.then_some(start);
         }
         spank
             .setenv("TEESFS_JOB", job.to_string(), true)
@@ -294,10 +374,18 @@ unsafe impl Plugin for Teesfs {
     }
 
     /// The task's own stdio is in place here: the note of a failed earlier start goes to its
-    /// stderr.
-    fn task_init(&mut self, _spank: &mut SpankHandle<'_>) -> Result<(), Box<dyn StdError>> {
+    /// stderr. An image task whose working directory the image lacks moves to where it
+    /// starts (slurmstepd has just put it in /tmp).
+    fn task_init(&mut self, spank: &mut SpankHandle<'_>) -> Result<(), Box<dyn StdError>> {
         if let Some(note) = self.note.take() {
             eprintln!("{note}");
+        }
+        if let Some(dir) = self.start_in.take()
+            && nix::unistd::chdir(&dir).is_ok()
+        {
+            spank
+                .setenv("PWD", dir.as_os_str(), true)
+                .map_err(call("setting PWD"))?;
         }
         Ok(())
     }
@@ -331,6 +419,77 @@ pub fn read_spec(abs: &Path, given: &str) -> Result<Vec<u8>, PluginError> {
     Ok(text)
 }
 
+/// What the submitting command sets in its own environment for the job's tasks to know they
+/// run in an image (`local`: a bare `srun`, which makes its own allocation). sbatch hands
+/// the job control environment ([`IMAGE_VAR`]) to the job's environment and salloc to its
+/// command's, as [`IMAGE_JOB_VAR`]; a bare srun hands its tasks only its own environment,
+/// so it sets [`IMAGE_JOB_VAR`] there itself (a `SLURM_` variable: it reaches the tasks
+/// under `--export=NONE` too). Without it, `srun --teesfs=SPEC` with `image = true` in the
+/// spec would run its tasks with the layer over the node's "/".
+pub fn own_image_env(local: bool, image: bool) -> Option<(&'static str, &'static str)> {
+    (local && image).then_some((IMAGE_JOB_VAR, "1"))
+}
+
+/// Whether a job spec's `[layer]` table says `image = true` (the prolog's `prefetch`
+/// checks the whole spec; this only looks for that one key, written that way).
+pub fn spec_is_image(text: &str) -> bool {
+    let mut in_layer = false;
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.starts_with('[') {
+            in_layer = line.trim_matches(|c| c == '[' || c == ']').trim() == "layer";
+        } else if in_layer
+            && let Some((k, v)) = line.split_once('=')
+            && k.trim() == "image"
+        {
+            return v.trim() == "true";
+        }
+    }
+    false
+}
+
+/// Applies what `teesfs __task-env --image` said (`env-set`, `env-default`, `env-unset`,
+/// `workdir`; names and values hex) to the task's environment; returns the workdir.
+fn image_env(spank: &mut SpankHandle<'_>, said: &[String]) -> Result<Option<PathBuf>, PluginError> {
+    use std::os::unix::ffi::OsStringExt;
+    let os = |h: &str| std::ffi::OsString::from_vec(unhex(h));
+    let mut workdir = None;
+    for line in said {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["env-set", k, v] => spank
+                .setenv(os(k), os(v), true)
+                .map_err(call("setting the image's environment"))?,
+            ["env-default", k, v] => match spank.setenv(os(k), os(v), false) {
+                Ok(()) | Err(slurm_spank::SpankError::EnvExists(_)) => {}
+                Err(e) => return Err(call("setting the image's environment")(e)),
+            },
+            ["env-unset", k] => spank
+                .unsetenv(os(k))
+                .map_err(call("dropping the host's locale"))?,
+            ["workdir", w] => workdir = Some(PathBuf::from(os(w))),
+            _ => {}
+        }
+    }
+    nix::sys::prctl::set_no_new_privs().map_err(|e| PluginError::Call {
+        what: "setting no_new_privs",
+        detail: e.to_string(),
+    })?;
+    Ok(workdir)
+}
+
+/// The bytes of lowercase or uppercase hex (bad digits are dropped).
+fn unhex(h: &str) -> Vec<u8> {
+    h.as_bytes()
+        .chunks(2)
+        .filter_map(|p| {
+            std::str::from_utf8(p)
+                .ok()
+                .and_then(|s| u8::from_str_radix(s, 16).ok())
+        })
+        .collect()
+}
+
 /// `bytes` as lowercase hex (the job control environment carries text only).
 pub fn hex_of(bytes: &[u8]) -> String {
     use std::fmt::Write;
@@ -342,15 +501,25 @@ pub fn hex_of(bytes: &[u8]) -> String {
         })
 }
 
-/// Has `teesfs __task-env` build the environment of `layer` for `uid`, joins its mount
-/// namespace, and lets the helper exit.
-fn enter(teesfs: &Path, layer: &Path, uid: u32) -> Result<(), PluginError> {
+/// Has `teesfs __task-env` build the environment of `layer` for `uid` (with `image`, the
+/// daemon's control socket: the layer as the task's whole root), joins its mount
+/// namespace, and lets the helper exit. Returns the lines the helper said before `ready`.
+fn enter(
+    teesfs: &Path,
+    layer: &Path,
+    uid: u32,
+    image: Option<&str>,
+) -> Result<Vec<String>, PluginError> {
     let helper_err = |detail: String| PluginError::Helper {
         teesfs: teesfs.to_path_buf(),
         detail,
     };
-    let mut child = Command::new(teesfs)
-        .arg(TASK_ENV_SUBCOMMAND)
+    let mut helper = Command::new(teesfs);
+    helper.arg(TASK_ENV_SUBCOMMAND);
+    if let Some(control) = image {
+        helper.arg("--image").arg(control);
+    }
+    let mut child = helper
         .arg(layer)
         .arg(uid.to_string())
         .stdin(Stdio::piped())
@@ -363,8 +532,12 @@ fn enter(teesfs: &Path, layer: &Path, uid: u32) -> Result<(), PluginError> {
             ))
         })?;
     let mut line = String::new();
+    let mut said = Vec::new();
     if let Some(out) = child.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut line);
+        let mut out = BufReader::new(out);
+        while out.read_line(&mut line).is_ok_and(|n| n > 0) && line.trim() != READY {
+            said.push(std::mem::take(&mut line).trim().to_string());
+        }
     }
     let joined = if line.trim() == READY {
         std::fs::File::open(format!("/proc/{}/ns/mnt", child.id()))
@@ -384,7 +557,7 @@ fn enter(teesfs: &Path, layer: &Path, uid: u32) -> Result<(), PluginError> {
     }
     let status = child.wait();
     match joined {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(said),
         Err(why) => {
             let said = stderr.trim();
             Err(helper_err(match (said.is_empty(), why.is_empty()) {
@@ -459,6 +632,33 @@ mod tests {
         );
         let e = read_spec(&d.path().join("none"), "none").expect_err("missing");
         assert!(e.to_string().contains("--teesfs=none"), "{e}");
+    }
+
+    #[test]
+    fn an_image_spec_is_told_by_its_layer_table() {
+        assert!(spec_is_image(
+            "[layer]\nindex = \"ab\"\nimage = true # an image\n"
+        ));
+        assert!(!spec_is_image("[layer]\nindex = \"ab\"\nimage = false\n"));
+        assert!(!spec_is_image(
+            "[layer]\nindex = \"ab\"\n[nodes]\nimage = true\n"
+        ));
+        assert!(!spec_is_image("[layer]\nindex = \"ab\"\n"));
+        assert_eq!(unhex(&hex_of(b"PATH=/a b")), b"PATH=/a b");
+        let c = Conf::parse(["control=/lab/%h/sock"]).expect("control");
+        assert_eq!(c.control, "/lab/%h/sock");
+        assert_eq!(Conf::default().control, "/run/teesfs/daemon.sock");
+    }
+
+    #[test]
+    fn a_bare_srun_marks_its_own_environment_for_an_image_job_only() {
+        assert_eq!(
+            own_image_env(true, true),
+            Some(("SLURM_SPANK_TEESFS_IMAGE", "1"))
+        );
+        // sbatch and salloc hand the job control environment on; a layer job is left alone.
+        assert_eq!(own_image_env(false, true), None);
+        assert_eq!(own_image_env(true, false), None);
     }
 
     #[test]

@@ -59,8 +59,8 @@ enum Command {
     Handoff(cmd::handoff::HandoffArgs),
     /// Draw a push report (the JSON of push/prefetch --report) as an HTML page or an SVG.
     Report(cmd::report::ReportArgs),
-    /// List what a command run once against a published layer used, or what a job used on
-    /// this node (--from-job): the urgent set.
+    /// List what a command run once against a published layer (or in an image) used, or
+    /// what a job used on this node (--from-job): the urgent set.
     Record(cmd::record::RecordArgs),
     /// After a job: merge what its nodes used while it started into the urgent set the next
     /// push of its layer sends first (the Slurm EpilogSlurmctld).
@@ -300,10 +300,14 @@ fn main() -> std::process::ExitCode {
         .get(1)
         .is_some_and(|a| a == runenv::TASK_ENV_SUBCOMMAND)
     {
-        return match runenv::task_env_main(&argv[2..]) {
+        let done = match argv.get(2) {
+            Some(a) if a == "--image" => cmd::task_env::image_main(&argv[3..]),
+            _ => runenv::task_env_main(&argv[2..]).map_err(anyhow::Error::from),
+        };
+        return match done {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                errln!("teesfs: {}", error_text(&anyhow::Error::from(e)));
+                errln!("teesfs: {}", error_text(&e));
                 std::process::ExitCode::from(125)
             }
         };

@@ -286,7 +286,8 @@ impl Slurm<'_> {
     }
 
     /// `sbatch --parsable ARGS` run in `cwd` (relative paths in ARGS are relative to it), as
-    /// `user` (uid, gid) when given (root otherwise); the job id.
+    /// `user` (uid, gid) when given (root otherwise); the job id. The user's `HOME`, `USER`
+    /// and `LOGNAME` are theirs, as in their login shell (sbatch passes them to the job).
     pub fn submit(&self, cwd: &Path, args: &[&str], user: Option<(u32, u32)>) -> Result<JobId> {
         let mut all = vec!["--parsable"];
         all.extend_from_slice(args);
@@ -301,6 +302,12 @@ impl Slurm<'_> {
                     "--".into(),
                     "sbatch".into(),
                 ]);
+                let entry = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid));
+                if let Ok(Some(u)) = entry {
+                    c.env("HOME", &u.dir)
+                        .env("USER", &u.name)
+                        .env("LOGNAME", &u.name);
+                }
                 c
             }
             None => self.client("sbatch"),

@@ -257,10 +257,12 @@ impl Lab {
             epilog_slurmctld: Some(wrapper(dir, "epilog-slurmctld.sh", &ctl_env)?),
             slurm_user: Some("slurm".into()),
             own_controller: true,
+            // Each node's daemon listens on its own control socket, as it mounts under its
+            // own directory: an image job's tasks ask it for the image's config.
             plugstack: vec![format!(
-                "optional {} teesfs={bin} mount_root={}/%h/jobs",
+                "optional {} teesfs={bin} mount_root={work}/%h/jobs control={work}/%h/sock",
                 plugin.display(),
-                self.work().display()
+                work = self.work().display()
             )],
             // A job requeued after a failed start waits this long, not Slurm's 120 s.
             cred_expire: Some(REQUEUE_WAIT_S),

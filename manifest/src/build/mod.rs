@@ -3,7 +3,7 @@
 //!
 //! Reading the layer is the only I/O done here; where chunks are kept is the sink's job.
 //! Holes of sparse files (found with `SEEK_DATA`, or chunks that are all zeros) are
-//! recorded as [`Slot::HOLE`] and never stored.
+//! recorded as [`Slot::HOLE`](crate::index::Slot::HOLE) and never stored.
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;

@@ -429,6 +429,7 @@ impl Walk {
             chunks,
             entries,
             urgent: Vec::new(),
+            image: None,
         };
         (index, report)
     }

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::state::Input;
 use crate::job::{ChunkTaken, JobCore};
-use crate::peers::{Pending, Router};
+use crate::peers::{Pending, Router, Ticket};
 
 impl Shared {
     /// The task of a job this node runs, for a message from `from_host` about it.
@@ -26,7 +26,7 @@ impl Shared {
 }
 
 impl Router for Shared {
-    fn deliver(&self, from_host: &str, job: JobId, msg: Routed) -> Option<Pending> {
+    fn deliver(&self, from_host: &str, job: JobId, msg: Routed, order: Ticket) -> Option<Pending> {
         match msg {
             Routed::Start(start) => {
                 let (routed, done) = oneshot::channel();
@@ -54,7 +54,7 @@ impl Router for Shared {
                 let taken = self
                     .running(job, from_host)
                     .map_or(ChunkTaken::Refused, |j| {
-                        j.on_chunk_msg(from_host, chunk, data)
+                        j.on_chunk_msg(from_host, chunk, data, order)
                     });
                 if matches!(taken, ChunkTaken::Refused) {
                     self.metrics.chunk_refused();

@@ -141,27 +141,30 @@ fn take_up_one(
     p: &Path,
     fuse: Option<OwnedFd>,
     c: &Checks<'_>,
-) -> Result<(JobId, Adoption), String> {
-    let bytes =
-        std::fs::read(p).map_err(|e| format!("the kept job's record is unreadable: {e}"))?;
-    let r = Record::decode(&bytes).map_err(|e| format!("the kept job's record is bad: {e}"))?;
+) -> Result<(JobId, Adoption), NotKept> {
+    let bytes = std::fs::read(p)
+        .map_err(|e| NotKept(format!("the kept job's record is unreadable: {e}")))?;
+    let r = Record::decode(&bytes)
+        .map_err(|e| NotKept(format!("the kept job's record is bad: {e}")))?;
     let job = r.job;
     if p.file_stem()
         .is_none_or(|s| s.to_string_lossy() != job.to_string())
         || r.mountpoint != c.mount_root.join(job.to_string())
     {
-        return Err(format!(
+        return Err(NotKept(format!(
             "the kept job {job}'s record names another job or mountpoint ({})",
             r.mountpoint.display()
-        ));
+        )));
     }
     let fuse = fuse.ok_or_else(|| {
-        format!("job {job}'s FUSE connection is gone (the keeper restarted, or the mount ended)")
+        NotKept(format!(
+            "job {job}'s FUSE connection is gone (the keeper restarted, or the mount ended)"
+        ))
     })?;
     if !is_fuse_mount(&r.mountpoint) {
-        return Err(format!("job {job}'s mount is gone"));
+        return Err(NotKept(format!("job {job}'s mount is gone")));
     }
-    let admission = readmit(r.clone(), c).map_err(|why| format!("job {job}: {why}"))?;
+    let admission = readmit(r.clone(), c).map_err(|why| NotKept(format!("job {job}: {why}")))?;
     tracing::info!(%job, mountpoint = %r.mountpoint.display(), "taking up a job an earlier daemon left mounted");
     Ok((
         job,
@@ -176,8 +179,8 @@ fn take_up_one(
 
 /// The record's `Start` admitted again, as from its parent: the index's signature and
 /// expiry checked with what the node trusts now.
-fn readmit(r: Record, c: &Checks<'_>) -> Result<Admission, String> {
-    let start = r.start.ok_or("no Start")?;
+fn readmit(r: Record, c: &Checks<'_>) -> Result<Admission, NotKept> {
+    let start = r.start.ok_or_else(|| NotKept("no Start".into()))?;
     let admitted = crate::admit::admit(&start, c.host, &r.from, &c.policy);
     match super::launch::admission(admitted, r.from, Box::new(start)) {
         Outcome::Job(mut a) => {
@@ -185,8 +188,18 @@ fn readmit(r: Record, c: &Checks<'_>) -> Result<Admission, String> {
             a.start.root_clock_ms = None;
             Ok(*a)
         }
-        Outcome::Refused { why, .. } => Err(format!("refused now: {why}")),
-        Outcome::Probe { .. } => Err("a probe is never kept".into()),
+        Outcome::Refused { why, .. } => Err(NotKept(format!("refused now: {why}"))),
+        Outcome::Probe { .. } => Err(NotKept("a probe is never kept".into())),
+    }
+}
+
+/// Why a kept job is not taken up (logged; its mount is then detached).
+#[derive(Debug)]
+struct NotKept(String);
+
+impl std::fmt::Display for NotKept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 

@@ -241,7 +241,8 @@ impl Task {
     }
 
     /// A health probe: answered and forwarded to the children; released once the root
-    /// finished it (or, if it never hears so, after ten deadlines).
+    /// finished it (or, if it never hears so, after ten deadlines; a rates probe's ten
+    /// deadlines count from when its filler is all here).
     pub(super) fn launch_probe(
         &mut self,
         job: JobId,
@@ -249,40 +250,62 @@ impl Task {
         from: &str,
         start: Start,
     ) -> Option<Live> {
-        let schedule = Arc::new(Schedule::new(Vec::new(), 0, Vec::new()).expect("empty"));
+        let probe = match crate::rates_probe::ProbeJob::of_start(&start.index, self.cfg.knobs) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(parent = %from, %job, "refusing probe: {e}");
+                return None;
+            }
+        };
         let mut known = start.subtree.clone();
         known.extend(start.ancestors.iter().cloned());
         let lifetime = std::time::Duration::from_millis(u64::from(start.timing.deadline_ms) * 10);
         // Its push's `Start` again (an ancestor's, after the parent failed) is the same probe.
         let root = start.ancestors.last().map(|n| n.addr.clone());
-        let relay = match Relay::new_node(start, schedule, Instant::now()) {
+        let relay = match Relay::new_node(start, probe.schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(parent = %from, %job, "refusing probe: {e}");
                 return None;
             }
         };
-        let (index, index_id) = crate::health::empty_index();
         let (core, mut events) = JobCore::new(
             relay,
-            index,
-            index_id,
+            probe.index,
+            probe.index_id,
             self.peers.clone(),
-            Arc::new(crate::health::NoChunks),
+            probe.bytes,
             &known,
-            crate::job::JobKnobs::default(),
+            probe.knobs,
         );
         tracing::debug!(%job, parent = %from, "health probe");
         let me = self.me.clone();
+        let filler = probe.knobs.filler;
         tokio::spawn(async move {
-            let finished = async {
-                while let Some((_, ev)) = events.recv().await {
-                    if ev == Event::Finished {
-                        return;
+            // A rates probe first takes its filler in, however long that takes (the
+            // relay's own liveness ends it if the root is gone).
+            let held = !filler
+                || async {
+                    while let Some((_, ev)) = events.recv().await {
+                        match ev {
+                            Event::LocalPhaseDone(peertree::relay::Phase::All) => return true,
+                            Event::Finished | Event::RootGone(_) => return false,
+                            _ => {}
+                        }
                     }
+                    false
                 }
-            };
-            let _ = tokio::time::timeout(lifetime, finished).await;
+                .await;
+            if held {
+                let finished = async {
+                    while let Some((_, ev)) = events.recv().await {
+                        if ev == Event::Finished {
+                            return;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(lifetime, finished).await;
+            }
             // `Finished` is already queued for the children (the relay's messages are
             // handed to the links before its events), and the links outlive the probe.
             let news = News::ProbeOver;

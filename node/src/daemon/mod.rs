@@ -298,6 +298,7 @@ fn job_status(j: &JobSeen) -> JobStatus {
         finished: view.finished,
         owner: j.owner,
         counters: j.core.counters(),
+        image: j.core.index.image.as_ref().map(Into::into),
     }
 }
 

@@ -110,6 +110,8 @@ impl Task {
             if self.stopping.is_some() && self.jobs.is_empty() {
                 self.peers.close();
                 let _ = std::fs::remove_file(&self.cfg.control);
+                // Closed before `done`: once `stop` returns, nothing more is taken in.
+                inputs.close();
                 if let Some(done) = self.stopping.take() {
                     let _ = done.send(());
                 }

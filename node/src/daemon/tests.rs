@@ -81,7 +81,12 @@ fn probe(job: JobId, root: &str) -> Box<Start> {
 
 /// Delivers a `Start` as the network does, and waits for its stream to go on.
 async fn deliver_start(shared: &Shared, job: JobId, root: &str) {
-    let pending = shared.deliver("p", job, Routed::Start(probe(job, root)));
+    let pending = shared.deliver(
+        "p",
+        job,
+        Routed::Start(probe(job, root)),
+        crate::peers::Ticket::alone(),
+    );
     pending
         .expect("a start holds its stream")
         .await

@@ -35,10 +35,30 @@ const PASSTHROUGH_FH: u64 = 1 << 63;
 /// this), and a program that opens a file reads it.
 const PREFILL_MAX: u64 = 128 << 10;
 
-/// Open passthrough backing files by inode, with their open counts and the lease that keeps
-/// their copy from eviction: the kernel requires one backing id per inode for as long as
-/// any handle to it is open.
-type BackingMap = Arc<Mutex<HashMap<u64, (Arc<BackingId>, u32, Lease)>>>;
+/// What is open of one inode. The kernel keeps all the open files of an inode in one I/O
+/// mode: served by the daemon through the page cache, or passed through to one backing
+/// file (one backing id per inode for as long as any of them is open). An open answered in
+/// the other mode fails with EIO while a file of the first is open (Linux's fuse iomode):
+/// a program that maps a library while its chunks arrive holds it open cached, so every
+/// later open stays cached until the last such file is closed, however local the chunks.
+#[derive(Default)]
+struct Opened {
+    /// Open files the daemon serves.
+    cached: u32,
+    /// The backing file, its open count, and the lease that keeps its copy from eviction.
+    backing: Option<(Arc<BackingId>, u32, Lease)>,
+    /// Passthrough opens still making their copy.
+    pending: u32,
+}
+
+impl Opened {
+    fn idle(&self) -> bool {
+        self.cached == 0 && self.backing.is_none() && self.pending == 0
+    }
+}
+
+/// [`Opened`] by inode, for the inodes with files open (or opening).
+type OpenMap = Arc<Mutex<HashMap<u64, Opened>>>;
 
 /// How to serve complete files.
 #[derive(Clone, Debug)]
@@ -56,7 +76,7 @@ pub(crate) struct LayerFs {
     rt: tokio::runtime::Handle,
     passthrough: Option<PassthroughConfig>,
     passthrough_on: Arc<AtomicBool>,
-    backing: BackingMap,
+    opened: OpenMap,
     next_fh: AtomicU64,
     ttl: Duration,
     recorder: Option<Arc<Recorder>>,
@@ -136,6 +156,46 @@ fn to_fuse(a: &Attr) -> FileAttr {
     }
 }
 
+/// Answers a passthrough open whose copy is `made` (or could not be): through the inode's
+/// backing file, made now or by an open meanwhile; served by the daemon if the copy or the
+/// backing file failed, or if a file of the inode was opened cached meanwhile.
+fn answer_passthrough(
+    o: &mut Opened,
+    made: Result<(Lease, std::fs::File), FsError>,
+    fh: u64,
+    reply: ReplyOpen,
+) {
+    let cached = |o: &mut Opened, reply: ReplyOpen| {
+        o.cached += 1;
+        reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+    };
+    if let Some((id, count, _)) = &mut o.backing {
+        *count += 1;
+        return reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), id);
+    }
+    let (lease, file) = match made {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(error = %e, "passthrough unavailable; serving from the daemon");
+            return cached(o, reply);
+        }
+    };
+    if o.cached > 0 {
+        return cached(o, reply);
+    }
+    match reply.open_backing(&file) {
+        Ok(id) => {
+            let id = Arc::new(id);
+            reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), &id);
+            o.backing = Some((id, 1, lease));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "kernel refused the backing file; serving from the daemon");
+            cached(o, reply);
+        }
+    }
+}
+
 impl LayerFs {
     /// A filesystem over `tree` and `data`, running slow work on `rt`.
     pub fn new(
@@ -151,7 +211,7 @@ impl LayerFs {
             rt,
             passthrough,
             passthrough_on,
-            backing: Arc::default(),
+            opened: Arc::default(),
             next_fh: AtomicU64::new(1),
             // The layer is immutable: the kernel may cache names and attributes for good.
             ttl: Duration::from_secs(365 * 24 * 3600),
@@ -321,57 +381,47 @@ impl Filesystem for LayerFs {
             r.note(Access::Opened(ino));
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let Some(cfg) = self.passthrough_candidate(ino) else {
-            self.counters.count(Op::Open);
-            self.prefill(ino, attr.size);
-            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
-        };
-        self.counters.count(Op::OpenPassthrough);
-        if let Some((id, count, _)) = lock(&self.backing).get_mut(&ino.0) {
+        // Asked before the lock: it looks at every chunk of the file.
+        let candidate = self.passthrough_candidate(ino);
+        let mut opened = lock(&self.opened);
+        let o = opened.entry(ino.0).or_default();
+        if let Some((id, count, _)) = &mut o.backing {
             *count += 1;
+            self.counters.count(Op::OpenPassthrough);
             return reply.opened_passthrough(
                 FileHandle(fh | PASSTHROUGH_FH),
                 FopenFlags::empty(),
                 id,
             );
         }
+        let Some(cfg) = candidate.filter(|_| o.cached == 0) else {
+            o.cached += 1;
+            drop(opened);
+            self.counters.count(Op::Open);
+            self.prefill(ino, attr.size);
+            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+        };
+        o.pending += 1;
+        drop(opened);
+        self.counters.count(Op::OpenPassthrough);
         let data = self.data.clone();
-        let backing = self.backing.clone();
+        let opened = self.opened.clone();
         let entry = self
             .tree
             .entry(ino)
             .expect("getattr succeeded, so the inode exists");
         self.rt.spawn(async move {
-            let opened = async {
+            let made = async {
                 let (lease, path) = data.materialize(entry, &cfg.copies).await?;
                 let file = std::fs::File::open(&path)
                     .map_err(|e| FsError::unavailable("opening a passthrough copy", e))?;
                 Ok::<_, FsError>((lease, file))
             }
             .await;
-            let (lease, file) = match opened {
-                Ok(f) => f,
-                Err(e) => {
-                    tracing::warn!(error = %e, "passthrough unavailable; serving from the daemon");
-                    return reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
-                }
-            };
-            let mut map = lock(&backing);
-            if let Some((id, count, _)) = map.get_mut(&ino.0) {
-                *count += 1;
-                return reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), id);
-            }
-            match reply.open_backing(&file) {
-                Ok(id) => {
-                    let id = Arc::new(id);
-                    map.insert(ino.0, (id.clone(), 1, lease));
-                    reply.opened_passthrough(FileHandle(fh | PASSTHROUGH_FH), FopenFlags::empty(), &id);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "kernel refused the backing file; serving from the daemon");
-                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
-                }
-            }
+            let mut map = lock(&opened);
+            let o = map.entry(ino.0).or_default();
+            o.pending -= 1;
+            answer_passthrough(o, made, fh, reply);
         });
     }
 
@@ -441,13 +491,18 @@ impl Filesystem for LayerFs {
         reply: ReplyEmpty,
     ) {
         self.counters.count(Op::Release);
-        if fh.0 & PASSTHROUGH_FH != 0 {
-            let mut map = lock(&self.backing);
-            if let Some((_, count, _)) = map.get_mut(&ino.0) {
+        let mut map = lock(&self.opened);
+        if let Some(o) = map.get_mut(&ino.0) {
+            if fh.0 & PASSTHROUGH_FH == 0 {
+                o.cached = o.cached.saturating_sub(1);
+            } else if let Some((_, count, _)) = &mut o.backing {
                 *count -= 1;
                 if *count == 0 {
-                    map.remove(&ino.0);
+                    o.backing = None;
                 }
+            }
+            if o.idle() {
+                map.remove(&ino.0);
             }
         }
         reply.ok();

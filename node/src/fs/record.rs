@@ -227,6 +227,7 @@ mod tests {
                 e(0, "huge", file(100)),
             ],
             urgent: vec![],
+            image: None,
         }
     }
 

@@ -386,6 +386,7 @@ mod tests {
                 ),
             ],
             urgent: vec![],
+            image: None,
         })
     }
 
@@ -435,6 +436,7 @@ mod tests {
             chunks: vec![],
             entries: vec![e(0, "", EntryKind::Dir), opaque],
             urgent: vec![],
+            image: None,
         });
         assert!(t.has_xattrs());
         assert_eq!(t.xattrs(Ino(2)).expect("dir").len(), 2);
@@ -474,6 +476,7 @@ mod tests {
             }],
             entries: vec![e(0, "", EntryKind::Dir), e(0, "sparse", sparse)],
             urgent: vec![],
+            image: None,
         });
         let a = t.lookup(Ino::ROOT, b"sparse").expect("exists");
         assert_eq!(a.size, 3 * 4096 + 100);

@@ -11,6 +11,7 @@ use peertree::relay::ChunkNo;
 use seeder::StoredChunk;
 
 use super::{ArrivalHook, Arrivals, Input, JobCore, lock};
+use crate::peers::Ticket;
 
 /// Chunks of at most this many stored bytes are verified and kept (or read from a node's
 /// store) on the task that needs them: tens of microseconds of work, less than a hand-off
@@ -58,30 +59,35 @@ impl JobCore {
             .flatten()
     }
 
-    /// Chunk number `chunk` from the peer named `from_host`: verified, kept and handed to
-    /// the waiting readers before the relay hears of it. A small chunk (see
+    /// Chunk number `chunk` from the peer named `from_host`, at its place `order` in its
+    /// stream: verified, kept and handed to the waiting readers, then the relay hears of it
+    /// once it has heard of every chunk before it on the stream. A small chunk (see
     /// [`INLINE_CHUNK_MAX`]) is taken on the caller's task; a larger one (hashing a MiB,
-    /// writing a file) on the blocking pool, while the stream's reader reads the next frame
-    /// and awaits the returned task before it delivers that frame. So one stream's chunks
-    /// are taken in order, and a sender faster than verification is held back by QUIC flow
-    /// control instead of queueing chunks here without bound.
+    /// writing a file) on the blocking pool, while the stream's reader reads on and may
+    /// start the next ones beside it (`peers::InOrder`): one stream's chunks use more than
+    /// one core, and a sender faster than that is held back by QUIC flow control.
     pub(crate) fn on_chunk_msg(
         self: &Arc<Self>,
         from_host: &str,
         chunk: ChunkNo,
         data: Bytes,
+        order: Ticket,
     ) -> ChunkTaken {
         let Some(from) = self.sender(from_host) else {
             return ChunkTaken::Refused;
         };
+        if self.knobs.filler {
+            self.on_filler(from, chunk, &data, order);
+            return ChunkTaken::Done;
+        }
         if data.len() <= INLINE_CHUNK_MAX && self.store_is_fast() {
-            self.on_chunk(from, chunk, data);
+            self.on_chunk(from, chunk, data, order);
             return ChunkTaken::Done;
         }
         let this = self.clone();
         ChunkTaken::Working(
             self.rt
-                .spawn_blocking(move || this.on_chunk(from, chunk, data)),
+                .spawn_blocking(move || this.on_chunk(from, chunk, data, order)),
         )
     }
 
@@ -93,21 +99,29 @@ impl JobCore {
         true
     }
 
-    pub(super) fn on_chunk(&self, from: NodeId, chunk: ChunkNo, data: Bytes) {
+    /// Takes a chunk (see [`JobCore::on_chunk_msg`]); the relay hears of it through
+    /// `order`, in its stream's order.
+    pub(super) fn on_chunk(
+        self: &Arc<Self>,
+        from: NodeId,
+        chunk: ChunkNo,
+        data: Bytes,
+        order: Ticket,
+    ) {
         let Some(info) = self.index.chunks.get(chunk.index()).copied() else {
             return;
         };
         let len = data.len() as u64;
+        let tell = |valid: bool| {
+            let this = self.clone();
+            move || this.tell(Input::Chunk { from, chunk, valid })
+        };
         let (checked, plain) = match verify_chunk(data, &info.id, info.plain_len) {
             Ok(v) => v,
             Err(_) => {
                 lock(&self.counters).bad_chunks += 1;
                 tracing::error!(chunk = %info.id.short(), peer = ?from, "peer sent a chunk that does not match its id; dropping it and re-attaching");
-                self.tell(Input::Chunk {
-                    from,
-                    chunk,
-                    valid: false,
-                });
+                order.release(tell(false));
                 return;
             }
         };
@@ -132,13 +146,28 @@ impl JobCore {
             c.chunks_in += 1;
             c.bytes_in += len;
         }
-        self.tell(Input::Chunk {
-            from,
-            chunk,
-            valid: true,
-        });
+        order.release(tell(true));
         self.wake(chunk, &plain);
         self.arrived(chunk, &plain);
+    }
+
+    /// A rates probe's filler chunk: counted and told to the relay when it has the size the
+    /// filler says, else told as a bad one (its sender re-attaches its child). It is
+    /// payload only: not verified, not kept, never read.
+    fn on_filler(&self, from: NodeId, chunk: ChunkNo, data: &Bytes, order: Ticket) {
+        let want = self.index.chunks.get(chunk.index()).map(|c| c.stored_len);
+        let valid = want.is_some_and(|l| l as usize == data.len());
+        if valid {
+            let mut c = lock(&self.counters);
+            c.chunks_in += 1;
+            c.bytes_in += data.len() as u64;
+        } else {
+            lock(&self.counters).bad_chunks += 1;
+        }
+        let inputs = self.inputs.clone();
+        order.release(move || {
+            let _ = inputs.send(Input::Chunk { from, chunk, valid });
+        });
     }
 
     /// Tells the job's listener of a chunk that arrived ([`JobCore::on_arrival`]), or

@@ -75,7 +75,7 @@ pub fn sign_request(
              --request DIR --host NAME`"
         ))
     })?;
-    let host = request_host(&request).map_err(bad)?;
+    let host = request_host(&request).map_err(|n| bad(n.to_string()))?;
     check_host(&host)?;
     let not_after = not_after(ca_dir, valid_for)?;
     let issuer = load_issuer(ca_dir)?;
@@ -85,16 +85,28 @@ pub fn sign_request(
     Ok((host, path))
 }
 
-/// The one host name a request asks for (its only DNS subject alternative name).
-fn request_host(request: &CertificateSigningRequestParams) -> Result<String, String> {
+/// The one host name a request asks for (its only DNS subject alternative name), or how
+/// many names it asks for instead.
+fn request_host(request: &CertificateSigningRequestParams) -> Result<String, NotOneHost> {
     let names: Vec<&SanType> = request.params.subject_alt_names.iter().collect();
     match names.as_slice() {
         [SanType::DnsName(name)] => Ok(name.as_str().to_owned()),
-        [] => Err("names no host (no subject alternative name)".into()),
-        _ => Err(format!(
-            "asks for {} names; a node's request names exactly its own host",
-            names.len()
-        )),
+        _ => Err(NotOneHost(names.len())),
+    }
+}
+
+/// A certificate request that does not name exactly one host (the count of its names).
+struct NotOneHost(usize);
+
+impl std::fmt::Display for NotOneHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => write!(f, "names no host (no subject alternative name)"),
+            n => write!(
+                f,
+                "asks for {n} names; a node's request names exactly its own host"
+            ),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use manifest::build::NoProgress;
 use manifest::{BuildOptions, ChunkInfo, IndexId};
@@ -27,6 +27,8 @@ struct CountingSource {
     inner: StoreSource,
     local: AtomicUsize,
     fetches: AtomicUsize,
+    /// What [`ChunkSource::is_local`] answers (which decides passthrough).
+    held: AtomicBool,
 }
 
 impl ChunkSource for CountingSource {
@@ -36,7 +38,7 @@ impl ChunkSource for CountingSource {
     }
 
     fn is_local(&self, _at: ChunkNo) -> bool {
-        true
+        self.held.load(Ordering::SeqCst)
     }
 
     fn fetch_local(&self, at: ChunkNo) -> Option<Result<Fetched, teesfs_node::Error>> {
@@ -110,6 +112,7 @@ fn fixture_with(passthrough: bool, prepare: impl FnOnce(&std::path::Path)) -> Fi
         inner: StoreSource::new(store, &index),
         local: AtomicUsize::new(0),
         fetches: AtomicUsize::new(0),
+        held: AtomicBool::new(true),
     });
     let passthrough = passthrough.then(|| PassthroughConfig {
         copies: Copies::open(&tmp.path().join("copies"), 1 << 30).expect("copies"),
@@ -276,6 +279,38 @@ fn a_passthrough_copy_of_local_chunks_is_made_once_without_a_fetch_per_chunk() {
         f.source.local.load(Ordering::SeqCst),
         4,
         "the copy is made once, from its four chunks"
+    );
+}
+
+/// A library mapped by one program while its chunks were arriving stays open served by
+/// the daemon; the kernel keeps an inode's open files in one I/O mode, so a second program
+/// opening it once every chunk is here must be served the same way, not passed through
+/// (which the kernel refuses with EIO: a Slurm image job's second `cat` failed to load
+/// libc), and the first open after the last close may pass through again.
+#[test]
+fn a_file_held_open_before_its_chunks_were_local_is_opened_the_same_way_again() {
+    if !can_mount() {
+        return;
+    }
+    let f = fixture(true);
+    assert!(
+        f.mounted().passthrough_active(),
+        "FUSE passthrough (Linux 6.9+, root)"
+    );
+    f.source.held.store(false, Ordering::SeqCst);
+    let first = std::fs::File::open(f.mp.join("pkg/big.so")).expect("first open");
+    f.source.held.store(true, Ordering::SeqCst);
+    for _ in 0..2 {
+        f.same("pkg/big.so");
+    }
+    let c = f.mounted().counters();
+    assert_eq!((c.open, c.open_passthrough), (3, 0), "{c:?}");
+    drop(first);
+    f.same("pkg/big.so");
+    let c = f.mounted().counters();
+    assert_eq!(
+        c.open_passthrough, 1,
+        "passed through once none is open: {c:?}"
     );
 }
 

@@ -23,7 +23,9 @@
 //!   what it already holds so nothing is sent twice;
 //! - measures each edge's round trip (its child's `Start` handed to the transport, to the
 //!   child's first message back) and reports it up, so a health probe ([`Relay::new_probe_root`],
-//!   a job with no chunks) tells the root every edge's latency and every dead edge.
+//!   a job with no chunks) tells the root every edge's latency and every dead edge; a rates
+//!   probe ([`Relay::new_rates_probe_root`], `filler.rs`) carries filler chunks of a known
+//!   size, and the root learns each edge's bytes and times as a push's.
 //!
 //! Chunk contents never pass through here: the caller verifies and stores chunks, then calls
 //! [`Relay::handle_chunk`]; when the relay says "send chunk 12 to node 7" the caller reads the
@@ -39,6 +41,7 @@
 
 mod chunks;
 mod demand;
+mod filler;
 mod msg;
 mod pace;
 mod recovery;
@@ -61,6 +64,7 @@ use std::time::{Duration, Instant};
 use fixedbitset::FixedBitSet;
 
 use demand::Waiter;
+pub use filler::{Filler, MAX_FILLER_CHUNK, MAX_FILLER_CHUNKS};
 pub use msg::{
     ChunkNo, ChunkSplit, JobId, MAX_MESSAGE, Msg, NodeInfo, Phase, Prepare, RelayMsg, Report,
     Routed, Start, Timing,
@@ -343,6 +347,22 @@ impl Relay {
         Self::root(job, nodes, Arc::from(&[][..]), schedule, timing, now, true)
     }
 
+    /// The root of a rates probe (`teesfs health --rates`): a health probe that carries
+    /// `filler` down the planned tree as a push carries a layer, so each edge's bytes and
+    /// each node's urgent and complete times come to the root as [`Event::EdgeBytes`] and
+    /// [`Event::NodeDone`], as a push's do. The caller sends the filler chunks' bytes.
+    pub fn new_rates_probe_root(
+        job: JobId,
+        nodes: Vec<NodeInfo>,
+        filler: Filler,
+        timing: Timing,
+        now: Instant,
+    ) -> Result<Self> {
+        let index: Arc<[u8]> = filler.encode().into();
+        let schedule = Arc::new(filler.schedule());
+        Self::root(job, nodes, index, schedule, timing, now, true)
+    }
+
     /// A node joining a job from a verified `Start` (the caller checked the index
     /// signature and built `schedule` from it).
     pub fn new_node(start: Start, schedule: Arc<Schedule>, now: Instant) -> Result<Self> {
@@ -361,9 +381,9 @@ impl Relay {
         if start.timing.deadline_ms == 0 || start.timing.heartbeat_ms == 0 {
             return Err(Error::InvalidStart("zero heartbeat or deadline"));
         }
-        if start.probe && (!schedule.is_empty() || !start.index.is_empty()) {
+        if start.probe && *schedule != filler::probe_schedule(&start.index)? {
             return Err(Error::InvalidStart(
-                "a probe carries no index and no chunks",
+                "a probe carries no chunks but its filler's",
             ));
         }
         let probe = start.probe;

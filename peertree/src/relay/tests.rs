@@ -125,6 +125,21 @@ impl Net {
         net
     }
 
+    /// A rates probe of `plan` carrying `filler`.
+    fn new_rates_probe(plan: &crate::Plan, filler: Filler) -> Self {
+        let mut net = Self::new_probe(plan);
+        net.schedule = Arc::new(filler.schedule());
+        let nodes = plan_nodes(plan, |h| format!("{h}:7000"));
+        let timing = Timing {
+            heartbeat_ms: 100,
+            deadline_ms: 500,
+        };
+        let root = Relay::new_rates_probe_root(JobId(3), nodes, filler, timing, net.now)
+            .expect("rates probe root");
+        net.relays.insert(net.root_id, root);
+        net
+    }
+
     fn send(&mut self, from: NodeId, to: NodeId, item: Item) {
         let extra = self.jitter.as_mut().map_or(0, |r| r.random_range(0..20u64));
         let slow = [from, to]
@@ -640,6 +655,60 @@ fn a_probe_start_with_chunks_is_refused() {
     assert!(Relay::new_node((*start).clone(), empty, Instant::now()).is_ok());
     let one = Arc::new(Schedule::new(vec![ChunkNo(0)], 0, vec![10]).expect("one chunk"));
     assert!(Relay::new_node(*start, one, Instant::now()).is_err());
+}
+
+#[test]
+fn a_rates_probe_carries_its_filler_to_every_node_and_reports_every_edges_bytes_and_times() {
+    let p = plan(3, 4, Strategy::Topo);
+    let filler = Filler::new(1000, 6).expect("filler");
+    let mut net = Net::new_rates_probe(&p, filler);
+    net.run_until(10_000, |n| n.job_done(Phase::All));
+    assert!(net.relays.values().all(Relay::is_probe));
+    for id in p.ids().skip(1) {
+        let mut got = net.received.get(&id).cloned().unwrap_or_default();
+        got.sort();
+        assert_eq!(got, (0..6).map(ChunkNo).collect::<Vec<_>>(), "{id:?}");
+        for phase in Phase::BOTH {
+            assert!(
+                net.root_events.contains(&Event::NodeDone(id, phase)),
+                "{id:?} {phase:?}"
+            );
+        }
+    }
+    // Each planned edge carried the filler once, as a push's edges carry the layer.
+    let bytes: HashMap<(NodeId, NodeId), u64> = net
+        .root_events
+        .iter()
+        .filter_map(|e| match *e {
+            Event::EdgeBytes(a, b, n) => Some(((a, b), n)),
+            _ => None,
+        })
+        .collect();
+    let keys: HashSet<(NodeId, NodeId)> = bytes.keys().copied().collect();
+    assert_eq!(keys, edges(&p));
+    assert!(bytes.values().all(|&b| b == filler.bytes()), "{bytes:?}");
+
+    // A node takes a rates probe's `Start` only with the filler's schedule.
+    let mut root = Relay::new_rates_probe_root(
+        JobId(4),
+        plan_nodes(&p, |h| format!("{h}:7000")),
+        filler,
+        Timing::default(),
+        Instant::now(),
+    )
+    .expect("root");
+    let start = std::iter::from_fn(|| root.poll_transmit(Instant::now())).find_map(|t| match t {
+        Transmit::Control {
+            msg: Msg::Start(s), ..
+        } => Some(s),
+        _ => None,
+    });
+    let start = start.expect("a Start");
+    assert!(start.probe && start.order.len() == 6 && start.urgent == 1);
+    let empty = Arc::new(Schedule::new(vec![], 0, vec![]).expect("empty"));
+    assert!(Relay::new_node((*start).clone(), empty, Instant::now()).is_err());
+    let own = Arc::new(filler.schedule());
+    assert!(Relay::new_node(*start, own, Instant::now()).is_ok());
 }
 
 #[test]

@@ -204,6 +204,7 @@ fn config(args: &DaemonArgs, host: &str) -> anyhow::Result<DaemonConfig> {
                 Fault::SlowStore(d) => d,
                 _ => std::time::Duration::ZERO,
             },
+            filler: false,
         },
         metrics: args.metrics.map(|addr| {
             (

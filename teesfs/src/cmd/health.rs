@@ -1,12 +1,12 @@
 //! `teesfs health`: probe the job's tree with an empty broadcast and report every edge's
-//! round trip and every edge where it stalled.
+//! round trip and every edge where it stalled (with `--rates`, [`super::health_rates`]).
 
 use std::time::Duration;
 
 use anyhow::bail;
 use peertree::Strategy;
-use peertree::relay::Timing;
-use teesfs_node::health::{HealthReport, ProbeSpec, probe, report};
+use peertree::relay::{JobId, Timing};
+use teesfs_node::health::{HealthReport, ProbeOutcome, ProbeSpec, probe, report};
 
 use super::jobspec::{JobArgs, RootArgs, RootContact};
 use super::util;
@@ -27,15 +27,21 @@ pub enum Format {
 /// Sends an empty broadcast down the tree `teesfs push` would use for these nodes (same
 /// planning arguments), measures each edge's round trip, and reports the edges where it
 /// stalled with the unreachable nodes as a hostlist. Exits 0 only when every node answered.
+/// With --rates it sends filler of a known size instead and measures each edge's rate.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = "\
 Examples:
   teesfs health --nodes 'cn[0001-0128]' --cluster 'cn[0001-1024]' --group-size 8 --login login1
   teesfs health --nodes \"$SLURM_JOB_NODELIST\" --deadline 10s --all-groups
   teesfs health --nodes 'cn[01-64]' --format json > health.json   # for monitoring
+  teesfs health --rates --store /shared/teesfs --nodes \"$SLURM_JOB_NODELIST\"   # learn link rates
+  teesfs health --rates 64MiB --store /shared/teesfs --nodes 'cn[01-64]' --format json
 
-Exit status 0 when every node answered before --deadline, 1 otherwise (the unreachable nodes
-are printed as a hostlist).")]
+With --rates, each edge's rate (as a push measures it) is printed with the slowest edge, and
+kept for the next push; configured rates (--links, [topology] links) still override them.
+
+Exit status 0 when every node answered before --deadline (with --rates: took the filler
+before --timeout), 1 otherwise (the unreachable nodes are printed as a hostlist).")]
 pub struct HealthArgs {
     #[command(flatten)]
     pub job: JobArgs,
@@ -49,13 +55,64 @@ pub struct HealthArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Text format: list every group (default: groups with failures and the 10 slowest).
+    /// Text format: list every group (default: groups with failures and the 10 slowest);
+    /// with --rates, every edge (default: the slowest).
     #[arg(long)]
     pub all_groups: bool,
+    /// Measure each edge's rate instead: send SIZE of filler to every node down the
+    /// planned tree as a push sends a layer (zeros, taken as probe payload: not verified,
+    /// stored or mounted), and keep the figures in the store's learned link rates
+    /// (STORE/learned/rates.json), which the next plan without configured rates uses.
+    /// SIZE per node, at least 4MiB (default 8MiB; a link an edge crosses in less than
+    /// 0.2 s is not measured, so give fast networks more, e.g. 4GiB at 100 Gbit/s).
+    #[arg(
+        long,
+        value_name = "SIZE",
+        num_args = 0..=1,
+        default_missing_value = "8MiB",
+        value_parser = util::parse_byte_size
+    )]
+    pub rates: Option<bytesize::ByteSize>,
+    /// With --rates: the store whose learned link rates get the figures (default: the
+    /// site's [store] path).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<std::path::PathBuf>,
+    /// With --rates: how long every node may take to receive the filler (--deadline is
+    /// then the time a silent node is given before it is routed around, times five).
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// Runs `teesfs health`.
 pub fn run(args: HealthArgs) -> anyhow::Result<()> {
+    if let Some(size) = args.rates {
+        return super::health_rates::run(args, size.as_u64());
+    }
+    let (plan, topology, job, outcome) = probe_tree(&args, None, args.deadline)?;
+    let rep = report(&plan, Some(&topology), job, args.deadline, &outcome);
+    match args.format {
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&rep)?),
+        Format::Text => out!("{}", render_text(&rep, args.all_groups)),
+    }
+    if !rep.ok {
+        bail!(
+            "{} of {} node(s) did not answer: {}",
+            rep.nodes - rep.answered,
+            rep.nodes,
+            rep.unreachable
+        );
+    }
+    Ok(())
+}
+
+/// Plans the tree of `args`, sends the probe down it (with `filler`, a rates probe) and
+/// waits up to `wait` for every node; returns the plan, its topology, the probe's job id
+/// and what the root saw.
+pub(super) fn probe_tree(
+    args: &HealthArgs,
+    filler: Option<peertree::relay::Filler>,
+    wait: Duration,
+) -> anyhow::Result<(peertree::Plan, peertree::Topology, JobId, ProbeOutcome)> {
     if args.deadline < Duration::from_millis(250) {
         bail!(
             "--deadline {} is too short to hear from anyone; give at least 250ms",
@@ -85,27 +142,15 @@ pub fn run(args: HealthArgs) -> anyhow::Result<()> {
         identity,
         listen: args.root.listen,
         advertise,
+        filler,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let outcome = rt.block_on(probe(spec, args.deadline))?;
+    let outcome = rt.block_on(probe(spec, wait))?;
     rt.shutdown_timeout(Duration::from_secs(1));
-    let rep = report(&plan, Some(&topology), job, args.deadline, &outcome);
-    match args.format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&rep)?),
-        Format::Text => out!("{}", render_text(&rep, args.all_groups)),
-    }
-    if !rep.ok {
-        bail!(
-            "{} of {} node(s) did not answer: {}",
-            rep.nodes - rep.answered,
-            rep.nodes,
-            rep.unreachable
-        );
-    }
-    Ok(())
+    Ok((plan, topology, job, outcome))
 }
 
 fn stats(s: Option<teesfs_node::health::RttStats>) -> String {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use manifest::{EntryIdx, EntryKind, FileData, Limits, SignedIndex};
-use pushreport::output::{self, EntryDoc, IndexDoc, IndexList, IndexSummary};
+use pushreport::output::{self, EntryDoc, ImageDoc, IndexDoc, IndexList, IndexSummary};
 use seeder::DirStore;
 
 use super::util;
@@ -28,8 +28,10 @@ pub struct InspectArgs {
     /// "files", "file_bytes", "stored_bytes", "urgent_bytes"}]}` (by id; the text table is
     /// newest first); with it: `{"version": 1,
     /// "id", "publisher", "expires", "file_bytes", "chunks", "stored_bytes", "chunk_size",
-    /// "entries": [{"path", "kind", "mode", "uid", "gid", "size", "target", "urgent"}]}`
-    /// (sizes in bytes, expires in seconds since the epoch or null;
+    /// "entries": [{"path", "kind", "mode", "uid", "gid", "size", "target", "urgent"}],
+    /// "image": {"env", "entrypoint", "cmd", "working_dir", "user", "labels"} or null}`
+    /// (sizes in bytes, expires in seconds since the epoch or null; `image` is the config
+    /// of an index published with `teesfs publish --image`;
     /// pushreport::output::IndexList and IndexDoc).
     #[arg(long, value_enum, default_value_t = util::Format::Text)]
     format: util::Format,
@@ -89,6 +91,11 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         util::bytes(u64::from(index.chunk_size)),
         validity(signed.expires())
     );
+    if let Some(image) = &index.image {
+        for line in image_lines(image, prefix) {
+            outln!("{line}");
+        }
+    }
     print_learned(&store, &id, &index);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
@@ -317,7 +324,65 @@ fn index_doc(id: &str, signed: &SignedIndex, index: &manifest::Index) -> anyhow:
         stored_bytes: index.total_stored_bytes(),
         chunk_size: u64::from(index.chunk_size),
         entries,
+        image: index.image.as_ref().map(|c| ImageDoc {
+            env: c.env.clone(),
+            entrypoint: c.entrypoint.clone(),
+            cmd: c.cmd.clone(),
+            working_dir: c.working_dir.clone(),
+            user: c.user.clone(),
+            labels: c.labels.clone(),
+        }),
     })
+}
+
+/// The image config of an index published with `teesfs publish --image` (`name` is how the
+/// user named it), as `teesfs run --image` and `--teesfs-image` use it: the command a task
+/// runs without one, where it starts, and the environment it gets. Fields the image leaves
+/// empty are left out.
+fn image_lines(image: &manifest::ImageConfig, name: &str) -> Vec<String> {
+    let words = |w: &[String]| {
+        w.iter()
+            .map(|a| util::shell_word(a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let default: Vec<String> = image.entrypoint.iter().chain(&image.cmd).cloned().collect();
+    let mut lines = vec!["image config (`teesfs run --image`, `--teesfs-image`):".to_string()];
+    lines.push(if default.is_empty() {
+        format!("  command:     none; give one: teesfs run --image {name} -- CMD")
+    } else {
+        format!(
+            "  command:     {}  (Entrypoint + Cmd: what runs without `-- CMD`)",
+            words(&default)
+        )
+    });
+    if !image.entrypoint.is_empty() {
+        lines.push(format!("  entrypoint:  {}", words(&image.entrypoint)));
+    }
+    if !image.cmd.is_empty() {
+        lines.push(format!("  cmd:         {}", words(&image.cmd)));
+    }
+    if let Some(wd) = &image.working_dir {
+        lines.push(format!(
+            "  workdir:     {wd}  (when the task's directory is not in the image)"
+        ));
+    }
+    if let Some(user) = &image.user {
+        lines.push(format!(
+            "  user:        {user}  (not used: tasks run as the user who starts them)"
+        ));
+    }
+    let mut label = "env:";
+    for e in &image.env {
+        lines.push(format!("  {label:<12} {e}"));
+        label = "";
+    }
+    let mut label = "labels:";
+    for (k, v) in &image.labels {
+        lines.push(format!("  {label:<12} {k}={v}"));
+        label = "";
+    }
+    lines
 }
 
 /// `, valid until <time>` (or `, EXPIRED at <time>`) for an index signed with an expiry.
@@ -332,5 +397,42 @@ fn validity(expires: Option<u64>) -> String {
         format!(", EXPIRED at {when}")
     } else {
         format!(", valid until {when}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_image_block_shows_the_default_command_as_sh_would_take_it_and_leaves_out_empty_fields() {
+        let image = manifest::ImageConfig {
+            env: vec!["PATH=/bin".into(), "A=b c".into()],
+            entrypoint: vec!["/bin/sh".into(), "-c".into()],
+            cmd: vec!["echo 'hi'; pwd".into()],
+            working_dir: Some("/wd".into()),
+            ..Default::default()
+        };
+        let lines = image_lines(&image, "app");
+        assert_eq!(
+            lines[1],
+            r#"  command:     /bin/sh -c 'echo '\''hi'\''; pwd'  (Entrypoint + Cmd: what runs without `-- CMD`)"#
+        );
+        assert!(lines.iter().any(|l| l == "  env:         PATH=/bin"));
+        assert!(lines.iter().any(|l| l == "               A=b c"));
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.contains("user:") || l.contains("labels:"))
+        );
+        let none = image_lines(&manifest::ImageConfig::default(), "app");
+        assert_eq!(
+            none,
+            [
+                "image config (`teesfs run --image`, `--teesfs-image`):",
+                "  command:     none; give one: teesfs run --image app -- CMD"
+            ]
+        );
+        assert_eq!(util::shell_word(""), "''");
     }
 }

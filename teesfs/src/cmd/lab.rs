@@ -12,6 +12,7 @@ use super::{outfile, util};
 
 mod bench;
 mod demo;
+mod image;
 mod launch;
 mod soak;
 

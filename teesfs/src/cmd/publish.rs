@@ -10,12 +10,18 @@ use seeder::DirStore;
 
 use super::util;
 
+mod image;
+
 /// Arguments of `teesfs publish`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
   teesfs publish ~/layer --store /shared/teesfs --tag torch-2.3   # prints the index id
   teesfs publish ~/layer --store /shared/teesfs --urgent-exec python3 --expires-in 30d
+  teesfs publish --image ./torch-oci --store /shared/teesfs --tag torch-img   # OCI layout
+  teesfs publish --image ./images:torch-2.4 --store /shared/teesfs   # one tag of a layout
+  teesfs publish --image torch.tar --store /shared/teesfs   # oci-archive or docker-archive
+  teesfs publish --image torch.sif --store /shared/teesfs   # SIF or squashfs (needs sqfs2tar)
 
 The urgent set (the files every node receives first, in the order given) is recorded in the
 signed index:
@@ -31,7 +37,18 @@ signed index:
 The list's paths come first, then each --urgent-exec's in turn; a file keeps its first place.")]
 pub struct PublishArgs {
     /// The layer: a directory tree (for example the upper directory of the user's overlay).
-    layer: PathBuf,
+    #[arg(required_unless_present = "image", conflicts_with = "image")]
+    layer: Option<PathBuf>,
+    /// Publish a container image instead of a directory: an OCI image layout directory
+    /// (`DIR`, or `DIR:TAG` when it holds several images, as `skopeo copy ... oci:DIR:TAG`
+    /// names them), an
+    /// oci-archive or docker-archive tarball (`skopeo copy`, `podman save`, `docker save`),
+    /// a squashfs or an Apptainer SIF file. Its layers are applied in order (whiteouts and
+    /// opaque directories honoured) in a staging directory under the store, owners and
+    /// modes kept in the index, device nodes skipped; its config (Env, Entrypoint, Cmd,
+    /// WorkingDir, User, Labels) is signed into the index.
+    #[arg(long, value_name = "SOURCE")]
+    image: Option<PathBuf>,
     /// The store to publish into (created if missing).
     #[arg(long, value_name = "DIR")]
     store: PathBuf,
@@ -87,7 +104,7 @@ pub struct PublishArgs {
 }
 
 /// The ordered urgent set from `--urgent-list` and `--urgent-exec`.
-fn urgent_paths(args: &PublishArgs) -> anyhow::Result<Vec<PathBuf>> {
+fn urgent_paths(args: &PublishArgs, layer: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     if let Some(list) = &args.urgent_list {
         let text = seeder::files::read_limited(list, 64 << 20, seeder::files::Symlinks::Follow)
@@ -96,7 +113,7 @@ fn urgent_paths(args: &PublishArgs) -> anyhow::Result<Vec<PathBuf>> {
     }
     if !args.urgent_exec.is_empty() {
         use seeder::deps::{Analysis, Env, Platform, View};
-        let view = View::new(&args.layer, "/");
+        let view = View::new(layer, "/");
         let mut a = Analysis::new(view, Env::from_process(), Platform::host());
         for cmd in &args.urgent_exec {
             let before = a.urgent().len();
@@ -104,7 +121,7 @@ fn urgent_paths(args: &PublishArgs) -> anyhow::Result<Vec<PathBuf>> {
                 format!(
                     "--urgent-exec {}: dependency analysis against {} over /",
                     cmd.to_string_lossy(),
-                    args.layer.display()
+                    layer.display()
                 )
             })?;
             tracing::info!(
@@ -202,21 +219,13 @@ impl BuildProgress for Bar {
     }
 }
 
-/// Runs `teesfs publish`.
-pub fn run(args: PublishArgs) -> anyhow::Result<()> {
+/// The build options the flags give.
+fn build_options(args: &PublishArgs) -> BuildOptions {
     let (chunk_size, adaptive_chunks) = match args.chunk_size.fixed() {
         None => (manifest::MAX_AUTO_CHUNK, true),
         Some(cs) => (cs, false),
     };
-    warn_system_dirs(&args.layer, Path::new("/"));
-    let urgent = urgent_paths(&args)?;
-    let key_path = args.key.clone().unwrap_or_else(util::default_key_path);
-    let key = util::load_secret(&key_path)?;
-    let store = DirStore::create(&args.store)
-        .with_context(|| format!("opening store {}", args.store.display()))
-        .map_err(|e| sharing_hint(e, &args.store))?
-        .with_lock_wait(args.lock_wait);
-    let opts = BuildOptions {
+    BuildOptions {
         chunk_size,
         adaptive_chunks,
         zstd_level: args.level,
@@ -225,35 +234,44 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
             .expires_in
             .map(|d| util::unix_now().saturating_add(d.as_secs().max(1))),
         ..BuildOptions::default()
-    };
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        let b = ProgressBar::new(0);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{spinner} publishing [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
-            )
-            .expect("static template is valid")
-            .progress_chars("=> "),
-        );
-        b
-    };
-    let progress = Bar(bar);
-    let p = seeder::publish_tagged(
-        &args.layer,
-        &store,
-        &key,
-        &opts,
-        &urgent,
-        args.tag.as_ref(),
-        &progress,
-    )
-    .with_context(|| format!("publishing {}", args.layer.display()))
-    .map_err(|e| sharing_hint(e, &args.store))?;
-    progress.0.finish_and_clear();
+    }
+}
+
+/// The publisher's key and the store (created if missing).
+fn key_and_store(args: &PublishArgs) -> anyhow::Result<(manifest::SecretKey, DirStore)> {
+    let key_path = args.key.clone().unwrap_or_else(util::default_key_path);
+    let key = util::load_secret(&key_path)?;
+    let store = DirStore::create(&args.store)
+        .with_context(|| format!("opening store {}", args.store.display()))
+        .map_err(|e| sharing_hint(e, &args.store))?
+        .with_lock_wait(args.lock_wait);
+    Ok((key, store))
+}
+
+/// The progress bar (hidden with `--quiet`).
+fn progress_bar(quiet: bool) -> Bar {
+    if quiet {
+        return Bar(ProgressBar::hidden());
+    }
+    let b = ProgressBar::new(0);
+    b.set_style(
+        ProgressStyle::with_template(
+            "{spinner} publishing [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .expect("static template is valid")
+        .progress_chars("=> "),
+    );
+    Bar(b)
+}
+
+/// Prints what a publish did, as `--format` asks.
+fn print_published(
+    args: &PublishArgs,
+    p: &seeder::Published,
+    expires: Option<u64>,
+) -> anyhow::Result<()> {
     match args.format {
-        util::Format::Text => print_summary(&p, opts.expires, args.tag.as_ref()),
+        util::Format::Text => print_summary(p, expires, args.tag.as_ref()),
         util::Format::Json => {
             for s in &p.report.skipped {
                 errln!(
@@ -262,10 +280,37 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
                     s.kind
                 );
             }
-            util::print_json(&doc(&p, opts.expires, args.tag.as_ref()))?;
+            util::print_json(&doc(p, expires, args.tag.as_ref()))?;
         }
     }
     Ok(())
+}
+
+/// Runs `teesfs publish`.
+pub fn run(args: PublishArgs) -> anyhow::Result<()> {
+    let layer = match (&args.layer, &args.image) {
+        (_, Some(source)) => return image::run(&args, source),
+        (Some(layer), None) => layer.clone(),
+        (None, None) => anyhow::bail!("give a layer directory or --image SOURCE"),
+    };
+    warn_system_dirs(&layer, Path::new("/"));
+    let urgent = urgent_paths(&args, &layer)?;
+    let (key, store) = key_and_store(&args)?;
+    let opts = build_options(&args);
+    let progress = progress_bar(args.quiet);
+    let p = seeder::publish_tagged(
+        &layer,
+        &store,
+        &key,
+        &opts,
+        &urgent,
+        args.tag.as_ref(),
+        &progress,
+    )
+    .with_context(|| format!("publishing {}", layer.display()))
+    .map_err(|e| sharing_hint(e, &args.store))?;
+    progress.0.finish_and_clear();
+    print_published(&args, &p, opts.expires)
 }
 
 /// What a publish did, for a script.

@@ -6,7 +6,7 @@
 //! Two pushes that end at once each fold into the file they read: the later rename wins and
 //! the other push's figures are lost, which costs one sample of many.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use pushreport::PushReport;
 use pushreport::rates::{Learned, LearnedRates, PushFigures, observe};
@@ -45,15 +45,16 @@ pub fn load(store: &Path) -> Option<Learned> {
     read(&store).estimate(now())
 }
 
-/// Folds what the push of `rep` measured into the store's learned rates. A store this user
-/// cannot write (a shared store of someone else's) keeps its figures without this push's.
-pub fn fold(store: &Path, rep: &PushReport) {
-    let figures = observe(rep);
-    if figures.is_empty() {
-        return;
+/// Folds what the push of `rep` measured into the store's learned rates; returns the file
+/// when it was written. A store this user cannot write (a shared store of someone else's)
+/// keeps its figures without this push's.
+pub fn fold(store: &Path, rep: &PushReport) -> Option<PathBuf> {
+    let seen = observe(rep);
+    if seen.is_empty() {
+        return None;
     }
     let Ok(store) = DirStore::open(store) else {
-        return;
+        return None;
     };
     let mut file = read(&store);
     let now = now();
@@ -61,12 +62,16 @@ pub fn fold(store: &Path, rep: &PushReport) {
         PushFigures {
             at: now,
             job: rep.job.clone(),
-            figures,
+            figures: seen.figures,
+            at_least: seen.at_least,
         },
         now,
     );
     match seeder::rates::write_rates(&store, &file.to_json()) {
-        Ok(path) => tracing::debug!(path = %path.display(), ?figures, "link rates learned"),
+        Ok(path) => {
+            tracing::debug!(path = %path.display(), ?seen, "link rates learned");
+            return Some(path);
+        }
         Err(seeder::Error::Io { source, .. })
             if source.kind() == std::io::ErrorKind::PermissionDenied =>
         {
@@ -74,4 +79,5 @@ pub fn fold(store: &Path, rep: &PushReport) {
         }
         Err(e) => errln!("teesfs: warning: the link rates this push measured were not kept: {e}"),
     }
+    None
 }

@@ -2,6 +2,10 @@
 //! the files it opened and the names it probed that exist nowhere. The list is the urgent
 //! set (and its push order) for `teesfs publish --urgent-list`.
 //!
+//! With `--image` the command runs as `teesfs run --image` runs it, the index as the whole
+//! root with the image's Env and WorkingDir (by default its Entrypoint and Cmd), so the list
+//! names what the image's application needs, by its paths in the image.
+//!
 //! With `--from-job` nothing runs: the list is learned from a job that ran on this node, as
 //! the node's daemon recorded it (`record JOB` on its control socket). Both write the same
 //! format (`seeder::learned::UrgentList`), which `teesfs learn` writes too when it merges
@@ -10,10 +14,12 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use peertree::relay::JobId;
+use runenv::image::ImageConfig;
 use teesfs_node::control::{JobRecord, Request};
 use teesfs_node::fs::mount::{MountConfig, mount};
 use teesfs_node::fs::record::Recorder;
@@ -32,6 +38,16 @@ Example (login node):
 The command runs in `teesfs run`'s environment with the published layer (mounted with FUSE,
 which needs root or fusermount3) over \"/\", so it sees exactly what a compute node will.
 
+Example (an image: what its Entrypoint and Cmd open, or a command given after --):
+  teesfs publish --image ./app-oci --store /shared/teesfs --tag app     # prints the index id
+  teesfs record --image app --store /shared/teesfs -o urgent.list
+  teesfs record --image app --store /shared/teesfs -o urgent.list -- python3 -c 'import torch'
+  teesfs publish --image ./app-oci --store /shared/teesfs --tag app --urgent-list urgent.list
+
+With --image the command runs as `teesfs run --image` runs it: the image is the whole root,
+with its Env and WorkingDir; the list names paths in the image, and every name looked up in
+vain (the node's \"/\" is not under an image).
+
 Example (learned from a job, without a recording run; in the job script, after the
 application has started, or in an interactive allocation):
   srun -N1 teesfs record --from-job $SLURM_JOB_ID -o urgent.list
@@ -39,9 +55,10 @@ application has started, or in an interactive allocation):
 
 Every node's daemon records each job it mounts: the files opened through the mount until the
 node held the whole layer, and any file a read of which had to wait for data to arrive, in
-the order of first use (at most 1,000,000 entries). --from-job writes that record of this
-node; the daemon keeps the records of its last 16 released jobs, so it can be asked after
-the job too.
+the order of first use (at most 1,000,000 entries); for a job run in an image
+(`--teesfs-image`, `run --image`), by their paths in the image. --from-job writes that
+record of this node; the daemon keeps the records of its last 16 released jobs, so it can be
+asked after the job too.
 
 Usually nothing needs doing by hand: `teesfs learn` (the Slurm EpilogSlurmctld) merges the
 records of all the job's nodes when it ends and keeps the result beside the index, and the
@@ -57,8 +74,13 @@ pub struct RecordArgs {
     store: Option<PathBuf>,
     /// A tag, or at least 4 hex characters of the index id (`teesfs inspect --store DIR`
     /// lists both).
-    #[arg(long, value_name = "TAG|ID", required_unless_present = "from_job")]
+    #[arg(long, value_name = "TAG|ID", required_unless_present_any = ["from_job", "image"])]
     index: Option<String>,
+    /// Record in this index as an image (`teesfs publish --image`), as `teesfs run --image`
+    /// runs it: the index is the whole root, with the image's Env and WorkingDir; without a
+    /// command, its Entrypoint and Cmd run.
+    #[arg(long, value_name = "TAG|ID", conflicts_with_all = ["index", "from_job"])]
+    image: Option<String>,
     /// Trusted publisher public key (repeatable); see `teesfs verify --help`.
     #[arg(long, value_name = "FILE.pub")]
     trust: Vec<PathBuf>,
@@ -78,8 +100,9 @@ pub struct RecordArgs {
     /// Where to write the list.
     #[arg(short, long, value_name = "FILE", default_value = "urgent.list")]
     output: PathBuf,
-    /// The command to record and its arguments.
-    #[arg(last = true, required_unless_present = "from_job", value_name = "CMD")]
+    /// The command to record and its arguments (with --image, by default the image's
+    /// Entrypoint and Cmd).
+    #[arg(last = true, required_unless_present_any = ["from_job", "image"], value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -90,10 +113,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     }
     let at = util::IndexArgs {
         store: args.store.clone().context("--store is required")?,
-        index: args.index.clone().context("--index is required")?,
+        index: (args.image.clone().or_else(|| args.index.clone()))
+            .context("--index is required")?,
         trust: args.trust.clone(),
     };
     let (store, id, index) = at.open().context("refusing to record against it")?;
+    let image = (args.image.is_some())
+        .then(|| image_config(&index, &at.index, &args.command))
+        .transpose()?;
+    let shown = shown_command(&args.command, image.as_ref());
     let paths_of = index.clone();
     let mountpoint = tempfile::Builder::new()
         .prefix("teesfs-record.")
@@ -108,27 +136,21 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let mounted = mount(index, id, source, mountpoint.path(), &cfg)
         .context("mounting the layer to record against (needs root, or fusermount3 from fuse3)")?;
 
-    let exe = std::env::current_exe().context("finding the teesfs binary")?;
-    let status = std::process::Command::new(exe)
-        .arg("run")
-        .arg("--layer")
-        .arg(mountpoint.path())
-        .arg("--")
-        .args(&args.command)
-        .status()
-        .context("starting `teesfs run`");
+    let status = run_in(mountpoint.path(), &args.command, image.as_ref());
     let recording = recorder.recording(&paths_of);
     mounted.unmount()?;
     let status = status?;
 
-    let absent = exist_nowhere(recording.absent.iter().map(Vec::as_slice));
-    let cmd: Vec<String> = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let absent: Vec<&[u8]> = match &image {
+        // Nothing of the node's "/" is under an image: a name it lacks is missing.
+        Some(_) => recording.absent.iter().map(Vec::as_slice).collect(),
+        None => exist_nowhere(recording.absent.iter().map(Vec::as_slice)),
+    };
     let header = [
-        format!("teesfs record of `{}` against index {id}", cmd.join(" ")),
+        match &image {
+            Some(_) => format!("teesfs record of `{shown}` in image index {id}"),
+            None => format!("teesfs record of `{shown}` against index {id}"),
+        },
         format!(
             "{} files in order of first use, then `!` names looked up that exist nowhere",
             recording.opened.len()
@@ -150,12 +172,77 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
              run that succeeds"
         );
     }
+    let what = if image.is_some() {
+        "--image SOURCE"
+    } else {
+        "LAYER"
+    };
     outln!(
-        "next: teesfs publish LAYER --store {} --urgent-list {}",
+        "next: teesfs publish {what} --store {} --urgent-list {}",
         at.store.display(),
         args.output.display()
     );
     Ok(())
+}
+
+/// The image config of `index` (named `name`) for `record --image`; an error saying what
+/// to do when there is nothing to run: no `command`, and no Entrypoint or Cmd.
+fn image_config(
+    index: &manifest::Index,
+    name: &str,
+    command: &[OsString],
+) -> anyhow::Result<ImageConfig> {
+    let config = super::run_image::index_config(index);
+    if runenv::image::command(command, &config).is_some() {
+        return Ok(config);
+    }
+    let what = match index.image {
+        None => {
+            "is not an image (it was published from a directory, not with `teesfs publish \
+                 --image`), so it has no Entrypoint or Cmd"
+        }
+        Some(_) => "is an image without an Entrypoint or Cmd",
+    };
+    bail!(
+        "index {name} {what}: give the command to record, `teesfs record --image {name} \
+         --store DIR -- CMD`"
+    )
+}
+
+/// The command as the list's header shows it: `command`, else the image's Entrypoint and
+/// Cmd.
+fn shown_command(command: &[OsString], image: Option<&ImageConfig>) -> String {
+    let cmd = match image {
+        Some(c) => runenv::image::command(command, c).unwrap_or_default(),
+        None => command.to_vec(),
+    };
+    let words: Vec<String> = cmd
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    words.join(" ")
+}
+
+/// Runs `command` under `teesfs run` with the layer mounted at `mnt`: over "/", or as the
+/// image of `config` (its Entrypoint and Cmd when `command` is empty), as `teesfs run
+/// --image` does.
+fn run_in(
+    mnt: &Path,
+    command: &[OsString],
+    image: Option<&ImageConfig>,
+) -> anyhow::Result<ExitStatus> {
+    let exe = std::env::current_exe().context("finding the teesfs binary")?;
+    let mut child = std::process::Command::new(exe);
+    child.arg("run");
+    if let Some(config) = image {
+        let json = super::run_image::config_to_json(config).to_string();
+        child.arg("--image").arg("--image-config").arg(json);
+    }
+    child.arg("--layer").arg(mnt);
+    if !command.is_empty() {
+        child.arg("--").args(command);
+    }
+    child.status().context("starting `teesfs run`")
 }
 
 /// `teesfs record --from-job`: writes the list from the record this node's daemon kept of

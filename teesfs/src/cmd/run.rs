@@ -37,32 +37,58 @@ pub struct RunArgs {
     /// of its directory under --mount-root (16 hex digits outside Slurm), or hex with 0x (default: $TEESFS_JOB,
     /// then the job pushed for $SLURM_JOB_ID, then the only job mounted on this node).
     #[arg(long, value_name = "ID", conflicts_with = "layer")]
-    job: Option<JobId>,
+    pub(super) job: Option<JobId>,
     /// Use this directory as the read-only layer instead of a job (e.g. a `teesfs mount`).
     #[arg(long, value_name = "DIR")]
-    layer: Option<PathBuf>,
+    pub(super) layer: Option<PathBuf>,
     /// Keep writes in DIR (the user's own layer on the login node) instead of a tmpfs.
     /// Without --job or --layer this is the login node's private environment.
     #[arg(long, value_name = "DIR")]
-    upper: Option<PathBuf>,
+    pub(super) upper: Option<PathBuf>,
     /// Also bind this top-level directory from the host as it is (repeatable), like
     /// /home and /tmp are (e.g. a site's /scratch on the root file system).
     #[arg(long, value_name = "DIR")]
-    bind: Vec<PathBuf>,
+    pub(super) bind: Vec<PathBuf>,
     /// Where the daemon mounts jobs.
     #[arg(long, value_name = "DIR", default_value = "/run/teesfs/jobs")]
-    mount_root: PathBuf,
+    pub(super) mount_root: PathBuf,
     /// How long to wait for the job's layer to be mounted (the index may still be on its
     /// way when the job is launched in advance).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
-    wait: Duration,
-    /// The command and its arguments (default: $SHELL).
+    pub(super) wait: Duration,
+    /// Run in an image: the layer is the whole root, not a layer over this node's "/"
+    /// (only /proc, /dev, /sys, /tmp, your home and the site's paths come from the node).
+    /// Alone, the job's layer (or --layer DIR) is the image; with TAG|ID, that index of
+    /// --store is mounted for the run (FUSE: root, or fusermount3).
+    #[arg(long, value_name = "TAG|ID", num_args = 0..=1, default_missing_value = "",
+          require_equals = false, conflicts_with = "upper")]
+    pub(super) image: Option<String>,
+    /// The store of --image TAG|ID (default: the site's [store] path).
+    #[arg(long, value_name = "DIR")]
+    pub(super) store: Option<PathBuf>,
+    /// Trusted publisher public key for --image TAG|ID (repeatable).
+    #[arg(long, value_name = "FILE.pub")]
+    pub(super) trust: Vec<PathBuf>,
+    /// Host paths bound into an image at the same place, where this node has them
+    /// (repeatable; default: the site's [run] image_binds).
+    #[arg(long, value_name = "PATH", default_values = manifest::site::run::DEFAULT_IMAGE_BINDS)]
+    pub(super) image_bind: Vec<PathBuf>,
+    /// The daemon's control socket, asked for a job's image config (--image).
+    #[arg(long, value_name = "PATH", default_value = "/run/teesfs/daemon.sock")]
+    pub(super) control: PathBuf,
+    /// The image's config as JSON, from the `teesfs run --image TAG|ID` that mounted it.
+    #[arg(long, value_name = "JSON", hide = true, requires = "image")]
+    pub(super) image_config: Option<String>,
+    /// The command and its arguments (default: $SHELL; in an image, its Entrypoint and Cmd).
     #[arg(last = true, value_name = "CMD")]
-    command: Vec<OsString>,
+    pub(super) command: Vec<OsString>,
 }
 
 /// Runs `teesfs run`; returns the process exit code (a signal is re-raised first).
 pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+    if args.image.as_deref().is_some_and(|i| !i.is_empty()) {
+        return super::run_image::from_store(&args);
+    }
     let layer = match (&args.layer, &args.job, &args.upper) {
         (Some(l), _, _) => Some(l.clone()),
         (None, None, Some(_)) => None,
@@ -75,20 +101,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         std::fs::create_dir_all(u)
             .with_context(|| format!("creating the upper directory {}", u.display()))?;
     }
-    let command = if args.command.is_empty() {
-        vec![std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into())]
-    } else {
-        args.command.clone()
-    };
-    let spec = RunSpec {
+    let mut spec = RunSpec {
         layer,
         upper: args.upper.clone().map_or(Upper::Tmpfs, Upper::Dir),
         bind: args.bind.clone(),
-        command,
+        command: args.command.clone(),
         cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        image: None,
     };
+    if args.image.is_some() {
+        super::run_image::make_image_spec(&args, &mut spec)?;
+    } else if spec.command.is_empty() {
+        spec.command = vec![std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into())];
+    }
     let exe = std::env::current_exe().context("finding the teesfs binary")?;
-    match runenv::enter(&spec, &exe)? {
+    exit_code(runenv::enter(&spec, &exe)?)
+}
+
+/// `teesfs run`'s exit code for how the command ended (a signal is re-raised first).
+pub(super) fn exit_code(outcome: Outcome) -> anyhow::Result<std::process::ExitCode> {
+    match outcome {
         Outcome::Exited(c) => Ok(std::process::ExitCode::from(c.clamp(0, 255) as u8)),
         Outcome::Signaled(s) => {
             // Die of the same signal, so the shell or srun sees what the command saw.
@@ -103,7 +135,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
 /// Refuses a layer the caller cannot read, naming it (the job, for a job's mount) and its
 /// owner: the environment would leave out what it cannot read, and the command ran on the
 /// bare host with exit 0 (issue 29).
-fn readable(layer: &Path, is_job: bool) -> anyhow::Result<()> {
+pub(super) fn readable(layer: &Path, is_job: bool) -> anyhow::Result<()> {
     use nix::unistd::{AccessFlags, Uid, User, access};
     let Err(e) = access(layer, AccessFlags::R_OK | AccessFlags::X_OK) else {
         return Ok(());
@@ -138,7 +170,7 @@ fn readable(layer: &Path, is_job: bool) -> anyhow::Result<()> {
 }
 
 /// Finds the mount of `job` (or the default job) under `root`, waiting up to `wait` for it.
-fn find_job(root: &Path, job: Option<JobId>, wait: Duration) -> anyhow::Result<PathBuf> {
+pub(super) fn find_job(root: &Path, job: Option<JobId>, wait: Duration) -> anyhow::Result<PathBuf> {
     let wanted = match job {
         Some(j) => Some(j),
         None => util::job_from_env()?,

@@ -57,6 +57,8 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
     if let Some(trust) = &site.network.trust {
         out.push(("trust", trust.iter().map(|p| path(p)).collect()));
     }
+    let binds = site.run.image_binds();
+    out.push(("image_bind", binds.iter().map(|p| path(p)).collect()));
     out
 }
 
@@ -85,6 +87,7 @@ fn arg_of(section: &str, key: &str) -> Option<&'static str> {
         ("network", "port") => "port",
         ("network", "trust") => "trust",
         ("push", "timeout") => "timeout",
+        ("run", "image_binds") => "image_bind",
         _ => return None,
     })
 }
@@ -155,9 +158,9 @@ pub fn fatal<'a>(
 }
 
 /// Commands that read the site configuration.
-const COMMANDS: [&str; 13] = [
+const COMMANDS: [&str; 14] = [
     "plan", "push", "health", "prefetch", "daemon", "publish", "verify", "inspect", "mount",
-    "doctor", "gc", "learn", "record",
+    "doctor", "gc", "learn", "record", "run",
 ];
 
 /// `cmd` with the site configuration's values as the defaults of the flags they stand for.

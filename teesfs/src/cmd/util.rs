@@ -8,6 +8,22 @@ use bytesize::ByteSize;
 use manifest::{PublicKey, SecretKey};
 use teesfs_node::daemon::trust;
 
+/// `s` as one word for `sh`: as it is when it has nothing the shell would change, else in
+/// single quotes.
+pub fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        sh_quote(s)
+    }
+}
+
+/// `s` in single quotes for `sh`, whatever it holds.
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 /// `1.5 MiB`-style sizes.
 pub fn bytes(n: u64) -> String {
     ByteSize(n).display().iec().to_string()

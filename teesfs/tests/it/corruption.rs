@@ -168,6 +168,7 @@ fn crafted_index_with_bad_names_is_refused() {
                 kind: EntryKind::Dir,
             }],
             urgent: vec![],
+            image: None,
         };
         let mut e = index.entries[0].clone();
         e.name = bad.into();

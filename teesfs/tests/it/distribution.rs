@@ -601,10 +601,14 @@ fn a_slow_store_is_not_a_dead_node() {
         "{report}"
     );
     assert!(report["all_complete_s"].as_f64().is_some(), "{report}");
-    // The fault was in force: 200 writes of 20 ms on each node.
+    // The fault was in force: 200 writes of 20 ms on each node, as many at once as a
+    // daemon verifies a stream's chunks (one per core, 2 to 8: `peers::chunks_at_work`).
+    let at_once = std::thread::available_parallelism()
+        .map_or(2, std::num::NonZeroUsize::get)
+        .clamp(2, 8) as u32;
     assert!(
-        started.elapsed() >= Duration::from_secs(3),
-        "{:?}",
+        started.elapsed() >= Duration::from_millis(20) * 200 / at_once * 3 / 4,
+        "{:?} with {at_once} writes at once",
         started.elapsed()
     );
     for i in 0..4 {
@@ -722,5 +726,70 @@ fn a_root_with_another_clusters_certificate_is_refused() {
     assert!(
         log.contains("UnknownIssuer") || log.contains("refused"),
         "{log}"
+    );
+}
+
+/// Issue 33: a node verifies and stores several of a stream's chunks at once (one per core,
+/// at least 2), each handed to its relay through its place in the stream's order (the order
+/// itself: `node::reorder` and `node::peers` tests). Down a chain n01 -> n02 -> n03 of
+/// 256 KiB chunks, each verified on the blocking pool beside the next: the honest nodes
+/// take every chunk once and ask for none (a place never released would leave the relay
+/// without the chunk: the push stalls and the chunk is asked for); n02 corrupts what it
+/// forwards, and n03 refuses those chunks and still gets an exact copy.
+#[test]
+fn chunks_verified_in_parallel_arrive_once_each_and_corrupt_ones_are_refused() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start(3, |i| {
+        if i == 1 {
+            vec!["--fault".into(), "corrupt-forward".into()]
+        } else {
+            vec![]
+        }
+    });
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(&src).expect("layer dir");
+    for i in 0..12u64 {
+        std::fs::write(src.join(format!("f{i:02}")), noise(1 << 20, i + 1)).expect("write");
+    }
+    let (id, _) = c.ws.publish_with(&src, &["--chunk-size", "256KiB"]);
+    let out = c
+        .push_cmd(
+            &id,
+            1,
+            &[
+                "--strategy",
+                "hostlist",
+                "--width",
+                "1",
+                "--deadline",
+                "2s",
+                "--heartbeat",
+                "200ms",
+            ],
+        )
+        .output()
+        .expect("push");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for i in 0..3 {
+        assert_same_tree(&src, &c.mount_of(i));
+    }
+    for i in 0..2 {
+        let counters = &c.status(i)["jobs"][0]["counters"];
+        assert_eq!(
+            counters["chunks_in"],
+            48,
+            "n0{}: {counters}\n{stderr}",
+            i + 1
+        );
+        assert_eq!(counters["duplicates"], 0, "n0{}: {counters}", i + 1);
+        assert_eq!(counters["bad_chunks"], 0, "n0{}: {counters}", i + 1);
+        assert_eq!(counters["wants_sent"], 0, "n0{}: {counters}", i + 1);
+    }
+    let n03 = &c.status(2)["jobs"][0]["counters"];
+    assert!(
+        n03["bad_chunks"].as_u64() > Some(0),
+        "n03 refused nothing: {n03}"
     );
 }

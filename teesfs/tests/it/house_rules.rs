@@ -20,6 +20,7 @@ const SHIPPED: &[&str] = &[
     "seeder",
     "runenv",
     "keeper",
+    "ociimage",
     "pushreport",
     "node",
     "teesfs",
@@ -45,6 +46,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("keeper", 0),
     ("pushreport", 1),
     ("seeder", 1),
+    ("ociimage", 1),
     ("node", 2),
     ("lab", 3),
     ("teesfs", 4),
@@ -114,6 +116,10 @@ enum Breach {
     NoFloor {
         krate: String,
     },
+    StringError {
+        path: String,
+        line: usize,
+    },
 }
 
 impl std::fmt::Display for Breach {
@@ -153,6 +159,11 @@ impl std::fmt::Display for Breach {
                  teesfs/tests/it/house_rules.rs, the README's crate table): move the shared part \
                  down instead"
             ),
+            Self::StringError { path, line } => write!(
+                f,
+                "{path}:{line}: a Result whose error is a String: give the error a type (the \
+                 crate's error enum, or anyhow in the binary)"
+            ),
             Self::NoFloor { krate } => write!(
                 f,
                 "crate {krate} has no floor in FLOORS (teesfs/tests/it/house_rules.rs): give it \
@@ -180,9 +191,49 @@ fn judge(ws: &Workspace, sources: &[Source]) -> Vec<Breach> {
             });
         }
     }
+    breaches.extend(string_errors(sources, &kinds));
     breaches.extend(big_crates(sources, &kinds));
     breaches.extend(floors(ws));
     breaches
+}
+
+/// Every line of shipped or lab code that declares a `Result<_, String>`.
+fn string_errors(sources: &[Source], kinds: &BTreeMap<String, Kind>) -> Vec<Breach> {
+    let mut out = Vec::new();
+    for s in sources.iter().filter(|s| kinds[&s.path] != Kind::Test) {
+        let mut in_tests = false;
+        for (i, l) in s.text.lines().enumerate() {
+            // A `#[cfg(test)]` module at the end of a file is a test.
+            in_tests |= l.trim() == "#[cfg(test)]";
+            let code = l.split("//").next().unwrap_or("");
+            if !in_tests && is_string_error(code) {
+                out.push(Breach::StringError {
+                    path: s.path.clone(),
+                    line: i + 1,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether a line of code names a `Result` type whose error is `String`.
+fn is_string_error(code: &str) -> bool {
+    code.match_indices("Result<").any(|(at, _)| {
+        let rest = &code[at + "Result<".len()..];
+        let mut depth = 1;
+        for (i, ch) in rest.char_indices() {
+            match ch {
+                '<' | '(' => depth += 1,
+                '>' | ')' if depth == 1 => {
+                    return rest[..i].trim_end().ends_with(", String");
+                }
+                '>' | ')' => depth -= 1,
+                _ => {}
+            }
+        }
+        false
+    })
 }
 
 /// The dependencies that do not go down a floor, and the crates with no floor.
@@ -491,6 +542,31 @@ fn the_tests_run_with_the_lab() {
          --features lab` (scripts/test.sh does): {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn a_result_with_a_string_error_is_named_outside_tests() {
+    assert!(is_string_error("fn f() -> Result<(), String> {"));
+    assert!(is_string_error("    pub stat: Result<(u32, u32), String>,"));
+    assert!(is_string_error(
+        "fn g() -> std::result::Result<Vec<u8>, String>;"
+    ));
+    assert!(!is_string_error("fn f() -> Result<String, Error> {"));
+    assert!(!is_string_error("fn f() -> Result<(String, u8), Error> {"));
+    assert!(!is_string_error("fn f() -> anyhow::Result<String> {"));
+    let code = "fn f() -> Result<u8, String> {\n    Ok(1)\n}\n";
+    let tested = format!("fn ok() {{}}\n#[cfg(test)]\nmod tests {{\n{code}}}\n");
+    let sources = vec![
+        src("node", "node/src/a.rs", code.to_string()),
+        src("node", "node/src/b.rs", tested),
+    ];
+    let kinds = kinds(&sources);
+    let said: Vec<String> = string_errors(&sources, &kinds)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].starts_with("node/src/a.rs:1: a Result whose error is a String"));
 }
 
 fn src(krate: &str, path: &str, text: String) -> Source {

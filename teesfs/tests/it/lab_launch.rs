@@ -2,7 +2,9 @@
 //! demand-only, shared storage, sbcast+untar with real Slurm) starts the application on
 //! every node from its own copy of the layer, on nodes that held nothing before; a push
 //! that streams nothing moves only what the application reads, and one that streams the
-//! whole layer moves all of it.
+//! whole layer moves all of it. The layer is also made a container image (an OCI layout
+//! by `umoci`, a squashfs by `mksquashfs`), which the image methods start: a pull from a
+//! real registry on the storage node, sbcast+unsquashfs, and squashfuse over HTTP.
 
 use std::time::Duration;
 
@@ -38,6 +40,7 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         probe: "app/start.txt".into(),
         bulk_after: std::time::Duration::from_secs(30),
         bulk_quiet: std::time::Duration::from_secs(2),
+        image: Some(image_of(&layer, tmp.path())),
     };
     let t = std::time::Instant::now();
     let rep = lab::launch::run(&lab, &l, &Method::ALL, |o| eprintln!("{o:?}")).expect("launch");
@@ -47,6 +50,12 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
     for o in &rep.outcomes {
         assert_eq!((o.ok, o.nodes), (6, 6), "{}: {o:?}", o.method.name());
         assert!(o.app_s > 0.0, "{o:?}");
+        let last = o.last.as_deref().expect("the node that finished last");
+        assert!(
+            lab.layout().compute().any(|n| n.host == last),
+            "{}: last {last} is not a compute node",
+            o.method.name()
+        );
     }
     let by = |m: Method| {
         rep.outcomes
@@ -82,9 +91,78 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         by(Method::Learned)
     );
     assert!(rep.local_s.is_some(), "copy-first measured the local start");
+    // Every node pulled the whole image from the registry on the storage node; squashfuse
+    // read only what the application read (and the squashfs's tables) from there.
+    let nodes = 6;
+    assert!(
+        by(Method::RegistryPull).source_out_bytes >= nodes * whole,
+        "{:?}",
+        by(Method::RegistryPull)
+    );
+    let lazy = by(Method::Squashfuse).source_out_bytes;
+    assert!(
+        lazy > 0 && lazy < nodes * whole / 2,
+        "squashfuse sent {lazy} bytes"
+    );
+    assert!(by(Method::SbcastUnsquash).uplink_in_bytes >= whole);
+    let table = lab::launch::table(&rep);
+    assert!(table.contains("10x sooner than registry-pull"), "{table}");
+    assert!(
+        table.contains("at most 1/8 of squashfuse's egress"),
+        "{table}"
+    );
     let run = rep.urgent_first.as_ref().expect("urgent-first run kept");
     assert!(run.push.report.streamed_bytes >= whole);
     lab.down().expect("lab down");
+}
+
+/// The layer as a container image: an OCI layout (tag `t`, by `umoci`) and a squashfs.
+fn image_of(layer: &std::path::Path, tmp: &std::path::Path) -> lab::image::ImageFiles {
+    let oci = tmp.join("oci");
+    let bundle = tmp.join("bundle");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap_or_else(|e| panic!("{} (scripts/deps.sh installs it): {e}", args[0]));
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+    let s = |p: &std::path::Path| p.display().to_string();
+    run(&["umoci", "init", "--layout", &s(&oci)]);
+    run(&["umoci", "new", "--image", &format!("{}:t", s(&oci))]);
+    run(&[
+        "umoci",
+        "unpack",
+        "--image",
+        &format!("{}:t", s(&oci)),
+        &s(&bundle),
+    ]);
+    run(&[
+        "cp",
+        "-a",
+        &format!("{}/.", s(layer)),
+        &s(&bundle.join("rootfs")),
+    ]);
+    run(&[
+        "umoci",
+        "repack",
+        "--image",
+        &format!("{}:t", s(&oci)),
+        &s(&bundle),
+    ]);
+    let squashfs = tmp.join("image.sqfs");
+    run(&[
+        "mksquashfs",
+        &s(layer),
+        &s(&squashfs),
+        "-quiet",
+        "-no-progress",
+    ]);
+    lab::image::ImageFiles {
+        oci,
+        tag: "t".into(),
+        squashfs,
+    }
 }
 
 /// The status JSON of a lab node's daemon.

@@ -83,7 +83,7 @@ impl Site {
         .expect("trust");
         let plugstack = if plugin {
             vec![format!(
-                "required {so} teesfs={bin} mount_root={work}/%h/jobs",
+                "required {so} teesfs={bin} mount_root={work}/%h/jobs control={work}/%h/sock",
                 so = spank_plugin().display(),
                 bin = teesfs_bin(),
                 work = work.display(),

@@ -13,7 +13,7 @@ use crate::cluster::Cluster;
 use crate::util::{can_mount, noise, teesfs_bin};
 
 /// The first job, as `push --job` names it.
-const JOB: &str = "4242";
+pub(crate) const JOB: &str = "4242";
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -42,7 +42,7 @@ fn read_tail(path: &Path) {
 
 /// `teesfs push` of `index` to `nodes` (a hostlist of the cluster's nodes) with `extra`,
 /// printing its report as JSON.
-fn push_to(c: &Cluster, index: &str, nodes: &str, extra: &[&str]) -> Output {
+pub(crate) fn push_to(c: &Cluster, index: &str, nodes: &str, extra: &[&str]) -> Output {
     Command::new(teesfs_bin())
         .args(["push", "--quiet", "--format", "json", "--store"])
         .arg(c.ws.store())
@@ -59,12 +59,12 @@ fn push_to(c: &Cluster, index: &str, nodes: &str, extra: &[&str]) -> Output {
         .expect("teesfs push")
 }
 
-fn report(out: &Output) -> serde_json::Value {
+pub(crate) fn report(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "push failed: {out:?}");
     serde_json::from_slice(&out.stdout).expect("push report JSON")
 }
 
-fn learn(c: &Cluster, nodes: &str, extra: &[&str]) -> Output {
+pub(crate) fn learn(c: &Cluster, nodes: &str, extra: &[&str]) -> Output {
     Command::new(teesfs_bin())
         .args(["learn", "--job", JOB, "--nodes", nodes, "--store"])
         .arg(c.ws.store())
@@ -80,7 +80,7 @@ fn learn(c: &Cluster, nodes: &str, extra: &[&str]) -> Output {
         .expect("teesfs learn")
 }
 
-fn release(c: &Cluster, i: usize) {
+pub(crate) fn release(c: &Cluster, i: usize) {
     let out = Command::new(teesfs_bin())
         .args(["release", "--job", JOB, "--control"])
         .arg(c.nodes[i].control())
@@ -94,7 +94,7 @@ fn release(c: &Cluster, i: usize) {
 }
 
 /// The store's only learned list.
-fn learned_file(c: &Cluster) -> PathBuf {
+pub(crate) fn learned_file(c: &Cluster) -> PathBuf {
     let dir = c.ws.store().join("learned");
     let lists: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("the store has learned/")
@@ -107,7 +107,7 @@ fn learned_file(c: &Cluster) -> PathBuf {
 }
 
 /// The file lines and the `!` lines of an urgent list.
-fn entries(list: &Path) -> (Vec<String>, Vec<String>) {
+pub(crate) fn entries(list: &Path) -> (Vec<String>, Vec<String>) {
     let listed = std::fs::read_to_string(list).expect("list");
     let files = listed
         .lines()

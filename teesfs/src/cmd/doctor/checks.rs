@@ -82,6 +82,22 @@ impl Report {
     }
 }
 
+/// Why a fact could not be gathered (an I/O or parse error's message, for the report).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable(pub String);
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Unreadable {
+    fn from(why: &str) -> Self {
+        Self(why.to_owned())
+    }
+}
+
 /// What was found about a file-like thing: absent, present but unusable (why), or usable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found<T> {

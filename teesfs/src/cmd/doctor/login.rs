@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::checks::{CertFacts, Check, Found, Level};
+use super::checks::{CertFacts, Check, Found, Level, Unreadable};
 
 /// The site configuration as doctor saw it: the files read, the invalid values and the
 /// unknown keys (each as its message).
@@ -19,7 +19,7 @@ pub struct LoginFacts {
     pub now: i64,
     /// The site configuration's files read, and its problems (invalid, unknown), or why
     /// it cannot be read at all.
-    pub site: Result<SiteFacts, String>,
+    pub site: Result<SiteFacts, Unreadable>,
     /// The store (`[store] path`): how many indexes, whether a group shares it, whether
     /// this user may write into it; `Missing` when none is configured.
     pub store: Found<(PathBuf, usize, bool, bool)>,
@@ -59,7 +59,7 @@ fn site(f: &LoginFacts) -> Check {
         Err(e) => check(
             "site",
             Level::Fail,
-            e.clone(),
+            e.to_string(),
             Some("fix the file it names"),
         ),
         Ok((read, invalid, _)) if !invalid.is_empty() => check(

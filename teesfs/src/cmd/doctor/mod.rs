@@ -169,11 +169,14 @@ fn gather_login(args: &DoctorArgs, host: String) -> login::LoginFacts {
         ),
         Err(_) => (args.store.clone(), false),
     };
-    let site = loaded.map_err(|e| e.to_string()).map(|l| {
-        let (invalid, unknown): (Vec<_>, Vec<_>) = l.problems.iter().partition(|p| p.is_invalid());
-        let text = |v: Vec<&manifest::SiteProblem>| v.iter().map(|p| p.to_string()).collect();
-        (l.read, text(invalid), text(unknown))
-    });
+    let site = loaded
+        .map_err(|e| checks::Unreadable(e.to_string()))
+        .map(|l| {
+            let (invalid, unknown): (Vec<_>, Vec<_>) =
+                l.problems.iter().partition(|p| p.is_invalid());
+            let text = |v: Vec<&manifest::SiteProblem>| v.iter().map(|p| p.to_string()).collect();
+            (l.read, text(invalid), text(unknown))
+        });
     let ca_key = args.identity.join(pki::CA_KEY);
     login::LoginFacts {
         now: util::unix_now() as i64,

@@ -9,7 +9,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::checks::{Check, Found, Level};
+use super::checks::{Check, Found, Level, Unreadable};
 use super::login::LoginFacts;
 
 /// Who holds the seeder's port.
@@ -29,7 +29,7 @@ pub struct FileFacts {
     /// The file (or directory).
     pub path: PathBuf,
     /// Its owner uid, group and mode, or why they cannot be read.
-    pub stat: Result<(u32, u32, u32), String>,
+    pub stat: Result<(u32, u32, u32), Unreadable>,
 }
 
 /// What the seeder's host holds, gathered before any verdict.
@@ -335,7 +335,7 @@ pub fn gather(
 fn file_facts(path: PathBuf) -> FileFacts {
     let stat = std::fs::metadata(&path)
         .map(|m| (m.uid(), m.gid(), m.mode()))
-        .map_err(|e| e.to_string());
+        .map_err(|e| Unreadable(e.to_string()));
     FileFacts { path, stat }
 }
 

@@ -54,6 +54,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             // What users get: the push's own defaults.
             bulk_after: crate::cmd::push::DEFAULT_BULK_AFTER,
             bulk_quiet: crate::cmd::push::DEFAULT_BULK_QUIET,
+            image: None,
         };
         let methods = [
             Method::UrgentFirst,

@@ -28,13 +28,27 @@ pub struct LaunchArgs {
     #[command(flatten)]
     shape: ShapeArgs,
     /// The layer directory to publish and push.
-    #[arg(long, value_name = "DIR")]
-    layer: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "image",
+        conflicts_with = "image"
+    )]
+    layer: Option<PathBuf>,
+    /// A container image instead of a layer: an OCI image layout (`DIR` or `DIR:TAG`, as
+    /// `skopeo copy ... oci:DIR:TAG` or scripts/image-build.sh writes it). The image is
+    /// published with `publish --image` and recorded with `record --image`; the
+    /// application runs as a task of an image job (`teesfs run --image` over the node's
+    /// copy, with the image's config); the default methods are how sites start images:
+    /// teesfs urgent-first, copy-first and demand-only against registry-pull,
+    /// sbcast+unsquash and squashfuse from the storage node.
+    #[arg(long, value_name = "OCI_LAYOUT[:TAG]")]
+    image: Option<String>,
     /// The application: a shell command run on every node, with `TEESFS_MOUNT` set to the
     /// node's copy of the layer (its mount, or its unpacked tarball); it has started when
-    /// it exits 0.
-    #[arg(long, value_name = "CMD")]
-    app: String,
+    /// it exits 0. With --image it runs inside the image (default: its Entrypoint and Cmd).
+    #[arg(long, value_name = "CMD", required_unless_present = "image")]
+    app: Option<String>,
     /// The urgent set: layer paths in the order of first use, one per line (what `teesfs
     /// record` writes). Without it, the application is recorded once on the login node
     /// with `teesfs record` (TEESFS_MOUNT=/, the layer over "/").
@@ -44,13 +58,11 @@ pub struct LaunchArgs {
     /// default: the first path of the urgent list, else the layer's root.
     #[arg(long, value_name = "PATH")]
     probe: Option<String>,
-    /// The launch methods to run, in order.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "urgent-first,urgent-eager,urgent-only,copy-first,demand-only,shared-storage,sbcast+untar,urgent-learned",
-        value_parser = parse_method
-    )]
+    /// The launch methods to run, in order [default: urgent-first, urgent-eager,
+    /// urgent-only, copy-first, demand-only, shared-storage, sbcast+untar, urgent-learned;
+    /// with --image: urgent-first, copy-first, demand-only, registry-pull,
+    /// sbcast+unsquash, squashfuse].
+    #[arg(long, value_delimiter = ',', value_parser = parse_method)]
     methods: Vec<Method>,
     /// urgent-first (the default push): hold the rest of the layer back at most this long after the urgent
     /// set is on every node (`teesfs push --bulk-after`).
@@ -69,10 +81,20 @@ pub struct LaunchArgs {
     report: PathBuf,
 }
 
-fn parse_method(s: &str) -> Result<Method, String> {
+/// The methods an image's launch runs by default: teesfs against how sites start images.
+const IMAGE_METHODS: [Method; 6] = [
+    Method::UrgentFirst,
+    Method::CopyFirst,
+    Method::DemandOnly,
+    Method::RegistryPull,
+    Method::SbcastUnsquash,
+    Method::Squashfuse,
+];
+
+fn parse_method(s: &str) -> anyhow::Result<Method> {
     Method::parse(s).ok_or_else(|| {
         let names: Vec<&str> = Method::ALL.iter().map(|m| m.name()).collect();
-        format!(
+        anyhow::anyhow!(
             "unknown launch method {s:?}; the methods are {}",
             names.join(", ")
         )
@@ -82,18 +104,58 @@ fn parse_method(s: &str) -> Result<Method, String> {
 /// Runs `teesfs lab launch`.
 pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
     lab::require_root()?;
-    if !a.layer.is_dir() {
-        bail!("--layer {}: not a directory", a.layer.display());
+    let image = a.image.as_deref().map(super::image::prepare).transpose()?;
+    let (layer, app) = match (&image, &a.layer, &a.app) {
+        (Some(img), _, app) => {
+            let exe = std::env::current_exe().context("finding the teesfs binary")?;
+            (img.rootfs.clone(), img.app(&exe, app.as_deref())?)
+        }
+        (None, Some(layer), Some(app)) => (layer.clone(), app.clone()),
+        _ => bail!("give --layer and --app, or --image"),
+    };
+    if !layer.is_dir() {
+        bail!("--layer {}: not a directory", layer.display());
+    }
+    let methods = if !a.methods.is_empty() {
+        a.methods.clone()
+    } else if image.is_some() {
+        IMAGE_METHODS.to_vec()
+    } else {
+        Method::ALL
+            .into_iter()
+            .filter(|m| !m.image_only())
+            .collect()
+    };
+    if let Some(m) = methods.iter().find(|m| m.image_only() && image.is_none()) {
+        bail!(
+            "--methods {}: starts a container image; give --image",
+            m.name()
+        );
     }
     let lab = a.shape.up()?;
-    let app = lab::demo::shell_app(&a.app);
     let result = (|| {
-        let index = publish(&lab, &a.layer)?;
+        // An image is published as users publish it, from its layout.
+        let index = match &image {
+            Some(img) => timed(&img.files.source(), || {
+                lab.publish_image(&img.files.source())
+            })?,
+            None => publish(&lab, &layer)?,
+        };
         let list = match &a.urgent_list {
             Some(p) => {
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
             }
-            None => record(&lab, &index, &a.app)?,
+            None => match &image {
+                Some(img) => {
+                    let mut args = vec!["--image".to_string(), index.clone()];
+                    args.extend(img.record_args(a.app.as_deref())?);
+                    record(&lab, &args)?
+                }
+                None => {
+                    let args = ["--index", &index, "--", "/bin/sh", "-c", &app];
+                    record(&lab, &args.map(str::to_string))?
+                }
+            },
         };
         let probe = a.probe.clone().unwrap_or_else(|| {
             lab::demo::urgent_paths(&list)
@@ -102,15 +164,16 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
                 .to_string()
         });
         let l = Launch {
-            layer: a.layer.clone(),
+            layer: layer.clone(),
             index,
             urgent: lab::demo::urgent_globs(&list),
-            app,
+            app: lab::demo::shell_app(&app),
             probe,
             bulk_after: a.bulk_after,
             bulk_quiet: a.bulk_quiet,
+            image: image.as_ref().map(|i| i.files.clone()),
         };
-        launch(&lab, &l, &a.methods, &a.report, "teesfs lab launch")
+        launch(&lab, &l, &methods, &a.report, "teesfs lab launch")
     })();
     lab.down()?;
     result
@@ -118,30 +181,34 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
 
 /// Publishes `layer` into the lab's store; returns the index id.
 pub fn publish(lab: &Lab, layer: &Path) -> anyhow::Result<String> {
+    timed(&layer.display().to_string(), || lab.publish(layer))
+}
+
+/// Runs `publish` and says how long publishing `what` took.
+fn timed(what: &str, publish: impl FnOnce() -> lab::Result<String>) -> anyhow::Result<String> {
     let t = std::time::Instant::now();
-    let index = lab.publish(layer)?;
+    let index = publish()?;
     errln!(
-        "published {} in {:.1} s (index {})",
-        layer.display(),
+        "published {what} in {:.1} s (index {})",
         t.elapsed().as_secs_f64(),
         &index[..12.min(index.len())]
     );
     Ok(index)
 }
 
-/// Records the urgent set of `app` once on the login node with `teesfs record`: the layer
-/// over "/" and `TEESFS_MOUNT=/`.
-fn record(lab: &Lab, index: &str, app: &str) -> anyhow::Result<String> {
+/// Records the urgent set once on the login node with `teesfs record` and `what` (the
+/// index and the command): a layer over "/" and `TEESFS_MOUNT=/`, or an image as its root.
+fn record(lab: &Lab, what: &[String]) -> anyhow::Result<String> {
     let out = lab.work().join("recorded-urgent.list");
     let exe = std::env::current_exe().context("finding the teesfs binary")?;
     let status = std::process::Command::new(exe)
         .args(["record", "--store"])
         .arg(lab.work().join("store"))
-        .args(["--index", index, "--trust"])
+        .arg("--trust")
         .arg(lab.work().join("publisher.pub"))
         .arg("-o")
         .arg(&out)
-        .args(["--", "/bin/sh", "-c", app])
+        .args(what)
         .env("TEESFS_MOUNT", "/")
         .stdout(std::process::Stdio::null())
         .status()
@@ -171,10 +238,14 @@ pub fn launch(
 ) -> anyhow::Result<()> {
     let rep = lab::launch::run(lab, l, methods, |o| {
         errln!(
-            "{}: application started on every node in {:.2} s ({})",
+            "{}: application started on every node in {:.2} s ({}{})",
             o.method.name(),
             o.app_s,
-            o.detail
+            o.detail,
+            o.last
+                .as_deref()
+                .map(|h| format!("; last {h}"))
+                .unwrap_or_default()
         );
     })?;
     let mut text = format!(

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Where a receiving daemon's CPU goes on a real layer (issue 33): `teesfs daemon`s on
+# loopback receive LAYER by `teesfs push --wait all` (no urgent set, so copies are made
+# ahead of every file). n01 runs under `perf record -g`; with CHILDREN=N it is a proxy
+# that relays to N members (n02...), as a group's proxy does. Prints the push's wall time
+# and each daemon's CPU-s, and leaves OUT/perf.data for `perf report --children`.
+# Run as root. LAYER defaults to scripts/realistic-layer.sh's output in /var/tmp/rl (the
+# demo's small chunks: LAYER=/var/tmp/teesfs-lab-demo/layer); BIN to a release build;
+# PERF=0 measures without perf.
+set -euo pipefail
+BIN=${BIN:-target/release/teesfs}
+LAYER=${LAYER:-/var/tmp/rl/layer}
+OUT=${OUT:-/var/tmp/teesfs-profile-receive}
+CHILDREN=${CHILDREN:-0}
+PERF=${PERF:-1}
+[ -d "$LAYER" ] || { echo "profile-receive: no layer at $LAYER (run scripts/realistic-layer.sh /var/tmp/rl, or set LAYER)" >&2; exit 1; }
+case "$CHILDREN" in '' | *[!0-9]*) echo "profile-receive: CHILDREN=$CHILDREN is not a count of nodes (0-98)" >&2; exit 1 ;; esac
+[ "$CHILDREN" -le 98 ] || { echo "profile-receive: CHILDREN=$CHILDREN: at most 98" >&2; exit 1; }
+mkdir -p "$OUT"
+work=$(mktemp -d /dev/shm/teesfs-prof.XXXXXX)
+pids=()
+cleanup() {
+    set +e
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    grep -o " $work/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+export TEESFS_CONFIG="$work/config"
+n=$((CHILDREN + 1))
+last=$(printf 'n%02d' "$n")
+"$BIN" keygen --out "$work/pub.key" >/dev/null
+"$BIN" keygen --cluster "$work/cluster" --nodes "login,n[01-$(printf '%02d' "$n")]" >/dev/null
+idx=$("$BIN" publish "$LAYER" --store "$work/store" --key "$work/pub.key" --quiet --format json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])')
+: >"$work/hosts"
+for i in $(seq "$n"); do
+    h=$(printf 'n%02d' "$i")
+    mkdir -p "$work/$h"
+    TEESFS_LOG=teesfs=warn "$BIN" daemon --host "$h" --listen 127.0.0.1:0 --identity "$work/cluster" \
+        --state-dir "$work/$h/state" --mount-root "$work/$h/jobs" --control "$work/$h/sock" \
+        --trust "$work/pub.pub" >"$work/$h/out" 2>"$work/$h/log" &
+    pids+=("$!")
+    st=""
+    for _ in $(seq 300); do st=$("$BIN" status --format json --control "$work/$h/sock" 2>/dev/null) && break; sleep 0.1; done
+    [ -n "$st" ] || { echo "daemon $h did not start:" >&2; cat "$work/$h/log" >&2; exit 1; }
+    echo "$h $(python3 -c 'import json, sys; print(json.load(sys.stdin)["listen"])' <<<"$st")" >>"$work/hosts"
+done
+cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
+before=()
+for p in "${pids[@]}"; do before+=("$(cpu_of "$p")"); done
+ppid=""
+if [ "$PERF" = 1 ]; then
+    perf record -F 2000 -g -p "${pids[0]}" -o "$OUT/perf.data" 2>/dev/null &
+    ppid=$!
+    sleep 0.5
+fi
+/usr/bin/time -f "%e %U %S" -o "$work/time" "$BIN" push --quiet --store "$work/store" --index "$idx" \
+    --nodes "n[01-$(printf '%02d' "$n")]" --group-size "$n" --identity "$work/cluster" --hosts "$work/hosts" \
+    --listen 127.0.0.1:0 --trust "$work/pub.pub" --wait all --no-learned-rates >/dev/null 2>&1
+if [ -n "$ppid" ]; then kill -INT "$ppid"; wait "$ppid" || true; fi
+read -r wall user sys <"$work/time"
+echo "push to n01..$last: wall $wall s, the root's CPU $(awk -v u="$user" -v s="$sys" 'BEGIN {print u + s}') s"
+for i in "${!pids[@]}"; do
+    h=$(printf 'n%02d' $((i + 1)))
+    role=member
+    [ "$i" = 0 ] && role=$([ "$CHILDREN" = 0 ] && echo receiver || echo "proxy of $CHILDREN")
+    echo "$h ($role): $(awk -v a="${before[$i]}" -v b="$(cpu_of "${pids[$i]}")" 'BEGIN {printf "%.2f", b - a}') CPU-s"
+done
+[ "$PERF" = 1 ] && echo "profile of n01: perf report -i $OUT/perf.data --children --sort symbol"
