@@ -164,6 +164,16 @@ impl NodeCgroups {
         Some(Throttling::parse(&text))
     }
 
+    /// Seconds the cgroups of `hosts` have spent throttled so far, summed: differences
+    /// tell how long the model's CPU quotas held those nodes back during a step.
+    pub fn throttled_s<'a>(&self, hosts: impl IntoIterator<Item = &'a str>) -> f64 {
+        hosts
+            .into_iter()
+            .filter_map(|h| self.throttling(h))
+            .map(|t| t.throttled_ns as f64 / 1e9)
+            .sum()
+    }
+
     /// The pids in `host`'s cgroup.
     pub fn pids(&self, host: &str) -> Vec<u32> {
         self.dirs

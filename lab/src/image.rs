@@ -254,6 +254,7 @@ fn outcome(method: Method, apps: &[AppRun], app_s: f64, all_s: f64, detail: Stri
         app_cpu_s: apps.iter().map(|x| x.cpu_s).sum(),
         detail,
         last: crate::launch::last_node(apps),
+        throttled_s: None,
     }
 }
 
@@ -499,6 +500,7 @@ mod tests {
             app_cpu_s: 0.0,
             detail: String::new(),
             last: None,
+            throttled_s: None,
         }
     }
 

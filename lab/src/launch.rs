@@ -191,6 +191,10 @@ pub struct Outcome {
     pub detail: String,
     /// The node whose application finished last: the one that set `app_s`.
     pub last: Option<String>,
+    /// Node-seconds the nodes spent throttled by their CPU quotas during this method,
+    /// summed over nodes (the scale model's `cpu.stat`); `None` when the lab is pooled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled_s: Option<f64>,
 }
 
 /// Every method's launch, and the urgent-first run for the picture.
@@ -248,6 +252,10 @@ pub fn run(
         crate::check_interrupt()?;
         lab.fresh_nodes()?;
         let cpu_before = lab.cpu_seconds();
+        let throttled = |c: &crate::cgroup::NodeCgroups| {
+            c.throttled_s(lab.layout().compute().map(|n| n.host.as_str()))
+        };
+        let throttled_before = lab.cgroups().map(throttled);
         let out_before = crate::image::sources_out(lab)?;
         let mut o = match m {
             Method::UrgentFirst | Method::DemandOnly => {
@@ -301,6 +309,10 @@ pub fn run(
             m => crate::image::run(lab, l, m)?,
         };
         o.cpu_s += lab.cpu_seconds() - cpu_before;
+        o.throttled_s = lab
+            .cgroups()
+            .zip(throttled_before)
+            .map(|(c, before)| throttled(c) - before);
         o.source_out_bytes = crate::image::sources_out(lab)?.saturating_sub(out_before);
         on_outcome(&o);
         rep.outcomes.push(o);
@@ -445,6 +457,7 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
         app_cpu_s: apps_cpu(&run.apps),
         detail: detail.into(),
         last: last_node(&run.apps),
+        throttled_s: None,
     }
 }
 
@@ -473,6 +486,7 @@ fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
         app_cpu_s: apps_cpu(&apps),
         detail: format!("copy {copied:.2} s, then start {local:.2} s"),
         last: last_node(&apps),
+        throttled_s: None,
     };
     Ok((out, local))
 }
@@ -560,6 +574,7 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
             app_s - unpacked
         ),
         last: last_node(&apps),
+        throttled_s: None,
     })
 }
 
@@ -574,8 +589,8 @@ pub fn table(rep: &Report) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "  {:<15} {:>10} {:>9} {:>10} {:>9} {:>13}  detail",
-        "method", "app start", "vs urgent", "urgent set", "uplinks", "cpu self+apps"
+        "  {:<15} {:>10} {:>9} {:>10} {:>9} {:>13} {:>10}  detail",
+        "method", "app start", "vs urgent", "urgent set", "uplinks", "cpu self+apps", "throttled"
     );
     for o in &rep.outcomes {
         let ratio = base.map_or(String::from("-"), |b| format!("{:.1}x", o.app_s / b));
@@ -588,13 +603,14 @@ pub fn table(rep: &Report) -> String {
         }
         let _ = writeln!(
             t,
-            "  {:<15} {:>8.2} s {:>9} {:>10} {:>6.1} MiB {:>13}  {detail}",
+            "  {:<15} {:>8.2} s {:>9} {:>10} {:>6.1} MiB {:>13} {:>10}  {detail}",
             o.method.name(),
             o.app_s,
             ratio,
             urgent,
             o.uplink_in_bytes as f64 / f64::from(1u32 << 20),
             format!("{:.1}+{:.1} s", o.method_cpu_s(), o.app_cpu_s),
+            throttled_per_node(o),
         );
     }
     if let Some(local) = rep.local_s {
@@ -610,6 +626,15 @@ pub fn table(rep: &Report) -> String {
     t.push_str(&goals(rep));
     t.push_str(&crate::image::goals(rep));
     t
+}
+
+/// How long each node waited on its CPU quota during a method, on average: beside the
+/// application's start it tells whether the model's CPU held the method back.
+fn throttled_per_node(o: &Outcome) -> String {
+    match o.throttled_s {
+        Some(s) if o.nodes > 0 => format!("{:.2} s", s / o.nodes as f64),
+        _ => "-".into(),
+    }
 }
 
 /// The default's goals (DESIGN.md, issue 28), judged on this run: each line gives the
@@ -676,120 +701,5 @@ pub fn goals(rep: &Report) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_last_node_is_the_one_that_finished_last() {
-        let app = |host: &str, done_s: f64| AppRun {
-            host: host.into(),
-            started_s: 0.0,
-            done_s,
-            ok: true,
-            output: String::new(),
-            cpu_s: 0.0,
-        };
-        let apps = [app("n01", 3.0), app("n09", 7.5), app("n02", 4.0)];
-        assert_eq!(last_node(&apps).as_deref(), Some("n09"));
-        assert_eq!(max_done(&apps), 7.5);
-        assert_eq!(last_node(&[]), None);
-    }
-
-    fn outcome(method: Method, app_s: f64, cpu_s: f64) -> Outcome {
-        Outcome {
-            method,
-            app_s,
-            urgent_s: None,
-            all_s: None,
-            ok: 4,
-            nodes: 4,
-            uplink_in_bytes: 0,
-            source_out_bytes: 0,
-            mounted_s: None,
-            push_wall_s: None,
-            cpu_s,
-            app_cpu_s: 0.0,
-            detail: String::new(),
-            last: None,
-        }
-    }
-
-    #[test]
-    fn what_learn_said_is_read_back() {
-        let said = "learned 109 files and 3 names that exist nowhere from 31 of 32 nodes of job \
-                    0000000000001092 (index 3a6a) -> /s/learned/3a6a.list\n";
-        let l = parse_learned(said).expect("parsed");
-        assert_eq!((l.files, l.nodes), (109, 31));
-        assert_eq!(parse_learned("nothing here"), None);
-    }
-
-    #[test]
-    fn method_names_round_trip() {
-        for m in Method::ALL {
-            assert_eq!(Method::parse(m.name()), Some(m));
-        }
-        assert_eq!(Method::parse("nfs"), None);
-    }
-
-    #[test]
-    fn the_table_compares_every_method_with_urgent_first() {
-        let o = |method, app_s| outcome(method, app_s, 0.0);
-        let rep = Report {
-            outcomes: vec![o(Method::UrgentFirst, 2.0), o(Method::Sbcast, 30.0)],
-            local_s: Some(1.0),
-            urgent_first: None,
-        };
-        let t = table(&rep);
-        assert!(t.contains("15.0x"), "{t}");
-        assert!(t.contains("urgent-first: 2.00x of it"), "{t}");
-    }
-
-    #[test]
-    fn the_goals_judge_the_default_and_print_the_cap_where_the_start_bounds_a_ratio() {
-        let o = outcome;
-        let rep = Report {
-            outcomes: vec![
-                o(Method::UrgentFirst, 8.0, 23.5),
-                o(Method::CopyFirst, 18.0, 21.4),
-                o(Method::DemandOnly, 8.5, 10.0),
-                o(Method::Sbcast, 30.0, 40.0),
-            ],
-            local_s: Some(6.8),
-            urgent_first: None,
-        };
-        let g = goals(&rep);
-        assert!(g.contains("local data:      1.18x  met"), "{g}");
-        assert!(
-            g.contains("2x sooner than copy-first:            2.25x  met\n"),
-            "{g}"
-        );
-        // sbcast+untar: 30 / 8 = 3.75x, under 5x; the start caps it at 30 / 6.8 = 4.41x.
-        assert!(g.contains("3.75x  NOT met (cap 4.41x)"), "{g}");
-        assert!(g.contains("0.94x  met"), "{g}");
-        assert!(g.contains("+9.8%  met"), "{g}");
-        let mut worse = rep;
-        worse.outcomes[0].cpu_s = 30.0;
-        assert!(goals(&worse).contains("NOT met (30.0 s against 21.4 s;"));
-    }
-
-    #[test]
-    fn the_cpu_goal_counts_the_methods_own_cpu_and_shows_the_applications_beside_it() {
-        let mut def = outcome(Method::UrgentFirst, 8.0, 30.0);
-        def.app_cpu_s = 9.0;
-        let mut copy = outcome(Method::CopyFirst, 18.0, 21.4);
-        copy.app_cpu_s = 2.0;
-        let rep = Report {
-            outcomes: vec![def, copy],
-            local_s: Some(6.8),
-            urgent_first: None,
-        };
-        // 21.0 against 19.4 CPU-s of the methods' own: +8.2%; with the applications +40.2%.
-        let g = goals(&rep);
-        assert!(g.contains("+8.2%  met (21.0 s against 19.4 s;"), "{g}");
-        assert!(
-            g.contains("with the applications +40.2%: 30.0 s against 21.4 s"),
-            "{g}"
-        );
-        assert!(table(&rep).contains("21.0+9.0 s"), "{}", table(&rep));
-    }
-}
+#[path = "launch_tests.rs"]
+mod tests;

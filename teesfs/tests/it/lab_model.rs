@@ -152,6 +152,19 @@ fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
         .throttling("n02")
         .expect("cpu.stat");
     assert!(throttled.throttled > 0, "{throttled:?}");
+    // What `lab launch` reports per method: the spinning node waited on its quota for most
+    // of the time it spun; an idle node (n01: its daemon only) hardly at all.
+    let cgroups = lab.cgroups().expect("cgroups");
+    let (spun, idle) = (cgroups.throttled_s(["n02"]), cgroups.throttled_s(["n01"]));
+    assert!(
+        spun >= 0.5 * wall,
+        "n02 spun {wall:.2} s on 2 loops and was held only {spun:.3} s"
+    );
+    assert!(idle < 0.1, "an idle node was held {idle:.3} s");
+    assert!(
+        (cgroups.throttled_s(["n01", "n02"]) - spun - idle).abs() < 0.2,
+        "the sum over nodes is the sum of each"
+    );
     // n03's work is not slowed by n02 spinning.
     assert!(
         beside < alone * 1.3 + 0.1,
