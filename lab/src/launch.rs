@@ -251,11 +251,9 @@ pub fn run(
     for &m in methods {
         crate::check_interrupt()?;
         lab.fresh_nodes()?;
-        let cpu_before = lab.cpu_seconds();
-        let throttled = |c: &crate::cgroup::NodeCgroups| {
-            c.throttled_s(lab.layout().compute().map(|n| n.host.as_str()))
-        };
-        let throttled_before = lab.cgroups().map(throttled);
+        let before = Spent::now(lab);
+        // What learning from this run cost: urgent-learned's, which it prepares.
+        let mut learning = Spent::default();
         let out_before = crate::image::sources_out(lab)?;
         let mut o = match m {
             Method::UrgentFirst | Method::DemandOnly => {
@@ -268,7 +266,9 @@ pub fn run(
                 };
                 let run = on_mount(lab, l, o)?;
                 if wants_learning && (!demand || learned.is_none()) {
-                    learned = Some((m, learn(lab, &run.push.report.job, &l.index)));
+                    let got = learn(lab, &run.push.report.job, &l.index);
+                    learning = got.as_ref().map_or(Spent::default(), |g| g.cost);
+                    learned = Some((m, got));
                 }
                 let detail = if demand {
                     "every read through the tree".to_string()
@@ -308,16 +308,54 @@ pub fn run(
             Method::Learned => urgent_learned(lab, l, learned.take())?,
             m => crate::image::run(lab, l, m)?,
         };
-        o.cpu_s += lab.cpu_seconds() - cpu_before;
-        o.throttled_s = lab
-            .cgroups()
-            .zip(throttled_before)
-            .map(|(c, before)| throttled(c) - before);
+        let spent = before.until(lab);
+        o.cpu_s += spent.cpu_s - learning.cpu_s;
+        o.throttled_s = sum(o.throttled_s, spent.throttled_s).map(|t| t - learning.throttled());
         o.source_out_bytes = crate::image::sources_out(lab)?.saturating_sub(out_before);
         on_outcome(&o);
         rep.outcomes.push(o);
     }
     Ok(rep)
+}
+
+/// CPU a step used: the lab's CPU seconds ([`Lab::cpu_seconds`]) and the compute nodes'
+/// time held by their quotas ([`crate::cgroup::NodeCgroups::throttled_s`], `None` pooled).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Spent {
+    cpu_s: f64,
+    throttled_s: Option<f64>,
+}
+
+impl Spent {
+    /// The counters now.
+    fn now(lab: &Lab) -> Self {
+        let hosts = || lab.layout().compute().map(|n| n.host.as_str());
+        Self {
+            cpu_s: lab.cpu_seconds(),
+            throttled_s: lab.cgroups().map(|c| c.throttled_s(hosts())),
+        }
+    }
+
+    /// What was spent from `self` until now.
+    fn until(self, lab: &Lab) -> Self {
+        let now = Self::now(lab);
+        Self {
+            cpu_s: now.cpu_s - self.cpu_s,
+            throttled_s: now.throttled_s.zip(self.throttled_s).map(|(a, b)| a - b),
+        }
+    }
+
+    fn throttled(self) -> f64 {
+        self.throttled_s.unwrap_or(0.0)
+    }
+}
+
+/// The sum of two optional figures; `None` when neither is known.
+fn sum(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+    }
 }
 
 /// The urgent-learned run: a second job of the layer, pushed by default with no urgent
@@ -349,7 +387,7 @@ fn urgent_learned(
             learned.said.trim()
         )));
     }
-    Ok(teesfs_outcome(
+    let mut o = teesfs_outcome(
         Method::Learned,
         &run,
         &format!(
@@ -358,11 +396,16 @@ fn urgent_learned(
             learned.nodes,
             from.name()
         ),
-    ))
+    );
+    // The epilogs' release and `teesfs learn` belong to this method, not the one learned
+    // from.
+    o.cpu_s += learned.cost.cpu_s;
+    o.throttled_s = learned.cost.throttled_s;
+    Ok(o)
 }
 
 /// What `teesfs learn` merged from the nodes' records of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Learned {
     /// Files in the merged list.
     files: usize,
@@ -370,14 +413,19 @@ struct Learned {
     nodes: usize,
     /// What `learn` printed.
     said: String,
+    /// What the releases and `learn` cost.
+    cost: Spent,
 }
 
 /// The job's end as on a Slurm cluster ([`Lab::learn`]): every node releases `job`, then
 /// `teesfs learn` on the login node keeps the merged record beside `index`.
 fn learn(lab: &Lab, job: &str, index: &str) -> Result<Learned> {
+    let before = Spent::now(lab);
     let said = lab.learn(job, index)?;
-    parse_learned(&said)
-        .ok_or_else(|| LabError::Shape(format!("cannot read what `teesfs learn` said: {said}")))
+    let mut got = parse_learned(&said)
+        .ok_or_else(|| LabError::Shape(format!("cannot read what `teesfs learn` said: {said}")))?;
+    got.cost = before.until(lab);
+    Ok(got)
 }
 
 /// Reads `learned N files and K names that exist nowhere from M of T nodes of job ...`.
@@ -391,6 +439,7 @@ fn parse_learned(said: &str) -> Option<Learned> {
         files,
         nodes,
         said: said.to_string(),
+        cost: Spent::default(),
     })
 }
 

@@ -116,3 +116,16 @@ fn the_cpu_goal_counts_the_methods_own_cpu_and_shows_the_applications_beside_it(
     );
     assert!(table(&rep).contains("21.0+9.0 s"), "{}", table(&rep));
 }
+
+#[test]
+fn optional_figures_add_up_and_stay_unknown_only_when_both_are() {
+    assert_eq!(sum(None, None), None);
+    assert_eq!(sum(Some(1.5), None), Some(1.5));
+    assert_eq!(sum(None, Some(2.0)), Some(2.0));
+    assert_eq!(sum(Some(1.5), Some(2.0)), Some(3.5));
+    let learning = Spent {
+        cpu_s: 2.0,
+        throttled_s: None,
+    };
+    assert_eq!(learning.throttled(), 0.0);
+}
