@@ -56,7 +56,16 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
             "{}: last {last} is not a compute node",
             o.method.name()
         );
+        // The lab runs the scale model: each method's time held by the quotas is measured,
+        // and the CPU moved from the method learned from to urgent-learned leaves both
+        // positive.
+        let held = o
+            .throttled_s
+            .expect("throttling measured under the scale model");
+        assert!(held.is_finite() && held >= 0.0, "{o:?}");
+        assert!(o.cpu_s > 0.0, "{o:?}");
     }
+    assert!(lab::launch::table(&rep).contains("throttled"));
     let by = |m: Method| {
         rep.outcomes
             .iter()
