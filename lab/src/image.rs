@@ -255,6 +255,8 @@ fn outcome(method: Method, apps: &[AppRun], app_s: f64, all_s: f64, detail: Stri
         detail,
         last: crate::launch::last_node(apps),
         throttled_s: None,
+        job: None,
+        traffic: None,
     }
 }
 
@@ -501,6 +503,8 @@ mod tests {
             detail: String::new(),
             last: None,
             throttled_s: None,
+            job: None,
+            traffic: None,
         }
     }
 

@@ -41,6 +41,7 @@ use serde::Serialize;
 use crate::cluster::{Lab, PushOptions};
 use crate::demo::{self, App, AppRun, DemoRun};
 use crate::error::{LabError, Result};
+use crate::traffic::Traffic;
 
 /// A launch method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -195,6 +196,12 @@ pub struct Outcome {
     /// summed over nodes (the scale model's `cpu.stat`); `None` when the lab is pooled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throttled_s: Option<f64>,
+    /// The teesfs job the method pushed (`None` for the other tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// That job's traffic counters summed over the nodes: demand requests among them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<Traffic>,
 }
 
 /// Every method's launch, and the urgent-first run for the picture.
@@ -252,8 +259,10 @@ pub fn run(
         crate::check_interrupt()?;
         lab.fresh_nodes()?;
         let before = Spent::now(lab);
-        // What learning from this run cost: urgent-learned's, which it prepares.
+        // What learning from this run cost: urgent-learned's, which it prepares; and the
+        // job's traffic, read before learning releases it.
         let mut learning = Spent::default();
+        let mut traffic = None;
         let out_before = crate::image::sources_out(lab)?;
         let mut o = match m {
             Method::UrgentFirst | Method::DemandOnly => {
@@ -267,7 +276,9 @@ pub fn run(
                 let run = on_mount(lab, l, o)?;
                 if wants_learning && (!demand || learned.is_none()) {
                     let got = learn(lab, &run.push.report.job, &l.index);
-                    learning = got.as_ref().map_or(Spent::default(), |g| g.cost);
+                    if let Ok(g) = &got {
+                        (learning, traffic) = (g.cost, g.traffic);
+                    }
                     learned = Some((m, got));
                 }
                 let detail = if demand {
@@ -311,6 +322,7 @@ pub fn run(
         let spent = before.until(lab);
         o.cpu_s += spent.cpu_s - learning.cpu_s;
         o.throttled_s = sum(o.throttled_s, spent.throttled_s).map(|t| t - learning.throttled());
+        o.traffic = traffic.or_else(|| o.job.as_deref().and_then(|j| traffic_of(lab, j)));
         o.source_out_bytes = crate::image::sources_out(lab)?.saturating_sub(out_before);
         on_outcome(&o);
         rep.outcomes.push(o);
@@ -348,6 +360,13 @@ impl Spent {
     fn throttled(self) -> f64 {
         self.throttled_s.unwrap_or(0.0)
     }
+}
+
+/// `job`'s traffic on the nodes, or `None` (said in the log) when a node cannot tell.
+fn traffic_of(lab: &Lab, job: &str) -> Option<Traffic> {
+    crate::traffic::of_job(lab, job)
+        .map_err(|e| tracing::warn!("the traffic of job {job} is not known: {e}"))
+        .ok()
 }
 
 /// The sum of two optional figures; `None` when neither is known.
@@ -415,16 +434,20 @@ struct Learned {
     said: String,
     /// What the releases and `learn` cost.
     cost: Spent,
+    /// The job's traffic, read before the releases.
+    traffic: Option<Traffic>,
 }
 
 /// The job's end as on a Slurm cluster ([`Lab::learn`]): every node releases `job`, then
 /// `teesfs learn` on the login node keeps the merged record beside `index`.
 fn learn(lab: &Lab, job: &str, index: &str) -> Result<Learned> {
     let before = Spent::now(lab);
+    let traffic = traffic_of(lab, job);
     let said = lab.learn(job, index)?;
     let mut got = parse_learned(&said)
         .ok_or_else(|| LabError::Shape(format!("cannot read what `teesfs learn` said: {said}")))?;
     got.cost = before.until(lab);
+    got.traffic = traffic;
     Ok(got)
 }
 
@@ -440,6 +463,7 @@ fn parse_learned(said: &str) -> Option<Learned> {
         nodes,
         said: said.to_string(),
         cost: Spent::default(),
+        traffic: None,
     })
 }
 
@@ -507,6 +531,8 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
         detail: detail.into(),
         last: last_node(&run.apps),
         throttled_s: None,
+        job: Some(r.job.clone()),
+        traffic: None,
     }
 }
 
@@ -536,6 +562,8 @@ fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
         detail: format!("copy {copied:.2} s, then start {local:.2} s"),
         last: last_node(&apps),
         throttled_s: None,
+        job: Some(push.report.job.clone()),
+        traffic: None,
     };
     Ok((out, local))
 }
@@ -624,6 +652,8 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
         ),
         last: last_node(&apps),
         throttled_s: None,
+        job: None,
+        traffic: None,
     })
 }
 

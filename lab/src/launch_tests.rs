@@ -35,6 +35,8 @@ fn outcome(method: Method, app_s: f64, cpu_s: f64) -> Outcome {
         detail: String::new(),
         last: None,
         throttled_s: None,
+        job: None,
+        traffic: None,
     }
 }
 

@@ -42,6 +42,7 @@ pub mod slurm;
 pub mod soak;
 pub mod sweep;
 pub mod torrent;
+pub mod traffic;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -83,6 +83,18 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         by(Method::DemandOnly).uplink_in_bytes
     );
     assert!(by(Method::UrgentFirst).urgent_s.is_some());
+    // Each teesfs method's job counters, summed over the 6 nodes: the default received the
+    // whole layer on every node, as copy-first did; with nothing streamed, no chunk moved
+    // (the one file the application reads is small enough to live in the index).
+    let traffic = |m: Method| by(m).traffic.unwrap_or_else(|| panic!("{m:?}: traffic"));
+    let pushed = traffic(Method::UrgentFirst);
+    assert_eq!(pushed.nodes, 6, "{pushed:?}");
+    assert!(pushed.chunks_in >= 6 * 6, "6 MiB on 6 nodes: {pushed:?}");
+    let copied = traffic(Method::CopyFirst);
+    assert!(copied.nodes == 6 && copied.chunks_in >= 6 * 6, "{copied:?}");
+    let demand = traffic(Method::DemandOnly);
+    assert_eq!((demand.nodes, demand.chunks_in), (6, 0), "{demand:?}");
+    assert_eq!(by(Method::Sbcast).traffic, None);
     // The second launch, given no urgent globs, pushed first what the nodes read in the
     // first (learned at its end, as the Slurm EpilogSlurmctld does): the one file the
     // application read. A node records what it opens only until it holds the whole layer,
