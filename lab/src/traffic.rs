@@ -18,6 +18,11 @@ pub struct Traffic {
     pub demand_served: u64,
     /// Chunks the nodes received twice.
     pub duplicates: u64,
+    /// Times a node's parent or child stayed silent past its deadline while its transport
+    /// still answered (starved, not failed).
+    pub starved: u64,
+    /// Chunks the nodes read from the origin store because no node gave them.
+    pub from_origin: u64,
     /// Nodes whose status had the job.
     pub nodes: usize,
 }
@@ -29,6 +34,8 @@ impl Traffic {
         self.wants_sent += c.wants_sent;
         self.demand_served += c.demand_served;
         self.duplicates += c.duplicates;
+        self.starved += c.starved;
+        self.from_origin += c.from_origin;
         self.nodes += 1;
     }
 }
@@ -57,6 +64,8 @@ mod tests {
             wants_sent: 3,
             demand_served: 2,
             duplicates: 1,
+            starved: 1,
+            from_origin: 5,
             ..Default::default()
         };
         let mut t = Traffic::default();
@@ -69,6 +78,8 @@ mod tests {
                 wants_sent: 6,
                 demand_served: 4,
                 duplicates: 2,
+                starved: 2,
+                from_origin: 10,
                 nodes: 2
             }
         );
