@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::error::{LabError, Result};
 use crate::layout::{Layout, Role};
-use crate::scale::ScaleModel;
+use crate::scale::{AppQuota, ScaleModel};
 
 /// The directory, under the CPU hierarchy, that holds every lab's node cgroups.
 pub const PARENT: &str = "teesfs-lab";
@@ -81,6 +81,14 @@ pub fn nsenter(netns: &str) -> Command {
     }
 }
 
+/// What a node's applications' cgroup is called after the node's ([`AppQuota::Own`]).
+const APPS_SUFFIX: &str = "-apps";
+
+/// The key of `host`'s applications' cgroup among [`NodeCgroups`]'s: not a host name.
+fn apps_key(host: &str) -> String {
+    format!("{host}{APPS_SUFFIX}")
+}
+
 /// Throttling counters of one node's cgroup (`cpu.stat`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Throttling {
@@ -120,8 +128,9 @@ pub struct NodeCgroups {
 
 impl NodeCgroups {
     /// Makes a cgroup for every node of `layout` (compute nodes, login, storage) with the
-    /// quota of `model`.
-    pub fn create(layout: &Layout, model: &ScaleModel) -> Result<Self> {
+    /// quota of `model`, and with [`AppQuota::Own`] one more per compute node for its
+    /// applications, with the same quota.
+    pub fn create(layout: &Layout, model: &ScaleModel, apps: AppQuota) -> Result<Self> {
         let h = hierarchy().ok_or_else(|| {
             LabError::Shape(
                 "the scale model needs the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 \
@@ -142,19 +151,34 @@ impl NodeCgroups {
                 Role::Storage => model.storage_cpu,
                 Role::Proxy | Role::Slave => model.node_cpu,
             };
-            let dir = parent.join(&node.netns);
-            mkdir(&dir)?;
-            made.dirs.push((node.host.clone(), dir.clone()));
             let (period, quota) = (model.period_us, model.quota_us(cores));
-            match h {
-                Hierarchy::V1(_) => {
-                    write(&dir.join("cpu.cfs_period_us"), &period.to_string())?;
-                    write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+            let mut names = vec![(node.host.clone(), node.netns.clone())];
+            if apps == AppQuota::Own && matches!(node.role, Role::Proxy | Role::Slave) {
+                names.push((apps_key(&node.host), format!("{}{APPS_SUFFIX}", node.netns)));
+            }
+            for (key, name) in names {
+                let dir = parent.join(name);
+                mkdir(&dir)?;
+                made.dirs.push((key, dir.clone()));
+                match h {
+                    Hierarchy::V1(_) => {
+                        write(&dir.join("cpu.cfs_period_us"), &period.to_string())?;
+                        write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                    }
+                    Hierarchy::V2(_) => write(&dir.join("cpu.max"), &format!("{quota} {period}"))?,
                 }
-                Hierarchy::V2(_) => write(&dir.join("cpu.max"), &format!("{quota} {period}"))?,
             }
         }
         Ok(made)
+    }
+
+    /// The cgroup of `host`'s applications, under [`AppQuota::Own`].
+    pub fn apps_dir(&self, host: &str) -> Option<&Path> {
+        let key = apps_key(host);
+        self.dirs
+            .iter()
+            .find(|(h, _)| *h == key)
+            .map(|(_, d)| d.as_path())
     }
 
     /// The throttling counters of `host`'s cgroup so far.
@@ -234,8 +258,10 @@ pub fn clean(namespaces: &[String]) -> Vec<PathBuf> {
     let mut removed = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let gone = !Path::new("/run/netns").join(&name).exists();
-        if e.path().is_dir() && (gone || namespaces.contains(&name)) {
+        // A node's applications' cgroup goes with the node's namespace.
+        let ns = name.strip_suffix(APPS_SUFFIX).unwrap_or(&name).to_string();
+        let gone = !Path::new("/run/netns").join(&ns).exists();
+        if e.path().is_dir() && (gone || namespaces.contains(&ns)) {
             remove(&e.path());
             if !e.path().exists() {
                 removed.push(e.path());

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use crate::cgroup::NodeCgroups;
 use crate::error::{LabError, Result};
 use crate::layout::{LabSpec, Layout, NodeSpec};
+use crate::mounts::{detach_mounts_under, mount_state_tmpfs};
 use crate::net::{Counters, Network};
 use crate::proc::{self, NodeProc};
 use crate::report::PushReport;
-use crate::scale::{CpuModel, Reference, ScaleModel};
+use crate::scale::{AppQuota, CpuModel, Reference, ScaleModel};
 use crate::{check_interrupt, require_root, sh};
 
 /// File that marks a directory as a lab work directory (for `teesfs lab clean`).
@@ -52,6 +53,9 @@ pub struct LabOptions {
     /// How the nodes share this machine's CPU: the scale model ([`CpuModel::Auto`]) by
     /// default, so a node's work competes only with itself, as on separate machines.
     pub cpu: CpuModel,
+    /// Under the scale model: whether a node's applications share its daemon's quota
+    /// ([`AppQuota::Node`], the default) or run under one of their own beside it.
+    pub app_quota: AppQuota,
     /// The reference node whose CPU-to-link ratio the scale model keeps.
     pub reference: Reference,
 }
@@ -71,6 +75,7 @@ impl LabOptions {
             tmpfs_state: true,
             chunk_size: None,
             cpu: CpuModel::Auto,
+            app_quota: AppQuota::Node,
             reference: Reference::default(),
         }
     }
@@ -207,7 +212,7 @@ impl Lab {
         let net = Network::build(layout)?;
         tracing::info!("lab network up in {:.2} s", t.elapsed().as_secs_f64());
         let cgroups = match &model {
-            Some(m) => Some(NodeCgroups::create(net.layout(), m)?),
+            Some(m) => Some(NodeCgroups::create(net.layout(), m, opts.app_quota)?),
             None => None,
         };
         let lab = Self {
@@ -239,9 +244,13 @@ impl Lab {
     pub fn model_text(&self) -> String {
         match &self.model {
             Some(m) => format!(
-                "{}; slave links {:.0} Mbit/s",
+                "{}; slave links {:.0} Mbit/s{}",
                 m.describe(),
-                self.layout().spec.rates.slave as f64 / 1e6
+                self.layout().spec.rates.slave as f64 / 1e6,
+                match self.opts.app_quota {
+                    AppQuota::Node => "",
+                    AppQuota::Own => "; applications under a quota of their own",
+                }
             ),
             None => crate::scale::POOLED_TEXT.to_string(),
         }
@@ -528,6 +537,20 @@ impl Lab {
         Ok(proc::in_mounts_of(&node.netns, pid, program))
     }
 
+    /// [`Lab::command_on`] for an application: under [`AppQuota::Own`] it first moves
+    /// itself into the cgroup of `host`'s applications.
+    pub fn app_command(&self, host: &str, program: &str) -> Result<Command> {
+        let Some(dir) = self.cgroups.as_ref().and_then(|c| c.apps_dir(host)) else {
+            return self.command_on(host, program);
+        };
+        let mut cmd = self.command_on(host, "sh")?;
+        cmd.arg("-c")
+            .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+            .arg(dir)
+            .arg(program);
+        Ok(cmd)
+    }
+
     /// Where `host` mounts job `job` (a path inside that node's mount namespace).
     pub fn mountpoint(&self, host: &str, job: &str) -> PathBuf {
         self.work().join(host).join("jobs").join(job)
@@ -752,47 +775,5 @@ fn wait_listening(rx: &mpsc::Receiver<String>, d: &NodeProc, deadline: Instant) 
                 });
             }
         }
-    }
-}
-
-/// Mounts a tmpfs of [`STATE_TMPFS`] bytes at `dir` (made if missing) unless one is there
-/// already (a daemon restarted on its state keeps it).
-fn mount_state_tmpfs(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(LabError::io(dir))?;
-    let canonical = std::fs::canonicalize(dir).map_err(LabError::io(dir))?;
-    let mounted = teesfs_node::sys::mountinfo::read(None)
-        .unwrap_or_default()
-        .iter()
-        .any(|m| m.mount_point == canonical);
-    if mounted {
-        return Ok(());
-    }
-    nix::mount::mount(
-        Some("tmpfs"),
-        &canonical,
-        Some("tmpfs"),
-        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-        Some(format!("size={STATE_TMPFS},mode=0755").as_str()),
-    )
-    .map_err(|e| LabError::io(dir)(std::io::Error::from(e)))
-}
-
-/// Lazily detaches any mount under `dir` in this mount namespace: the nodes' state
-/// tmpfs, and a safety net for `clean` (the daemons' FUSE mounts live in private
-/// namespaces and should never be here).
-pub fn detach_mounts_under(dir: &Path) {
-    let Ok(root) = std::fs::canonicalize(dir) else {
-        return;
-    };
-    let mut points: Vec<PathBuf> = teesfs_node::sys::mountinfo::read(None)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|m| m.mount_point)
-        .filter(|mp| mp.starts_with(&root))
-        .collect();
-    // Deepest first.
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for mp in points {
-        let _ = nix::mount::umount2(&mp, nix::mount::MntFlags::MNT_DETACH);
     }
 }

@@ -212,7 +212,7 @@ fn app_stderr(lab: &Lab, host: &str) -> PathBuf {
 fn spawn_app(lab: &Lab, host: &str, app: &App, mount: &Path) -> Result<Child> {
     let err_path = app_stderr(lab, host);
     let err = std::fs::File::create(&err_path).map_err(LabError::io(&err_path))?;
-    let mut cmd = lab.command_on(host, &app.program)?;
+    let mut cmd = lab.app_command(host, &app.program)?;
     cmd.args(app.args.iter().map(|a| subst(a, mount, host)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -51,7 +51,7 @@ fn scratch(lab: &Lab, host: &str, method: &str) -> PathBuf {
 fn remove_scratch(lab: &Lab, method: &str) {
     for node in lab.layout().compute() {
         let dir = scratch(lab, &node.host, method);
-        crate::cluster::detach_mounts_under(&dir);
+        crate::mounts::detach_mounts_under(&dir);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -32,6 +32,7 @@ pub mod fault;
 pub mod image;
 pub mod launch;
 pub mod layout;
+pub mod mounts;
 pub mod net;
 pub mod plot;
 pub mod proc;
@@ -143,7 +144,7 @@ pub fn clean() -> Result<Cleaned> {
             let name = e.file_name();
             let name = name.to_string_lossy();
             if name.starts_with(layout::PREFIX_ROOT) && e.path().join(cluster::MARKER).exists() {
-                cluster::detach_mounts_under(&e.path());
+                mounts::detach_mounts_under(&e.path());
                 std::fs::remove_dir_all(e.path()).map_err(LabError::io(e.path()))?;
                 done.dirs.push(e.path());
             }

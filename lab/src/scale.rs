@@ -93,6 +93,33 @@ pub enum CpuModel {
     Cores(f64),
 }
 
+/// Under the scale model, whose quota a node's applications run under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AppQuota {
+    /// The node's one quota, shared with its daemon: the application can spend the
+    /// period's CPU while the daemon waits on the network.
+    Node,
+    /// A quota of the same size of their own, beside the node's, as a job's cgroup
+    /// beside the daemon's service on a cluster node (which also gives the node twice
+    /// the CPU while an application runs).
+    Own,
+}
+
+impl FromStr for AppQuota {
+    type Err = LabError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "node" => Ok(Self::Node),
+            "own" => Ok(Self::Own),
+            _ => Err(LabError::Shape(format!(
+                "application quota {s:?}: write node (shared with the daemon) or own"
+            ))),
+        }
+    }
+}
+
 impl FromStr for CpuModel {
     type Err = LabError;
 

@@ -92,6 +92,12 @@ pub struct ShapeArgs {
     /// or `pooled` (every node shares every core: measures this machine, not a cluster).
     #[arg(long, default_value = "auto", value_name = "auto|pooled|CORES")]
     pub node_cpu: lab::scale::CpuModel,
+    /// Under the scale model, whose quota each node's applications run under: `node`,
+    /// shared with the node's daemon (an application can spend the node's CPU while the
+    /// daemon waits on the network), or `own`, a quota of the same size beside it, as a
+    /// Slurm job's cgroup beside the daemon's service on a cluster node.
+    #[arg(long, default_value = "node", value_name = "node|own")]
+    pub app_quota: lab::scale::AppQuota,
     /// The reference node the scale model stands for, as CORESxRATE: its cores and its
     /// fabric link. The lab keeps its CPU-to-link ratio.
     #[arg(long, default_value = "64x100gbit", value_name = "CORESxRATE")]
@@ -125,6 +131,7 @@ impl ShapeArgs {
         opts.tmpfs_state = !self.disk_stores;
         opts.chunk_size = self.chunk_size.fixed().map(u64::from);
         opts.cpu = self.node_cpu;
+        opts.app_quota = self.app_quota;
         // The daemons' log filter, for timelines across nodes (docs/lab.md).
         if let Ok(log) = std::env::var("TEESFS_DAEMON_LOG") {
             opts.log = log;

@@ -6,7 +6,7 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::scale::CpuModel;
+use lab::scale::{AppQuota, CpuModel};
 use lab::{Lab, LabOptions, LabSpec};
 
 use crate::lab::can_lab;
@@ -119,6 +119,10 @@ fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
     );
 
     // Two busy loops on n02: together no more than n02's quota.
+    // What the quotas held n01 (its daemon, idle) and n02 back so far: the daemons' own
+    // start may have been held a little.
+    let held = |host: &str| lab.cgroups().expect("cgroups").throttled_s([host]);
+    let (idle0, spun0) = (held("n01"), held("n02"));
     let spinners = spin(&lab, "n02", 2);
     // Each joins its node's cgroup as its first step (a spawned child has not yet run).
     let until = Instant::now() + Duration::from_secs(5);
@@ -154,15 +158,15 @@ fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
     assert!(throttled.throttled > 0, "{throttled:?}");
     // What `lab launch` reports per method: the spinning node waited on its quota for most
     // of the time it spun; an idle node (n01: its daemon only) hardly at all.
-    let cgroups = lab.cgroups().expect("cgroups");
-    let (spun, idle) = (cgroups.throttled_s(["n02"]), cgroups.throttled_s(["n01"]));
+    let (spun, idle) = (held("n02") - spun0, held("n01") - idle0);
     assert!(
         spun >= 0.5 * wall,
         "n02 spun {wall:.2} s on 2 loops and was held only {spun:.3} s"
     );
     assert!(idle < 0.1, "an idle node was held {idle:.3} s");
+    let both = lab.cgroups().expect("cgroups").throttled_s(["n01", "n02"]);
     assert!(
-        (cgroups.throttled_s(["n01", "n02"]) - spun - idle).abs() < 0.2,
+        (both - held("n01") - held("n02")).abs() < 0.2,
         "the sum over nodes is the sum of each"
     );
     // n03's work is not slowed by n02 spinning.
@@ -195,4 +199,74 @@ fn lab_model_refuses_more_cpu_than_the_machine_has_and_says_what_to_change() {
         .expect_err("32 nodes of 4 cores")
         .to_string();
     assert!(e.contains("--node-cpu"), "{e}");
+}
+
+/// `--app-quota own`: a node's applications run under a quota of their own beside the
+/// node's (the daemon's), the same size; without it they share the node's; either way
+/// the cgroups go with the lab.
+#[test]
+fn lab_model_puts_applications_under_their_own_quota_when_asked() {
+    let _turn = crate::lab::lab_turn();
+    if !can_lab() {
+        return;
+    }
+    let spec = LabSpec {
+        groups: 1,
+        group_size: 2,
+        ..LabSpec::default()
+    };
+    let cgroup_of = |lab: &Lab, host: &str| {
+        let out = lab
+            .app_command(host, "cat")
+            .expect("app command")
+            .arg("/proc/self/cgroup")
+            .output()
+            .expect("cat");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut opts = LabOptions::new(teesfs_bin());
+    opts.cpu = CpuModel::Cores(NODE_CPU);
+    let shared = Lab::up(&spec, &opts).expect("lab up");
+    let netns = shared.layout().node("n02").expect("n02").netns.clone();
+    let seen = cgroup_of(&shared, "n02");
+    assert!(seen.contains(&format!("teesfs-lab/{netns}\n")), "{seen}");
+    assert!(shared.cgroups().expect("cgroups").apps_dir("n02").is_none());
+    shared.down().expect("lab down");
+
+    opts.app_quota = AppQuota::Own;
+    let own = Lab::up(&spec, &opts).expect("lab up");
+    assert!(
+        own.model_text()
+            .contains("applications under a quota of their own")
+    );
+    let netns = own.layout().node("n02").expect("n02").netns.clone();
+    let apps = own
+        .cgroups()
+        .expect("cgroups")
+        .apps_dir("n02")
+        .expect("n02's applications' cgroup")
+        .to_path_buf();
+    let node = lab::cgroup::dir_of(&netns).expect("n02's cgroup");
+    let quota = |d: &std::path::Path| {
+        ["cpu.cfs_quota_us", "cpu.max"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(d.join(f)).ok())
+            .expect("a quota")
+    };
+    assert_eq!(quota(&apps), quota(&node), "the same quota as the node's");
+    let seen = cgroup_of(&own, "n02");
+    assert!(
+        seen.contains(&format!("teesfs-lab/{netns}-apps\n")),
+        "{seen}"
+    );
+    // The daemon stays in the node's own cgroup.
+    let daemon = own.daemon_pid("n02").expect("daemon");
+    let procs = std::fs::read_to_string(node.join("cgroup.procs")).expect("procs");
+    assert!(
+        procs.lines().any(|l| l.trim() == daemon.to_string()),
+        "{procs}"
+    );
+    own.down().expect("lab down");
+    assert!(!apps.exists(), "{} left behind", apps.display());
 }
