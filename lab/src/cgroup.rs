@@ -73,8 +73,7 @@ pub fn nsenter(netns: &str) -> Command {
     match dir_of(netns).filter(|d| d.is_dir()) {
         Some(dir) => {
             let mut c = Command::new("sh");
-            c.args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec nsenter "$@""#])
-                .arg(dir);
+            c.args(join_then_exec(&dir)).arg("nsenter");
             c
         }
         None => Command::new("nsenter"),
@@ -87,6 +86,17 @@ const APPS_SUFFIX: &str = "-apps";
 /// The key of `host`'s applications' cgroup among [`NodeCgroups`]'s: not a host name.
 fn apps_key(host: &str) -> String {
     format!("{host}{APPS_SUFFIX}")
+}
+
+/// `sh`'s arguments that move the shell into the cgroup `dir` and then exec the program
+/// and arguments that follow them, which thus run under that cgroup from their first
+/// instruction (and keep the shell's pid).
+pub fn join_then_exec(dir: &Path) -> [&std::ffi::OsStr; 3] {
+    [
+        "-c".as_ref(),
+        r#"echo $$ > "$0/cgroup.procs" && exec "$@""#.as_ref(),
+        dir.as_os_str(),
+    ]
 }
 
 /// Throttling counters of one node's cgroup (`cpu.stat`).

@@ -544,10 +544,7 @@ impl Lab {
             return self.command_on(host, program);
         };
         let mut cmd = self.command_on(host, "sh")?;
-        cmd.arg("-c")
-            .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
-            .arg(dir)
-            .arg(program);
+        cmd.args(crate::cgroup::join_then_exec(dir)).arg(program);
         Ok(cmd)
     }
 

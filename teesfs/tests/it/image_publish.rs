@@ -91,19 +91,7 @@ umoci unpack --image oci:t ref >/dev/null
 }
 
 fn publish_image(ws: &Workspace, source: &Path, extra: &[&str]) -> (String, std::process::Output) {
-    let (store, key) = (ws.store(), ws.key());
-    let mut args = vec![
-        "publish",
-        "--image",
-        source.to_str().expect("utf8"),
-        "--store",
-        store.to_str().expect("utf8"),
-        "--key",
-        key.to_str().expect("utf8"),
-        "--quiet",
-    ];
-    args.extend_from_slice(extra);
-    let out = ws.teesfs(&args);
+    let out = ws.publish_output(&["--image", source.to_str().expect("utf8")], extra);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let id = stdout
         .lines()

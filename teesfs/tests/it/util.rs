@@ -108,21 +108,27 @@ impl Workspace {
         self.publish_with(layer, &["--chunk-size", "1MiB"]).0
     }
 
-    /// Publishes `layer` with `extra` arguments; returns the index id and what `publish`
-    /// printed.
-    pub fn publish_with(&self, layer: &Path, extra: &[&str]) -> (String, String) {
+    /// `teesfs publish SOURCE.. --store --key --quiet EXTRA..` into this workspace's store,
+    /// whatever its outcome.
+    pub fn publish_output(&self, source: &[&str], extra: &[&str]) -> std::process::Output {
         let (store, key) = (self.store(), self.key());
-        let mut args = vec![
-            "publish",
-            layer.to_str().expect("utf8"),
+        let mut args = vec!["publish"];
+        args.extend_from_slice(source);
+        args.extend([
             "--store",
             store.to_str().expect("utf8"),
             "--key",
             key.to_str().expect("utf8"),
             "--quiet",
-        ];
+        ]);
         args.extend_from_slice(extra);
-        let out = self.teesfs(&args);
+        self.teesfs(&args)
+    }
+
+    /// Publishes `layer` with `extra` arguments; returns the index id and what `publish`
+    /// printed.
+    pub fn publish_with(&self, layer: &Path, extra: &[&str]) -> (String, String) {
+        let out = self.publish_output(&[layer.to_str().expect("utf8")], extra);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
