@@ -139,7 +139,7 @@ pub struct NodeCgroups {
 impl NodeCgroups {
     /// Makes a cgroup for every node of `layout` (compute nodes, login, storage) with the
     /// quota of `model`, and with [`AppQuota::Own`] one more per compute node for its
-    /// applications, with the same quota.
+    /// applications, with the model's quota for them.
     pub fn create(layout: &Layout, model: &ScaleModel, apps: AppQuota) -> Result<Self> {
         let h = hierarchy().ok_or_else(|| {
             LabError::Shape(
@@ -161,12 +161,13 @@ impl NodeCgroups {
                 Role::Storage => model.storage_cpu,
                 Role::Proxy | Role::Slave => model.node_cpu,
             };
-            let (period, quota) = (model.period_us, model.quota_us(cores));
-            let mut names = vec![(node.host.clone(), node.netns.clone())];
+            let mut names = vec![(node.host.clone(), node.netns.clone(), cores)];
             if apps == AppQuota::Own && matches!(node.role, Role::Proxy | Role::Slave) {
-                names.push((apps_key(&node.host), format!("{}{APPS_SUFFIX}", node.netns)));
+                let name = format!("{}{APPS_SUFFIX}", node.netns);
+                names.push((apps_key(&node.host), name, model.app_cpu));
             }
-            for (key, name) in names {
+            for (key, name, cores) in names {
+                let (period, quota) = (model.period_us, model.quota_us(cores));
                 let dir = parent.join(name);
                 mkdir(&dir)?;
                 made.dirs.push((key, dir.clone()));

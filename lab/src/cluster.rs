@@ -54,7 +54,9 @@ pub struct LabOptions {
     /// default, so a node's work competes only with itself, as on separate machines.
     pub cpu: CpuModel,
     /// Under the scale model: whether a node's applications share its daemon's quota
-    /// ([`AppQuota::Node`], the default) or run under one of their own beside it.
+    /// ([`AppQuota::Node`], the default for a lab that only pushes) or run under one of
+    /// their own beside it ([`AppQuota::Own`], what `lab launch` and the demo use, as a
+    /// Slurm job's cgroup beside the daemon's service).
     pub app_quota: AppQuota,
     /// The reference node whose CPU-to-link ratio the scale model keeps.
     pub reference: Reference,
@@ -194,7 +196,7 @@ impl Lab {
     pub fn up(spec: &LabSpec, opts: &LabOptions) -> Result<Self> {
         require_root()?;
         let cores = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
-        let planned = ScaleModel::plan(spec, opts.cpu, opts.reference, cores)?;
+        let planned = ScaleModel::plan(spec, (opts.cpu, opts.app_quota), opts.reference, cores)?;
         let (model, spec) = match planned {
             Some((m, scaled)) => (Some(m), scaled),
             None => (None, spec.clone()),
@@ -244,13 +246,9 @@ impl Lab {
     pub fn model_text(&self) -> String {
         match &self.model {
             Some(m) => format!(
-                "{}; slave links {:.0} Mbit/s{}",
+                "{}; slave links {:.0} Mbit/s",
                 m.describe(),
                 self.layout().spec.rates.slave as f64 / 1e6,
-                match self.opts.app_quota {
-                    AppQuota::Node => "",
-                    AppQuota::Own => "; applications under a quota of their own",
-                }
             ),
             None => crate::scale::POOLED_TEXT.to_string(),
         }

@@ -92,12 +92,15 @@ pub struct ShapeArgs {
     /// or `pooled` (every node shares every core: measures this machine, not a cluster).
     #[arg(long, default_value = "auto", value_name = "auto|pooled|CORES")]
     pub node_cpu: lab::scale::CpuModel,
-    /// Under the scale model, whose quota each node's applications run under: `node`,
-    /// shared with the node's daemon (an application can spend the node's CPU while the
-    /// daemon waits on the network), or `own`, a quota of the same size beside it, as a
-    /// Slurm job's cgroup beside the daemon's service on a cluster node.
-    #[arg(long, default_value = "node", value_name = "node|own")]
-    pub app_quota: lab::scale::AppQuota,
+    /// Under the scale model, whose quota each node's applications run under: `own`, a
+    /// quota of the same size beside the daemon's, as a Slurm job's cgroup beside the
+    /// daemon's service on a cluster node (both count in what the machine must give at
+    /// once, so `auto` gives each less); or `node`, shared with the node's daemon (an
+    /// always-runnable application then spends the node's CPU period while the daemon
+    /// waits on the network, which no multi-core node does). Default: `own` where the lab
+    /// starts applications (`lab launch`, `lab demo`), `node` where it only pushes.
+    #[arg(long, value_name = "own|node")]
+    pub app_quota: Option<lab::scale::AppQuota>,
     /// The reference node the scale model stands for, as CORESxRATE: its cores and its
     /// fabric link. The lab keeps its CPU-to-link ratio.
     #[arg(long, default_value = "64x100gbit", value_name = "CORESxRATE")]
@@ -121,8 +124,20 @@ impl ShapeArgs {
         }
     }
 
-    /// Builds the lab (after checking root and arming Ctrl-C).
+    /// Builds a lab that starts applications on its nodes: each node's applications
+    /// under a quota of their own unless `--app-quota` says otherwise.
+    pub fn up_for_apps(&self) -> anyhow::Result<Lab> {
+        self.build(lab::scale::AppQuota::Own)
+    }
+
+    /// Builds the lab (after checking root and arming Ctrl-C); nothing is reserved for
+    /// applications unless `--app-quota own` asks.
     pub fn up(&self) -> anyhow::Result<Lab> {
+        self.build(lab::scale::AppQuota::Node)
+    }
+
+    /// Builds the lab with `apps` as the applications' quota unless `--app-quota` is given.
+    fn build(&self, apps: lab::scale::AppQuota) -> anyhow::Result<Lab> {
         lab::require_root()?;
         lab::catch_signals()?;
         let exe = std::env::current_exe().context("finding the teesfs binary")?;
@@ -131,7 +146,7 @@ impl ShapeArgs {
         opts.tmpfs_state = !self.disk_stores;
         opts.chunk_size = self.chunk_size.fixed().map(u64::from);
         opts.cpu = self.node_cpu;
-        opts.app_quota = self.app_quota;
+        opts.app_quota = self.app_quota.unwrap_or(apps);
         // The daemons' log filter, for timelines across nodes (docs/lab.md).
         if let Ok(log) = std::env::var("TEESFS_DAEMON_LOG") {
             opts.log = log;

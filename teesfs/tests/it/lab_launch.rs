@@ -31,7 +31,10 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         group_size: 3,
         ..LabSpec::default()
     };
-    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    // As `lab launch` builds it: each node's applications under a quota of their own.
+    let mut opts = LabOptions::new(teesfs_bin());
+    opts.app_quota = lab::scale::AppQuota::Own;
+    let lab = Lab::up(&spec, &opts).expect("lab up");
     let l = Launch {
         layer: layer.clone(),
         index: lab.publish(&layer).expect("publish"),

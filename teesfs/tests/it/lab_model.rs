@@ -232,13 +232,23 @@ fn lab_model_puts_applications_under_their_own_quota_when_asked() {
     let seen = cgroup_of(&shared, "n02");
     assert!(seen.contains(&format!("teesfs-lab/{netns}\n")), "{seen}");
     assert!(shared.cgroups().expect("cgroups").apps_dir("n02").is_none());
+    assert!(
+        shared
+            .model_text()
+            .contains("0.1000 cores per node shared with its applications"),
+        "{}",
+        shared.model_text()
+    );
     shared.down().expect("lab down");
 
     opts.app_quota = AppQuota::Own;
     let own = Lab::up(&spec, &opts).expect("lab up");
+    // Both quotas are in the model's report.
     assert!(
         own.model_text()
-            .contains("applications under a quota of their own")
+            .contains("0.1000 cores per node + 0.1000 for its applications"),
+        "{}",
+        own.model_text()
     );
     let netns = own.layout().node("n02").expect("n02").netns.clone();
     let apps = own

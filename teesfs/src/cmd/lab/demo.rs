@@ -43,7 +43,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     outln!("the demo's outputs go to {}", out.display());
     let report = out.join("report.html");
     let built = lab::demo::build_python_layer(&a.layer_dir, &a.python)?;
-    let lab = a.shape.up()?;
+    let lab = a.shape.up_for_apps()?;
     let result = (|| {
         let l = Launch {
             layer: built.layer.clone(),

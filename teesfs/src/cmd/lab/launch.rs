@@ -132,7 +132,7 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
             m.name()
         );
     }
-    let lab = a.shape.up()?;
+    let lab = a.shape.up_for_apps()?;
     let result = (|| {
         // An image is published as users publish it, from its layout.
         let index = match &image {
