@@ -19,7 +19,7 @@ impl Shared {
     fn running(&self, job: JobId, from_host: &str) -> Option<Arc<JobCore>> {
         let core = self.view.borrow().jobs.get(&job).map(|j| j.core.clone());
         if core.is_none() {
-            tracing::debug!(%job, peer = %from_host, "message for an unknown job");
+            tracing::debug!(%job, peer = %from_host, "chunk for an unknown job");
         }
         core
     }
@@ -62,8 +62,18 @@ impl Router for Shared {
                 return taken.pending();
             }
             Routed::Relay(m) => {
-                if let Some(j) = self.running(job, from_host) {
-                    j.on_relay_msg(from_host, m);
+                let core = self.view.borrow().jobs.get(&job).map(|j| j.core.clone());
+                match core {
+                    Some(j) => j.on_relay_msg(from_host, m),
+                    // Perhaps a child's answer to a `Start` passed on before this node's
+                    // own was admitted: the task keeps it for the job.
+                    None => {
+                        let _ = self.inputs.send(Input::Stray {
+                            job,
+                            from: from_host.to_string(),
+                            msg: m,
+                        });
+                    }
                 }
             }
             Routed::AskRecord { reply } => {

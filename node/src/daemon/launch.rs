@@ -44,6 +44,8 @@ pub(crate) struct Admission {
     pub index: Index,
     pub schedule: Arc<Schedule>,
     pub shared: Option<seeder::DirStore>,
+    /// When the children's `Start`s were passed on before admission ([`super::early`]).
+    pub early: Option<Instant>,
 }
 
 /// Admits `start` from `from` by `trust` and `revoked` on the blocking pool, and tells the
@@ -115,6 +117,7 @@ pub(super) fn admission(
         index,
         schedule,
         shared,
+        early: None,
     }))
 }
 
@@ -179,6 +182,9 @@ impl Task {
                 return None;
             }
         };
+        if let Some(at) = a.early {
+            relay.starts_sent_early(at);
+        }
         self.fresh_links(plan.fresh.iter().map(String::as_str));
         if plan.clock_skew_ms.is_some() {
             self.clock_skew_ms = plan.clock_skew_ms;

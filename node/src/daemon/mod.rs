@@ -303,6 +303,7 @@ fn job_status(j: &JobSeen) -> JobStatus {
 }
 
 mod control;
+mod early;
 mod host;
 mod inbox;
 mod kept;

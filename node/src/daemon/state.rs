@@ -84,6 +84,12 @@ pub(crate) enum Input {
     TornDown { job: JobId, serial: u64 },
     /// `host` cannot be reached.
     Unreachable { host: String },
+    /// A job's message from `from` that found no job running in the view.
+    Stray {
+        job: JobId,
+        from: String,
+        msg: peertree::relay::RelayMsg,
+    },
     /// `--metrics` is served at this address.
     MetricsAt(std::net::SocketAddr),
     /// Release every job, then stop; `done` once all are torn down.
@@ -113,7 +119,7 @@ pub(crate) enum JobState {
     /// Its `Prepare` was passed on; no `Start` yet.
     Prepared,
     /// A `Start` is being admitted on the blocking pool.
-    Starting(Starting),
+    Starting(Box<Starting>),
     /// Running: a job (mounted or being mounted) or a health probe.
     Running(Box<Live>),
     /// Being released (stopped, replaced by another push, a probe over, or the daemon
@@ -133,6 +139,11 @@ pub(crate) struct Starting {
     pub stops: Vec<Reply>,
     /// Another push's `Start` for the same id, run once this one is in place.
     pub next: Option<NextStart>,
+    /// When the children's `Start`s were passed on, before admission
+    /// ([`super::early`]); `None`: the job's relay sends them.
+    pub early: Option<std::time::Instant>,
+    /// What the children said meanwhile.
+    pub inbox: super::early::EarlyInbox,
 }
 
 /// A `Start` waiting for the job it replaces to be released.

@@ -163,11 +163,8 @@ impl Task {
                 record,
             } => self.record_kept(job, serial, record),
             Input::TornDown { job, serial } => self.torn_down(job, serial),
-            Input::Unreachable { host } => {
-                for live in self.jobs.values().filter_map(JobState::live) {
-                    live.core.on_unreachable(&host);
-                }
-            }
+            Input::Unreachable { host } => self.unreachable(host),
+            Input::Stray { job, from, msg } => self.stray(job, from, msg),
             Input::MetricsAt(addr) => self.metrics_addr = Some(addr),
             Input::Shutdown { done } => self.shutdown(done),
             Input::Adopt { job, adoption } => self.adopt(job, *adoption),
@@ -243,6 +240,7 @@ impl Task {
         self.serial += 1;
         let serial = self.serial;
         let owner = next.start.owner;
+        let early = self.pass_on_early(job, &next.from, &next.start, prepared);
         super::launch::admit_in_background(
             self.me.clone(),
             (job, serial),
@@ -257,8 +255,11 @@ impl Task {
             routed: next.routed,
             stops: Vec::new(),
             next: None,
+            early,
+            inbox: Default::default(),
         };
-        self.jobs.insert(job, JobState::Starting(starting));
+        self.jobs
+            .insert(job, JobState::Starting(Box::new(starting)));
     }
 
     /// A `Start` is admitted (or refused): the job is launched, unless a stop came
@@ -272,6 +273,7 @@ impl Task {
         let Some(JobState::Starting(s)) = self.jobs.remove(&job) else {
             return;
         };
+        let s = *s;
         let live = if !s.stops.is_empty() || self.stopping.is_some() {
             None
         } else {
@@ -281,10 +283,17 @@ impl Task {
                     None
                 }
                 Outcome::Probe { from, start } => self.launch_probe(job, serial, &from, *start),
-                Outcome::Job(a) => self.launch(job, serial, *a, (s.prepared, None)),
+                Outcome::Job(mut a) => {
+                    a.early = s.early;
+                    self.launch(job, serial, *a, (s.prepared || s.early.is_some(), None))
+                }
             }
         };
         let core = live.as_ref().map(|l| l.core.clone());
+        if let Some(core) = &core {
+            // Before the job is in the view: what came meanwhile comes first.
+            s.inbox.replay(core);
+        }
         if let Some(live) = live {
             self.jobs.insert(job, JobState::Running(Box::new(live)));
         }

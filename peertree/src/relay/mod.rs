@@ -86,7 +86,7 @@ pub struct BulkHold {
     pub quiet: Option<Duration>,
 }
 pub use recovery::ROOT_ASKS;
-pub use subtree::{forward_prepare, plan_nodes, prepares_for};
+pub use subtree::{forward_prepare, forward_start, plan_nodes, prepares_for};
 pub use timers::STARVED_DEADLINES;
 
 use crate::error::{Error, Result};

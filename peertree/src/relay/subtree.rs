@@ -175,17 +175,33 @@ impl Relay {
     /// in plan order (its [`Start::kin`]); empty when it is alone there or has no group, and
     /// for the root's own children: the root does not fail.
     pub(super) fn kin_of(&self, parent: NodeId, child: &NodeInfo) -> Vec<NodeInfo> {
-        if (self.root.is_some() && parent == self.me) || child.group.is_none() {
+        if self.root.is_some() && parent == self.me {
             return Vec::new();
         }
-        let kin: Vec<NodeInfo> = self
-            .subtree
-            .iter()
-            .skip(1)
-            .filter(|n| n.parent == parent && n.id != parent && n.group == child.group)
-            .cloned()
-            .collect();
-        if kin.len() < 2 { Vec::new() } else { kin }
+        kin_in(&self.subtree, parent, child)
+    }
+
+    /// Marks the `Start`s of my planned children as sent at `at` by the caller, who passed
+    /// them on before this relay existed ([`forward_start`], while this node admitted its
+    /// own): the queued copies are dropped, and each child's round trip counts from `at`.
+    /// Call it right after [`Relay::new_node`], before anything is polled.
+    pub fn starts_sent_early(&mut self, at: Instant) {
+        let children = &mut self.children;
+        self.control.retain(|t| match t {
+            Transmit::Control {
+                to,
+                msg: Msg::Start(_),
+            } => match children.get_mut(to) {
+                Some(c) if !c.restarted => {
+                    c.started = true;
+                    c.last_sent = at;
+                    c.start_sent = Some(at);
+                    false
+                }
+                _ => true,
+            },
+            _ => true,
+        });
     }
 
     /// Facts from a child for the root: logged for re-sending after a re-attachment, and
@@ -328,6 +344,68 @@ fn split_subtree(me: NodeId, subtree: &[NodeInfo]) -> HashMap<NodeId, Vec<NodeIn
         }
     }
     parts
+}
+
+/// The planned children of `parent` in `child`'s group within `subtree`, in plan order;
+/// empty when `child` is alone there or has no group.
+fn kin_in(subtree: &[NodeInfo], parent: NodeId, child: &NodeInfo) -> Vec<NodeInfo> {
+    if child.group.is_none() {
+        return Vec::new();
+    }
+    let kin: Vec<NodeInfo> = subtree
+        .iter()
+        .skip(1)
+        .filter(|n| n.parent == parent && n.id != parent && n.group == child.group)
+        .cloned()
+        .collect();
+    if kin.len() < 2 { Vec::new() } else { kin }
+}
+
+/// The `Start`s a node that joins a job from `start` sends its planned children, exactly
+/// as its relay would queue them ([`Relay::new_node`]): computed from the `Start` alone,
+/// so a node can pass them on before it has checked the index and built its relay, and
+/// the hops of the tree overlap instead of adding up. Each child checks the index itself.
+/// Nothing for a health probe, whose relay sends its own.
+pub fn forward_start(start: &Start) -> Result<Vec<(NodeInfo, Start)>> {
+    let me = start
+        .subtree
+        .first()
+        .ok_or(Error::InvalidStart("no subtree"))?;
+    if start.probe {
+        return Ok(Vec::new());
+    }
+    let mut parts = split_subtree(me.id, &start.subtree);
+    let mut ancestors = vec![me.clone()];
+    ancestors.extend(start.ancestors.iter().cloned());
+    let out = start
+        .subtree
+        .iter()
+        .skip(1)
+        .filter(|n| n.parent == me.id)
+        .map(|child| {
+            let subtree = parts.remove(&child.id).unwrap_or_default();
+            let kin = subtree
+                .first()
+                .map(|c| kin_in(&start.subtree, c.parent, c))
+                .unwrap_or_default();
+            let s = Start {
+                job: start.job,
+                index: start.index.clone(),
+                order: start.order.clone(),
+                urgent: start.urgent,
+                subtree,
+                ancestors: ancestors.clone(),
+                timing: start.timing,
+                shared_store: start.shared_store.clone(),
+                probe: start.probe,
+                owner: start.owner,
+                kin,
+                root_clock_ms: start.root_clock_ms,
+            };
+            (child.clone(), s)
+        })
+        .collect();
+    Ok(out)
 }
 
 /// What a node that received a [`Msg::Prepare`] for a job it has not joined yet sends on

@@ -44,6 +44,11 @@ struct Net {
     held: HashMap<NodeId, Vec<ChunkNo>>,
     /// [`Event::Unobtainable`] of every node but the root.
     unobtainable: HashMap<NodeId, Vec<Event>>,
+    /// Nodes pass their children's `Start`s on as soon as theirs arrives
+    /// ([`forward_start`]), as the daemon does, instead of from their relay.
+    early_starts: bool,
+    /// How many `Start`s each node received.
+    starts: HashMap<NodeId, usize>,
 }
 
 fn plan(groups: usize, group: usize, strategy: Strategy) -> crate::Plan {
@@ -104,6 +109,8 @@ impl Net {
             root_id,
             held: HashMap::new(),
             unobtainable: HashMap::new(),
+            early_starts: false,
+            starts: HashMap::new(),
         }
     }
 
@@ -164,10 +171,22 @@ impl Net {
             {
                 continue;
             }
+            if let Item::Msg(Msg::Start(_)) = &item {
+                *self.starts.entry(to).or_default() += 1;
+            }
             match item {
                 Item::Msg(Msg::Start(start)) if !self.relays.contains_key(&to) => {
+                    let early = self
+                        .early_starts
+                        .then(|| forward_start(&start).expect("ok"));
+                    for (child, s) in early.iter().flatten() {
+                        self.send(to, child.id, Item::Msg(Msg::Start(Box::new(s.clone()))));
+                    }
                     let mut r = Relay::new_node(*start, self.schedule.clone(), self.now)
                         .expect("valid start");
+                    if early.is_some() {
+                        r.starts_sent_early(self.now);
+                    }
                     if let Some(h) = self.held.get(&to) {
                         r.hold_existing(h.iter().copied());
                     }
@@ -1419,4 +1438,91 @@ fn a_ward_that_asked_its_deputy_before_the_deputy_had_its_start_still_hangs_belo
     let group = p.group[kin[0].index()];
     assert!(root_bytes_into(&net, &p, group) <= 400 * 1000);
     assert_everyone_has_everything(&net, &p);
+}
+
+/// Passing the children's `Start`s on before the relay exists changes nothing but when they
+/// leave: every node still gets each `Start` once and every chunk once, urgent first, and
+/// the root hears every phase of every node.
+#[test]
+fn starts_passed_on_early_reach_every_node_once_and_the_push_completes() {
+    for strategy in [Strategy::Topo, Strategy::Random] {
+        let p = plan(4, 8, strategy);
+        let mut net = Net::new(&p, 30, 10);
+        net.early_starts = true;
+        net.run_until(20_000, |n| n.job_done(Phase::All));
+        assert_everyone_has_everything(&net, &p);
+        for id in p.ids().skip(1) {
+            assert_eq!(net.starts.get(&id), Some(&1), "{id:?}: {:?}", net.starts);
+        }
+        let progress = net.root().job_progress().expect("root");
+        assert_eq!(progress.done, [p.len() - 1, p.len() - 1]);
+    }
+}
+
+/// [`forward_start`] gives exactly the `Start`s a node's relay queues for its children,
+/// and [`Relay::starts_sent_early`] drops those from the relay's queue (and nothing else),
+/// in a plan with groups (kin), subtrees several levels deep, an owner and a clock.
+#[test]
+fn forward_start_gives_what_the_relay_would_send_and_the_relay_then_sends_none() {
+    let p = plan(3, 8, Strategy::Topo);
+    let now = Instant::now();
+    let order = (0..6).map(ChunkNo).collect();
+    let schedule = Arc::new(Schedule::new(order, 2, vec![100; 6]).expect("valid"));
+    let nodes = plan_nodes(&p, |h| format!("{h}:7000"));
+    let timing = Timing {
+        heartbeat_ms: 100,
+        deadline_ms: 500,
+    };
+    let index = Arc::from(&b"index"[..]);
+    let mut root =
+        Relay::new_root(JobId(5), nodes, index, schedule.clone(), timing, now).expect("root");
+    root.set_owner(Some(1234));
+    root.set_root_clock(42);
+    let mut pending: Vec<Start> = drain_starts(&mut root, now)
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    let from_root = pending.len();
+    let (mut checked, mut with_kin) = (0, 0);
+    while let Some(start) = pending.pop() {
+        assert_eq!(start.owner, Some(1234));
+        let early = forward_start(&start).expect("forward");
+        let mut plain = Relay::new_node(start.clone(), schedule.clone(), now).expect("node");
+        let mut relay = Relay::new_node(start, schedule.clone(), now).expect("node");
+        let queued = drain_starts(&mut plain, now);
+        let early: Vec<(NodeId, Start)> = early.into_iter().map(|(i, s)| (i.id, s)).collect();
+        assert_eq!(
+            early, queued,
+            "what forward_start gives is what the relay sends"
+        );
+        relay.starts_sent_early(now);
+        assert!(
+            drain_starts(&mut relay, now).is_empty(),
+            "a Start sent twice"
+        );
+        checked += queued.len();
+        with_kin += queued.iter().filter(|(_, s)| !s.kin.is_empty()).count();
+        pending.extend(queued.into_iter().map(|(_, s)| s));
+    }
+    assert_eq!(
+        checked + from_root,
+        p.len() - 1,
+        "every node's Start checked"
+    );
+    assert!(with_kin > 0, "the plan gave some node kin");
+}
+
+/// The `Start`s `relay` queued, in order, with their destinations.
+fn drain_starts(relay: &mut Relay, now: Instant) -> Vec<(NodeId, Start)> {
+    let mut out = Vec::new();
+    while let Some(t) = relay.poll_transmit(now) {
+        if let Transmit::Control {
+            to,
+            msg: Msg::Start(s),
+        } = t
+        {
+            out.push((to, *s));
+        }
+    }
+    out
 }

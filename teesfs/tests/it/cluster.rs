@@ -147,6 +147,15 @@ impl Cluster {
         Self::start_as(n, extra, None, "teesfs=info")
     }
 
+    /// [`Cluster::start`] with the daemons logging at `log` (`TEESFS_LOG`).
+    pub fn start_logging(
+        n: usize,
+        log: &'static str,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Self {
+        Self::start_as(n, extra, None, log)
+    }
+
     /// [`Cluster::start`], every daemon with an identity directory of its own
     /// (`<its dir>/identity`: `ca.crt` and its certificate and key) while `creds` stays the
     /// login node's, so a CRL written there reaches a node only if something carries it.

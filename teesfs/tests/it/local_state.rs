@@ -101,6 +101,53 @@ fn a_layer_larger_than_the_store_budget_is_refused_naming_the_sizes() {
     }
 }
 
+/// A node passes its children's `Start`s on before it checks its own: on a chain n01 ->
+/// n02 -> n03, n02 (whose store is too small for the layer) refuses the job, yet n03 got
+/// its `Start` from n02 first. n03 then finds its parent gone, re-attaches above it and
+/// gets the whole layer; the push names n02's refusal.
+#[test]
+fn a_start_passed_on_before_the_parent_refused_still_brings_the_child_the_layer() {
+    if !can_mount() {
+        return;
+    }
+    let c = Cluster::start_logging(3, "teesfs=info,teesfs_node::daemon=debug", |i| {
+        if i == 1 {
+            vec!["--store-budget".into(), "2MiB".into()]
+        } else {
+            vec![]
+        }
+    });
+    let (_, files) = layer(&c);
+    let id = c.ws.publish(&c.ws.path().join("layer"));
+    let timing = ["--deadline", "1s", "--heartbeat", "200ms"];
+    let mut extra = vec!["--width", "1", "--wait", "all"];
+    extra.extend(timing);
+    let out = c.push_cmd(&id, 3, &extra).output().expect("push");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("REFUSED by n02"), "{text}");
+    let log = daemon_log(&c, 2);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("start received") && l.contains("peer=n02")),
+        "n03 got its Start from n02, passed on before n02 refused: {log}"
+    );
+    assert!(
+        daemon_log(&c, 1).contains("children's starts passed on before admission"),
+        "{}",
+        daemon_log(&c, 1)
+    );
+    let mp = c.mount_of(2);
+    for (name, data) in &files {
+        let got = read_within(&mp.join(name), Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name} differs");
+    }
+}
+
 /// A running job's chunks stay while others make room: with a 5 MiB budget, a released
 /// job's layer (3.1 MiB) is kept as a cache, and a second job of another 3.1 MiB layer
 /// evicts those chunks, never its own, so the store never asks its parent for them again.
