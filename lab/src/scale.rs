@@ -312,6 +312,13 @@ mod tests {
         LabSpec::default()
     }
 
+    /// The model `spec` gets on a 2-core machine, and the spec with its links scaled.
+    fn planned(spec: &LabSpec, cpu: CpuModel, apps: AppQuota) -> (ScaleModel, LabSpec) {
+        ScaleModel::plan(spec, (cpu, apps), Reference::default(), 2.0)
+            .expect("valid")
+            .expect("not pooled")
+    }
+
     #[test]
     fn one_sixteenth_of_a_core_matches_a_100_mbit_link_on_a_64_core_100_gbit_node() {
         let spec = LabSpec {
@@ -319,14 +326,7 @@ mod tests {
             group_size: 4,
             ..reference_lab()
         };
-        let (m, scaled) = ScaleModel::plan(
-            &spec,
-            (CpuModel::Auto, AppQuota::Node),
-            Reference::default(),
-            2.0,
-        )
-        .expect("valid")
-        .expect("not pooled");
+        let (m, scaled) = planned(&spec, CpuModel::Auto, AppQuota::Node);
         assert!((m.node_cpu - 0.064).abs() < 1e-9, "{}", m.node_cpu);
         assert_eq!(m.link_factor, 1.0);
         assert_eq!(scaled.rates, spec.rates);
@@ -336,14 +336,7 @@ mod tests {
     #[test]
     fn a_lab_too_big_for_the_machine_lowers_cpu_and_links_by_one_factor() {
         let spec = reference_lab();
-        let (m, scaled) = ScaleModel::plan(
-            &spec,
-            (CpuModel::Auto, AppQuota::Node),
-            Reference::default(),
-            2.0,
-        )
-        .expect("valid")
-        .expect("not pooled");
+        let (m, scaled) = planned(&spec, CpuModel::Auto, AppQuota::Node);
         // 32 nodes plus a login node worth 4 of them fit in 1.75 cores.
         let total = m.node_cpu * 32.0 + m.login_cpu;
         assert!((total - (2.0 - RESERVE_CORES)).abs() < 1e-6, "{total}");
@@ -362,11 +355,7 @@ mod tests {
     #[test]
     fn applications_under_their_own_quota_count_in_what_the_machine_must_give() {
         let spec = reference_lab();
-        let plan = |apps| {
-            ScaleModel::plan(&spec, (CpuModel::Auto, apps), Reference::default(), 2.0)
-                .expect("valid")
-                .expect("not pooled")
-        };
+        let plan = |apps| planned(&spec, CpuModel::Auto, apps);
         let (shared, _) = plan(AppQuota::Node);
         let (own, scaled) = plan(AppQuota::Own);
         assert_eq!(shared.app_cpu, 0.0);
@@ -399,14 +388,7 @@ mod tests {
     #[test]
     fn cores_given_scale_the_links_to_the_reference_ratio() {
         let spec = reference_lab();
-        let (m, scaled) = ScaleModel::plan(
-            &spec,
-            (CpuModel::Cores(0.032), AppQuota::Node),
-            Reference::default(),
-            2.0,
-        )
-        .expect("valid")
-        .expect("not pooled");
+        let (m, scaled) = planned(&spec, CpuModel::Cores(0.032), AppQuota::Node);
         assert_eq!(m.node_cpu, 0.032);
         assert_eq!(scaled.rates.slave, 50_000_000);
     }
@@ -430,14 +412,7 @@ mod tests {
         assert_eq!(period_for(0.5), 20_000);
         assert_eq!(period_for(0.005), 200_000);
         let spec = reference_lab();
-        let (m, _) = ScaleModel::plan(
-            &spec,
-            (CpuModel::Cores(0.004), AppQuota::Node),
-            Reference::default(),
-            2.0,
-        )
-        .expect("valid")
-        .expect("not pooled");
+        let (m, _) = planned(&spec, CpuModel::Cores(0.004), AppQuota::Node);
         assert!(m.quota_us(m.node_cpu) >= MIN_QUOTA_US);
     }
 

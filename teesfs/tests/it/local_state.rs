@@ -55,6 +55,17 @@ fn budgeted(budget: &str) -> Cluster {
     })
 }
 
+/// Node `i`'s mount serves every file of `files` whole within 30 s.
+fn assert_mount_has<N: AsRef<str>>(c: &Cluster, i: usize, files: &[(N, Vec<u8>)]) {
+    let mp = c.mount_of(i);
+    for (name, data) in files {
+        let name = name.as_ref();
+        let got = read_within(&mp.join(name), Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name} differs");
+    }
+}
+
 fn daemon_log(c: &Cluster, i: usize) -> String {
     std::fs::read_to_string(c.nodes[i].dir.join("daemon.log")).unwrap_or_default()
 }
@@ -93,12 +104,7 @@ fn a_layer_larger_than_the_store_budget_is_refused_naming_the_sizes() {
         "{}",
         daemon_log(&c, 1)
     );
-    let mp = c.mount_of(0);
-    for (name, data) in &files {
-        let got = read_within(&mp.join(name), Duration::from_secs(30))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(got == *data, "{name} differs");
-    }
+    assert_mount_has(&c, 0, &files);
 }
 
 /// A node passes its children's `Start`s on before it checks its own: on a chain n01 ->
@@ -140,12 +146,7 @@ fn a_start_passed_on_before_the_parent_refused_still_brings_the_child_the_layer(
         "{}",
         daemon_log(&c, 1)
     );
-    let mp = c.mount_of(2);
-    for (name, data) in &files {
-        let got = read_within(&mp.join(name), Duration::from_secs(30))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(got == *data, "{name} differs");
-    }
+    assert_mount_has(&c, 2, &files);
 }
 
 /// A running job's chunks stay while others make room: with a 5 MiB budget, a released
@@ -198,12 +199,7 @@ fn a_running_jobs_chunks_stay_while_a_released_jobs_make_room() {
         st["store_cached"].as_u64() < Some(2 << 20),
         "the first layer made room: {st}"
     );
-    let mp = c.mount_of(1);
-    for (name, data) in &files {
-        let got = read_within(&mp.join(name), Duration::from_secs(30))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(got == *data, "{name} differs");
-    }
+    assert_mount_has(&c, 1, &files);
 }
 
 /// The chunk files of node `i`'s store vanish behind its back (what an I/O error or an
