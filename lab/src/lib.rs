@@ -29,6 +29,7 @@ pub mod cluster;
 pub mod demo;
 pub mod error;
 pub mod fault;
+pub mod host;
 pub mod image;
 pub mod launch;
 pub mod layout;

@@ -166,6 +166,9 @@ impl ShapeArgs {
             spec.mtu
         );
         errln!("lab: {}", lab.model_text());
+        if let Some(w) = lab::host::page_reporting() {
+            errln!("lab: warning: {w}");
+        }
         errln!(
             "lab {} up: {} daemons in {:.1} s (work dir {})",
             lab.layout().prefix,
