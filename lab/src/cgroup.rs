@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::error::{LabError, Result};
 use crate::layout::{Layout, Role};
-use crate::scale::{AppQuota, ScaleModel};
+use crate::scale::ScaleModel;
 
 /// The directory, under the CPU hierarchy, that holds every lab's node cgroups.
 pub const PARENT: &str = "teesfs-lab";
@@ -80,7 +80,8 @@ pub fn nsenter(netns: &str) -> Command {
     }
 }
 
-/// What a node's applications' cgroup is called after the node's ([`AppQuota::Own`]).
+/// What a node's applications' cgroup is called after the node's
+/// ([`crate::scale::AppQuota::Own`]).
 const APPS_SUFFIX: &str = "-apps";
 
 /// The key of `host`'s applications' cgroup among [`NodeCgroups`]'s: not a host name.
@@ -138,9 +139,9 @@ pub struct NodeCgroups {
 
 impl NodeCgroups {
     /// Makes a cgroup for every node of `layout` (compute nodes, login, storage) with the
-    /// quota of `model`, and with [`AppQuota::Own`] one more per compute node for its
-    /// applications, with the model's quota for them.
-    pub fn create(layout: &Layout, model: &ScaleModel, apps: AppQuota) -> Result<Self> {
+    /// quota of `model`, and, where the model gives applications a quota of their own
+    /// ([`crate::scale::AppQuota::Own`]), one more per compute node for them.
+    pub fn create(layout: &Layout, model: &ScaleModel) -> Result<Self> {
         let h = hierarchy().ok_or_else(|| {
             LabError::Shape(
                 "the scale model needs the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 \
@@ -162,7 +163,7 @@ impl NodeCgroups {
                 Role::Proxy | Role::Slave => model.node_cpu,
             };
             let mut names = vec![(node.host.clone(), node.netns.clone(), cores)];
-            if apps == AppQuota::Own && matches!(node.role, Role::Proxy | Role::Slave) {
+            if model.app_cpu > 0.0 && matches!(node.role, Role::Proxy | Role::Slave) {
                 let name = format!("{}{APPS_SUFFIX}", node.netns);
                 names.push((apps_key(&node.host), name, model.app_cpu));
             }
@@ -183,7 +184,7 @@ impl NodeCgroups {
         Ok(made)
     }
 
-    /// The cgroup of `host`'s applications, under [`AppQuota::Own`].
+    /// The cgroup of `host`'s applications, under [`crate::scale::AppQuota::Own`].
     pub fn apps_dir(&self, host: &str) -> Option<&Path> {
         let key = apps_key(host);
         self.dirs

@@ -214,7 +214,7 @@ impl Lab {
         let net = Network::build(layout)?;
         tracing::info!("lab network up in {:.2} s", t.elapsed().as_secs_f64());
         let cgroups = match &model {
-            Some(m) => Some(NodeCgroups::create(net.layout(), m, opts.app_quota)?),
+            Some(m) => Some(NodeCgroups::create(net.layout(), m)?),
             None => None,
         };
         let lab = Self {
@@ -248,7 +248,7 @@ impl Lab {
             Some(m) => format!(
                 "{}; slave links {:.0} Mbit/s",
                 m.describe(),
-                self.layout().spec.rates.slave as f64 / 1e6,
+                self.layout().spec.rates.slave as f64 / 1e6
             ),
             None => crate::scale::POOLED_TEXT.to_string(),
         }

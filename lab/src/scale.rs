@@ -101,8 +101,8 @@ pub enum CpuModel {
 /// that: CFS bandwidth control gives a node of 1/20 of a core 1 ms per 20 ms period, an
 /// always-runnable application spends it while the daemon waits on the network, and each
 /// chunk the daemon then relays waits for the next period (the demo's urgent set took
-/// 3.1-3.4 s that way against 1.33-1.37 s with a quota each, BENCHMARKS.md). So the
-/// default is [`AppQuota::Own`].
+/// 3.1-3.4 s that way against 1.33-1.37 s with a quota each, BENCHMARKS.md). So `lab
+/// launch` and the demo run applications under [`AppQuota::Own`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AppQuota {

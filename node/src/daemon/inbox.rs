@@ -15,13 +15,9 @@ use crate::job::{ChunkTaken, JobCore};
 use crate::peers::{Pending, Router, Ticket};
 
 impl Shared {
-    /// The task of a job this node runs, for a message from `from_host` about it.
-    fn running(&self, job: JobId, from_host: &str) -> Option<Arc<JobCore>> {
-        let core = self.view.borrow().jobs.get(&job).map(|j| j.core.clone());
-        if core.is_none() {
-            tracing::debug!(%job, peer = %from_host, "chunk for an unknown job");
-        }
-        core
+    /// The task of a job this node runs.
+    fn running(&self, job: JobId) -> Option<Arc<JobCore>> {
+        self.view.borrow().jobs.get(&job).map(|j| j.core.clone())
     }
 }
 
@@ -51,19 +47,20 @@ impl Router for Shared {
                 });
             }
             Routed::Chunk { chunk, data, .. } => {
-                let taken = self
-                    .running(job, from_host)
-                    .map_or(ChunkTaken::Refused, |j| {
-                        j.on_chunk_msg(from_host, chunk, data, order)
-                    });
+                let core = self.running(job);
+                if core.is_none() {
+                    tracing::debug!(%job, peer = %from_host, "chunk for an unknown job");
+                }
+                let taken = core.map_or(ChunkTaken::Refused, |j| {
+                    j.on_chunk_msg(from_host, chunk, data, order)
+                });
                 if matches!(taken, ChunkTaken::Refused) {
                     self.metrics.chunk_refused();
                 }
                 return taken.pending();
             }
             Routed::Relay(m) => {
-                let core = self.view.borrow().jobs.get(&job).map(|j| j.core.clone());
-                match core {
+                match self.running(job) {
                     Some(j) => j.on_relay_msg(from_host, m),
                     // Perhaps a child's answer to a `Start` passed on before this node's
                     // own was admitted: the task keeps it for the job.

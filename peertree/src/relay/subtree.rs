@@ -388,20 +388,9 @@ pub fn forward_start(start: &Start) -> Result<Vec<(NodeInfo, Start)>> {
                 .first()
                 .map(|c| kin_in(&start.subtree, c.parent, c))
                 .unwrap_or_default();
-            let s = Start {
-                job: start.job,
-                index: start.index.clone(),
-                order: start.order.clone(),
-                urgent: start.urgent,
-                subtree,
-                ancestors: ancestors.clone(),
-                timing: start.timing,
-                shared_store: start.shared_store.clone(),
-                probe: start.probe,
-                owner: start.owner,
-                kin,
-                root_clock_ms: start.root_clock_ms,
-            };
+            // The same `Start` but for the child's part of the plan and its ancestry.
+            let mut s = start.clone();
+            (s.subtree, s.ancestors, s.kin) = (subtree, ancestors.clone(), kin);
             (child.clone(), s)
         })
         .collect();
