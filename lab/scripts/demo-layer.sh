@@ -3,7 +3,8 @@
 # real dependencies from PyPI (rich, requests and their dependencies, which it imports at
 # start) plus numpy (in the layer, not needed to start), installed with `pip install
 # --target`, byte-compiled, and the list of files the application reads at start-up
-# (its urgent set) written beside the layer.
+# written beside the layer (for the scripts; `teesfs lab demo` records its urgent set
+# with `teesfs record`).
 #
 # Usage: lab/scripts/demo-layer.sh OUT_DIR      -> OUT_DIR/layer, OUT_DIR/urgent.txt
 set -euo pipefail
@@ -53,11 +54,15 @@ echo "== recording the files the application reads at start"
 "$py" - "$out/layer" > "$out/urgent.txt" <<'PY'
 import os, subprocess, sys
 layer = os.path.realpath(sys.argv[1])
+# What Python reads of each module: its byte code where it is cached, else its file (a
+# source without byte code, an extension module). A source beside its byte code is only
+# looked at, not read.
 probe = (
-    "import sys, runpy; sys.path.insert(0, %r); sys.argv=['app','probe']; "
+    "import os, sys, runpy; sys.path.insert(0, %r); sys.argv=['app','probe']; "
     "runpy.run_module('app.main', run_name='__main__'); "
-    "print('\\n'.join(f for m in list(sys.modules.values()) "
-    "for f in (getattr(m,'__file__',None), getattr(m,'__cached__',None)) if f), file=sys.stderr)"
+    "read = lambda m: (getattr(m,'__cached__',None) if os.path.isfile(getattr(m,'__cached__',None) or '') "
+    "else getattr(m,'__file__',None)); "
+    "print('\\n'.join(f for f in map(read, list(sys.modules.values())) if f), file=sys.stderr)"
 ) % layer
 r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
 seen = set()

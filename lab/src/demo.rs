@@ -28,6 +28,23 @@ pub struct App {
     pub expect: String,
 }
 
+impl App {
+    /// The command that runs this application once with the layer over "/" (as `teesfs
+    /// record` sees it, `{mount}` being "/"), its environment given by `env`.
+    pub fn command_over_root(&self, host: &str) -> Vec<String> {
+        let root = Path::new("/");
+        let mut cmd = vec!["/usr/bin/env".to_string()];
+        cmd.extend(
+            self.env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", subst(v, root, host))),
+        );
+        cmd.push(self.program.clone());
+        cmd.extend(self.args.iter().map(|a| subst(a, root, host)));
+        cmd
+    }
+}
+
 /// One node's application run.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AppRun {
@@ -296,8 +313,6 @@ pub struct PythonLayer {
     pub layer: PathBuf,
     /// The interpreter's absolute path (the nodes run it from the host's file system).
     pub python: String,
-    /// The urgent set as globs (the files the application opened when it was recorded).
-    pub urgent: Vec<String>,
 }
 
 /// Builds the demo layer in `dir` with `python` (needs pip and access to PyPI).
@@ -326,12 +341,9 @@ pub fn build_python_layer(dir: &Path, python: &str) -> Result<PythonLayer> {
             program: python.into(),
             source,
         })?;
-    let list = dir.join("urgent.txt");
-    let urgent = urgent_globs(&std::fs::read_to_string(&list).map_err(LabError::io(&list))?);
     Ok(PythonLayer {
         layer: dir.join("layer"),
         python: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        urgent,
     })
 }
 
@@ -475,5 +487,28 @@ mod tests {
             urgent_globs(list),
             vec!["app/main.py".to_string(), "lib/a[[]1[]][*].py".to_string()]
         );
+    }
+
+    /// The demo records its urgent set by running its application once with the layer
+    /// over "/": the same program, arguments and environment, the mount being "/".
+    #[test]
+    fn the_application_over_root_is_the_nodes_command_with_the_layer_at_root() {
+        let app = python_app("/usr/bin/python3");
+        let cmd = app.command_over_root("login");
+        assert_eq!(
+            cmd[..3],
+            [
+                "/usr/bin/env",
+                "PYTHONDONTWRITEBYTECODE=1",
+                "PYTHONNOUSERSITE=1"
+            ]
+        );
+        assert_eq!(cmd[3..5], ["/usr/bin/python3", "-c"]);
+        assert!(
+            cmd[5].contains("sys.path.insert(0, '/')") && cmd[5].contains("['app', 'login']"),
+            "{}",
+            cmd[5]
+        );
+        assert!(!cmd.iter().any(|a| a.contains('{')), "{cmd:?}");
     }
 }

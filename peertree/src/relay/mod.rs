@@ -82,7 +82,8 @@ use subtree::Child;
 pub struct BulkHold {
     /// At most this long.
     pub max: Duration,
-    /// Release sooner once no demand has reached the root for this long.
+    /// Release sooner once applications that showed themselves after the urgent set
+    /// have given no sign for this long.
     pub quiet: Option<Duration>,
 }
 pub use recovery::ROOT_ASKS;
@@ -570,9 +571,14 @@ impl Relay {
     /// At the root: hold the hysteretic set back after the urgent set is on every node,
     /// so that applications starting there fetch what they read on demand without bulk
     /// traffic competing for links and CPUs. Within `hold.max` of the urgent set being
-    /// everywhere, the hysteretic set flows only while no sign of applications starting
-    /// (a demand, a file opened: [`Relay::note_activity`]) has reached the root for
-    /// `hold.quiet`; without `quiet`, not at all.
+    /// everywhere, the hysteretic set flows only once applications have shown themselves
+    /// since then (a demand, a file opened or looked up: [`Relay::note_activity`]) and no
+    /// such sign has reached the root for `hold.quiet`; without `quiet`, not at all.
+    ///
+    /// Signs from before the urgent set was everywhere do not start the quiet clock: a
+    /// job's processes start after it (the prolog waits for it), and their own start-up
+    /// (an interpreter, MPI, a container runtime from the node's "/") can keep them off
+    /// the layer for longer than `quiet`; the rest must not stream into that.
     pub fn set_bulk_hold(&mut self, hold: BulkHold) {
         if self.root.is_some() {
             self.bulk_hold = Some(hold);
@@ -586,7 +592,7 @@ impl Relay {
         let latest = done + hold.max;
         let quiet = hold
             .quiet
-            .map(|q| self.last_demand.map_or(done, |d| d.max(done)) + q);
+            .and_then(|q| Some(self.last_demand.filter(|&d| d >= done)? + q));
         Some(quiet.map_or(latest, |q| q.min(latest)))
     }
 

@@ -1157,6 +1157,69 @@ fn a_held_hysteretic_set_flows_once_demand_goes_quiet() {
     assert_everyone_has_everything(&net, &p);
 }
 
+/// Signs of applications from before the urgent set was everywhere (a node's own set-up,
+/// an application that began before it) do not start the quiet clock, and neither does
+/// the urgent set's arrival: the rest waits for the job's applications to show themselves
+/// after it, and then for them to go quiet. On a cluster they start after the prolog, and
+/// their own start-up (an interpreter, MPI) can keep them off the layer for a while.
+#[test]
+fn the_held_rest_waits_for_applications_after_the_urgent_set_then_for_their_quiet() {
+    let p = plan(2, 6, Strategy::Topo);
+    let mut net = Net::new(&p, 30, 6);
+    let (max, quiet) = (Duration::from_secs(5), Duration::from_millis(100));
+    let leaf = p
+        .ids()
+        .skip(1)
+        .find(|&id| p.children[id.index()].is_empty())
+        .expect("a leaf");
+    let root = net.root_id;
+    net.relays
+        .get_mut(&root)
+        .expect("root")
+        .set_bulk_hold(BulkHold {
+            max,
+            quiet: Some(quiet),
+        });
+    // A sign before the urgent set is everywhere, once the leaf has its Start: a read of
+    // an urgent chunk (a hysteretic one would be fetched on demand, and counted below).
+    let urgent = (0..30)
+        .map(ChunkNo)
+        .find(|&c| net.schedule.urgent_chunk(c))
+        .expect("an urgent chunk");
+    net.run_until(20_000, |n| n.relays.contains_key(&leaf));
+    assert!(!net.job_done(Phase::Urgent));
+    net.read(&leaf, urgent);
+    net.run_until(20_000, |n| n.job_done(Phase::Urgent));
+    let urgent_at = net.now;
+    let hysteretic = |n: &Net| {
+        n.received
+            .values()
+            .flatten()
+            .filter(|&&c| !n.schedule.urgent_chunk(c))
+            .count()
+    };
+    // Ten times the quiet period with no application: nothing of the rest moves.
+    while net.now < urgent_at + 10 * quiet {
+        net.step();
+    }
+    assert_eq!(
+        hysteretic(&net),
+        0,
+        "the rest flowed before any application"
+    );
+    // An application shows itself, then is quiet: the rest flows long before the maximum.
+    net.read(&leaf, urgent);
+    let sign = net.now;
+    net.run_until(20_000, |n| n.job_done(Phase::All));
+    assert!(
+        net.now >= sign + quiet && net.now < urgent_at + max / 2,
+        "the rest came {:?} after the sign, {:?} after the urgent set",
+        net.now - sign,
+        net.now - urgent_at
+    );
+    assert_everyone_has_everything(&net, &p);
+}
+
 /// Within the hold's maximum, demand that starts again after the hysteretic set began to
 /// flow pauses it again until demand is quiet once more.
 #[test]
@@ -1166,14 +1229,21 @@ fn new_demand_pauses_a_flowing_hysteretic_set_within_the_hold() {
     let quiet = Duration::from_millis(50);
     net.hold_bulk_until_urgent(Duration::from_secs(60), Some(quiet));
     let bulk = |n: &Net| n.received.values().flatten().count();
-    net.run_until(20_000, |n| bulk(n) > 40);
     let leaf = p
         .ids()
         .skip(1)
         .find(|&id| p.children[id.index()].is_empty())
         .expect("a leaf");
+    // An application shows itself, then goes quiet: the rest flows.
     net.read(&leaf, ChunkNo(0));
-    // Let the want reach the root and the chunks already in flight land.
+    net.run_until(20_000, |n| bulk(n) > 40);
+    net.read(&leaf, ChunkNo(0));
+    // Let the sign reach the root (with the next reports) and the chunks already in
+    // flight land.
+    let read_at = net.now;
+    net.run_until(20_000, |n| {
+        n.root().last_demand.is_some_and(|d| d >= read_at)
+    });
     for _ in 0..15 {
         net.step();
     }

@@ -153,7 +153,7 @@ fn push_args(
         wait,
         stream: super::push::Stream::All,
         serve: None,
-        bulk_after: duration(&net.bulk_after)?.unwrap_or(super::push::DEFAULT_BULK_AFTER),
+        bulk_after: duration(&net.bulk_after)?,
         bulk_quiet: duration(&net.bulk_quiet)?.unwrap_or(super::push::DEFAULT_BULK_QUIET),
         report: args.report.clone(),
         report_html: args.report_html.clone(),
@@ -340,8 +340,16 @@ mod tests {
         let (nodes, _, plan) = push.job.plan().expect("the README's job plans");
         assert_eq!(nodes.len(), 128);
         assert_eq!(plan.strategy, peertree::Strategy::Topo);
-        assert_eq!(push.bulk_after, Duration::from_secs(120));
-        assert_eq!(push.bulk_quiet, Duration::from_secs(2));
+        // The job starts when the prolog's push returns at the urgent set: the rest is
+        // held back while its applications start.
+        assert_eq!(push.wait, super::super::push::Wait::Urgent);
+        assert_eq!(
+            push.bulk_hold(),
+            Some(peertree::relay::BulkHold {
+                max: Duration::from_secs(120),
+                quiet: Some(Duration::from_secs(2)),
+            })
+        );
         assert_eq!(push.timeout, Duration::from_secs(30 * 60));
     }
 

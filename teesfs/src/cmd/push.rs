@@ -24,6 +24,21 @@ pub const DEFAULT_BULK_QUIET: Duration = Duration::from_secs(2);
 /// How long a push waits for the nodes without a site's `[push] timeout` (`--timeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+impl PushArgs {
+    /// How the rest of the layer is held back (`--bulk-after`, `--bulk-quiet`): by
+    /// default only when this command returns before the whole layer is everywhere.
+    pub fn bulk_hold(&self) -> Option<BulkHold> {
+        let max = self.bulk_after.unwrap_or(match self.wait {
+            Wait::Urgent => DEFAULT_BULK_AFTER,
+            Wait::All => Duration::ZERO,
+        });
+        (!max.is_zero()).then_some(BulkHold {
+            max,
+            quiet: Some(self.bulk_quiet),
+        })
+    }
+}
+
 /// What to wait for before returning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Wait {
@@ -90,18 +105,18 @@ pub struct PushArgs {
     /// Hold the rest of the layer (the hysteretic set) back after the urgent set is on
     /// every node, at most this long: applications starting then fetch what else they
     /// read on demand, without bulk traffic competing for their node's links and CPU (see
-    /// --bulk-quiet). The default: in the scale-model lab, where each node has its own
-    /// CPU, the application started everywhere about twice as soon with it as with the rest
-    /// streaming at once (BENCHMARKS.md, issue 28). Two minutes outlast the start of a large
-    /// Python stack; a shorter hold let the rest stream into applications still starting.
-    /// `0s` streams the rest at once. A push without an urgent set never holds: nothing can
-    /// start before the whole layer is there.
-    #[arg(help_heading = "Timing", long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration)]
-    pub bulk_after: Duration,
-    /// Within the hold, let the rest flow while no sign of applications starting (files
-    /// opened in the nodes' mounts, reads fetched on demand) has reached this command for
-    /// this long. New signs pause it again until the hold is over. Keep it above the
-    /// heartbeat times the tree's depth (the nodes' reports carry the signs).
+    /// --bulk-quiet). Default: 2m with `--wait urgent` (the job starts when this command
+    /// returns; two minutes outlast the start of a large Python stack), none with
+    /// `--wait all` (nothing starts before the whole layer is there). In the scale-model
+    /// lab the held rest gave the fastest start of every method (BENCHMARKS.md, issue 28).
+    /// `0s` streams the rest at once. A push without an urgent set never holds.
+    #[arg(help_heading = "Timing", long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub bulk_after: Option<Duration>,
+    /// Within the hold, let the rest flow once the job's applications, having shown
+    /// themselves after the urgent set was everywhere (files opened or looked up in the
+    /// nodes' mounts, reads fetched on demand), sent no sign to this command for this
+    /// long. New signs pause it again until the hold is over. Keep it above the heartbeat
+    /// times the tree's depth (the nodes' reports carry the signs).
     #[arg(help_heading = "Timing", long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     pub bulk_quiet: Duration,
     /// Also write the report as JSON to FILE (the document of --format json).
@@ -258,10 +273,7 @@ pub fn run(mut args: PushArgs) -> anyhow::Result<()> {
             (!me.is_root()).then(|| me.as_raw())
         }),
         serve: args.serve,
-        bulk_hold: (!args.bulk_after.is_zero()).then_some(BulkHold {
-            max: args.bulk_after,
-            quiet: Some(args.bulk_quiet),
-        }),
+        bulk_hold: args.bulk_hold(),
         // The prolog's push: the job starts when the push returns (a background copy's
         // foreground returns at the urgent set).
         release: args.drain_list.as_ref().map(|_| phase_of(args.wait)),
@@ -741,21 +753,39 @@ mod tests {
         push: PushArgs,
     }
 
-    /// The default launch is the one that won in the scale-model lab (issue 28): the rest
-    /// of the layer held back while applications start; `--bulk-after 0s` streams it at once.
+    /// The default launch is the one that won in the scale-model lab (issue 28): when the
+    /// job starts as the push returns (`--wait urgent`), the rest of the layer is held back
+    /// while applications start; `--bulk-after 0s` streams it at once. A push that waits
+    /// for the whole layer holds nothing back unless told to: nothing starts before it ends.
     #[test]
     fn a_push_holds_the_rest_back_while_applications_start_unless_told_not_to() {
         use clap::Parser;
         let base = [
             "push", "--store", "/s", "--index", "abcd", "--nodes", "n[1-4]",
         ];
-        let p = Cli::try_parse_from(base).expect("defaults").push;
-        assert_eq!(p.bulk_after, DEFAULT_BULK_AFTER);
-        assert_eq!(p.bulk_quiet, DEFAULT_BULK_QUIET);
-        let eager = Cli::try_parse_from(base.iter().chain(&["--bulk-after", "0s"]))
-            .expect("0s")
-            .push;
-        assert!(eager.bulk_after.is_zero());
-        assert_eq!(p.timeout, DEFAULT_TIMEOUT);
+        let with = |extra: &[&str]| {
+            Cli::try_parse_from(base.iter().chain(extra))
+                .expect("parses")
+                .push
+        };
+        let held = Some(BulkHold {
+            max: DEFAULT_BULK_AFTER,
+            quiet: Some(DEFAULT_BULK_QUIET),
+        });
+        assert_eq!(with(&["--wait", "urgent"]).bulk_hold(), held);
+        assert_eq!(with(&[]).bulk_hold(), None, "--wait all is the default");
+        assert_eq!(
+            with(&["--wait", "urgent", "--bulk-after", "0s"]).bulk_hold(),
+            None
+        );
+        let told = with(&["--bulk-after", "30s", "--bulk-quiet", "5s"]);
+        assert_eq!(
+            told.bulk_hold(),
+            Some(BulkHold {
+                max: Duration::from_secs(30),
+                quiet: Some(Duration::from_secs(5)),
+            })
+        );
+        assert_eq!(with(&[]).timeout, DEFAULT_TIMEOUT);
     }
 }

@@ -45,11 +45,17 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let built = lab::demo::build_python_layer(&a.layer_dir, &a.python)?;
     let lab = a.shape.up_for_apps()?;
     let result = (|| {
+        let index = super::launch::publish(&lab, &built.layer)?;
+        let app = lab::demo::python_app(&built.python);
+        // The urgent set as users get it: `teesfs record` of the application, once.
+        let mut what = vec!["--index".to_string(), index.clone(), "--".into()];
+        what.extend(app.command_over_root("login"));
+        let list = super::launch::record(&lab, &what)?;
         let l = Launch {
             layer: built.layer.clone(),
-            index: super::launch::publish(&lab, &built.layer)?,
-            urgent: built.urgent.clone(),
-            app: lab::demo::python_app(&built.python),
+            index,
+            urgent: lab::demo::urgent_globs(&list),
+            app,
             probe: "app/main.py".into(),
             // What users get: the push's own defaults.
             bulk_after: crate::cmd::push::DEFAULT_BULK_AFTER,

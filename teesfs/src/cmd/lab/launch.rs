@@ -76,7 +76,8 @@ pub struct LaunchArgs {
     #[arg(
         long,
         value_name = "FILE",
-        default_value = "/var/tmp/teesfs-lab-launch.html"
+        default_value = "/var/tmp/teesfs-lab-launch.html",
+        value_parser = parse_report
     )]
     report: PathBuf,
 }
@@ -99,6 +100,21 @@ fn parse_method(s: &str) -> anyhow::Result<Method> {
             names.join(", ")
         )
     })
+}
+
+/// The HTML report's path: not one the figures (.json) or the picture (.svg) beside it
+/// would overwrite.
+fn parse_report(s: &str) -> anyhow::Result<PathBuf> {
+    let p = PathBuf::from(s);
+    match p.extension().and_then(|e| e.to_str()) {
+        Some(e @ ("json" | "svg")) => anyhow::bail!(
+            "{s} is where the {} beside the HTML report would go: give the HTML page's \
+             name, such as {}",
+            if e == "json" { "figures" } else { "picture" },
+            p.with_extension("html").display()
+        ),
+        _ => Ok(p),
+    }
 }
 
 /// Runs `teesfs lab launch`.
@@ -198,7 +214,7 @@ fn timed(what: &str, publish: impl FnOnce() -> lab::Result<String>) -> anyhow::R
 
 /// Records the urgent set once on the login node with `teesfs record` and `what` (the
 /// index and the command): a layer over "/" and `TEESFS_MOUNT=/`, or an image as its root.
-fn record(lab: &Lab, what: &[String]) -> anyhow::Result<String> {
+pub fn record(lab: &Lab, what: &[String]) -> anyhow::Result<String> {
     let out = lab.work().join("recorded-urgent.list");
     let exe = std::env::current_exe().context("finding the teesfs binary")?;
     let status = std::process::Command::new(exe)
@@ -319,4 +335,22 @@ fn write_report(
         json_path.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_named_like_its_figures_or_picture_is_refused_with_the_name_to_use() {
+        let e = parse_report("/tmp/r.json").expect_err("json").to_string();
+        assert!(e.contains("figures") && e.contains("/tmp/r.html"), "{e}");
+        let e = parse_report("r.svg").expect_err("svg").to_string();
+        assert!(e.contains("picture") && e.contains("r.html"), "{e}");
+        assert_eq!(
+            parse_report("out/r.html").expect("html"),
+            PathBuf::from("out/r.html")
+        );
+        assert_eq!(parse_report("r").expect("no extension"), PathBuf::from("r"));
+    }
 }
