@@ -33,7 +33,7 @@ use std::path::PathBuf;
 pub use csr::{make_request, sign_request};
 pub use pki::{make_cluster, make_cluster_valid_for, revoke};
 pub use stream::{FrameReceiver, StreamKind};
-pub use tls::Identity;
+pub use tls::{Identity, hardware_aes, suite_order};
 pub(crate) use transport::CONNECT_TIMEOUT;
 pub use transport::{Conn, Transport};
 

@@ -198,9 +198,48 @@ impl Identity {
     }
 }
 
-/// The one crypto provider the net layer uses.
+/// The one crypto provider the net layer uses: *ring*'s, offering the TLS 1.3 suites in
+/// [`suite_order`] for this CPU (the client's order decides).
 pub(crate) fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(CryptoProvider {
+        cipher_suites: suite_order(hardware_aes()),
+        ..rustls::crypto::ring::default_provider()
+    })
+}
+
+/// The TLS 1.3 suites in the order offered. With AES in hardware, AES-128-GCM first: it
+/// protects every QUIC packet for less CPU than AES-256-GCM or ChaCha20-Poly1305
+/// (BENCHMARKS.md, issue 33, `cargo bench -p teesfs-node --bench aead_cpu`). Without it,
+/// ChaCha20-Poly1305 first, which software does faster than AES.
+pub fn suite_order(hardware_aes: bool) -> Vec<rustls::SupportedCipherSuite> {
+    use rustls::crypto::ring::cipher_suite::{
+        TLS13_AES_128_GCM_SHA256 as AES128, TLS13_AES_256_GCM_SHA384 as AES256,
+        TLS13_CHACHA20_POLY1305_SHA256 as CHACHA,
+    };
+    if hardware_aes {
+        vec![AES128, AES256, CHACHA]
+    } else {
+        vec![CHACHA, AES128, AES256]
+    }
+}
+
+/// Whether this CPU does AES and the GCM multiply in hardware (AES-NI and PCLMULQDQ on
+/// x86-64, the AES and PMULL extensions on aarch64).
+pub fn hardware_aes() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
 }
 
 /// A certificate's serial number (raw DER integer bytes; empty if it does not parse).
@@ -247,6 +286,29 @@ mod tests {
 
     fn hosts(names: &[&str]) -> Vec<String> {
         names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// AES-128-GCM leads where the CPU does AES, ChaCha20-Poly1305 where it does not; every
+    /// TLS 1.3 suite stays offered, so peers of either kind still agree; the provider
+    /// offers this CPU's order.
+    #[test]
+    fn the_cheapest_suite_for_the_cpu_is_offered_first_and_every_suite_stays() {
+        use rustls::CipherSuite::{
+            TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
+        };
+        let names = |hw: bool| -> Vec<_> { suite_order(hw).iter().map(|s| s.suite()).collect() };
+        assert_eq!(
+            names(true),
+            [
+                TLS13_AES_128_GCM_SHA256,
+                TLS13_AES_256_GCM_SHA384,
+                TLS13_CHACHA20_POLY1305_SHA256
+            ]
+        );
+        assert_eq!(names(false)[0], TLS13_CHACHA20_POLY1305_SHA256);
+        assert_eq!(names(false).len(), 3);
+        let offered: Vec<_> = provider().cipher_suites.iter().map(|s| s.suite()).collect();
+        assert_eq!(offered, names(hardware_aes()));
     }
 
     /// A clock stopped at one instant.

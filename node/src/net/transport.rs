@@ -494,6 +494,9 @@ pub struct PathStats {
     pub mtu: u16,
     /// UDP datagrams sent.
     pub sent: u64,
+    /// Sends to the socket that carried them: fewer than `sent` when the kernel segments
+    /// batches of datagrams (UDP GSO).
+    pub sends: u64,
     /// UDP datagrams received.
     pub received: u64,
     /// Packets QUIC declared lost.
@@ -573,6 +576,7 @@ impl Conn {
         PathStats {
             mtu: s.path.current_mtu,
             sent: s.udp_tx.datagrams,
+            sends: s.udp_tx.ios,
             received: s.udp_rx.datagrams,
             lost: s.path.lost_packets,
             black_holes: s.path.black_holes_detected,

@@ -217,7 +217,7 @@ fn timed(what: &str, publish: impl FnOnce() -> lab::Result<String>) -> anyhow::R
 pub fn record(lab: &Lab, what: &[String]) -> anyhow::Result<String> {
     let out = lab.work().join("recorded-urgent.list");
     let exe = std::env::current_exe().context("finding the teesfs binary")?;
-    let status = std::process::Command::new(exe)
+    let run = std::process::Command::new(exe)
         .args(["record", "--store"])
         .arg(lab.work().join("store"))
         .arg("--trust")
@@ -227,12 +227,19 @@ pub fn record(lab: &Lab, what: &[String]) -> anyhow::Result<String> {
         .args(what)
         .env("TEESFS_MOUNT", "/")
         .stdout(std::process::Stdio::null())
-        .status()
+        .stderr(std::process::Stdio::piped())
+        .output()
         .context("running teesfs record")?;
-    if !status.success() {
+    // What the application and `record` said is shown only when recording failed.
+    if !run.status.success() {
+        let said = String::from_utf8_lossy(&run.stderr);
+        let lines: Vec<&str> = said.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
         bail!(
-            "recording the application's urgent set failed ({status}); check that --app runs with \
-             the layer at $TEESFS_MOUNT, or give the list with --urgent-list"
+            "recording the application's urgent set failed ({}); check that --app runs with \
+             the layer at $TEESFS_MOUNT, or give the list with --urgent-list. It said:\n{}",
+            run.status,
+            tail
         );
     }
     let list =
