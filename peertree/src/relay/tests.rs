@@ -292,6 +292,15 @@ impl Net {
             .handle_local_want(now, chunk);
     }
 
+    /// Hysteretic chunks received so far, over every node.
+    fn hysteretic_received(&self) -> usize {
+        self.received
+            .values()
+            .flatten()
+            .filter(|&&c| !self.schedule.urgent_chunk(c))
+            .count()
+    }
+
     fn job_done(&self, phase: Phase) -> bool {
         self.root_events.contains(&Event::JobPhaseDone(phase))
     }
@@ -1092,16 +1101,9 @@ fn a_held_hysteretic_set_waits_for_its_time_after_the_urgent_set() {
     let mut net = Net::new(&p, 30, 6);
     let hold = Duration::from_millis(300);
     let urgent_at = net.hold_bulk_until_urgent(hold, None);
-    let hysteretic = |n: &Net| {
-        n.received
-            .values()
-            .flatten()
-            .filter(|&&c| !n.schedule.urgent_chunk(c))
-            .count()
-    };
     while net.now < urgent_at + hold - Duration::from_millis(5) {
         net.step();
-        assert_eq!(hysteretic(&net), 0, "bulk left during the hold");
+        assert_eq!(net.hysteretic_received(), 0, "bulk left during the hold");
     }
     net.run_until(20_000, |n| n.job_done(Phase::All));
     assert!(net.now >= urgent_at + hold);
@@ -1191,19 +1193,12 @@ fn the_held_rest_waits_for_applications_after_the_urgent_set_then_for_their_quie
     net.read(&leaf, urgent);
     net.run_until(20_000, |n| n.job_done(Phase::Urgent));
     let urgent_at = net.now;
-    let hysteretic = |n: &Net| {
-        n.received
-            .values()
-            .flatten()
-            .filter(|&&c| !n.schedule.urgent_chunk(c))
-            .count()
-    };
     // Ten times the quiet period with no application: nothing of the rest moves.
     while net.now < urgent_at + 10 * quiet {
         net.step();
     }
     assert_eq!(
-        hysteretic(&net),
+        net.hysteretic_received(),
         0,
         "the rest flowed before any application"
     );
