@@ -139,7 +139,7 @@ fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
     }
     std::thread::sleep(Duration::from_millis(300));
     let (c0, t0) = (cpu_of(&spinners), Instant::now());
-    let (beside, _) = work(&lab, "n03");
+    let (beside, beside_cpu) = work(&lab, "n03");
     std::thread::sleep(Duration::from_millis(1500));
     let (used, wall) = (cpu_of(&spinners) - c0, t0.elapsed().as_secs_f64());
     assert!(
@@ -169,10 +169,14 @@ fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
         (both - held("n01") - held("n02")).abs() < 0.2,
         "the sum over nodes is the sum of each"
     );
-    // n03's work is not slowed by n02 spinning.
+    // n03's work is not slowed by n02 spinning: it keeps its own quota's pace, within the
+    // band its work alone is held to (the model, not one noisy sample alone, is the
+    // reference: a CI machine's other tests move both samples).
+    let beside_modelled = beside_cpu / NODE_CPU;
     assert!(
-        beside < alone * 1.3 + 0.1,
-        "n03's work took {beside:.2} s beside a spinning n02, {alone:.2} s alone"
+        beside < 1.5 * beside_modelled + 0.3,
+        "n03's work took {beside:.2} s for {beside_cpu:.3} CPU-s beside a spinning n02 (the \
+         model says {beside_modelled:.2} s), {alone:.2} s alone"
     );
     eprintln!(
         "model: work alone {alone:.2} s for {cpu:.3} CPU-s (modelled {modelled:.2} s), beside a spinning node {beside:.2} s; \
