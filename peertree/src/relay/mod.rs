@@ -592,7 +592,7 @@ impl Relay {
         let latest = done + hold.max;
         let quiet = hold
             .quiet
-            .and_then(|q| Some(self.last_demand.filter(|&d| d >= done)? + q));
+            .and_then(|q| self.last_demand.filter(|&d| d >= done).map(|d| d + q));
         Some(quiet.map_or(latest, |q| q.min(latest)))
     }
 

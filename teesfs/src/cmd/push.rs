@@ -24,21 +24,6 @@ pub const DEFAULT_BULK_QUIET: Duration = Duration::from_secs(2);
 /// How long a push waits for the nodes without a site's `[push] timeout` (`--timeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
-impl PushArgs {
-    /// How the rest of the layer is held back (`--bulk-after`, `--bulk-quiet`): by
-    /// default only when this command returns before the whole layer is everywhere.
-    pub fn bulk_hold(&self) -> Option<BulkHold> {
-        let max = self.bulk_after.unwrap_or(match self.wait {
-            Wait::Urgent => DEFAULT_BULK_AFTER,
-            Wait::All => Duration::ZERO,
-        });
-        (!max.is_zero()).then_some(BulkHold {
-            max,
-            quiet: Some(self.bulk_quiet),
-        })
-    }
-}
-
 /// What to wait for before returning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Wait {
@@ -108,7 +93,8 @@ pub struct PushArgs {
     /// --bulk-quiet). Default: 2m with `--wait urgent` (the job starts when this command
     /// returns; two minutes outlast the start of a large Python stack), none with
     /// `--wait all` (nothing starts before the whole layer is there). In the scale-model
-    /// lab the held rest gave the fastest start of every method (BENCHMARKS.md, issue 28).
+    /// lab the demo's application started soonest this way of every method, in three runs
+    /// (BENCHMARKS.md, issue 28).
     /// `0s` streams the rest at once. A push without an urgent set never holds.
     #[arg(help_heading = "Timing", long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub bulk_after: Option<Duration>,
@@ -197,7 +183,21 @@ pub struct PushArgs {
     pub drain_list: Option<PathBuf>,
 }
 
-/// Runs `teesfs push`.
+impl PushArgs {
+    /// How the rest of the layer is held back (`--bulk-after`, `--bulk-quiet`): by
+    /// default only when this command returns before the whole layer is everywhere.
+    pub fn bulk_hold(&self) -> Option<BulkHold> {
+        let max = self.bulk_after.unwrap_or(match self.wait {
+            Wait::Urgent => DEFAULT_BULK_AFTER,
+            Wait::All => Duration::ZERO,
+        });
+        (!max.is_zero()).then_some(BulkHold {
+            max,
+            quiet: Some(self.bulk_quiet),
+        })
+    }
+}
+
 /// The phase a push waits for.
 fn phase_of(wait: Wait) -> Phase {
     match wait {
@@ -206,6 +206,7 @@ fn phase_of(wait: Wait) -> Phase {
     }
 }
 
+/// Runs `teesfs push`.
 pub fn run(mut args: PushArgs) -> anyhow::Result<()> {
     if args.job.rates_store.is_none() {
         args.job.rates_store = Some(args.store.clone());
