@@ -518,6 +518,8 @@ mod tests {
                 outcome(Method::SbcastUnsquash, 15.0, 0),
                 outcome(Method::Squashfuse, 5.0, 1000 * mib),
             ],
+            failures: Vec::new(),
+            stopped: None,
             local_s: Some(5.0),
             urgent_first: None,
         };
@@ -540,6 +542,8 @@ mod tests {
         // No image method ran: nothing to judge.
         let layer_only = Report {
             outcomes: vec![outcome(Method::UrgentFirst, 6.0, 0)],
+            failures: Vec::new(),
+            stopped: None,
             local_s: None,
             urgent_first: None,
         };

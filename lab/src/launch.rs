@@ -5,7 +5,7 @@
 //! - **urgent-first** (teesfs, what `push`, `prefetch` and the Slurm prolog do without
 //!   flags): the urgent set streams first and the application starts on a node as soon as
 //!   its mount appears; the rest of the layer is held back while the nodes' demand shows
-//!   applications starting (`teesfs push --bulk-after --bulk-quiet`, 30 s and 2 s);
+//!   applications starting (`teesfs push --bulk-after --bulk-quiet`, 2 minutes and 2 s);
 //! - **urgent-eager** (teesfs `--bulk-after 0s`): the rest streams right behind the
 //!   urgent set, competing with the starting applications for links and CPU;
 //! - **urgent-only** (teesfs `--stream urgent`): only the urgent set is streamed, the
@@ -29,8 +29,12 @@
 //!
 //! Every other teesfs method pushes with `--no-learned`, so it measures a layer's first
 //! launch whatever an earlier run learned.
+//!
+//! A method that fails (a baseline's tool that cannot reach a node, a push that gives up)
+//! is kept in the report with its reason and the run goes on with the next method on fresh
+//! nodes: a long run never loses the figures it has. Only an interrupt, or nodes that
+//! cannot be made fresh, end it early.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -42,6 +46,10 @@ use crate::cluster::{Lab, PushOptions};
 use crate::demo::{self, App, AppRun, DemoRun};
 use crate::error::{LabError, Result};
 use crate::traffic::Traffic;
+
+#[path = "launch_table.rs"]
+mod table;
+pub use table::{goals, table};
 
 /// A launch method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -204,11 +212,26 @@ pub struct Outcome {
     pub traffic: Option<Traffic>,
 }
 
+/// A method that did not finish, and why: the run goes on with the next method, and the
+/// table and the figures say it failed instead of losing the others.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// Method.
+    pub method: Method,
+    /// What went wrong, as the step that failed said it.
+    pub reason: String,
+}
+
 /// Every method's launch, and the urgent-first run for the picture.
 #[derive(Debug)]
 pub struct Report {
-    /// One per method run, in order.
+    /// One per method that finished, in order.
     pub outcomes: Vec<Outcome>,
+    /// The methods that failed or were never run, in order.
+    pub failures: Vec<Failure>,
+    /// What ended the run before its last method (an interrupt, nodes that could not be
+    /// made fresh); the methods not run are among `failures`.
+    pub stopped: Option<LabError>,
     /// The application started everywhere from local data with nothing streaming.
     pub local_s: Option<f64>,
     /// The urgent-first run (push report and per-node application runs).
@@ -238,96 +261,171 @@ pub(crate) fn last_node(apps: &[AppRun]) -> Option<String> {
         .map(|x| x.host.clone())
 }
 
-/// Runs each of `methods` once on fresh nodes; `on_outcome` sees each as it completes.
-pub fn run(
-    lab: &Lab,
-    l: &Launch,
-    methods: &[Method],
-    mut on_outcome: impl FnMut(&Outcome),
-) -> Result<Report> {
-    let mut rep = Report {
-        outcomes: Vec::new(),
-        local_s: None,
-        urgent_first: None,
+/// A method's turn in a launch run, as it ends.
+#[derive(Debug, Clone, Copy)]
+pub enum Turn<'a> {
+    /// The method ran to the end.
+    Done(&'a Outcome),
+    /// It failed, or was never run.
+    Failed(&'a Failure),
+}
+
+/// What a launch run carries from one method to the next.
+#[derive(Default)]
+struct Carry {
+    /// urgent-learned is among the methods.
+    wants_learning: bool,
+    /// The urgent set the nodes learned in the urgent-first run, else the demand-only one,
+    /// asked for only when urgent-learned will use it. (Learning fails when nothing was
+    /// read before the layer arrived: only urgent-learned needs it to succeed.)
+    learned: Option<(Method, Result<Learned>)>,
+    /// Copy-first's start from local data.
+    local_s: Option<f64>,
+    /// The urgent-first run.
+    urgent_first: Option<DemoRun>,
+}
+
+/// Runs each of `methods` once on fresh nodes; `on_turn` sees each as it ends. A method
+/// that fails is kept in the report with its reason and the next one runs; an interrupt,
+/// or nodes that cannot be made fresh, end the run ([`Report::stopped`]) with what was
+/// measured so far.
+pub fn run(lab: &Lab, l: &Launch, methods: &[Method], mut on_turn: impl FnMut(Turn<'_>)) -> Report {
+    let mut carry = Carry {
+        wants_learning: methods.contains(&Method::Learned),
+        ..Carry::default()
     };
-    // The urgent set the nodes learned in the urgent-first run, else the demand-only one,
-    // asked for only when urgent-learned will use it. (Learning fails when nothing was read
-    // before the layer arrived: only urgent-learned needs it to succeed.)
-    let wants_learning = methods.contains(&Method::Learned);
-    let mut learned: Option<(Method, Result<Learned>)> = None;
-    for &m in methods {
-        crate::check_interrupt()?;
-        lab.fresh_nodes()?;
-        let before = Spent::now(lab);
-        // What learning from this run cost: urgent-learned's, which it prepares; and the
-        // job's traffic, read before learning releases it.
-        let mut learning = Spent::default();
-        let mut traffic = None;
-        let out_before = crate::image::sources_out(lab)?;
-        let mut o = match m {
-            Method::UrgentFirst | Method::DemandOnly => {
-                let demand = m == Method::DemandOnly;
-                let stream = if demand { "none" } else { "all" };
-                let o = if demand {
-                    push_options(l, "login", "topo", stream)
-                } else {
-                    default_options(l)
-                };
-                let run = on_mount(lab, l, o)?;
-                if wants_learning && (!demand || learned.is_none()) {
-                    let got = learn(lab, &run.push.report.job, &l.index);
-                    if let Ok(g) = &got {
-                        (learning, traffic) = (g.cost, g.traffic);
-                    }
-                    learned = Some((m, got));
-                }
-                let detail = if demand {
-                    "every read through the tree".to_string()
-                } else {
-                    format!(
-                        "the default: the rest held while applications were active in the last {:.1} s (at most {:.0} s)",
-                        l.bulk_quiet.as_secs_f64(),
-                        l.bulk_after.as_secs_f64()
-                    )
-                };
-                let o = teesfs_outcome(m, &run, &detail);
-                if !demand {
-                    rep.urgent_first = Some(run);
-                }
-                o
-            }
-            Method::Eager => {
-                let mut o = push_options(l, "login", "topo", "all");
-                o.extra.extend(["--bulk-after", "0s"].map(String::from));
-                let run = on_mount(lab, l, o)?;
-                teesfs_outcome(m, &run, "the rest streamed at once")
-            }
-            Method::UrgentOnly => {
-                let run = on_mount(lab, l, push_options(l, "login", "topo", "urgent"))?;
-                teesfs_outcome(m, &run, "the rest only on demand")
-            }
-            Method::CopyFirst => {
-                let (o, local) = copy_first(lab, l)?;
-                rep.local_s = Some(local);
-                o
-            }
-            Method::SharedStorage => {
-                let run = on_mount(lab, l, push_options(l, "storage", "flat", "none"))?;
-                teesfs_outcome(m, &run, "every read from the storage node")
-            }
-            Method::Sbcast => sbcast_untar(lab, l)?,
-            Method::Learned => urgent_learned(lab, l, learned.take())?,
-            m => crate::image::run(lab, l, m)?,
-        };
-        let spent = before.until(lab);
-        o.cpu_s += spent.cpu_s - learning.cpu_s;
-        o.throttled_s = sum(o.throttled_s, spent.throttled_s).map(|t| t - learning.throttled());
-        o.traffic = traffic.or_else(|| o.job.as_deref().and_then(|j| traffic_of(lab, j)));
-        o.source_out_bytes = crate::image::sources_out(lab)?.saturating_sub(out_before);
-        on_outcome(&o);
-        rep.outcomes.push(o);
+    let (outcomes, failures, stopped) = each(
+        methods,
+        || {
+            crate::check_interrupt()?;
+            lab.fresh_nodes()
+        },
+        |m| one(lab, l, m, &mut carry),
+        &mut on_turn,
+    );
+    Report {
+        outcomes,
+        failures,
+        stopped,
+        local_s: carry.local_s,
+        urgent_first: carry.urgent_first,
     }
-    Ok(rep)
+}
+
+/// What [`each`] gives back: the outcomes, the failures, and what ended the run early.
+type Ran = (Vec<Outcome>, Vec<Failure>, Option<LabError>);
+
+/// Runs `one` for each method in turn, `prepare` before each: a method whose `one` fails
+/// is kept as a [`Failure`] with its reason and the next one runs. A failed `prepare`, or
+/// an interrupt from either, ends the run: that method and the ones after it are kept as
+/// not run, and the error is given back.
+fn each(
+    methods: &[Method],
+    mut prepare: impl FnMut() -> Result<()>,
+    mut one: impl FnMut(Method) -> Result<Outcome>,
+    on_turn: &mut impl FnMut(Turn<'_>),
+) -> Ran {
+    let (mut done, mut failed) = (Vec::new(), Vec::new());
+    for (i, &m) in methods.iter().enumerate() {
+        let err = match prepare().map(|()| one(m)) {
+            Ok(Ok(o)) => {
+                on_turn(Turn::Done(&o));
+                done.push(o);
+                continue;
+            }
+            Ok(Err(e)) if !matches!(e, LabError::Interrupted) => {
+                let f = Failure {
+                    method: m,
+                    reason: e.to_string(),
+                };
+                on_turn(Turn::Failed(&f));
+                failed.push(f);
+                continue;
+            }
+            Ok(Err(e)) | Err(e) => e,
+        };
+        for &method in &methods[i..] {
+            let f = Failure {
+                method,
+                reason: format!("not run: {err}"),
+            };
+            on_turn(Turn::Failed(&f));
+            failed.push(f);
+        }
+        return (done, failed, Some(err));
+    }
+    (done, failed, None)
+}
+
+/// One method's launch on nodes made fresh, with the CPU and traffic it cost.
+fn one(lab: &Lab, l: &Launch, m: Method, carry: &mut Carry) -> Result<Outcome> {
+    let before = Spent::now(lab);
+    // What learning from this run cost: urgent-learned's, which it prepares; and the
+    // job's traffic, read before learning releases it.
+    let mut learning = Spent::default();
+    let mut traffic = None;
+    let out_before = crate::image::sources_out(lab)?;
+    let mut o = match m {
+        Method::UrgentFirst | Method::DemandOnly => {
+            let demand = m == Method::DemandOnly;
+            let stream = if demand { "none" } else { "all" };
+            let o = if demand {
+                push_options(l, "login", "topo", stream)
+            } else {
+                default_options(l)
+            };
+            let run = on_mount(lab, l, o)?;
+            if carry.wants_learning && (!demand || carry.learned.is_none()) {
+                let got = learn(lab, &run.push.report.job, &l.index);
+                if let Ok(g) = &got {
+                    (learning, traffic) = (g.cost, g.traffic);
+                }
+                carry.learned = Some((m, got));
+            }
+            let detail = if demand {
+                "every read through the tree".to_string()
+            } else {
+                format!(
+                    "the default: the rest held while applications were active in the last {:.1} s (at most {:.0} s)",
+                    l.bulk_quiet.as_secs_f64(),
+                    l.bulk_after.as_secs_f64()
+                )
+            };
+            let o = teesfs_outcome(m, &run, &detail);
+            if !demand {
+                carry.urgent_first = Some(run);
+            }
+            o
+        }
+        Method::Eager => {
+            let mut o = push_options(l, "login", "topo", "all");
+            o.extra.extend(["--bulk-after", "0s"].map(String::from));
+            let run = on_mount(lab, l, o)?;
+            teesfs_outcome(m, &run, "the rest streamed at once")
+        }
+        Method::UrgentOnly => {
+            let run = on_mount(lab, l, push_options(l, "login", "topo", "urgent"))?;
+            teesfs_outcome(m, &run, "the rest only on demand")
+        }
+        Method::CopyFirst => {
+            let (o, local) = copy_first(lab, l)?;
+            carry.local_s = Some(local);
+            o
+        }
+        Method::SharedStorage => {
+            let run = on_mount(lab, l, push_options(l, "storage", "flat", "none"))?;
+            teesfs_outcome(m, &run, "every read from the storage node")
+        }
+        Method::Sbcast => sbcast_untar(lab, l)?,
+        Method::Learned => urgent_learned(lab, l, carry.learned.take())?,
+        m => crate::image::run(lab, l, m)?,
+    };
+    let spent = before.until(lab);
+    o.cpu_s += spent.cpu_s - learning.cpu_s;
+    o.throttled_s = sum(o.throttled_s, spent.throttled_s).map(|t| t - learning.throttled());
+    o.traffic = traffic.or_else(|| o.job.as_deref().and_then(|j| traffic_of(lab, j)));
+    o.source_out_bytes = crate::image::sources_out(lab)?.saturating_sub(out_before);
+    Ok(o)
 }
 
 /// CPU a step used: the lab's CPU seconds ([`Lab::cpu_seconds`]) and the compute nodes'
@@ -589,12 +687,21 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
             stderr: "making the tarball failed".into(),
         });
     }
+    // The tarball goes whether the rest works or not (a failed method leaves nothing).
+    let sent = sbcast_tar(lab, l, &tar);
+    let _ = std::fs::remove_file(&tar);
+    sent
+}
+
+/// The part of [`sbcast_untar`] after the tarball is made: Slurm up, `sbcast`, `tar -x` on
+/// every node, the application. Slurm goes down when it returns, whatever happened.
+fn sbcast_tar(lab: &Lab, l: &Launch, tar: &std::path::Path) -> Result<Outcome> {
     let slurm = lab.start_slurm()?;
     let job = slurm.allocate()?;
     let up_before = lab.net().uplinks()?;
     let slurm_cpu = slurm.cpu_seconds();
     let t0 = Instant::now();
-    slurm.sbcast(job, &tar, "layer.tar", &[])?;
+    slurm.sbcast(job, tar, "layer.tar", &[])?;
     let copied = t0.elapsed().as_secs_f64();
     let unpack = |h: &str| slurm.node_local(h).join("layer");
     let mut untars = Vec::new();
@@ -628,7 +735,6 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
     let slurm_cpu = slurm.cpu_seconds() - slurm_cpu;
     slurm.cancel(job)?;
     slurm.down()?;
-    let _ = std::fs::remove_file(&tar);
     Ok(Outcome {
         method: Method::Sbcast,
         app_s,
@@ -655,128 +761,6 @@ fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
         job: None,
         traffic: None,
     })
-}
-
-/// The table for a person: each method's application start everywhere, and how much
-/// later than urgent-first it is.
-pub fn table(rep: &Report) -> String {
-    let base = rep
-        .outcomes
-        .iter()
-        .find(|o| o.method == Method::UrgentFirst)
-        .map(|o| o.app_s);
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "  {:<15} {:>10} {:>9} {:>10} {:>9} {:>13} {:>10}  detail",
-        "method", "app start", "vs urgent", "urgent set", "uplinks", "cpu self+apps", "throttled"
-    );
-    for o in &rep.outcomes {
-        let ratio = base.map_or(String::from("-"), |b| format!("{:.1}x", o.app_s / b));
-        let urgent = o
-            .urgent_s
-            .map_or(String::from("-"), |s| format!("{s:.2} s"));
-        let mut detail = o.detail.clone();
-        if o.ok < o.nodes {
-            let _ = write!(detail, " [app FAILED on {} of {}]", o.nodes - o.ok, o.nodes);
-        }
-        let _ = writeln!(
-            t,
-            "  {:<15} {:>8.2} s {:>9} {:>10} {:>6.1} MiB {:>13} {:>10}  {detail}",
-            o.method.name(),
-            o.app_s,
-            ratio,
-            urgent,
-            o.uplink_in_bytes as f64 / f64::from(1u32 << 20),
-            format!("{:.1}+{:.1} s", o.method_cpu_s(), o.app_cpu_s),
-            throttled_per_node(o),
-        );
-    }
-    if let Some(local) = rep.local_s {
-        let _ = writeln!(
-            t,
-            "  application started everywhere from local data, nothing streaming: {local:.2} s{}",
-            base.map_or(String::new(), |b| format!(
-                " (urgent-first: {:.2}x of it)",
-                b / local
-            ))
-        );
-    }
-    t.push_str(&goals(rep));
-    t.push_str(&crate::image::goals(rep));
-    t
-}
-
-/// How long each node waited on its CPU quota during a method, on average: beside the
-/// application's start it tells whether the model's CPU held the method back.
-fn throttled_per_node(o: &Outcome) -> String {
-    match o.throttled_s {
-        Some(s) if o.nodes > 0 => format!("{:.2} s", s / o.nodes as f64),
-        _ => "-".into(),
-    }
-}
-
-/// The default's goals (DESIGN.md, issue 28), judged on this run: each line gives the
-/// ratio, the goal, and where a ratio cannot reach its goal by construction the cap.
-pub fn goals(rep: &Report) -> String {
-    let find = |m: Method| rep.outcomes.iter().find(|o| o.method == m);
-    let Some(def) = find(Method::UrgentFirst) else {
-        return String::new();
-    };
-    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
-    let mut t = String::from("  goals for the default (urgent-first):\n");
-    if let Some(local) = rep.local_s {
-        let r = def.app_s / local;
-        let _ = writeln!(
-            t,
-            "    start within 1.3x of local data:     {r:5.2}x  {}",
-            verdict(r <= 1.3)
-        );
-    }
-    let sooner = |m: Method, goal: f64, t: &mut String| {
-        let Some(o) = find(m) else { return };
-        let r = o.app_s / def.app_s;
-        // No method starts sooner than from local data, so (copy + start) / start caps it.
-        let cap = rep.local_s.map(|l| o.app_s / l);
-        let capped = cap
-            .filter(|c| *c < goal)
-            .map_or(String::new(), |c| format!(" (cap {c:.2}x)"));
-        let _ = writeln!(
-            t,
-            "    {:<36} {r:5.2}x  {}{capped}",
-            format!("{goal}x sooner than {}:", m.name()),
-            verdict(r >= goal)
-        );
-    };
-    sooner(Method::CopyFirst, 2.0, &mut t);
-    sooner(Method::Sbcast, 5.0, &mut t);
-    if let Some(d) = find(Method::DemandOnly) {
-        let r = def.app_s / d.app_s;
-        let _ = writeln!(
-            t,
-            "    never slower than demand-only:       {r:5.2}x  {}",
-            verdict(r <= 1.0)
-        );
-    }
-    if let Some(c) = find(Method::CopyFirst) {
-        // The goal counts the method's own CPU (daemons and root); the applications'
-        // (their reads through the mount included) is shown beside it.
-        let more = def.method_cpu_s() / c.method_cpu_s() - 1.0;
-        let with_apps = def.cpu_s / c.cpu_s - 1.0;
-        let _ = writeln!(
-            t,
-            "    CPU at most copy-first's + 10%:      {:+5.1}%  {} ({:.1} s against {:.1} s; \
-             with the applications {:+.1}%: {:.1} s against {:.1} s)",
-            more * 100.0,
-            verdict(more <= 0.10),
-            def.method_cpu_s(),
-            c.method_cpu_s(),
-            with_apps * 100.0,
-            def.cpu_s,
-            c.cpu_s
-        );
-    }
-    t
 }
 
 #[cfg(test)]

@@ -62,6 +62,8 @@ fn the_table_compares_every_method_with_urgent_first() {
     let o = |method, app_s| outcome(method, app_s, 0.0);
     let rep = Report {
         outcomes: vec![o(Method::UrgentFirst, 2.0), o(Method::Sbcast, 30.0)],
+        failures: Vec::new(),
+        stopped: None,
         local_s: Some(1.0),
         urgent_first: None,
     };
@@ -80,6 +82,8 @@ fn the_goals_judge_the_default_and_print_the_cap_where_the_start_bounds_a_ratio(
             o(Method::DemandOnly, 8.5, 10.0),
             o(Method::Sbcast, 30.0, 40.0),
         ],
+        failures: Vec::new(),
+        stopped: None,
         local_s: Some(6.8),
         urgent_first: None,
     };
@@ -106,6 +110,8 @@ fn the_cpu_goal_counts_the_methods_own_cpu_and_shows_the_applications_beside_it(
     copy.app_cpu_s = 2.0;
     let rep = Report {
         outcomes: vec![def, copy],
+        failures: Vec::new(),
+        stopped: None,
         local_s: Some(6.8),
         urgent_first: None,
     };
@@ -130,4 +136,127 @@ fn optional_figures_add_up_and_stay_unknown_only_when_both_are() {
         throttled_s: None,
     };
     assert_eq!(learning.throttled(), 0.0);
+}
+
+/// A stand-in method run for [`each`]: urgent-first and copy-first finish, sbcast+untar
+/// fails, and demand-only is interrupted.
+fn stand_in(m: Method) -> Result<Outcome> {
+    match m {
+        Method::Sbcast => Err(LabError::Command {
+            command: "sbcast".into(),
+            stderr: "REQUEST_FILE_BCAST(n16): Communication connection failure\nmore".into(),
+        }),
+        Method::DemandOnly => Err(LabError::Interrupted),
+        m => Ok(outcome(m, 5.0, 1.0)),
+    }
+}
+
+#[test]
+fn a_failed_method_is_kept_with_its_reason_and_the_next_one_runs() {
+    let methods = [Method::UrgentFirst, Method::Sbcast, Method::CopyFirst];
+    let mut seen = Vec::new();
+    let (done, failed, stopped) = each(&methods, || Ok(()), stand_in, &mut |t| {
+        seen.push(match t {
+            Turn::Done(o) => o.method,
+            Turn::Failed(f) => f.method,
+        })
+    });
+    assert_eq!(seen, methods, "every method's turn is seen, in order");
+    let ran: Vec<Method> = done.iter().map(|o| o.method).collect();
+    assert_eq!(ran, [Method::UrgentFirst, Method::CopyFirst]);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].method, Method::Sbcast);
+    assert!(
+        failed[0]
+            .reason
+            .contains("Communication connection failure")
+    );
+    assert!(stopped.is_none());
+}
+
+#[test]
+fn an_interrupt_or_nodes_that_cannot_be_made_fresh_end_the_run_with_the_rest_not_run() {
+    let methods = [Method::UrgentFirst, Method::DemandOnly, Method::CopyFirst];
+    let (done, failed, stopped) = each(&methods, || Ok(()), stand_in, &mut |_| {});
+    assert_eq!(done.len(), 1);
+    let not_run: Vec<Method> = failed.iter().map(|f| f.method).collect();
+    assert_eq!(not_run, [Method::DemandOnly, Method::CopyFirst]);
+    assert!(
+        failed
+            .iter()
+            .all(|f| f.reason.starts_with("not run: interrupted"))
+    );
+    assert!(matches!(stopped, Some(LabError::Interrupted)));
+    // Nodes that cannot be made fresh before the second method.
+    let mut calls = 0;
+    let prepare = || {
+        calls += 1;
+        if calls == 2 {
+            return Err(LabError::Timeout("stopping n03's daemon".into()));
+        }
+        Ok(())
+    };
+    let methods = [Method::UrgentFirst, Method::CopyFirst, Method::Sbcast];
+    let (done, failed, stopped) = each(&methods, prepare, stand_in, &mut |_| {});
+    assert_eq!(done.len(), 1);
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(failed[0].reason.contains("stopping n03's daemon timed out"));
+    assert!(matches!(stopped, Some(LabError::Timeout(_))));
+}
+
+#[test]
+fn the_table_and_the_goals_say_which_method_failed_and_what_was_not_measured() {
+    let rep = Report {
+        outcomes: vec![
+            outcome(Method::UrgentFirst, 8.0, 23.5),
+            outcome(Method::CopyFirst, 18.0, 21.4),
+        ],
+        failures: vec![
+            Failure {
+                method: Method::Sbcast,
+                reason: "`sbcast` failed: REQUEST_FILE_BCAST(n16): Communication connection \
+                         failure\nsecond line"
+                    .into(),
+            },
+            Failure {
+                method: Method::DemandOnly,
+                reason: "not run: interrupted; the lab has been torn down".into(),
+            },
+        ],
+        stopped: None,
+        local_s: Some(6.8),
+        urgent_first: None,
+    };
+    let t = table(&rep);
+    assert!(
+        t.contains("sbcast+untar        FAILED  `sbcast` failed: REQUEST_FILE_BCAST(n16): Communication connection failure ...\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("demand-only         FAILED  not run: interrupted"),
+        "{t}"
+    );
+    assert!(
+        t.contains("5x sooner than sbcast+untar:         not measured: sbcast+untar failed"),
+        "{t}"
+    );
+    assert!(
+        t.contains("never slower than demand-only:       not measured"),
+        "{t}"
+    );
+    // The judged goals stay.
+    assert!(
+        t.contains("2x sooner than copy-first:            2.25x  met"),
+        "{t}"
+    );
+    let no_default = Report {
+        outcomes: Vec::new(),
+        failures: vec![Failure {
+            method: Method::UrgentFirst,
+            reason: "daemon n01 did not start".into(),
+        }],
+        ..rep
+    };
+    assert!(goals(&no_default).contains("not judged, it failed"));
+    assert_eq!(table::first_line(&"x".repeat(300), 200).len(), 203);
 }

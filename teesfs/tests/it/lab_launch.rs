@@ -46,9 +46,25 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
         image: Some(image_of(&layer, tmp.path())),
     };
     let t = std::time::Instant::now();
-    let rep = lab::launch::run(&lab, &l, &Method::ALL, |o| eprintln!("{o:?}")).expect("launch");
+    // urgent-learned first, with no run to learn from, fails; the run goes on with every
+    // method after it, and the report keeps the failure with its reason.
+    let methods: Vec<Method> = std::iter::once(Method::Learned)
+        .chain(Method::ALL)
+        .collect();
+    let rep = lab::launch::run(&lab, &l, &methods, |t| eprintln!("{t:?}"));
     eprintln!("{}", lab::launch::table(&rep));
     assert!(t.elapsed() < Duration::from_secs(300));
+    assert!(rep.stopped.is_none(), "{:?}", rep.stopped);
+    assert_eq!(rep.failures.len(), 1, "{:?}", rep.failures);
+    assert_eq!(rep.failures[0].method, Method::Learned);
+    assert!(
+        rep.failures[0]
+            .reason
+            .contains("learns from an urgent-first or demand-only run"),
+        "{:?}",
+        rep.failures[0]
+    );
+    assert!(lab::launch::table(&rep).contains("urgent-learned      FAILED"));
     assert_eq!(rep.outcomes.len(), Method::ALL.len());
     for o in &rep.outcomes {
         assert_eq!((o.ok, o.nodes), (6, 6), "{}: {o:?}", o.method.name());

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use lab::Lab;
-use lab::launch::{Launch, Method};
+use lab::launch::{Launch, Method, Turn};
 
 use super::ShapeArgs;
 
@@ -259,8 +259,8 @@ pub fn launch(
     report: &Path,
     title: &str,
 ) -> anyhow::Result<()> {
-    let rep = lab::launch::run(lab, l, methods, |o| {
-        errln!(
+    let rep = lab::launch::run(lab, l, methods, |turn| match turn {
+        Turn::Done(o) => errln!(
             "{}: application started on every node in {:.2} s ({}{})",
             o.method.name(),
             o.app_s,
@@ -269,8 +269,9 @@ pub fn launch(
                 .as_deref()
                 .map(|h| format!("; last {h}"))
                 .unwrap_or_default()
-        );
-    })?;
+        ),
+        Turn::Failed(f) => errln!("{}: FAILED: {}", f.method.name(), f.reason),
+    });
     let mut text = format!(
         "{title}: {} nodes in {} groups, layer {}\n  {}\n",
         lab.layout().compute().count(),
@@ -284,9 +285,24 @@ pub fn launch(
     text.push_str(&lab::launch::table(&rep));
     out!("{text}");
     write_report(lab, &rep, &text, report, title)?;
+    if let Some(e) = rep.stopped {
+        return Err(e).context("the launch stopped before its last method");
+    }
     let failed: usize = rep.outcomes.iter().map(|o| o.nodes - o.ok).sum();
     if failed > 0 {
         bail!("the application failed {failed} time(s); see the table above");
+    }
+    if !rep.failures.is_empty() {
+        let names: Vec<&str> = rep.failures.iter().map(|f| f.method.name()).collect();
+        bail!(
+            "{} failed ({}); the others' figures are in the report",
+            names.join(", "),
+            if names.len() == 1 {
+                "its reason is above"
+            } else {
+                "their reasons are above"
+            }
+        );
     }
     Ok(())
 }
@@ -309,6 +325,7 @@ fn write_report(
         "model_text": lab.model_text(),
         "local_s": rep.local_s,
         "outcomes": rep.outcomes,
+        "failures": rep.failures,
     });
     crate::cmd::outfile::write(&json_path, &serde_json::to_vec_pretty(&doc)?)?;
     let Some(run) = &rep.urgent_first else {
