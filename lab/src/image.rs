@@ -346,7 +346,8 @@ pub(crate) fn sbcast_unsquash(lab: &Lab, l: &Launch, img: &ImageFiles) -> Result
     let job = slurm.allocate()?;
     let slurm_cpu = slurm.cpu_seconds();
     let t0 = Instant::now();
-    slurm.sbcast(job, &img.squashfs, "image.sqfs", &[])?;
+    let limit = crate::launch::sbcast_limit(lab, &img.squashfs)?;
+    slurm.sbcast_within(job, &img.squashfs, "image.sqfs", &[], limit)?;
     let copied = t0.elapsed().as_secs_f64();
     let dir = |h: &str| scratch(lab, h, "unsquash");
     on_every_node(lab, "unsquashfs", "unsquashfs", |h| {

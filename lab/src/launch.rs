@@ -666,6 +666,27 @@ fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
     Ok((out, local))
 }
 
+/// How long `sbcast` of `file` to every compute node may take before the lab gives it up:
+/// Slurm's default tree (`TreeWidth` 50) sends each block from the login node to up to 50
+/// nodes itself, so the bound is every node's copy through the login node's link, three
+/// times over, plus ten minutes. (The realistic layer's 548 MB tarball to 32 nodes over the
+/// scale model's 161 Mbit/s login link takes some 15 minutes.)
+pub(crate) fn sbcast_limit(lab: &Lab, file: &std::path::Path) -> Result<std::time::Duration> {
+    let bytes = std::fs::metadata(file).map_err(LabError::io(file))?.len();
+    let nodes = lab.layout().compute().count();
+    Ok(one_to_all_limit(
+        bytes,
+        nodes,
+        lab.layout().spec.rates.login,
+    ))
+}
+
+/// Ten minutes plus three times `bytes` to each of `nodes` through a link of `bits_per_s`.
+fn one_to_all_limit(bytes: u64, nodes: usize, bits_per_s: u64) -> std::time::Duration {
+    let one_to_all_s = bytes as f64 * 8.0 * nodes as f64 / bits_per_s.max(1) as f64;
+    std::time::Duration::from_secs_f64(600.0 + 3.0 * one_to_all_s)
+}
+
 /// `sbcast` of a tarball of the layer over a real Slurm allocation, `tar -x` on every
 /// node at once, then the application from the unpacked copy.
 fn sbcast_untar(lab: &Lab, l: &Launch) -> Result<Outcome> {
@@ -701,7 +722,7 @@ fn sbcast_tar(lab: &Lab, l: &Launch, tar: &std::path::Path) -> Result<Outcome> {
     let up_before = lab.net().uplinks()?;
     let slurm_cpu = slurm.cpu_seconds();
     let t0 = Instant::now();
-    slurm.sbcast(job, tar, "layer.tar", &[])?;
+    slurm.sbcast_within(job, tar, "layer.tar", &[], sbcast_limit(lab, tar)?)?;
     let copied = t0.elapsed().as_secs_f64();
     let unpack = |h: &str| slurm.node_local(h).join("layer");
     let mut untars = Vec::new();

@@ -260,3 +260,12 @@ fn the_table_and_the_goals_say_which_method_failed_and_what_was_not_measured() {
     assert!(goals(&no_default).contains("not judged, it failed"));
     assert_eq!(table::first_line(&"x".repeat(300), 200).len(), 203);
 }
+
+#[test]
+fn sbcast_is_given_three_times_every_nodes_copy_through_the_login_link_plus_ten_minutes() {
+    // The realistic layer's tarball to 32 nodes over the model's 160.8 Mbit/s login link:
+    // 872 s one to all, so 3,217 s; the 600 s it had timed out at 32 nodes.
+    let limit = one_to_all_limit(547_624_960, 32, 160_800_000);
+    assert!((limit.as_secs_f64() - 3215.4).abs() < 1.0, "{limit:?}");
+    assert_eq!(one_to_all_limit(0, 32, 0).as_secs(), 600);
+}

@@ -362,13 +362,26 @@ impl Slurm<'_> {
     /// `sbcast -j <id> -f src <local_dir>/<name>`: copies `src` to every node of the job;
     /// returns when every node holds it. Returns the destination path as nodes see it.
     pub fn sbcast(&self, id: JobId, src: &Path, name: &str, extra: &[&str]) -> Result<PathBuf> {
+        self.sbcast_within(id, src, name, extra, Duration::from_secs(600))
+    }
+
+    /// [`Self::sbcast`], given up as timed out after `limit` (a big file to many nodes over
+    /// the scale model's slow links takes longer than the default ten minutes).
+    pub fn sbcast_within(
+        &self,
+        id: JobId,
+        src: &Path,
+        name: &str,
+        extra: &[&str],
+        limit: Duration,
+    ) -> Result<PathBuf> {
         let dest = self.local_dir().join(name);
         let mut args = vec!["-j".to_string(), id.to_string(), "-f".to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
         args.push(src.display().to_string());
         args.push(dest.display().to_string());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run("sbcast", &args, Duration::from_secs(600))?;
+        self.run("sbcast", &args, limit)?;
         Ok(dest)
     }
 
