@@ -238,21 +238,6 @@ pub struct Report {
     pub urgent_first: Option<DemoRun>,
 }
 
-impl Report {
-    /// A report of `outcomes` with nothing failed and no urgent-first run kept (tests of
-    /// the table and the goals).
-    #[cfg(test)]
-    pub(crate) fn of(outcomes: Vec<Outcome>, local_s: Option<f64>) -> Self {
-        Self {
-            outcomes,
-            failures: Vec::new(),
-            stopped: None,
-            local_s,
-            urgent_first: None,
-        }
-    }
-}
-
 fn apps_cpu(apps: &[AppRun]) -> f64 {
     apps.iter().map(|x| x.cpu_s).sum()
 }
@@ -349,29 +334,27 @@ fn each(
                 continue;
             }
             Ok(Err(e)) if !matches!(e, LabError::Interrupted) => {
-                fail(&mut failed, on_turn, m, e.to_string());
+                let f = Failure {
+                    method: m,
+                    reason: e.to_string(),
+                };
+                on_turn(Turn::Failed(&f));
+                failed.push(f);
                 continue;
             }
             Ok(Err(e)) | Err(e) => e,
         };
         for &method in &methods[i..] {
-            fail(&mut failed, on_turn, method, format!("not run: {err}"));
+            let f = Failure {
+                method,
+                reason: format!("not run: {err}"),
+            };
+            on_turn(Turn::Failed(&f));
+            failed.push(f);
         }
         return (done, failed, Some(err));
     }
     (done, failed, None)
-}
-
-/// Keeps `method`'s failure and shows it to `on_turn`.
-fn fail(
-    failed: &mut Vec<Failure>,
-    on_turn: &mut impl FnMut(Turn<'_>),
-    method: Method,
-    reason: String,
-) {
-    let f = Failure { method, reason };
-    on_turn(Turn::Failed(&f));
-    failed.push(f);
 }
 
 /// One method's launch on nodes made fresh, with the CPU and traffic it cost.

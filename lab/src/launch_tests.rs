@@ -60,10 +60,13 @@ fn method_names_round_trip() {
 #[test]
 fn the_table_compares_every_method_with_urgent_first() {
     let o = |method, app_s| outcome(method, app_s, 0.0);
-    let rep = Report::of(
-        vec![o(Method::UrgentFirst, 2.0), o(Method::Sbcast, 30.0)],
-        Some(1.0),
-    );
+    let rep = Report {
+        outcomes: vec![o(Method::UrgentFirst, 2.0), o(Method::Sbcast, 30.0)],
+        failures: Vec::new(),
+        stopped: None,
+        local_s: Some(1.0),
+        urgent_first: None,
+    };
     let t = table(&rep);
     assert!(t.contains("15.0x"), "{t}");
     assert!(t.contains("urgent-first: 2.00x of it"), "{t}");
@@ -72,15 +75,18 @@ fn the_table_compares_every_method_with_urgent_first() {
 #[test]
 fn the_goals_judge_the_default_and_print_the_cap_where_the_start_bounds_a_ratio() {
     let o = outcome;
-    let rep = Report::of(
-        vec![
+    let rep = Report {
+        outcomes: vec![
             o(Method::UrgentFirst, 8.0, 23.5),
             o(Method::CopyFirst, 18.0, 21.4),
             o(Method::DemandOnly, 8.5, 10.0),
             o(Method::Sbcast, 30.0, 40.0),
         ],
-        Some(6.8),
-    );
+        failures: Vec::new(),
+        stopped: None,
+        local_s: Some(6.8),
+        urgent_first: None,
+    };
     let g = goals(&rep);
     assert!(g.contains("local data:      1.18x  met"), "{g}");
     assert!(
@@ -102,7 +108,13 @@ fn the_cpu_goal_counts_the_methods_own_cpu_and_shows_the_applications_beside_it(
     def.app_cpu_s = 9.0;
     let mut copy = outcome(Method::CopyFirst, 18.0, 21.4);
     copy.app_cpu_s = 2.0;
-    let rep = Report::of(vec![def, copy], Some(6.8));
+    let rep = Report {
+        outcomes: vec![def, copy],
+        failures: Vec::new(),
+        stopped: None,
+        local_s: Some(6.8),
+        urgent_first: None,
+    };
     // 21.0 against 19.4 CPU-s of the methods' own: +8.2%; with the applications +40.2%.
     let g = goals(&rep);
     assert!(g.contains("+8.2%  met (21.0 s against 19.4 s;"), "{g}");
