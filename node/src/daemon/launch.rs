@@ -175,6 +175,7 @@ impl Task {
         };
         let owner = a.start.owner;
         let how = super::mounting::How::of(adopt, self.keeper.is_some(), &a);
+        let push = a.schedule.clone();
         let mut relay = match Relay::new_node(a.start, a.schedule, Instant::now()) {
             Ok(r) => r,
             Err(e) => {
@@ -227,7 +228,7 @@ impl Task {
         self.mount_job(
             (job, serial),
             &live,
-            (index, a.signed.id(), a.shared),
+            (index, a.signed.id(), a.shared, push),
             plan,
             how,
         );

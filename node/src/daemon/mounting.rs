@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use peertree::relay::{JobId, Start};
+use peertree::relay::{JobId, Schedule, Start};
 
 use super::launch::Admission;
 use super::plan::JobPlan;
@@ -58,15 +58,16 @@ impl How {
 
 impl Task {
     /// Mounts a launched job's layer, if the plan mounts it: chunks from the shared store
-    /// (`shared`), else the job's.
+    /// (`shared`), else the job's; the files `push` needs to start are copied ahead.
     pub(super) fn mount_job(
         &self,
         (job, serial): (JobId, u64),
         live: &Live,
-        (index, id, shared): (
+        (index, id, shared, push): (
             Arc<manifest::Index>,
             manifest::IndexId,
             Option<seeder::DirStore>,
+            Arc<Schedule>,
         ),
         plan: JobPlan,
         how: How,
@@ -87,7 +88,7 @@ impl Task {
             live,
             &mountpoint,
             (index, id, source),
-            plan,
+            (plan, push),
             how,
         );
     }
@@ -102,7 +103,7 @@ impl Task {
         live: &Live,
         mountpoint: &Path,
         (index, id, source): Layer,
-        plan: JobPlan,
+        (plan, push): (JobPlan, Arc<Schedule>),
         how: How,
     ) {
         let cfg = MountConfig {
@@ -115,7 +116,7 @@ impl Task {
             read_timeout: self.cfg.read_timeout,
             recorder: live.record.clone(),
             read_waits: vec![live.read_waits.clone(), self.metrics.read_waits()],
-            ahead: true,
+            ahead: Some(push),
             outlive: self.keeper.is_some(),
             ..MountConfig::default()
         };

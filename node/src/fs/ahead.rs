@@ -1,6 +1,6 @@
 //! Copies made ahead: as a job's chunks arrive at a node, verified and decoded, their plain
-//! bytes are written straight into the passthrough copies of the files of the urgent set
-//! they belong to (of every file, for a layer without one). A file whose chunks have all
+//! bytes are written straight into the passthrough copies of the files of the push's urgent
+//! set they belong to (of every file the push streams, for a push without one). A file whose chunks have all
 //! arrived is then a copy before anyone opens it, so its first
 //! open decodes nothing and its reads are the kernel's (passthrough), as from a plain
 //! directory. Without this, the first open of each file decodes every chunk of it a second
@@ -14,13 +14,13 @@
 //!   files beyond the budget are left to be made at their first open;
 //! - wait on the network: it runs on the thread that verified the chunk.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
 use manifest::{EntryIdx, EntryKind, FileData, Index};
-use peertree::relay::ChunkNo;
+use peertree::relay::{ChunkNo, Schedule};
 use tempfile::TempPath;
 
 use super::copies::{Copies, CopyUser, copy_name};
@@ -56,19 +56,27 @@ pub(crate) struct Ahead {
 impl Ahead {
     /// Plans a copy of each file of at least `min_size` bytes (the files the mount serves
     /// through passthrough) that a start needs, made in `copies` for `user` as chunks
-    /// arrive: the files of the index's urgent set (what its application opens to start),
-    /// or every file where the index has none. Copies of the rest would cost each node CPU
-    /// and memory for files that may never be opened; they are made at their first open.
-    pub fn plan(index: &Index, min_size: u64, copies: Arc<Copies>, user: CopyUser) -> Self {
+    /// arrive: the files with a chunk in the push's urgent set (what its application opens
+    /// to start, however the push chose it: the index's list, globs, a learned record), or
+    /// with a chunk the push streams where it has no urgent set. Copies of the rest would
+    /// cost each node CPU and memory for files that may never be opened; they are made at
+    /// their first open.
+    pub fn plan(
+        index: &Index,
+        push: &Schedule,
+        min_size: u64,
+        copies: Arc<Copies>,
+        user: CopyUser,
+    ) -> Self {
         let cs = u64::from(index.chunk_size);
-        let urgent: HashSet<EntryIdx> = index.urgent.iter().map(|&e| index.resolve(e)).collect();
+        let needed = |c: ChunkNo| match push.urgent {
+            0 => push.pushed_chunk(c),
+            _ => push.urgent_chunk(c),
+        };
         let mut wanted: HashMap<ChunkNo, Vec<(EntryIdx, u64)>> = HashMap::new();
         let mut files = HashMap::new();
         for (i, e) in index.entries.iter().enumerate() {
             let file = EntryIdx(i as u32);
-            if !urgent.is_empty() && !urgent.contains(&file) {
-                continue;
-            }
             let EntryKind::File {
                 size,
                 data: FileData::Chunks(slots),
@@ -77,6 +85,14 @@ impl Ahead {
                 continue;
             };
             if *size < min_size.max(1) {
+                continue;
+            }
+            let chunks = || {
+                slots
+                    .iter()
+                    .filter_map(|s| s.chunk_index().and_then(ChunkNo::at))
+            };
+            if !chunks().any(needed) {
                 continue;
             }
             let mut left = 0u32;

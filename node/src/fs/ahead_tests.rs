@@ -80,6 +80,27 @@ fn copy_of(index: &Index, name: &str) -> (String, u64, Vec<Option<ChunkId>>) {
     (copy_name(*size, &pieces), *size, pieces)
 }
 
+/// A push that streams every chunk of `index`, with no urgent set.
+fn streamed(index: &Index) -> Schedule {
+    let n = index.chunks.len();
+    Schedule::new((0..n as u32).map(ChunkNo).collect(), 0, vec![1; n]).expect("schedule")
+}
+
+/// A push whose urgent set is the chunks of the files named `urgent`, then the rest.
+fn urgent_first(index: &Index, urgent: &[&str]) -> Schedule {
+    let first: Vec<ChunkId> = urgent
+        .iter()
+        .flat_map(|f| copy_of(index, f).2)
+        .flatten()
+        .collect();
+    let (mut order, rest): (Vec<ChunkNo>, Vec<ChunkNo>) = (0..index.chunks.len() as u32)
+        .map(ChunkNo)
+        .partition(|c| first.contains(&index.chunks[c.index()].id));
+    let n = order.len();
+    order.extend(rest);
+    Schedule::new(order, n, vec![1; index.chunks.len()]).expect("schedule")
+}
+
 fn copies(budget: u64) -> (tempfile::TempDir, Arc<Copies>) {
     let t = tempfile::tempdir().expect("tempdir");
     let c = Copies::open(&t.path().join("files"), budget).expect("copies");
@@ -94,7 +115,13 @@ fn a_file_is_a_verified_copy_once_its_last_chunk_arrives_in_any_order() {
     ];
     let index = layer(&files);
     let (_t, copies) = copies(1 << 30);
-    let ahead = Ahead::plan(&index, 64 << 10, copies.clone(), CopyUser(7));
+    let ahead = Ahead::plan(
+        &index,
+        &streamed(&index),
+        64 << 10,
+        copies.clone(),
+        CopyUser(7),
+    );
     let (name, size, pieces) = copy_of(&index, "big");
     let order: Vec<usize> = (0..index.chunks.len()).rev().collect();
     let mut made = Vec::new();
@@ -124,7 +151,7 @@ fn a_chunk_shared_by_files_and_repeated_in_one_fills_every_place_once() {
     ];
     let index = layer(&files);
     let (_t, copies) = copies(1 << 30);
-    let ahead = Ahead::plan(&index, 1, copies.clone(), CopyUser(1));
+    let ahead = Ahead::plan(&index, &streamed(&index), 1, copies.clone(), CopyUser(1));
     let mut made = Vec::new();
     for ci in 0..index.chunks.len() {
         let plain = plain_of(&index, &files, ci);
@@ -151,7 +178,7 @@ fn copies_made_ahead_never_evict_and_give_back_their_room_when_left_unfinished()
     let index = layer(&files);
     // Room for one file only.
     let (t, copies) = copies(2 * CS as u64 + 10);
-    let ahead = Ahead::plan(&index, 1, copies.clone(), CopyUser(2));
+    let ahead = Ahead::plan(&index, &streamed(&index), 1, copies.clone(), CopyUser(2));
     let one = copy_of(&index, "one").0;
     let first: Vec<usize> = (0..index.chunks.len())
         .filter(|&ci| {
@@ -190,8 +217,8 @@ fn a_copy_that_exists_already_is_not_made_again() {
     let files = [("f", pattern(CS + 1, 8))];
     let index = layer(&files);
     let (_t, copies) = copies(1 << 30);
-    let first = Ahead::plan(&index, 1, copies.clone(), CopyUser(1));
-    let second = Ahead::plan(&index, 1, copies.clone(), CopyUser(2));
+    let first = Ahead::plan(&index, &streamed(&index), 1, copies.clone(), CopyUser(1));
+    let second = Ahead::plan(&index, &streamed(&index), 1, copies.clone(), CopyUser(2));
     let n = index.chunks.len();
     for ci in 0..n {
         let plain = plain_of(&index, &files, ci);
@@ -209,29 +236,54 @@ fn a_copy_that_exists_already_is_not_made_again() {
     assert!(copies.reserve(1 << 29), "no room is left held");
 }
 
+/// Every chunk of `index` handed over, in table order; the copies it completed.
+fn arrive_all(ahead: &Ahead, index: &Index, files: &[(&str, Vec<u8>)]) -> Vec<String> {
+    let mut made = Vec::new();
+    for ci in 0..index.chunks.len() {
+        made.extend(ahead.arrived(ChunkNo(ci as u32), &plain_of(index, files, ci)));
+    }
+    made
+}
+
 #[test]
-fn only_the_urgent_sets_files_are_made_ahead_where_the_index_has_one() {
+fn only_the_files_of_the_pushs_urgent_set_are_made_ahead_whatever_the_index_lists() {
     let files = [
         ("start.so", pattern(CS + 9, 1)),
         ("later.so", pattern(CS + 9, 2)),
+        ("listed.so", pattern(CS + 9, 3)),
     ];
     let mut index = layer(&files);
-    let start = index
+    let (_t, copies) = copies(1 << 30);
+    // Globs given to the push over an index without a list: only their files.
+    let push = urgent_first(&index, &["start.so"]);
+    let ahead = Ahead::plan(&index, &push, 1, copies.clone(), CopyUser(3));
+    assert_eq!(
+        arrive_all(&ahead, &index, &files),
+        vec![copy_of(&index, "start.so").0]
+    );
+    assert_eq!(copies.len(), 1, "the other files wait for their first open");
+    // The push's set counts, not the index's list (an index listing another file).
+    let listed = index
         .entries
         .iter()
-        .position(|e| &*e.name == b"start.so")
+        .position(|e| &*e.name == b"listed.so")
         .expect("entry");
-    index.set_urgent([EntryIdx(start as u32)]);
-    let (_t, copies) = copies(1 << 30);
-    let ahead = Ahead::plan(&index, 1, copies.clone(), CopyUser(3));
-    let mut made = Vec::new();
-    for ci in 0..index.chunks.len() {
-        made.extend(ahead.arrived(ChunkNo(ci as u32), &plain_of(&index, &files, ci)));
-    }
-    assert_eq!(made, vec![copy_of(&index, "start.so").0]);
+    index.set_urgent([EntryIdx(listed as u32)]);
+    let push = urgent_first(&index, &["later.so"]);
+    let ahead = Ahead::plan(&index, &push, 1, copies.clone(), CopyUser(4));
     assert_eq!(
-        copies.len(),
-        1,
-        "the file outside the urgent set waits for its first open"
+        arrive_all(&ahead, &index, &files),
+        vec![copy_of(&index, "later.so").0]
     );
+}
+
+#[test]
+fn a_push_that_streams_nothing_copies_nothing_ahead() {
+    let files = [("a.so", pattern(2 * CS, 1))];
+    let index = layer(&files);
+    let (_t, copies) = copies(1 << 30);
+    let demand_only = Schedule::new(Vec::new(), 0, vec![1; index.chunks.len()]).expect("schedule");
+    let ahead = Ahead::plan(&index, &demand_only, 1, copies.clone(), CopyUser(5));
+    assert!(arrive_all(&ahead, &index, &files).is_empty());
+    assert_eq!(copies.len(), 0, "made at its first open instead");
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use manifest::{EntryIdx, EntryKind, FileData, Slot, verify_chunk};
-use peertree::relay::ChunkNo;
+use peertree::relay::{ChunkNo, Schedule};
 use tokio::sync::OnceCell;
 
 use super::FsError;
@@ -157,12 +157,18 @@ impl Data {
         }
     }
 
-    /// Makes the passthrough copies of files of at least `min_size` bytes in `copies` as
-    /// their chunks arrive ([`Data::arrived`]), unless the kernel refuses passthrough
-    /// ([`Data::no_passthrough`]).
-    pub(crate) fn with_ahead(mut self, copies: Arc<Copies>, min_size: u64) -> Self {
+    /// Makes the passthrough copies of the files of at least `min_size` bytes that `push`
+    /// needs to start ([`Ahead::plan`]) in `copies` as their chunks arrive
+    /// ([`Data::arrived`]), unless the kernel refuses passthrough ([`Data::no_passthrough`]).
+    pub(crate) fn with_ahead(
+        mut self,
+        push: &Schedule,
+        copies: Arc<Copies>,
+        min_size: u64,
+    ) -> Self {
         self.ahead = Some(Ahead::plan(
             self.tree.index(),
+            push,
             min_size,
             copies,
             self.copy_user,

@@ -38,9 +38,10 @@ pub struct MountConfig {
     /// Each observes how long each read that waits for a chunk waits (the daemon's
     /// metrics: the job's histogram and the node's).
     pub read_waits: Vec<prometheus_client::metrics::histogram::Histogram>,
-    /// Make passthrough copies as chunks arrive ([`Data::arrived`]): a node's mount of a
-    /// job, whose chunks come from the tree (not a mount of a store, where none arrive).
-    pub ahead: bool,
+    /// Make passthrough copies of the files this push needs to start as their chunks arrive
+    /// ([`Data::arrived`]): a node's mount of a job, whose chunks come from the tree (not a
+    /// mount of a store, where none arrive).
+    pub ahead: Option<Arc<peertree::relay::Schedule>>,
     /// The mount may outlive this process (a keeper holds its connection): every worker
     /// thread reads the one descriptor the keeper holds a copy of, so requests taken and
     /// not answered when the process dies stay queued there for the next daemon to have
@@ -59,7 +60,7 @@ impl Default for MountConfig {
             root_owner: None,
             read_timeout: super::data::DEFAULT_READ_TIMEOUT,
             read_waits: Vec::new(),
-            ahead: false,
+            ahead: None,
             outlive: false,
         }
     }
@@ -239,8 +240,8 @@ fn prepare(
     let passthrough_on = Arc::new(AtomicBool::new(false));
     let mut data =
         Data::new(tree.clone(), source, cfg.cache_bytes).with_read_timeout(cfg.read_timeout);
-    if let (true, Some(pt)) = (cfg.ahead, &cfg.passthrough) {
-        data = data.with_ahead(pt.copies.clone(), pt.min_size);
+    if let (Some(push), Some(pt)) = (&cfg.ahead, &cfg.passthrough) {
+        data = data.with_ahead(push, pt.copies.clone(), pt.min_size);
     }
     let data = Arc::new(data);
     let fs = LayerFs::new(
@@ -343,7 +344,7 @@ pub fn adopt(
 ) -> Result<Mounted, Error> {
     let cfg = MountConfig {
         passthrough: None,
-        ahead: false,
+        ahead: None,
         outlive: true,
         ..cfg.clone()
     };
