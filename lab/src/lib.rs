@@ -108,7 +108,7 @@ pub struct Cleaned {
 /// Removes every lab resource on this machine: kills processes in lab namespaces, deletes
 /// the namespaces (and with them every lab link and bridge), removes lab work directories
 /// and their mounts (the nodes' tmpfs stores) from TMPDIR, `/tmp`, `/dev/shm` and
-/// `/var/tmp`, wherever the lab ran. Meant for leftovers of a run that was killed;
+/// `/var/tmp`, and those with a mount left anywhere (a lab run with another TMPDIR). Meant for leftovers of a run that was killed;
 /// running labs are destroyed too.
 pub fn clean() -> Result<Cleaned> {
     require_root()?;
@@ -140,16 +140,22 @@ pub fn clean() -> Result<Cleaned> {
             tmps.push(d);
         }
     }
+    let mut dirs = mounts::lab_dirs_mounted();
     for rd in tmps.iter().filter_map(|t| std::fs::read_dir(t).ok()) {
         for e in rd.flatten() {
             let name = e.file_name();
             let name = name.to_string_lossy();
             if name.starts_with(layout::PREFIX_ROOT) && e.path().join(cluster::MARKER).exists() {
-                mounts::detach_mounts_under(&e.path());
-                std::fs::remove_dir_all(e.path()).map_err(LabError::io(e.path()))?;
-                done.dirs.push(e.path());
+                dirs.push(e.path());
             }
         }
+    }
+    dirs.sort();
+    dirs.dedup();
+    for dir in dirs {
+        mounts::detach_mounts_under(&dir);
+        std::fs::remove_dir_all(&dir).map_err(LabError::io(&dir))?;
+        done.dirs.push(dir);
     }
     Ok(done)
 }
