@@ -512,18 +512,15 @@ mod tests {
     #[test]
     fn the_image_goals_judge_the_default_against_each_way_sites_start_images() {
         let mib = 1u64 << 20;
-        let rep = Report {
-            outcomes: vec![
+        let rep = Report::of(
+            vec![
                 outcome(Method::UrgentFirst, 6.0, 100 * mib),
                 outcome(Method::RegistryPull, 90.0, 4000 * mib),
                 outcome(Method::SbcastUnsquash, 15.0, 0),
                 outcome(Method::Squashfuse, 5.0, 1000 * mib),
             ],
-            failures: Vec::new(),
-            stopped: None,
-            local_s: Some(5.0),
-            urgent_first: None,
-        };
+            Some(5.0),
+        );
         let g = goals(&rep);
         assert!(
             g.contains("10x sooner than registry-pull:       15.00x  met"),
@@ -541,13 +538,7 @@ mod tests {
             "{g}"
         );
         // No image method ran: nothing to judge.
-        let layer_only = Report {
-            outcomes: vec![outcome(Method::UrgentFirst, 6.0, 0)],
-            failures: Vec::new(),
-            stopped: None,
-            local_s: None,
-            urgent_first: None,
-        };
+        let layer_only = Report::of(vec![outcome(Method::UrgentFirst, 6.0, 0)], None);
         assert_eq!(goals(&layer_only), "");
     }
 }
