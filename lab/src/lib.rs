@@ -108,8 +108,8 @@ pub struct Cleaned {
 /// Removes every lab resource on this machine: kills processes in lab namespaces, deletes
 /// the namespaces (and with them every lab link and bridge), removes lab work directories
 /// and their mounts (the nodes' tmpfs stores) from TMPDIR, `/tmp`, `/dev/shm` and
-/// `/var/tmp`, and those with a mount left anywhere (a lab run with another TMPDIR). Meant for leftovers of a run that was killed;
-/// running labs are destroyed too.
+/// `/var/tmp`, and those with a mount left anywhere (a lab run with another TMPDIR). Meant
+/// for leftovers of a run that was killed; running labs are destroyed too.
 pub fn clean() -> Result<Cleaned> {
     require_root()?;
     let mut done = Cleaned::default();

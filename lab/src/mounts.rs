@@ -53,16 +53,14 @@ pub fn detach_mounts_under(dir: &Path) {
 
 /// The lab work directories with a mount under them in this mount namespace, wherever they
 /// are: a lab run with another `TMPDIR` (say `/var/tmp/labw`) leaves its nodes' state
-/// tmpfs where a scan of the usual temporary directories does not look.
+/// tmpfs where a scan of the usual temporary directories does not look. A lab with several
+/// mounts is named once for each.
 pub(crate) fn lab_dirs_mounted() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = teesfs_node::sys::mountinfo::read(None)
+    teesfs_node::sys::mountinfo::read(None)
         .unwrap_or_default()
         .iter()
         .filter_map(|m| lab_dir_of(m, &|d| d.join(MARKER).exists()))
-        .collect();
-    dirs.sort();
-    dirs.dedup();
-    dirs
+        .collect()
 }
 
 /// The lab work directory mount `m` is under: its nearest ancestor named like one

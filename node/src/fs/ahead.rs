@@ -1,7 +1,7 @@
 //! Copies made ahead: as a job's chunks arrive at a node, verified and decoded, their plain
 //! bytes are written straight into the passthrough copies of the files of the push's urgent
-//! set they belong to (of every file the push streams, for a push without one). A file whose chunks have all
-//! arrived is then a copy before anyone opens it, so its first
+//! set they belong to (of every file the push streams, for a push without one). A file
+//! whose chunks have all arrived is then a copy before anyone opens it, so its first
 //! open decodes nothing and its reads are the kernel's (passthrough), as from a plain
 //! directory. Without this, the first open of each file decodes every chunk of it a second
 //! time (the daemon decoded them once to verify them) and writes the copy while the
