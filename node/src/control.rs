@@ -246,6 +246,14 @@ pub struct Status {
     /// Where the daemon serves Prometheus metrics (`daemon --metrics`), if it does.
     #[serde(default)]
     pub metrics: Option<String>,
+    /// The CPU quota of the daemon's cgroup in cores, `null` for none
+    /// ([`crate::bulk_gate`]).
+    #[serde(default)]
+    pub cpu_quota_cores: Option<f64>,
+    /// Seconds pushed chunks waited so far so that applications on the mounts got the
+    /// daemon's CPU (under a quota only).
+    #[serde(default)]
+    pub bulk_yielded_s: f64,
     /// Jobs.
     pub jobs: Vec<JobStatus>,
 }

@@ -7,6 +7,8 @@
 //!   `peertree::relay`; these only move bytes):
 //!   - [`peers`]: QUIC connections to other nodes, shared by all jobs, frames in and out.
 //!   - [`reorder`]: a stream's chunks at work in parallel, handed to the relay in order.
+//!   - [`bulk_gate`]: pushed chunks yield a daemon's CPU quota to the applications on its
+//!     mounts.
 //!   - [`crls`]: the cluster's revocation list passed on to every peer a process connects
 //!     to, and installed by daemons when it is newer than theirs.
 //!   - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
@@ -42,6 +44,7 @@
 
 pub mod accept;
 pub mod admit;
+pub mod bulk_gate;
 pub mod control;
 pub(crate) mod crls;
 pub mod daemon;

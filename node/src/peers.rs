@@ -17,6 +17,7 @@ use peertree::relay::{ChunkNo, JobId, Msg, Routed};
 use tokio::sync::{mpsc, watch};
 
 use super::crls::CrlKeeper;
+use crate::bulk_gate::BulkGate;
 use crate::net::{Conn, NetError, StreamKind, Transport};
 pub(crate) use crate::reorder::{StreamOrder, Ticket};
 use crate::sync::lock;
@@ -211,6 +212,8 @@ pub struct Peers {
     router: Mutex<Option<Weak<dyn Router>>>,
     /// Where revocation lists from peers go (`None`: they are dropped), see `crls`.
     crls: Mutex<Option<Arc<CrlKeeper>>>,
+    /// What bulk streams wait for before each frame (`None`: nothing), see `bulk_gate`.
+    bulk_gate: Mutex<Option<Arc<BulkGate>>>,
     me: Weak<Peers>,
     rt: tokio::runtime::Handle,
 }
@@ -235,6 +238,7 @@ impl Peers {
             heard: Mutex::new(HashMap::new()),
             router: Mutex::new(None),
             crls: Mutex::new(None),
+            bulk_gate: Mutex::new(None),
             me: me.clone(),
             rt: tokio::runtime::Handle::current(),
         })
@@ -253,6 +257,17 @@ impl Peers {
     /// root only hands its own on), see [`super::crls`].
     pub(crate) fn keep_crls(&self, keeper: CrlKeeper) {
         *lock(&self.crls) = Some(Arc::new(keeper));
+    }
+
+    /// Bulk streams read from now on wait at `gate` before each frame (a daemon's; a
+    /// push's root has no applications to yield to), see [`crate::bulk_gate`].
+    pub(crate) fn gate_bulk(&self, gate: Arc<BulkGate>) {
+        *lock(&self.bulk_gate) = Some(gate);
+    }
+
+    /// The gate bulk streams wait at, if any ([`Peers::gate_bulk`]).
+    pub(crate) fn bulk_gate(&self) -> Option<Arc<BulkGate>> {
+        lock(&self.bulk_gate).clone()
     }
 
     /// Every connection up now (both ways, whoever opened it).
@@ -349,6 +364,7 @@ impl Peers {
         }
         let weak_router = lock(&self.router).clone();
         let (me, keeper) = (self.me.clone(), lock(&self.crls).clone());
+        let gate = lock(&self.bulk_gate).clone();
         self.rt.spawn(async move {
             let host = conn.peer_host().to_string();
             loop {
@@ -366,9 +382,13 @@ impl Peers {
                 }
                 let router = weak_router.clone();
                 let host = host.clone();
+                let gate = gate.clone().filter(|_| kind == StreamKind::Bulk);
                 tokio::spawn(async move {
                     let mut in_order = InOrder::new(chunks_at_work());
                     loop {
+                        if let Some(g) = &gate {
+                            g.admit().await;
+                        }
                         match rx.recv().await {
                             Ok(Some(bytes)) => match unframe(bytes.into()) {
                                 Ok((job, msg)) => {

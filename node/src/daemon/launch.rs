@@ -210,9 +210,15 @@ impl Task {
         if let (Some(origin), None) = (&self.cfg.origin, &a.shared) {
             core.use_origin(origin.clone());
         }
-        let record = plan
-            .record
-            .then(|| Arc::new(Recorder::default().counting(core.activity())));
+        let record = plan.record.then(|| {
+            let r = Recorder::default().counting(core.activity());
+            // The daemon's applications are active: pushed chunks yield them its CPU.
+            let r = match self.peers.bulk_gate() {
+                Some(g) => r.counting(g.uses()),
+                None => r,
+            };
+            Arc::new(r)
+        });
         tracing::info!(index = %a.signed.id().short(), parent = %a.from, "job accepted");
         // Not started here: the task starts it once the job is in the view
         // ([`Task::admitted`]), so its children's first answers find it.

@@ -144,6 +144,15 @@ impl Daemon {
             None
         };
         let peers = Peers::new(transport);
+        let limit = crate::bulk_gate::CpuLimit::of_this_process();
+        if let Some(l) = limit {
+            tracing::info!(
+                cores = l.cores,
+                share = crate::bulk_gate::SHARE,
+                "the daemon runs under a CPU quota: while applications use its mounts, pushed chunks are taken only within this share of it"
+            );
+        }
+        peers.gate_bulk(crate::bulk_gate::BulkGate::new(limit));
         // Newer revocation lists from peers are installed and passed on (`node::crls`).
         peers.keep_crls(super::crls::CrlKeeper::new(
             cfg.identity_dir.clone(),
@@ -265,6 +274,7 @@ impl Shared {
             .filter(|j| !j.probe && super::control::sees(uid, j.owner))
             .map(|j| job_status(j))
             .collect();
+        let gate = self.peers.bulk_gate();
         Status {
             version: STATUS_VERSION,
             host: self.cfg.host.clone(),
@@ -276,6 +286,8 @@ impl Shared {
             store_cached: self.store.cached_bytes(),
             clock_skew_ms: view.clock_skew_ms,
             metrics: view.metrics_addr.map(|a| format!("http://{a}/metrics")),
+            cpu_quota_cores: gate.as_ref().and_then(|g| g.limit()).map(|l| l.cores),
+            bulk_yielded_s: gate.map_or(0.0, |g| g.waited().as_secs_f64()),
             jobs,
         }
     }

@@ -42,6 +42,7 @@ impl Shared {
         for j in &jobs {
             totals.add(&j.totals);
         }
+        let gate = self.peers.bulk_gate();
         Sample {
             store_bytes: self.store.bytes(),
             store_chunks: self.store.len() as u64,
@@ -53,6 +54,8 @@ impl Shared {
             totals,
             read_waits: Some(self.metrics.read_waits()),
             renders: 0,
+            cpu_quota: gate.as_ref().and_then(|g| g.limit()).map(|l| l.cores),
+            bulk_yielded_s: gate.map_or(0.0, |g| g.waited().as_secs_f64()),
             jobs,
         }
     }

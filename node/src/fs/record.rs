@@ -79,7 +79,7 @@ pub struct Recorder {
     /// Whether the record being full was logged.
     warned_full: AtomicBool,
     /// Counts every open and lookup, recorded or not (applications are active).
-    uses: Option<Arc<AtomicU64>>,
+    uses: Vec<Arc<AtomicU64>>,
 }
 
 impl Default for Recorder {
@@ -112,14 +112,14 @@ impl Recorder {
             }),
             window: AtomicBool::new(true),
             warned_full: AtomicBool::new(false),
-            uses: None,
+            uses: Vec::new(),
         }
     }
 
     /// Also counts every open and lookup into `uses` (a job's sign of applications
-    /// starting, whether or not the window is still open).
+    /// starting, whether or not the window is still open); may be given more than once.
     pub fn counting(mut self, uses: Arc<AtomicU64>) -> Self {
-        self.uses = Some(uses);
+        self.uses.push(uses);
         self
     }
 
@@ -135,7 +135,7 @@ impl Recorder {
     }
 
     fn note_for(&self, a: Access, cause: Cause) {
-        if let Some(u) = &self.uses {
+        for u in &self.uses {
             u.fetch_add(1, Ordering::Relaxed);
         }
         // Checked without the lock: once the layer has arrived, opens cost one load.

@@ -155,6 +155,11 @@ pub struct Sample {
     pub read_waits: Option<Histogram>,
     /// Times the endpoint rendered the text, this time included.
     pub renders: u64,
+    /// The CPU quota the daemon runs under, in cores (`None`: none).
+    pub cpu_quota: Option<f64>,
+    /// Seconds bulk streams waited so that applications got the daemon's CPU
+    /// ([`crate::bulk_gate`]).
+    pub bulk_yielded_s: f64,
     /// The running jobs (health probes left out).
     pub jobs: Vec<JobSample>,
 }
@@ -378,6 +383,19 @@ impl Scrape {
             ("teesfs_chunks_refused", help, None),
             s.refused,
         )?;
+        let help = "Seconds pushed chunks waited so that applications on the mounts got the daemon's CPU quota.";
+        let secs = Unit::Seconds;
+        ConstCounter::new(s.bulk_yielded_s).encode(e.encode_descriptor(
+            "teesfs_bulk_yielded",
+            help,
+            Some(&secs),
+            MetricType::Counter,
+        )?)?;
+        if let Some(q) = s.cpu_quota {
+            let help = "The CPU quota of the daemon's cgroup, in cores (absent: none).";
+            let m = e.encode_descriptor("teesfs_cpu_quota_cores", help, None, MetricType::Gauge)?;
+            ConstGauge::new(q).encode(m)?;
+        }
         let help = "Times the endpoint rendered this text (scrapes within a second of a render get that text again).";
         single(
             e,
@@ -523,6 +541,8 @@ mod tests {
             },
             read_waits: Some(read_waits),
             renders: 1,
+            cpu_quota: Some(0.25),
+            bulk_yielded_s: 1.5,
             jobs: vec![job("4242", &[0.003, 0.2])],
         }
     }
@@ -555,6 +575,8 @@ mod tests {
             "teesfs_failed_edges_total{job=\"4242\"} 1",
             "teesfs_job_urgent_seconds{job=\"4242\"} 0.5",
             "teesfs_read_wait_seconds_count{job=\"4242\"} 2",
+            "teesfs_bulk_yielded_seconds_total 1.5",
+            "teesfs_cpu_quota_cores 0.25",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }

@@ -31,7 +31,7 @@ pub struct StatusArgs {
     control: PathBuf,
     /// What to print: `text`, or `json`: the daemon's answer, `{"version": 1, "host",
     /// "listen", "store_bytes", "store_chunks", "store_budget", "store_pinned", "store_cached",
-    /// "jobs": [JOB]}`, or with a job
+    /// "cpu_quota_cores", "bulk_yielded_s", "jobs": [JOB]}`, or with a job
     /// JOB alone: `{"version": 1, "job" (a Slurm job id in decimal, else 16 hex digits), "index", "parent", "children",
     /// "have", "chunks", "urgent_s", "all_s", "mountpoint", "finished", "owner", "counters":
     /// {"chunks_in", "bytes_in", "bad_chunks", "chunks_out", "bytes_out", ...}}`; with --stop
@@ -156,6 +156,14 @@ fn print_status(st: &Status) {
     );
     if let Some(m) = &st.metrics {
         outln!("metrics at {m}");
+    }
+    if let Some(q) = st.cpu_quota_cores {
+        outln!(
+            "CPU quota {q:.3} cores: pushed chunks waited {} so that applications on the mounts got it",
+            util::duration(std::time::Duration::from_secs_f64(
+                st.bulk_yielded_s.max(0.0)
+            ))
+        );
     }
     if st.jobs.is_empty() {
         outln!("no jobs");

@@ -37,6 +37,7 @@ mod lab_slurm;
 mod lab_slurm_image;
 mod lab_slurm_requeue;
 mod lab_soak;
+mod lab_yield;
 mod learned;
 mod local_state;
 mod metrics;
