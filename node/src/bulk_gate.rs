@@ -11,7 +11,9 @@
 //! stays under [`SHARE`] of its quota ([`CpuBucket`]); QUIC flow control then holds the
 //! sender back. Demands and control messages travel on streams of their own and are never
 //! held. A daemon with no quota, or with no application active, takes the push at full
-//! speed: the urgent set arrives as fast as before the job starts.
+//! speed: the urgent set arrives as fast as before the job starts. So does one whose
+//! applications wait for a chunk ([`BulkGate::reader_waits`]): the push is then behind
+//! them, and what they wait for is most likely next on its stream.
 //!
 //! The quota is read once from the daemon's own cgroup (v1 `cpu.cfs_quota_us` and
 //! `cpu.cfs_period_us`, v2 `cpu.max`), the lowest of it and its ancestors'
@@ -198,8 +200,22 @@ fn process_cpu() -> Duration {
 pub struct BulkGate {
     limit: Option<CpuLimit>,
     uses: Arc<AtomicU64>,
+    /// Reads on the mounts waiting for a chunk now.
+    waiting: AtomicU64,
+    /// Wakes held streams when a read starts waiting.
+    wake: tokio::sync::Notify,
     state: std::sync::Mutex<GateState>,
     waited_us: AtomicU64,
+}
+
+/// A read waiting for a chunk ([`BulkGate::reader_waits`]).
+#[derive(Debug)]
+pub struct ReaderWaits(Arc<BulkGate>);
+
+impl Drop for ReaderWaits {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -215,6 +231,8 @@ impl BulkGate {
         Arc::new(Self {
             limit,
             uses: Arc::default(),
+            waiting: AtomicU64::new(0),
+            wake: tokio::sync::Notify::new(),
             state: std::sync::Mutex::new(GateState {
                 bucket: limit.map(|l| CpuBucket::new(l, SHARE)),
                 seen: 0,
@@ -234,6 +252,15 @@ impl BulkGate {
         self.uses.clone()
     }
 
+    /// A read on a mount waits for a chunk until the guard is dropped: bulk streams are
+    /// not held meanwhile.
+    pub fn reader_waits(self: &Arc<Self>) -> ReaderWaits {
+        if self.waiting.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.wake.notify_waiters();
+        }
+        ReaderWaits(self.clone())
+    }
+
     /// Time bulk streams waited at the gate so far.
     pub fn waited(&self) -> Duration {
         Duration::from_micros(self.waited_us.load(Ordering::Relaxed))
@@ -247,7 +274,8 @@ impl BulkGate {
         if uses != s.seen {
             (s.seen, s.last_use) = (uses, Some(now));
         }
-        let active = s.last_use.is_some_and(|t| now < t + ACTIVE_FOR);
+        let active = s.last_use.is_some_and(|t| now < t + ACTIVE_FOR)
+            && self.waiting.load(Ordering::Relaxed) == 0;
         let bucket = s.bucket.as_mut()?;
         let due = bucket.admit(now, cpu);
         if !active {
@@ -268,7 +296,11 @@ impl BulkGate {
                 break;
             };
             slept.get_or_insert(now);
-            tokio::time::sleep_until(due.min(now + RECHECK).into()).await;
+            let woken = self.wake.notified();
+            tokio::select! {
+                () = tokio::time::sleep_until(due.min(now + RECHECK).into()) => {}
+                () = woken => {}
+            }
         }
         // Only time spent held counts, not the check itself (which a throttled process
         // may take milliseconds to finish).
@@ -384,6 +416,13 @@ mod tests {
         assert_eq!(gate.due(t0 + 1_001 * MS, 1_000 * MS), None);
         // With an application active, the next 50 ms of CPU are beyond the share.
         assert!(gate.due(t0 + 1_002 * MS, 1_050 * MS).is_some());
+        // A read waits for a chunk: the push is behind the application and goes on.
+        let waits = gate.reader_waits();
+        assert_eq!(gate.due(t0 + 1_003 * MS, 1_050 * MS), None);
+        drop(waits);
+        // What the stream used meanwhile is not owed; what it uses next beyond the share is.
+        assert_eq!(gate.due(t0 + 1_004 * MS, 1_050 * MS), None);
+        assert!(gate.due(t0 + 1_005 * MS, 1_100 * MS).is_some());
         // Quiet for longer than ACTIVE_FOR: the stream goes on.
         let later = t0 + 1_002 * MS + ACTIVE_FOR;
         assert_eq!(gate.due(later, 1_050 * MS), None);

@@ -739,6 +739,8 @@ impl JobCore {
             return Ok(fetched(s));
         }
         self.tell(Input::Want(chunk));
+        // Pushed chunks stop yielding this daemon's CPU while the read waits for one.
+        let _waits = self.peers.bulk_gate().map(|g| g.reader_waits());
         match rx.await {
             Ok(got) => got.map(Fetched::Verified),
             Err(_) => Err(Error::JobClosed),
