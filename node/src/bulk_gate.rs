@@ -291,12 +291,13 @@ impl BulkGate {
         }
         let mut slept = None;
         loop {
+            // Made before the check, so a read that starts waiting after it still wakes us.
+            let woken = self.wake.notified();
             let now = Instant::now();
             let Some(due) = self.due(now, process_cpu()) else {
                 break;
             };
             slept.get_or_insert(now);
-            let woken = self.wake.notified();
             tokio::select! {
                 () = tokio::time::sleep_until(due.min(now + RECHECK).into()) => {}
                 () = woken => {}
