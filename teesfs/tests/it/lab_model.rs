@@ -79,20 +79,27 @@ fn cpu_of(spinners: &Spinners) -> f64 {
         .sum()
 }
 
+/// A lab of one group of `group_size` nodes under the scale model at `cores` a node, its
+/// applications under `apps`.
+pub(crate) fn model_lab(group_size: usize, cores: f64, apps: AppQuota) -> Lab {
+    let spec = LabSpec {
+        groups: 1,
+        group_size,
+        ..LabSpec::default()
+    };
+    let mut opts = LabOptions::new(teesfs_bin());
+    opts.cpu = CpuModel::Cores(cores);
+    opts.app_quota = apps;
+    Lab::up(&spec, &opts).expect("lab up")
+}
+
 #[test]
 fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
     let _turn = crate::lab::lab_turn();
     if !can_lab() {
         return;
     }
-    let spec = LabSpec {
-        groups: 1,
-        group_size: 3,
-        ..LabSpec::default()
-    };
-    let mut opts = LabOptions::new(teesfs_bin());
-    opts.cpu = CpuModel::Cores(NODE_CPU);
-    let lab = Lab::up(&spec, &opts).expect("lab up");
+    let lab = model_lab(3, NODE_CPU, AppQuota::Node);
     let model = lab.model().expect("a scale model").clone();
     assert_eq!(model.node_cpu, NODE_CPU);
     // 0.1 core at 1.5625 Gbit/s per core: links of 156 Mbit/s.

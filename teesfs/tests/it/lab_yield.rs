@@ -7,11 +7,9 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use lab::cluster::PushOptions;
-use lab::scale::{AppQuota, CpuModel};
-use lab::{Lab, LabOptions, LabSpec};
+use lab::scale::AppQuota;
 
 use crate::lab::can_lab;
-use crate::util::teesfs_bin;
 
 /// A node's CPU here: a debug daemon taking thousands of small chunks needs all of it.
 const NODE_CPU: f64 = 0.05;
@@ -53,15 +51,7 @@ fn lab_daemons_yield_pushed_chunks_to_applications_on_their_mounts_only() {
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let layer = small_files(tmp.path(), 2000);
-    let spec = LabSpec {
-        groups: 1,
-        group_size: 3,
-        ..LabSpec::default()
-    };
-    let mut opts = LabOptions::new(teesfs_bin());
-    opts.cpu = CpuModel::Cores(NODE_CPU);
-    opts.app_quota = AppQuota::Own;
-    let lab = Lab::up(&spec, &opts).expect("lab up");
+    let lab = crate::lab_model::model_lab(3, NODE_CPU, AppQuota::Own);
     for host in ["n01", "n02", "n03"] {
         let st = lab.status(host).expect("status");
         let q = st.cpu_quota_cores.expect("the daemon finds its quota");
