@@ -261,6 +261,14 @@ impl BulkGate {
         ReaderWaits(self.clone())
     }
 
+    /// What `status` and the metrics tell of `gate`: the quota in cores, if any, and the
+    /// seconds bulk streams waited so far.
+    pub fn figures(gate: Option<&Self>) -> (Option<f64>, f64) {
+        gate.map_or((None, 0.0), |g| {
+            (g.limit.map(|l| l.cores), g.waited().as_secs_f64())
+        })
+    }
+
     /// Time bulk streams waited at the gate so far.
     pub fn waited(&self) -> Duration {
         Duration::from_micros(self.waited_us.load(Ordering::Relaxed))

@@ -275,6 +275,8 @@ impl Shared {
             .map(|j| job_status(j))
             .collect();
         let gate = self.peers.bulk_gate();
+        let (cpu_quota_cores, bulk_yielded_s) =
+            crate::bulk_gate::BulkGate::figures(gate.as_deref());
         Status {
             version: STATUS_VERSION,
             host: self.cfg.host.clone(),
@@ -286,8 +288,8 @@ impl Shared {
             store_cached: self.store.cached_bytes(),
             clock_skew_ms: view.clock_skew_ms,
             metrics: view.metrics_addr.map(|a| format!("http://{a}/metrics")),
-            cpu_quota_cores: gate.as_ref().and_then(|g| g.limit()).map(|l| l.cores),
-            bulk_yielded_s: gate.map_or(0.0, |g| g.waited().as_secs_f64()),
+            cpu_quota_cores,
+            bulk_yielded_s,
             jobs,
         }
     }

@@ -43,6 +43,7 @@ impl Shared {
             totals.add(&j.totals);
         }
         let gate = self.peers.bulk_gate();
+        let (cpu_quota, bulk_yielded_s) = crate::bulk_gate::BulkGate::figures(gate.as_deref());
         Sample {
             store_bytes: self.store.bytes(),
             store_chunks: self.store.len() as u64,
@@ -54,8 +55,8 @@ impl Shared {
             totals,
             read_waits: Some(self.metrics.read_waits()),
             renders: 0,
-            cpu_quota: gate.as_ref().and_then(|g| g.limit()).map(|l| l.cores),
-            bulk_yielded_s: gate.map_or(0.0, |g| g.waited().as_secs_f64()),
+            cpu_quota,
+            bulk_yielded_s,
             jobs,
         }
     }
