@@ -257,6 +257,8 @@ fn outcome(method: Method, apps: &[AppRun], app_s: f64, all_s: f64, detail: Stri
         throttled_s: None,
         job: None,
         traffic: None,
+        rounds: Vec::new(),
+        node_starts: crate::launch::node_starts(apps),
     }
 }
 
@@ -506,6 +508,8 @@ mod tests {
             throttled_s: None,
             job: None,
             traffic: None,
+            rounds: Vec::new(),
+            node_starts: Vec::new(),
         }
     }
 

@@ -48,6 +48,8 @@ use crate::demo::{self, App, AppRun, DemoRun};
 use crate::error::{LabError, Result};
 use crate::traffic::Traffic;
 
+#[path = "launch_rounds.rs"]
+pub mod rounds;
 #[path = "launch_sbcast.rs"]
 mod sbcast;
 #[path = "launch_table.rs"]
@@ -215,6 +217,15 @@ pub struct Outcome {
     /// That job's traffic counters summed over the nodes: demand requests among them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic: Option<Traffic>,
+    /// `app_s` of each round, in the order they ran, when the launch ran more than one
+    /// ([`rounds::run_rounds`]); the figures above are then the medians over them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<f64>,
+    /// Each node's start (seconds from the method's start until its application had
+    /// started), in the nodes' order: whether a slow `app_s` is one late node or all of
+    /// them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub node_starts: Vec<(String, f64)>,
 }
 
 /// A method that did not finish, and why: the run goes on with the next method, and the
@@ -272,6 +283,11 @@ impl Outcome {
 
 fn max_done(apps: &[AppRun]) -> f64 {
     apps.iter().map(|x| x.done_s).fold(0.0, f64::max)
+}
+
+/// Each node's start, as [`Outcome::node_starts`] keeps it.
+pub(crate) fn node_starts(apps: &[AppRun]) -> Vec<(String, f64)> {
+    apps.iter().map(|x| (x.host.clone(), x.done_s)).collect()
 }
 
 /// The node whose application finished last.
@@ -653,6 +669,8 @@ fn teesfs_outcome(method: Method, run: &DemoRun, detail: &str) -> Outcome {
         throttled_s: None,
         job: Some(r.job.clone()),
         traffic: None,
+        rounds: Vec::new(),
+        node_starts: node_starts(&run.apps),
     }
 }
 
@@ -690,6 +708,8 @@ fn copy_first(lab: &Lab, l: &Launch) -> Result<(Outcome, f64)> {
         throttled_s: None,
         job: Some(push.report.job.clone()),
         traffic: None,
+        rounds: Vec::new(),
+        node_starts: node_starts(&apps),
     };
     Ok((out, local))
 }

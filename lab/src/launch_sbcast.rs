@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{Launch, Method, Outcome, apps_cpu, last_node};
+use super::{Launch, Method, Outcome, apps_cpu, last_node, node_starts};
 use crate::cluster::Lab;
 use crate::demo;
 use crate::error::{LabError, Result};
@@ -124,5 +124,7 @@ fn sbcast_tar(lab: &Lab, l: &Launch, tar: &std::path::Path) -> Result<Outcome> {
         throttled_s: None,
         job: None,
         traffic: None,
+        rounds: Vec::new(),
+        node_starts: node_starts(&apps),
     })
 }

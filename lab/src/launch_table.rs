@@ -50,6 +50,18 @@ pub fn table(rep: &Report) -> String {
             first_line(&f.reason, 200)
         );
     }
+    if let Some(n) = rep
+        .outcomes
+        .iter()
+        .map(|o| o.rounds.len())
+        .max()
+        .filter(|n| *n > 1)
+    {
+        let _ = writeln!(
+            t,
+            "  every figure is a median over up to {n} rounds (each round's start in its detail)"
+        );
+    }
     if let Some(local) = rep.local_s {
         let _ = writeln!(
             t,

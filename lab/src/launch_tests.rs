@@ -18,7 +18,7 @@ fn the_last_node_is_the_one_that_finished_last() {
     assert_eq!(last_node(&[]), None);
 }
 
-fn outcome(method: Method, app_s: f64, cpu_s: f64) -> Outcome {
+pub(super) fn outcome(method: Method, app_s: f64, cpu_s: f64) -> Outcome {
     Outcome {
         method,
         app_s,
@@ -37,6 +37,8 @@ fn outcome(method: Method, app_s: f64, cpu_s: f64) -> Outcome {
         throttled_s: None,
         job: None,
         traffic: None,
+        rounds: Vec::new(),
+        node_starts: Vec::new(),
     }
 }
 

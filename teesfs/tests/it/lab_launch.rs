@@ -318,3 +318,68 @@ fn a_demand_read_overtakes_the_bulk_queued_at_every_hop_of_a_chain() {
     });
     lab.down().expect("lab down");
 }
+
+/// `lab launch --rounds 2` on a small lab: each round runs both methods on fresh nodes, the
+/// second in the other order; each method's start is the median of its rounds (of two, their
+/// mean), with every round's start and each node's start kept; the table says it.
+#[test]
+fn a_launch_in_rounds_alternates_the_order_and_reports_medians() {
+    let _turn = crate::lab::lab_turn();
+    if !can_lab() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let layer = random_layer(tmp.path(), 2);
+    std::fs::create_dir_all(layer.join("app")).expect("app dir");
+    std::fs::write(layer.join("app/start.txt"), b"started\n").expect("app file");
+    let spec = LabSpec {
+        groups: 1,
+        group_size: 2,
+        ..LabSpec::default()
+    };
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let l = Launch {
+        layer: layer.clone(),
+        index: lab.publish(&layer).expect("publish"),
+        urgent: vec!["app/*".into()],
+        app: lab::demo::shell_app("grep -q started \"$TEESFS_MOUNT/app/start.txt\""),
+        probe: "app/start.txt".into(),
+        bulk_after: Duration::from_secs(30),
+        bulk_quiet: Duration::from_secs(2),
+        image: None,
+    };
+    let methods = [Method::UrgentFirst, Method::DemandOnly];
+    let mut turns = Vec::new();
+    let rep = lab::launch::rounds::run_rounds(&lab, &l, &methods, 2, |r, t| {
+        if let lab::launch::Turn::Done(o) = t {
+            turns.push((r, o.method));
+        }
+    });
+    lab.down().expect("lab down");
+    assert!(rep.stopped.is_none() && rep.failures.is_empty(), "{rep:?}");
+    assert_eq!(
+        turns,
+        vec![
+            (1, Method::UrgentFirst),
+            (1, Method::DemandOnly),
+            (2, Method::DemandOnly),
+            (2, Method::UrgentFirst)
+        ]
+    );
+    assert_eq!(rep.outcomes.len(), 2);
+    for o in &rep.outcomes {
+        assert_eq!(o.rounds.len(), 2, "{o:?}");
+        let mean = (o.rounds[0] + o.rounds[1]) / 2.0;
+        assert!((o.app_s - mean).abs() < 1e-9, "{o:?}");
+        assert_eq!(o.node_starts.len(), 2, "{o:?}");
+        let last = o.node_starts.iter().map(|n| n.1).fold(0.0, f64::max);
+        assert!(o.rounds.contains(&last), "a round's own nodes: {o:?}");
+        assert!(o.detail.starts_with("median of 2 rounds"), "{}", o.detail);
+    }
+    let table = lab::launch::table(&rep);
+    assert!(table.contains("median over up to 2 rounds"), "{table}");
+    assert!(
+        rep.urgent_first.is_some(),
+        "a round's urgent-first run for the picture"
+    );
+}

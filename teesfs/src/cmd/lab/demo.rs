@@ -28,6 +28,8 @@ pub struct DemoArgs {
         default_value = "/var/tmp/teesfs-lab-demo-report"
     )]
     out_dir: PathBuf,
+    #[command(flatten)]
+    rounds: super::launch::RoundsArg,
     /// Python interpreter (must match the one the layer was built with).
     #[arg(long, default_value = "python3")]
     python: String,
@@ -70,7 +72,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             Method::SharedStorage,
             Method::Learned,
         ];
-        super::launch::launch(&lab, &l, &methods, &report, "teesfs lab demo")
+        super::launch::launch(
+            &lab,
+            &l,
+            &methods,
+            a.rounds.get(),
+            &report,
+            "teesfs lab demo",
+        )
     })();
     lab.down()?;
     result?;

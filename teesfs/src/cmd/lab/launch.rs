@@ -23,7 +23,10 @@ use super::ShapeArgs;
       --app 'PYTHONPATH=$TEESFS_MOUNT/opt/sciapp python3 -m sciapp'
   # only two methods, with a recorded urgent list:
   sudo teesfs lab launch --layer ./layer --urgent-list urgent.list \\
-      --methods urgent-first,copy-first --app 'PYTHONPATH=$TEESFS_MOUNT python3 -c \"import numpy\"'")]
+      --methods urgent-first,copy-first --app 'PYTHONPATH=$TEESFS_MOUNT python3 -c \"import numpy\"'
+  # the default against demand-only, three rounds in alternating order, judged on medians:
+  sudo teesfs lab launch --layer ./layer --urgent-list urgent.list --rounds 3 \\
+      --methods urgent-first,demand-only,copy-first --app 'python3 $TEESFS_MOUNT/app/main.py'")]
 pub struct LaunchArgs {
     #[command(flatten)]
     shape: ShapeArgs,
@@ -72,6 +75,8 @@ pub struct LaunchArgs {
     /// reads fetched on demand) reached the root for this long (`teesfs push --bulk-quiet`).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     bulk_quiet: std::time::Duration,
+    #[command(flatten)]
+    rounds: RoundsArg,
     /// The HTML report to write (an .svg is written beside it, and the figures as .json).
     #[arg(
         long,
@@ -80,6 +85,24 @@ pub struct LaunchArgs {
         value_parser = parse_report
     )]
     report: PathBuf,
+}
+
+/// `--rounds`, shared by `lab launch` and `lab demo`.
+#[derive(Debug, clap::Args)]
+pub struct RoundsArg {
+    /// Run every method this many times, each round on fresh nodes in an order rotated by
+    /// one; the table, the goals and the figures are then medians, with each round's start
+    /// beside them. One run's figures move by about 10% on a shared machine: use 3 or more
+    /// to judge a goal with a smaller margin.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
+}
+
+impl RoundsArg {
+    /// How many rounds.
+    pub fn get(&self) -> usize {
+        self.rounds as usize
+    }
 }
 
 /// The methods an image's launch runs by default: teesfs against how sites start images.
@@ -189,7 +212,14 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
             bulk_quiet: a.bulk_quiet,
             image: image.as_ref().map(|i| i.files.clone()),
         };
-        launch(&lab, &l, &methods, &a.report, "teesfs lab launch")
+        launch(
+            &lab,
+            &l,
+            &methods,
+            a.rounds.get(),
+            &a.report,
+            "teesfs lab launch",
+        )
     })();
     lab.down()?;
     result
@@ -251,17 +281,27 @@ pub fn record(lab: &Lab, what: &[String]) -> anyhow::Result<String> {
     Ok(list)
 }
 
-/// Runs `methods` for `l`, prints the table and writes the report.
+/// Runs `methods` for `l` `rounds` times (the figures are then medians), prints the table
+/// and writes the report.
 pub fn launch(
     lab: &Lab,
     l: &Launch,
     methods: &[Method],
+    rounds: usize,
     report: &Path,
     title: &str,
 ) -> anyhow::Result<()> {
-    let rep = lab::launch::run(lab, l, methods, |turn| match turn {
+    let round = |r: usize| {
+        if rounds > 1 {
+            format!("round {r} of {rounds}: ")
+        } else {
+            String::new()
+        }
+    };
+    let rep = lab::launch::rounds::run_rounds(lab, l, methods, rounds, |r, turn| match turn {
         Turn::Done(o) => errln!(
-            "{}: application started on every node in {:.2} s ({}{})",
+            "{}{}: application started on every node in {:.2} s ({}{})",
+            round(r),
             o.method.name(),
             o.app_s,
             o.detail,
@@ -270,7 +310,7 @@ pub fn launch(
                 .map(|h| format!("; last {h}"))
                 .unwrap_or_default()
         ),
-        Turn::Failed(f) => errln!("{}: FAILED: {}", f.method.name(), f.reason),
+        Turn::Failed(f) => errln!("{}{}: FAILED: {}", round(r), f.method.name(), f.reason),
     });
     let mut text = format!(
         "{title}: {} nodes in {} groups, layer {}\n  {}\n",
@@ -284,7 +324,7 @@ pub fn launch(
     }
     text.push_str(&lab::launch::table(&rep));
     out!("{text}");
-    write_report(lab, &rep, &text, report, title)?;
+    write_report(lab, &rep, &text, report, title, rounds)?;
     if let Some(e) = rep.stopped {
         return Err(e).context("the launch stopped before its last method");
     }
@@ -313,6 +353,7 @@ fn write_report(
     text: &str,
     report: &Path,
     title: &str,
+    rounds: usize,
 ) -> anyhow::Result<()> {
     if let Some(dir) = report.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -323,6 +364,7 @@ fn write_report(
         "version": 2,
         "model": lab.model(),
         "model_text": lab.model_text(),
+        "rounds": rounds,
         "local_s": rep.local_s,
         "outcomes": rep.outcomes,
         "failures": rep.failures,
