@@ -252,6 +252,10 @@ pub struct Report {
     pub local_s: Option<f64>,
     /// The urgent-first run (push report and per-node application runs).
     pub urgent_first: Option<DemoRun>,
+    /// Each round's own outcomes when the run had more than one
+    /// ([`rounds::run_rounds`]), in the order the rounds ran: what the medians were taken
+    /// of, for the JSON.
+    pub each_round: Vec<Vec<Outcome>>,
 }
 
 impl Report {
@@ -265,6 +269,7 @@ impl Report {
             stopped: None,
             local_s,
             urgent_first: None,
+            each_round: Vec::new(),
         }
     }
 }
@@ -345,6 +350,7 @@ pub fn run(lab: &Lab, l: &Launch, methods: &[Method], mut on_turn: impl FnMut(Tu
         stopped,
         local_s: carry.local_s,
         urgent_first: carry.urgent_first,
+        each_round: Vec::new(),
     }
 }
 

@@ -103,6 +103,7 @@ pub fn merge(methods: &[Method], mut reports: Vec<Report>) -> Report {
         stopped,
         local_s: median(&local),
         urgent_first,
+        each_round: reports.into_iter().map(|r| r.outcomes).collect(),
     }
 }
 
@@ -241,6 +242,13 @@ mod tests {
         assert_eq!(m.local_s, Some(160.0));
         assert_eq!(m.failures.len(), 1);
         assert_eq!(m.failures[0].reason, "round 3: a push gave up");
+        let per_round: Vec<usize> = m.each_round.iter().map(Vec::len).collect();
+        assert_eq!(
+            per_round,
+            vec![2, 2, 1],
+            "each round's own outcomes are kept"
+        );
+        assert_eq!(m.each_round[1][1].app_s, 230.0);
         let g = super::super::goals(&m);
         // 180 / 160 = 1.125x of local data, 180 / 195 of demand-only: both met, where
         // round 2 alone (230 s) would have missed both.
@@ -255,5 +263,6 @@ mod tests {
         assert_eq!(m.outcomes[0].app_s, 5.0);
         assert!(m.outcomes[0].rounds.is_empty());
         assert_eq!(m.outcomes[0].detail, "run at 5");
+        assert!(m.each_round.is_empty());
     }
 }

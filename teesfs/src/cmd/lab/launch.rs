@@ -368,6 +368,7 @@ fn write_report(
         "local_s": rep.local_s,
         "outcomes": rep.outcomes,
         "failures": rep.failures,
+        "each_round": rep.each_round,
     });
     crate::cmd::outfile::write(&json_path, &serde_json::to_vec_pretty(&doc)?)?;
     let Some(run) = &rep.urgent_first else {
