@@ -156,6 +156,30 @@ fn lab_launch_starts_the_app_on_every_node_by_every_method() {
     lab.down().expect("lab down");
 }
 
+/// `mib` MiB of random files nobody reads at start, and `app/start.txt`, the one file the
+/// tests' application reads.
+fn app_layer(dir: &std::path::Path, mib: usize) -> std::path::PathBuf {
+    let layer = random_layer(dir, mib);
+    std::fs::create_dir_all(layer.join("app")).expect("app dir");
+    std::fs::write(layer.join("app/start.txt"), b"started\n").expect("app file");
+    layer
+}
+
+/// A launch of `layer`, published in `lab`, whose application reads `app/start.txt` (the
+/// urgent set) from the node's copy; the rest is held for at most 30 s.
+fn start_launch(lab: &Lab, layer: &std::path::Path) -> Launch {
+    Launch {
+        layer: layer.to_path_buf(),
+        index: lab.publish(layer).expect("publish"),
+        urgent: vec!["app/*".into()],
+        app: lab::demo::shell_app("grep -q started \"$TEESFS_MOUNT/app/start.txt\""),
+        probe: "app/start.txt".into(),
+        bulk_after: Duration::from_secs(30),
+        bulk_quiet: Duration::from_secs(2),
+        image: None,
+    }
+}
+
 /// The layer as a container image: an OCI layout (tag `t`, by `umoci`) and a squashfs.
 fn image_of(layer: &std::path::Path, tmp: &std::path::Path) -> lab::image::ImageFiles {
     let oci = tmp.join("oci");
@@ -228,9 +252,7 @@ fn a_demand_read_overtakes_the_bulk_queued_at_every_hop_of_a_chain() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let layer = random_layer(tmp.path(), 40);
-    std::fs::create_dir_all(layer.join("app")).expect("app dir");
-    std::fs::write(layer.join("app/start.txt"), b"started\n").expect("app file");
+    let layer = app_layer(tmp.path(), 40);
     let late: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(layer.join("zz-late.bin"), &late).expect("late file");
     let spec = LabSpec {
@@ -329,25 +351,14 @@ fn a_launch_in_rounds_alternates_the_order_and_reports_medians() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let layer = random_layer(tmp.path(), 2);
-    std::fs::create_dir_all(layer.join("app")).expect("app dir");
-    std::fs::write(layer.join("app/start.txt"), b"started\n").expect("app file");
+    let layer = app_layer(tmp.path(), 2);
     let spec = LabSpec {
         groups: 1,
         group_size: 2,
         ..LabSpec::default()
     };
     let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
-    let l = Launch {
-        layer: layer.clone(),
-        index: lab.publish(&layer).expect("publish"),
-        urgent: vec!["app/*".into()],
-        app: lab::demo::shell_app("grep -q started \"$TEESFS_MOUNT/app/start.txt\""),
-        probe: "app/start.txt".into(),
-        bulk_after: Duration::from_secs(30),
-        bulk_quiet: Duration::from_secs(2),
-        image: None,
-    };
+    let l = start_launch(&lab, &layer);
     let methods = [Method::UrgentFirst, Method::DemandOnly];
     let mut turns = Vec::new();
     let rep = lab::launch::rounds::run_rounds(&lab, &l, &methods, 2, |r, t| {
