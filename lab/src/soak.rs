@@ -174,6 +174,7 @@ fn one_job(lab: &Lab, index: &str, id: u64, reader: &str, check: &str) -> Result
     let run = lab.push(&o)?;
     let job = run.report.job.clone();
     let mp = lab.mountpoint(reader, &job);
+    wait_mounted(lab, reader, &mp.join(check))?;
     let out = lab
         .command_on(reader, "cat")?
         .arg(mp.join(check))
@@ -190,6 +191,34 @@ fn one_job(lab: &Lab, index: &str, id: u64, reader: &str, check: &str) -> Result
     }
     release_everywhere(lab, &job)?;
     Ok(run.report.failures.is_empty())
+}
+
+/// The longest a node's mount may take to show after its push ended.
+const MOUNT_GRACE: Duration = Duration::from_secs(30);
+
+/// Waits until `path` shows in `host`'s mount of a job, seen through its daemon's mount
+/// namespace. A node mounts a job in the background once it has taken it, so the push of a
+/// layer its store already holds can end before the mount is up.
+fn wait_mounted(lab: &Lab, host: &str, path: &std::path::Path) -> Result<()> {
+    let pid = lab.daemon_pid(host).ok_or_else(|| LabError::Daemon {
+        host: host.into(),
+        reason: "not running".into(),
+        log: lab.work().join(host).join("daemon.log"),
+    })?;
+    let through = std::path::PathBuf::from(format!("/proc/{pid}/root{}", path.display()));
+    let deadline = Instant::now() + MOUNT_GRACE;
+    while !through.exists() {
+        if Instant::now() > deadline {
+            return Err(LabError::Timeout(format!(
+                "{} on {host}: the job's mount did not show within {} s of its push",
+                path.display(),
+                MOUNT_GRACE.as_secs()
+            )));
+        }
+        check_interrupt()?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// Runs the soak over `indexes` (published layers, each holding the file `check`), the
