@@ -516,6 +516,16 @@ impl Lab {
             .and_then(NodeProc::pid)
     }
 
+    /// Pid of `host`'s daemon, or an error naming the node and its log when it is not
+    /// running.
+    pub fn running_daemon_pid(&self, host: &str) -> Result<u32> {
+        self.daemon_pid(host).ok_or_else(|| LabError::Daemon {
+            host: host.into(),
+            reason: "not running".into(),
+            log: self.work().join(host).join("daemon.log"),
+        })
+    }
+
     /// Whether every daemon is still running.
     pub fn daemons_alive(&self) -> bool {
         self.daemons().iter_mut().all(NodeProc::alive)
@@ -527,11 +537,7 @@ impl Lab {
             .layout()
             .node(host)
             .ok_or_else(|| LabError::Shape(format!("no node {host}")))?;
-        let pid = self.daemon_pid(host).ok_or_else(|| LabError::Daemon {
-            host: host.into(),
-            reason: "not running".into(),
-            log: self.work().join(host).join("daemon.log"),
-        })?;
+        let pid = self.running_daemon_pid(host)?;
         Ok(proc::in_mounts_of(&node.netns, pid, program))
     }
 

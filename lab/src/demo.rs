@@ -92,11 +92,7 @@ pub fn run(lab: &Lab, o: &PushOptions, app: &App, probe: &str) -> Result<DemoRun
     let hosts: Vec<String> = lab.layout().compute().map(|n| n.host.clone()).collect();
     let mut pending = Vec::new();
     for h in &hosts {
-        let pid = lab.daemon_pid(h).ok_or_else(|| LabError::Daemon {
-            host: h.clone(),
-            reason: "not running".into(),
-            log: lab.work().join(h).join("daemon.log"),
-        })?;
+        let pid = lab.running_daemon_pid(h)?;
         let jobs = lab.work().join(h).join("jobs");
         let _ = std::fs::create_dir_all(&jobs);
         pending.push(Pending {

@@ -161,10 +161,6 @@ mod tests {
         o
     }
 
-    fn report(outcomes: Vec<Outcome>, local_s: Option<f64>) -> Report {
-        Report::of(outcomes, local_s)
-    }
-
     #[test]
     fn each_round_rotates_the_methods_and_keeps_urgent_learned_last() {
         use Method::*;
@@ -201,14 +197,14 @@ mod tests {
     fn rounds_merge_into_medians_and_the_goals_are_judged_on_them() {
         use Method::*;
         let rounds = vec![
-            report(
+            Report::of(
                 vec![
                     outcome(UrgentFirst, 180.0, 100.0),
                     outcome(DemandOnly, 200.0, 80.0),
                 ],
                 Some(160.0),
             ),
-            report(
+            Report::of(
                 vec![
                     outcome(DemandOnly, 190.0, 90.0),
                     outcome(UrgentFirst, 230.0, 130.0),
@@ -216,7 +212,7 @@ mod tests {
                 Some(170.0),
             ),
             {
-                let mut r = report(vec![outcome(UrgentFirst, 170.0, 110.0)], Some(150.0));
+                let mut r = Report::of(vec![outcome(UrgentFirst, 170.0, 110.0)], Some(150.0));
                 r.failures.push(Failure {
                     method: DemandOnly,
                     reason: "a push gave up".into(),
@@ -258,7 +254,7 @@ mod tests {
 
     #[test]
     fn one_round_is_its_own_report() {
-        let one = report(vec![outcome(Method::UrgentFirst, 5.0, 1.0)], Some(4.0));
+        let one = Report::of(vec![outcome(Method::UrgentFirst, 5.0, 1.0)], Some(4.0));
         let m = merge(&[Method::UrgentFirst], vec![one]);
         assert_eq!(m.outcomes[0].app_s, 5.0);
         assert!(m.outcomes[0].rounds.is_empty());

@@ -200,11 +200,7 @@ const MOUNT_GRACE: Duration = Duration::from_secs(30);
 /// namespace. A node mounts a job in the background once it has taken it, so the push of a
 /// layer its store already holds can end before the mount is up.
 fn wait_mounted(lab: &Lab, host: &str, path: &std::path::Path) -> Result<()> {
-    let pid = lab.daemon_pid(host).ok_or_else(|| LabError::Daemon {
-        host: host.into(),
-        reason: "not running".into(),
-        log: lab.work().join(host).join("daemon.log"),
-    })?;
+    let pid = lab.running_daemon_pid(host)?;
     let through = std::path::PathBuf::from(format!("/proc/{pid}/root{}", path.display()));
     let deadline = Instant::now() + MOUNT_GRACE;
     while !through.exists() {
