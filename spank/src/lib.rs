@@ -17,8 +17,10 @@
 //!   `teesfs __task-env` (a separate, single-threaded process) and joined here with
 //!   `setns`; when the task ends, the namespace and its writes go with it. Slurm then drops
 //!   to the user's uid and execs the command as usual: no wrapper in the command line.
-//!   A task of a job that asked for a layer which is not mounted fails with an error saying
-//!   so; tasks of other jobs are untouched.
+//!   The node mounts the job in the background, so the job may start a moment before its
+//!   mount shows: a task of a job that asked for a layer waits for it ([`mounted`], at most
+//!   `mount_wait=` seconds, 30 by default), and fails with an error saying so if it never
+//!   comes; tasks of other jobs are untouched.
 //! - **An image job** (`--teesfs-image=SPEC`, or `image = true` under `[layer]` in the
 //!   spec): the layer is every `srun` task's whole root instead, as with enroot and
 //!   pyxis: `teesfs __task-env --image` builds it (only `/proc`, `/dev`, `/sys`, `/tmp`, the
@@ -35,7 +37,7 @@
 //!   says so, and the task prints it into the job's stderr ([`restart`]).
 //!
 //! plugstack.conf: `optional /usr/lib/teesfs/teesfs_spank.so teesfs=PATH mount_root=DIR
-//! control=PATH` (`%h` in `mount_root` and `control` is the node's short host name, for
+//! control=PATH [mount_wait=SECONDS]` (`%h` in `mount_root` and `control` is the node's short host name, for
 //! several nodes on one host as in teesfs's lab). `optional` so that a plugin Slurm refuses (built for another release) does
 //! not stop every job; give at least one argument: with none, Slurm passes a null `argv`,
 //! which slurm-spank 0.2 turns into a slice (debug builds abort on it).
@@ -52,6 +54,7 @@ use std::process::{Command, Stdio};
 
 use slurm_spank::{Context, LogLevel, Plugin, SpankHandle, SpankOption};
 
+pub mod mounted;
 pub mod restart;
 
 /// The symbols Slurm looks up by name: `SPANK_PLUGIN!(b"teesfs", <SLURM_VERSION_NUMBER of the
@@ -76,6 +79,10 @@ pub const IMAGE_VAR: &str = "TEESFS_IMAGE";
 pub const IMAGE_JOB_VAR: &str = "SLURM_SPANK_TEESFS_IMAGE";
 /// The job control variable (Slurm prefixes `SPANK_`) the prolog reads the spec from.
 pub const SPEC_VAR: &str = "TEESFS_SPEC";
+/// [`SPEC_VAR`] as a task's environment has it (sbatch and salloc pass the job control
+/// environment into the job's): set for every job that asked for a layer, whether by the
+/// option or by `TEESFS_SPEC` in the submitting environment.
+pub const SPEC_JOB_VAR: &str = "SLURM_SPANK_TEESFS_SPEC";
 /// The job control variable (`SPANK_` prefixed by Slurm) carrying the spec's content, hex.
 pub const SPEC_TEXT_VAR: &str = "TEESFS_SPEC_TEXT";
 /// The largest spec the plugin passes on (the seeder's limit too): 32 KiB.
@@ -90,8 +97,8 @@ pub const READY: &str = "ready";
 pub enum PluginError {
     /// An argument in plugstack.conf is not one the plugin knows.
     #[error(
-        "plugstack.conf: unknown teesfs plugin argument {0:?} (known: teesfs=PATH, mount_root=DIR, \
-         control=PATH)"
+        "plugstack.conf: unknown or bad teesfs plugin argument {0:?} (known: teesfs=PATH, \
+         mount_root=DIR, control=PATH, mount_wait=SECONDS, 0 to 3600)"
     )]
     BadArgument(String),
     /// The spec named by `--teesfs` or `TEESFS_SPEC` cannot be used.
@@ -113,15 +120,18 @@ pub enum PluginError {
     },
     /// The job asked for a layer, but this node has none mounted for it.
     #[error(
-        "job {job} asked for a teesfs layer (--teesfs) but {dir} is not mounted on this node; \
-         is `teesfs daemon` running here, and did the prolog's push reach this node? \
-         (see /var/log/teesfs/job-{job}.log on the controller)"
+        "job {job} asked for a teesfs layer (--teesfs) but {dir} is not mounted on this node \
+         after waiting {waited} s for it; is `teesfs daemon` running here, and did the \
+         prolog's push reach this node? (see /var/log/teesfs/job-{job}.log on the controller, \
+         and `teesfs status` here)"
     )]
     NotMounted {
         /// The Slurm job id.
         job: u32,
         /// Where the job's layer should be.
         dir: PathBuf,
+        /// How long the task waited for it, in seconds.
+        waited: u64,
     },
     /// `teesfs __task-env` could not build the task's environment.
     #[error("building the task's environment with {teesfs}: {detail}")]
@@ -150,6 +160,8 @@ pub struct Conf {
     pub mount_root: String,
     /// The node's daemon's control socket; `%h` is the short host name.
     pub control: String,
+    /// How long a task of a teesfs job waits for the job's mount ([`mounted`]).
+    pub mount_wait: std::time::Duration,
 }
 
 impl Default for Conf {
@@ -158,6 +170,7 @@ impl Default for Conf {
             teesfs: PathBuf::from("/usr/bin/teesfs"),
             mount_root: "/run/teesfs/jobs".into(),
             control: "/run/teesfs/daemon.sock".into(),
+            mount_wait: mounted::MOUNT_WAIT,
         }
     }
 }
@@ -171,6 +184,10 @@ impl Conf {
                 Some(("teesfs", v)) if !v.is_empty() => c.teesfs = PathBuf::from(v),
                 Some(("mount_root", v)) if !v.is_empty() => c.mount_root = v.to_string(),
                 Some(("control", v)) if !v.is_empty() => c.control = v.to_string(),
+                Some(("mount_wait", v)) => {
+                    c.mount_wait = mounted::parse_wait(v)
+                        .ok_or_else(|| PluginError::BadArgument(a.to_string()))?
+                }
                 _ => return Err(PluginError::BadArgument(a.to_string())),
             }
         }
@@ -316,13 +333,33 @@ unsafe impl Plugin for Teesfs {
             || [IMAGE_JOB_VAR, IMAGE_VAR]
                 .iter()
                 .any(|v| spank.getenv(v).ok().flatten().as_deref() == Some("1"));
-        let Some(dir) = self.conf.mounted_dir(short, job) else {
-            if asked {
+        // A teesfs job's mount may show a moment after its task starts ([`mounted`]); any
+        // other job only looks (it may still have been pushed, by its comment).
+        let spec = spank.getenv(SPEC_JOB_VAR).ok().flatten();
+        let ours = asked || image || spec.is_some_and(|s| !s.is_empty());
+        let wait = if ours {
+            self.conf.mount_wait
+        } else {
+            std::time::Duration::ZERO
+        };
+        let Some((dir, waited)) = self.conf.wait_mounted(short, job, wait) else {
+            if ours {
                 let dir = self.conf.job_dir(short, job);
-                return Err(PluginError::NotMounted { job, dir }.into());
+                let waited = wait.as_secs();
+                return Err(PluginError::NotMounted { job, dir, waited }.into());
             }
             return Ok(());
         };
+        if !waited.is_zero() {
+            slurm_spank::spank_log(
+                LogLevel::Info,
+                &format!(
+                    "teesfs: job {job}: the task waited {:.3} s for the layer's mount {}",
+                    waited.as_secs_f64(),
+                    dir.display()
+                ),
+            );
+        }
         // The batch script of a job whose earlier start failed: say why, where the user
         // looks (asked here, on the host, before the task enters its layer). Slurm gives
         // the batch step no restart count here, so the job's comment is asked for once per
@@ -578,7 +615,10 @@ mod tests {
         assert_eq!(Conf::parse([]).expect("empty"), Conf::default());
         let c = Conf::parse(["teesfs=/opt/t/bin/teesfs", "mount_root=/lab/%h/jobs"]).expect("args");
         assert_eq!(c.teesfs, Path::new("/opt/t/bin/teesfs"));
+        assert_eq!(c.mount_wait, mounted::MOUNT_WAIT);
         assert_eq!(c.job_dir("n07", 42), Path::new("/lab/n07/jobs/42"));
+        let c = Conf::parse(["mount_wait=5"]).expect("mount_wait");
+        assert_eq!(c.mount_wait, std::time::Duration::from_secs(5));
         assert_eq!(
             Conf::default().job_dir("x", 7),
             Path::new("/run/teesfs/jobs/7")
@@ -587,7 +627,13 @@ mod tests {
 
     #[test]
     fn unknown_or_empty_arguments_are_refused_by_name() {
-        for bad in ["mountroot=/x", "teesfs=", "verbose"] {
+        for bad in [
+            "mountroot=/x",
+            "teesfs=",
+            "verbose",
+            "mount_wait=30s",
+            "mount_wait=",
+        ] {
             let e = Conf::parse([bad]).expect_err(bad).to_string();
             assert!(e.contains(bad) && e.contains("plugstack.conf"), "{e}");
         }

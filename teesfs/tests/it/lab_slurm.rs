@@ -31,14 +31,14 @@ fn sorted_lines(s: &str) -> Vec<String> {
 /// stand-ins for /etc/teesfs/slurm.env), the login key readable by SlurmUser, a log
 /// directory SlurmUser may write, the publisher key trusted, and, with `plugin`, the SPANK
 /// plugin in plugstack.conf.
-struct Site {
-    tmp: tempfile::TempDir,
-    logdir: PathBuf,
+pub(crate) struct Site {
+    pub(crate) tmp: tempfile::TempDir,
+    pub(crate) logdir: PathBuf,
     scripts: SlurmScripts,
 }
 
 impl Site {
-    fn new(lab: &Lab, plugin: bool) -> Site {
+    pub(crate) fn new(lab: &Lab, plugin: bool) -> Site {
         let work = lab.work().to_path_buf();
         let tmp = tempfile::tempdir().expect("tempdir");
         // World-readable: slurmctld and slurmd run the scripts and read the spec.
@@ -106,20 +106,25 @@ impl Site {
         }
     }
 
-    fn start<'a>(&self, lab: &'a Lab) -> lab::slurm::Slurm<'a> {
+    pub(crate) fn start<'a>(&self, lab: &'a Lab) -> lab::slurm::Slurm<'a> {
         lab.start_slurm_with(self.scripts.clone())
             .expect("Slurm in the lab (scripts/deps.sh installs munge, slurmctld, slurmd)")
     }
 
     /// Waits for job `id` to end; its final state. Panics with the logs if it does not.
-    fn ended(&self, slurm: &lab::slurm::Slurm<'_>, id: lab::slurm::JobId, t: Duration) -> String {
+    pub(crate) fn ended(
+        &self,
+        slurm: &lab::slurm::Slurm<'_>,
+        id: lab::slurm::JobId,
+        t: Duration,
+    ) -> String {
         slurm
             .wait_ended(id, t)
             .unwrap_or_else(|e| panic!("job {id}: {e}\n{}", self.logs(slurm)))
     }
 
     /// The prolog's logs and the end of slurmctld's, for a failure message.
-    fn logs(&self, slurm: &lab::slurm::Slurm<'_>) -> String {
+    pub(crate) fn logs(&self, slurm: &lab::slurm::Slurm<'_>) -> String {
         let logs: Vec<String> = std::fs::read_dir(&self.logdir)
             .into_iter()
             .flatten()
@@ -145,6 +150,47 @@ impl Site {
             .run("scontrol", &["show", "job", "-o"], Duration::from_secs(10))
             .unwrap_or_default();
         format!("prolog logs: {logs:#?}\nslurmctld: {tail:#?}{nodes}\njobs:\n{jobs}")
+    }
+}
+
+impl Site {
+    /// Has the prolog only note its environment and return, so the job's tasks start before
+    /// any node holds, or has mounted, its layer; [`Site::late_push`] pushes it.
+    pub(crate) fn push_after_start(&self) {
+        let prolog = self.scripts.prolog_slurmctld.clone().expect("a prolog");
+        std::fs::rename(&prolog, self.tmp.path().join("prolog-now.sh")).expect("move");
+        let log = self.logdir.display();
+        let note = format!("#!/bin/sh\nexport -p >{log}/late-$SLURM_JOB_ID.env\n");
+        std::fs::write(&prolog, note).expect("the late prolog");
+        std::fs::set_permissions(&prolog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+
+    /// Once job `job` has started (its prolog returned), waits `after` and runs its real
+    /// prolog (the push) where slurmctld runs (the login node's network) with the
+    /// environment Slurm gave the prolog; what it printed.
+    pub(crate) fn late_push(&self, lab: &Lab, job: lab::slurm::JobId, after: Duration) -> String {
+        let env = self.logdir.join(format!("late-{job}.env"));
+        let t0 = std::time::Instant::now();
+        while !env.exists() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "job {job}'s prolog never ran"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(after);
+        let now = self.tmp.path().join("prolog-now.sh");
+        let netns = &lab.layout().node("login").expect("a login node").netns;
+        let out = std::process::Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{netns}"))
+            .args(["sh", "-c"])
+            .arg(format!(". {}; exec {}", env.display(), now.display()))
+            .output()
+            .expect("the prolog");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "job {job}'s late push failed: {said}");
+        said
     }
 }
 
@@ -200,7 +246,7 @@ fn prolog_report(logdir: &Path, job: lab::slurm::JobId) -> serde_json::Value {
 
 /// Writes `dir/manifest.toml`: the layer `index` in the lab's store, the app's Python files
 /// (`python_app(.., tag)`) urgent, the lab's network.
-fn write_spec(lab: &Lab, dir: &Path, index: &str, tag: &str) -> PathBuf {
+pub(crate) fn write_spec(lab: &Lab, dir: &Path, index: &str, tag: &str) -> PathBuf {
     let work = lab.work();
     let spec_path = dir.join("manifest.toml");
     std::fs::write(
@@ -221,7 +267,7 @@ fn write_spec(lab: &Lab, dir: &Path, index: &str, tag: &str) -> PathBuf {
 }
 
 /// A lab of two groups of `group_size` nodes.
-fn small_lab(group_size: usize) -> Lab {
+pub(crate) fn small_lab(group_size: usize) -> Lab {
     let spec = LabSpec {
         groups: 2,
         group_size,
@@ -362,7 +408,7 @@ fn jobs_on(work: &Path, host: &str) -> usize {
 }
 
 /// Every node's daemon has no job left and no job mounted (what the epilog leaves).
-fn assert_released(lab: &Lab, hosts: &[String]) {
+pub(crate) fn assert_released(lab: &Lab, hosts: &[String]) {
     for h in hosts {
         assert_eq!(
             jobs_on(lab.work(), h),

@@ -35,6 +35,7 @@ mod lab_rates;
 mod lab_seeder;
 mod lab_slurm;
 mod lab_slurm_image;
+mod lab_slurm_late;
 mod lab_slurm_requeue;
 mod lab_soak;
 mod lab_yield;
