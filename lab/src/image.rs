@@ -22,6 +22,7 @@ use std::time::Instant;
 use crate::cluster::Lab;
 use crate::demo::{self, AppRun};
 use crate::error::{LabError, Result};
+use crate::launch::table::{by_round, of, paired};
 use crate::launch::{Launch, Method, Outcome, Report};
 use crate::proc::{self, NodeProc};
 
@@ -145,11 +146,12 @@ pub(crate) fn run(lab: &Lab, l: &Launch, m: Method) -> Result<Outcome> {
     Ok(o)
 }
 
-/// The image goals (issue 34), judged on this run for the default (urgent-first): empty
-/// when no image method ran.
+/// The image goals (issue 34), judged on this run for the default (urgent-first), over
+/// rounds on the median of each round's own ratio ([`paired`]): empty when no image
+/// method ran.
 pub fn goals(rep: &Report) -> String {
     use std::fmt::Write as _;
-    let find = |m: Method| rep.outcomes.iter().find(|o| o.method == m);
+    let find = |m: Method| of(&rep.outcomes, m);
     let Some(def) = find(Method::UrgentFirst) else {
         return String::new();
     };
@@ -157,10 +159,16 @@ pub fn goals(rep: &Report) -> String {
         return String::new();
     }
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let x = |r: f64| format!("{r:.2}x");
+    // `a`'s start over `b`'s, round by round.
+    let ratio = |a: Method, b: Method| {
+        paired(rep, move |os: &[Outcome], _: Option<f64>| {
+            Some(of(os, a)?.app_s / of(os, b)?.app_s)
+        })
+    };
     let mut t = String::from("  image goals for the default (urgent-first):\n");
     for (m, goal) in [(Method::RegistryPull, 10.0), (Method::SbcastUnsquash, 3.0)] {
-        if let Some(o) = find(m) {
-            let r = o.app_s / def.app_s;
+        if let (Some(o), Some((r, each))) = (find(m), ratio(m, Method::UrgentFirst)) {
             let cap = rep
                 .local_s
                 .map(|l| o.app_s / l)
@@ -168,18 +176,22 @@ pub fn goals(rep: &Report) -> String {
                 .map_or(String::new(), |c| format!(" (cap {c:.2}x)"));
             let _ = writeln!(
                 t,
-                "    {:<36} {r:5.2}x  {}{cap}",
+                "    {:<36} {r:5.2}x  {}{cap}{}",
                 format!("{goal}x sooner than {}:", m.name()),
-                verdict(r >= goal)
+                verdict(r >= goal),
+                by_round(&each, x)
             );
         }
     }
-    if let Some(o) = find(Method::Squashfuse) {
-        let r = def.app_s / o.app_s;
+    if let (Some(o), Some((r, each))) = (
+        find(Method::Squashfuse),
+        ratio(Method::UrgentFirst, Method::Squashfuse),
+    ) {
         let _ = writeln!(
             t,
-            "    no later than squashfuse:            {r:5.2}x  {}",
-            verdict(r <= 1.0)
+            "    no later than squashfuse:            {r:5.2}x  {}{}",
+            verdict(r <= 1.0),
+            by_round(&each, x)
         );
         let e = def.source_out_bytes as f64 / o.source_out_bytes.max(1) as f64;
         let _ = writeln!(

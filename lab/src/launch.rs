@@ -53,7 +53,7 @@ pub mod rounds;
 #[path = "launch_sbcast.rs"]
 mod sbcast;
 #[path = "launch_table.rs"]
-mod table;
+pub(crate) mod table;
 pub(crate) use sbcast::sbcast_limit;
 use sbcast::sbcast_untar;
 pub use table::{goals, table};
@@ -256,6 +256,9 @@ pub struct Report {
     /// ([`rounds::run_rounds`]), in the order the rounds ran: what the medians were taken
     /// of, for the JSON.
     pub each_round: Vec<Vec<Outcome>>,
+    /// Each round's start from local data, in the order the rounds ran (beside
+    /// `each_round`): the goals pair each round's figures with its own.
+    pub each_local: Vec<Option<f64>>,
 }
 
 impl Report {
@@ -270,6 +273,7 @@ impl Report {
             local_s,
             urgent_first: None,
             each_round: Vec::new(),
+            each_local: Vec::new(),
         }
     }
 }
@@ -351,6 +355,7 @@ pub fn run(lab: &Lab, l: &Launch, methods: &[Method], mut on_turn: impl FnMut(Tu
         local_s: carry.local_s,
         urgent_first: carry.urgent_first,
         each_round: Vec::new(),
+        each_local: Vec::new(),
     }
 }
 

@@ -217,6 +217,7 @@ fn the_table_and_the_goals_say_which_method_failed_and_what_was_not_measured() {
         local_s: Some(6.8),
         urgent_first: None,
         each_round: Vec::new(),
+        each_local: Vec::new(),
     };
     let t = table(&rep);
     assert!(

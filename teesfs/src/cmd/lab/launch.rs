@@ -369,6 +369,7 @@ fn write_report(
         "outcomes": rep.outcomes,
         "failures": rep.failures,
         "each_round": rep.each_round,
+        "each_local": rep.each_local,
     });
     crate::cmd::outfile::write(&json_path, &serde_json::to_vec_pretty(&doc)?)?;
     let Some(run) = &rep.urgent_first else {
