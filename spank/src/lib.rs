@@ -37,8 +37,8 @@
 //!   says so, and the task prints it into the job's stderr ([`restart`]).
 //!
 //! plugstack.conf: `optional /usr/lib/teesfs/teesfs_spank.so teesfs=PATH mount_root=DIR
-//! control=PATH [mount_wait=SECONDS]` (`%h` in `mount_root` and `control` is the node's short host name, for
-//! several nodes on one host as in teesfs's lab). `optional` so that a plugin Slurm refuses (built for another release) does
+//! control=PATH [mount_wait=SECONDS]` (`%h` in `mount_root` and `control` is the node's
+//! short host name, for several nodes on one host as in teesfs's lab). `optional` so that a plugin Slurm refuses (built for another release) does
 //! not stop every job; give at least one argument: with none, Slurm passes a null `argv`,
 //! which slurm-spank 0.2 turns into a slice (debug builds abort on it).
 
