@@ -180,8 +180,7 @@ fn step(
                 return Ok(());
             };
             // Seen through the daemon's mount namespace: true once the FUSE mount is up.
-            let through =
-                PathBuf::from(format!("/proc/{}/root{}", p.pid, mp.display())).join(probe);
+            let through = crate::proc::seen_by(p.pid, &mp).join(probe);
             if !through.exists() {
                 return Ok(());
             }

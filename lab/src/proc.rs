@@ -2,7 +2,7 @@
 //! private mount namespace (so their FUSE mounts never reach the host and vanish with
 //! them), tied to the lab's lifetime by a parent-death signal, stopped by Drop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,12 @@ pub fn in_mounts_of(netns: &str, pid: u32, program: &str) -> Command {
         .args(["setpriv", "--pdeathsig", "KILL", "--"])
         .arg(program);
     c
+}
+
+/// `path` as process `pid` sees it, through its mount namespace (`/proc/PID/root`): a
+/// node's FUSE mount shows there once it is up.
+pub fn seen_by(pid: u32, path: &Path) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root{}", path.display()))
 }
 
 /// A long-running process in a node, stopped (SIGTERM, then SIGKILL) when dropped.

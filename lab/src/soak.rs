@@ -201,7 +201,7 @@ const MOUNT_GRACE: Duration = Duration::from_secs(30);
 /// layer its store already holds can end before the mount is up.
 fn wait_mounted(lab: &Lab, host: &str, path: &std::path::Path) -> Result<()> {
     let pid = lab.running_daemon_pid(host)?;
-    let through = std::path::PathBuf::from(format!("/proc/{pid}/root{}", path.display()));
+    let through = crate::proc::seen_by(pid, path);
     let deadline = Instant::now() + MOUNT_GRACE;
     while !through.exists() {
         if Instant::now() > deadline {

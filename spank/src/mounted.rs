@@ -31,27 +31,24 @@ impl Conf {
         // Opened before the first look: a mount made between that look and the wait still
         // wakes it.
         let mut watch = Watch::new().ok();
-        let mut first = true;
+        if let Some(dir) = self.mounted_dir(host, job) {
+            return Some((dir, Duration::ZERO));
+        }
         loop {
-            if let Some(dir) = self.mounted_dir(host, job) {
-                let waited = if first {
-                    Duration::ZERO
-                } else {
-                    start.elapsed()
-                };
-                return Some((dir, waited));
-            }
-            first = false;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return None;
             }
-            match watch.as_mut().map(|w| w.changed(left)) {
-                Some(Ok(_)) => {}
+            let watched = match watch.as_mut().map(|w| w.changed(left)) {
+                Some(Ok(_)) => true,
                 // Interrupted by a signal: look again and wait for what is left.
-                Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // The table cannot be watched: what is there now is the answer.
-                _ => return self.mounted_dir(host, job).map(|d| (d, start.elapsed())),
+                Some(Err(e)) => e.kind() == std::io::ErrorKind::Interrupted,
+                None => false,
+            };
+            let found = self.mounted_dir(host, job).map(|d| (d, start.elapsed()));
+            // The table cannot be watched: what is there now is the answer.
+            if found.is_some() || !watched {
+                return found;
             }
         }
     }
