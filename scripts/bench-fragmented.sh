@@ -3,7 +3,10 @@
 # whole groups, in the scale-model lab (issue 28 item 7): 4 groups of 14; `n[01-52]` against
 # `n[01-28,30-41,44-55]` (groups 3 and 4 without their proxy). Alternates the two, RUNS
 # times each (default 3), and prints each run's urgent and whole-layer times and the median
-# ratio. Run as root. Environment: BIN (a release teesfs), RUNS, OUT (report directory).
+# ratio. Run as root. Environment: BIN (a release teesfs), RUNS, OUT (report directory);
+# another shape with LAB_GROUPS, GROUP_SIZE, WHOLE and FRAG (the two hostlists), for example
+# LAB_GROUPS=2 GROUP_SIZE=26 WHOLE='n[01-48]' FRAG='n[01-26,28-49]' (22 orphans in one group);
+# URGENT_FILES (default 5) files of URGENT_SIZE bytes (default 250000) make the urgent set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${BIN:-}" ]; then
@@ -11,16 +14,20 @@ if [ -z "${BIN:-}" ]; then
     BIN=$PWD/target/release/teesfs
 fi
 RUNS=${RUNS:-3}
+LAB_GROUPS=${LAB_GROUPS:-4}
+GROUP_SIZE=${GROUP_SIZE:-14}
+WHOLE=${WHOLE:-'n[01-52]'}
+FRAG=${FRAG:-'n[01-28,30-41,44-55]'}
 out=${OUT:-$(mktemp -d /var/tmp/teesfs-fragmented.XXXXXX)}
 layer=$(mktemp -d /dev/shm/teesfs-frag-layer.XXXXXX)
 trap 'rm -rf "$layer"' EXIT
 mkdir -p "$layer/urgent" "$layer/bulk" "$out"
-for i in 1 2 3 4 5; do head -c 250000 /dev/urandom >"$layer/urgent/u$i"; done
+for i in $(seq 1 "${URGENT_FILES:-5}"); do head -c "${URGENT_SIZE:-250000}" /dev/urandom >"$layer/urgent/u$i"; done
 for i in $(seq 1 8); do head -c 1048576 /dev/urandom >"$layer/bulk/b$i"; done
 for r in $(seq 1 "$RUNS"); do
     for kind in whole frag; do
-        if [ "$kind" = whole ]; then nodes='n[01-52]'; else nodes='n[01-28,30-41,44-55]'; fi
-        TMPDIR=/dev/shm "$BIN" lab up --groups 4 --group-size 14 --layer "$layer" \
+        if [ "$kind" = whole ]; then nodes=$WHOLE; else nodes=$FRAG; fi
+        TMPDIR=/dev/shm "$BIN" lab up --groups "$LAB_GROUPS" --group-size "$GROUP_SIZE" --layer "$layer" \
             --urgent 'urgent/*' --exit --nodes "$nodes" --report "$out/$kind$r.json" \
             >"$out/$kind$r.log" 2>&1 || { cat "$out/$kind$r.log" >&2; exit 1; }
     done

@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 use crate::plan::NodeId;
 use crate::topology::GroupId;
 
+/// How close (1 / this of a node's rate) a link must come to carrying one more stream at a
+/// node's rate to count as carrying it ([`LinkRates::streams`]).
+const STREAM_SLACK: u64 = 100;
+
 /// Link rates in bits per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkRates {
@@ -29,8 +33,13 @@ pub struct LinkRates {
 
 impl LinkRates {
     /// Streams at a node's full rate that a link of `rate` carries at once (at least one).
+    ///
+    /// A link within 1% of a whole number of streams carries that many: rates are
+    /// configured or scaled figures, and a login link of 182,333,334 bit/s over nodes of
+    /// 45,583,334 (four times 45,583,333.5 each rounded) carries four streams, not three.
     pub fn streams(&self, rate: u64) -> usize {
-        usize::try_from(rate / self.node.max(1))
+        let node = self.node.max(1);
+        usize::try_from(rate.saturating_add(node / STREAM_SLACK) / node)
             .unwrap_or(usize::MAX)
             .max(1)
     }
@@ -225,6 +234,20 @@ mod tests {
             .expect_err("unknown")
             .to_string();
         assert!(e.contains("unknown link `nic`"), "{e}");
+    }
+
+    #[test]
+    fn a_link_a_rounding_short_of_n_streams_carries_n() {
+        // The lab's scaled rates: 4 x 45,583,333.5 and 45,583,333.5 each rounded.
+        let r = LinkRates {
+            node: 45_583_334,
+            port: 182_333_334,
+            uplink: 182_333_334,
+            login: 182_333_334,
+        };
+        assert_eq!((r.port_streams(), r.login_streams()), (4, 4));
+        // A link 5% short of four streams carries three.
+        assert_eq!(r.streams(4 * 45_583_334 * 95 / 100), 3);
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //!   and leaders feed as many hosts as their links carry;
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
 //!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
-//!   receives once and feeds the rest of its group, as a chain when the group is small
-//!   and as a binary tree when a chain would be deep ([`hang_orphans`]), so every group's
+//!   receives once and feeds the rest of its group, as a chain unless the group is wider
+//!   than most switches' (then a binary tree: [`hang_orphans`]), so every group's
 //!   uplink carries the payload inbound exactly once. Leaders are taken in topology order
 //!   and laid out by recursive spans, so a leader's children are its neighbours (fewer
 //!   hops across super nodes and cabinets).
@@ -321,29 +321,25 @@ fn hang_deputies<'l>(
 }
 
 /// Orphan groups of at most this many nodes (the deputy included) hang below their deputy
-/// as a chain, at most 7 levels; larger ones as a binary tree ([`hang_orphans`]).
-const ORPHAN_CHAIN_MAX: usize = 8;
+/// as a chain, at most 23 levels; larger ones as a binary tree ([`hang_orphans`]).
+const ORPHAN_CHAIN_MAX: usize = 24;
 
 /// Hangs the rest of an orphan group below its `deputy`, which is the group's only entry.
 ///
 /// A member's NIC carries one stream at a node's rate, so a chain keeps every stream at
-/// that rate, but each of its `n - 1` levels costs the urgent set a chunk's
-/// store-and-forward, a round trip and part of a connection set-up, and a failure
-/// re-attaches everything below it. A group of more than [`ORPHAN_CHAIN_MAX`] nodes hangs
-/// as a binary tree instead, breadth first: `floor(log2 n)` levels (3 for the 12 or 13
-/// members of a 14-node group, where the chain had 11 or 12), each relaying member feeding
-/// two at half a node's rate. No tree entered once does both (a member that feeds two
-/// halves the rate of everything below it).
+/// that rate and every member uploads the payload once; each of its `n - 1` levels costs
+/// the urgent set one chunk's cut-through. A binary tree is `floor(log2 n)` levels deep,
+/// but each relaying member feeds two at half its rate and with twice its CPU, so a level
+/// of it costs far more. No tree entered once does both.
 ///
-/// Measured in the simulator (BENCHMARKS.md, "Fragmented allocations"; `cargo run
-/// --release -p peertree --example sim_fragmented_groups`), 89 nodes in groups of 14 with
-/// two orphan groups of 12, the demo's 1.2 MiB urgent set in 256 KiB chunks, against the
-/// same job in whole groups: 0.93x on the lab's machine (2 shared cores; the chain 2.32x),
-/// 1.26x with 1/16 of a core per node (1.91x), 1.56x on Tianhe (2.28x). The price, where
-/// nodes are bound by their NIC: an urgent set of 16 MiB or more arrives up to 2x later
-/// than in whole groups along the tree, 1.0-1.5x along the chain, and so does a layer of
-/// that size. The threshold: over those machines and urgent sets the chain's worst case is
-/// the lower for orphan groups of up to 7 nodes, the tree's from 9.
+/// Measured in the scale-model lab (BENCHMARKS.md, "Fragmented allocations";
+/// `scripts/bench-fragmented.sh`), 250 KB chunks, the demo's 1.25 MB urgent set, 52 nodes
+/// against the same number in whole groups: a chain costs about 22 ms a level after the
+/// deputy's first (about 95 ms), a binary tree 60-350 ms a level. Orphan groups of 12 in
+/// groups of 14: the chain 0.93x the whole-group job, the tree 1.34x; an orphan group of 22
+/// in groups of 26: the chain 1.28x, the tree 1.30x, so the chain stops near there. For an
+/// urgent set of many chunks the chain's levels weigh less still (the payload's time is the
+/// same as a whole group's), the tree's halved rate more.
 fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
     let fan = if rest.len() < ORPHAN_CHAIN_MAX { 1 } else { 2 };
     let fan = fan.min(b.width());

@@ -1,6 +1,7 @@
 //! Fragmented allocations (issue 28 item 7): a group whose proxy is not in the job and
 //! cannot be borrowed is entered once, through a deputy, and the rest of it hangs below the
-//! deputy in a bounded depth: a chain of at most 8 nodes, a binary tree beyond.
+//! deputy as a chain of up to 24 nodes (every member uploads once, at its NIC's rate) and as
+//! a binary tree beyond, so its depth stays bounded.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,7 @@ use crate::common::{cluster, hosts};
 use crate::strategies::Case;
 
 /// Nodes an orphan group may have and still hang as a chain below its deputy.
-const CHAIN_MAX: usize = 8;
+const CHAIN_MAX: usize = 24;
 
 /// Each orphan group of `p`: its deputy and every member of it in the plan (deputy first).
 fn orphan_groups(p: &Plan) -> BTreeMap<GroupId, (NodeId, Vec<NodeId>)> {
@@ -83,12 +84,12 @@ fn no_borrowing() -> PlanOptions {
 }
 
 /// The job of issue 28 item 7 (89 nodes in 14-node groups, two groups of 12 without their
-/// proxy) was 15 levels deep with `topo`: each orphan group a 12-node chain below its
-/// deputy. Now each hangs as a binary tree, 3 levels below its deputy, the plan is at most
-/// two levels deeper than the same job in whole groups, every group's uplink still
-/// carries the payload in once, and every node is in the plan once.
+/// proxy): each orphan group hangs as one chain of 12 below its deputy, the shape that
+/// the scale-model lab measured within 1.2x of whole groups (0.93x; the binary tree 1.34x,
+/// BENCHMARKS.md "Fragmented allocations"): no member feeds two of its group, every group's
+/// uplink carries the payload in once, and every node is in the plan once.
 #[test]
-fn a_fragmented_job_of_14_node_groups_is_no_longer_15_levels_deep() {
+fn a_fragmented_job_of_14_node_groups_hangs_each_orphan_group_as_one_chain() {
     let (bare, fragmented, whole) = fourteen();
     let lab =
         LinkRates::parse("node=100mbit,port=400mbit,uplink=400mbit,login=400mbit").expect("valid");
@@ -109,19 +110,19 @@ fn a_fragmented_job_of_14_node_groups_is_no_longer_15_levels_deep() {
         assert_eq!(groups.len(), 2, "rated {rated}");
         for (g, (deputy, members)) in &groups {
             assert_eq!(members.len(), 12);
-            assert_eq!(depth_below(&p, *deputy, *g), 3, "rated {rated}: {g:?}");
+            assert_eq!(depth_below(&p, *deputy, *g), 11, "rated {rated}: {g:?}");
             for m in members {
                 let kin = p.children[m.index()]
                     .iter()
                     .filter(|c| p.group[c.index()] == Some(*g))
                     .count();
-                assert!(kin <= 2, "rated {rated}: {} feeds {kin}", p.host(*m));
+                assert!(kin <= 1, "rated {rated}: {} feeds {kin}", p.host(*m));
             }
         }
-        // Before: 15 levels unrated, 14 rated (two chains of 12 from depth 3); now 7,
-        // against 5 and 7 in whole groups.
+        // The chains' 11 levels below deputies at depth 1 or 2 (against 5 and 7 levels in
+        // whole groups).
         assert!(
-            p.depth() <= w.depth() + 2,
+            p.depth() <= w.depth().max(2) + 11,
             "rated {rated}: {} levels against {} in whole groups",
             p.depth() + 1,
             w.depth() + 1
@@ -132,32 +133,42 @@ fn a_fragmented_job_of_14_node_groups_is_no_longer_15_levels_deep() {
     }
 }
 
-/// A deputy whose group is mostly absent, or a group of at most 8 nodes, keeps the chain:
-/// every stream at a node's rate, and at most 7 levels.
+/// An orphan group of up to 24 nodes hangs as a chain (every stream at a node's rate, at
+/// most 23 levels); a wider one as a binary tree, `floor(log2 n)` levels, no member feeding
+/// more than two of its group.
 #[test]
-fn a_small_orphan_group_stays_a_chain() {
-    let topology = cluster(56, 14);
-    // Group 1 (cn1-14) without its proxy: 8 members, then 2, then 9.
-    for (expr, n) in [
-        ("cn[0002-0009,0015-0028]", 8),
-        ("cn[0002-0003,0015-0028]", 2),
-        ("cn[0002-0010,0015-0028]", 9),
+fn an_orphan_group_is_a_chain_up_to_24_nodes_and_a_tree_beyond() {
+    let topology = cluster(120, 30);
+    // Group 1 (cn1-30) without its proxy: 2, 9, 24, then 25 and 29 members.
+    for (expr, n, expect) in [
+        ("cn[0002-0003,0031-0060]", 2, 1),
+        ("cn[0002-0010,0031-0060]", 9, 8),
+        ("cn[0002-0025,0031-0060]", 24, 23),
+        ("cn[0002-0026,0031-0060]", 25, 4),
+        ("cn[0002-0030,0031-0060]", 29, 4),
     ] {
         let p = plan(&topology, &hosts(expr), Strategy::Topo, &no_borrowing()).expect("ok");
         let groups = orphan_groups(&p);
         let (g, (deputy, members)) = groups.iter().next().expect("one orphan group");
         assert_eq!(members.len(), n);
-        let expect = if n <= CHAIN_MAX { n as u32 - 1 } else { 3 };
         assert_eq!(depth_below(&p, *deputy, *g), expect, "{expr}");
+        let feeds = if n <= CHAIN_MAX { 1 } else { 2 };
+        for m in members {
+            let kin = p.children[m.index()]
+                .iter()
+                .filter(|c| p.group[c.index()] == Some(*g))
+                .count();
+            assert!(kin <= feeds, "{expr}: {} feeds {kin}", p.host(*m));
+        }
     }
 }
 
-/// Allocations on clusters of groups of up to 24 (`strategies::case` stops at 9, below
+/// Allocations on clusters of groups of up to 32 (`strategies::case` stops at 9, below
 /// the chain's limit): fragmented subsets, contiguous ranges and busy nodes.
 fn wide_groups() -> impl proptest::strategy::Strategy<Value = Case> {
     (
         1usize..8,
-        1usize..25,
+        1usize..33,
         any::<bool>(),
         1usize..18,
         proptest::option::of((1u64..10, 1u64..10, 1u64..10)),
