@@ -6,7 +6,9 @@
 # ratio. Run as root. Environment: BIN (a release teesfs), RUNS, OUT (report directory);
 # another shape with LAB_GROUPS, GROUP_SIZE, WHOLE and FRAG (the two hostlists), for example
 # LAB_GROUPS=2 GROUP_SIZE=26 WHOLE='n[01-48]' FRAG='n[01-26,28-49]' (22 orphans in one group);
-# URGENT_FILES (default 5) files of URGENT_SIZE bytes (default 250000) make the urgent set.
+# URGENT_FILES (default 5) files of URGENT_SIZE bytes (default 250000) make the urgent set;
+# or LAYER (a layer directory) with URGENT_LIST (a file of its urgent paths, one a line, as
+# `teesfs record` writes) instead of the generated one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${BIN:-}" ]; then
@@ -19,16 +21,25 @@ GROUP_SIZE=${GROUP_SIZE:-14}
 WHOLE=${WHOLE:-'n[01-52]'}
 FRAG=${FRAG:-'n[01-28,30-41,44-55]'}
 out=${OUT:-$(mktemp -d /var/tmp/teesfs-fragmented.XXXXXX)}
-layer=$(mktemp -d /dev/shm/teesfs-frag-layer.XXXXXX)
-trap 'rm -rf "$layer"' EXIT
-mkdir -p "$layer/urgent" "$layer/bulk" "$out"
-for i in $(seq 1 "${URGENT_FILES:-5}"); do head -c "${URGENT_SIZE:-250000}" /dev/urandom >"$layer/urgent/u$i"; done
-for i in $(seq 1 8); do head -c 1048576 /dev/urandom >"$layer/bulk/b$i"; done
+mkdir -p "$out"
+urgent=()
+if [ -n "${LAYER:-}" ]; then
+    layer=$LAYER
+    [ -f "${URGENT_LIST:-}" ] || { echo "LAYER needs URGENT_LIST, a file of urgent paths" >&2; exit 2; }
+    while IFS= read -r path; do [ -n "$path" ] && urgent+=(--urgent "$path"); done <"$URGENT_LIST"
+else
+    layer=$(mktemp -d /dev/shm/teesfs-frag-layer.XXXXXX)
+    trap 'rm -rf "$layer"' EXIT
+    mkdir -p "$layer/urgent" "$layer/bulk"
+    for i in $(seq 1 "${URGENT_FILES:-5}"); do head -c "${URGENT_SIZE:-250000}" /dev/urandom >"$layer/urgent/u$i"; done
+    for i in $(seq 1 8); do head -c 1048576 /dev/urandom >"$layer/bulk/b$i"; done
+    urgent=(--urgent 'urgent/*')
+fi
 for r in $(seq 1 "$RUNS"); do
     for kind in whole frag; do
         if [ "$kind" = whole ]; then nodes=$WHOLE; else nodes=$FRAG; fi
         TMPDIR=/dev/shm "$BIN" lab up --groups "$LAB_GROUPS" --group-size "$GROUP_SIZE" --layer "$layer" \
-            --urgent 'urgent/*' --exit --nodes "$nodes" --report "$out/$kind$r.json" \
+            "${urgent[@]}" --exit --nodes "$nodes" --report "$out/$kind$r.json" \
             >"$out/$kind$r.log" 2>&1 || { cat "$out/$kind$r.log" >&2; exit 1; }
     done
 done

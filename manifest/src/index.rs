@@ -292,6 +292,14 @@ impl Index {
         self.chunks.iter().map(|c| u64::from(c.stored_len)).sum()
     }
 
+    /// Mean stored size of the unique chunks (`None` without chunks): what a planner needs
+    /// to know of a payload to tell a push bound by its links from one bound by each
+    /// chunk's CPU.
+    pub fn mean_stored_chunk(&self) -> Option<u64> {
+        self.total_stored_bytes()
+            .checked_div(self.chunks.len() as u64)
+    }
+
     /// Number of slots a file of `size` bytes has.
     pub fn slots_for(&self, size: u64) -> u64 {
         size.div_ceil(u64::from(self.chunk_size))

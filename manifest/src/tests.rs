@@ -407,3 +407,18 @@ fn garbage_never_panics() {
         }
     }
 }
+
+#[test]
+fn the_mean_stored_chunk_is_over_the_unique_chunks() {
+    let mut index = sample();
+    let one = index.chunks[0].stored_len;
+    assert_eq!(index.mean_stored_chunk(), Some(u64::from(one)));
+    index.chunks.push(ChunkInfo {
+        id: ChunkId::of(b"another"),
+        plain_len: 100,
+        stored_len: one + 1000,
+    });
+    assert_eq!(index.mean_stored_chunk(), Some(u64::from(one) + 500));
+    index.chunks.clear();
+    assert_eq!(index.mean_stored_chunk(), None);
+}

@@ -1,7 +1,7 @@
 //! The urgent set's arrival (and the whole layer's) on a fragmented allocation against the
-//! same number of nodes in whole groups (issue 28 item 7), in the simulator, for the
-//! current `topo` plan (each orphan group a chain below its deputy, up to 24 nodes) and for
-//! the same plan with each orphan group re-hung as a binary tree: `cargo run --release -p
+//! same number of nodes in whole groups (issue 28 item 7), in the simulator, for the `topo`
+//! plan with each orphan group re-hung below its deputy as a chain and as a binary tree (the
+//! two shapes `topo` chooses between by the payload's chunks): `cargo run --release -p
 //! peertree --example sim_fragmented_groups -- [GROUP_SIZE]` (default 14).
 //!
 //! The simulator charges each level of a chain about four times what the scale-model lab
@@ -50,7 +50,7 @@ fn main() {
         whole.len()
     );
     println!(
-        "| machine | urgent set (chunk) | whole groups | fragmented, chain (topo) | ÷ whole | fragmented, binary tree | ÷ whole | layer: chain ÷ whole | layer: tree ÷ whole |"
+        "| machine | urgent set (chunk) | whole groups | fragmented, chain | ÷ whole | fragmented, binary tree | ÷ whole | layer: chain ÷ whole | layer: tree ÷ whole |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for (name, net, rated) in machines() {
@@ -60,8 +60,11 @@ fn main() {
             bare.clone()
         };
         let w = plan(&topology, &whole, Strategy::Topo, &opts).expect("plannable");
-        let t = plan(&topology, &fragmented, Strategy::Topo, &opts).expect("plannable");
-        let c = rehang(&t, &topology, 2);
+        let planned = plan(&topology, &fragmented, Strategy::Topo, &opts).expect("plannable");
+        let (t, c) = (
+            rehang(&planned, &topology, 1),
+            rehang(&planned, &topology, 2),
+        );
         for (urgent, chunk) in sizes(name) {
             let mut cfg = SimConfig::new(net.clone(), 4 * urgent, chunk);
             cfg.urgent = urgent;
@@ -81,9 +84,12 @@ fn main() {
         }
     }
     let topology = bare.with_links(Network::lab().link_rates());
-    let t = plan(&topology, &fragmented, Strategy::Topo, &opts).expect("plannable");
+    let planned = plan(&topology, &fragmented, Strategy::Topo, &opts).expect("plannable");
     let w = plan(&topology, &whole, Strategy::Topo, &opts).expect("plannable");
-    let c = rehang(&t, &topology, 2);
+    let (t, c) = (
+        rehang(&planned, &topology, 1),
+        rehang(&planned, &topology, 2),
+    );
     println!();
     for (what, p) in [
         ("whole groups", &w),

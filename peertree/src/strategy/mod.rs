@@ -128,6 +128,11 @@ pub struct PlanOptions {
     pub storage: String,
     /// Which proxies outside the job may be borrowed.
     pub availability: Availability,
+    /// The mean stored size of the payload's chunks in bytes, when the planner is told the
+    /// payload (`teesfs push` is): `topo` hangs an orphan group as a chain when chunks are
+    /// large enough that links, not each chunk's CPU, bound the push ([`crate::strategy`]'s
+    /// `hang_orphans`). `None`: unknown, planned as for small chunks.
+    pub mean_chunk: Option<u64>,
 }
 
 impl Default for PlanOptions {
@@ -140,6 +145,7 @@ impl Default for PlanOptions {
             login: "login".into(),
             storage: "storage".into(),
             availability: Availability::AllIdle,
+            mean_chunk: None,
         }
     }
 }

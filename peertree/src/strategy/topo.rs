@@ -15,8 +15,8 @@
 //!   and leaders feed as many hosts as their links carry;
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
 //!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
-//!   receives once and feeds the rest of its group, as a chain unless the group is wider
-//!   than most switches' (then a binary tree: [`hang_orphans`]), so every group's
+//!   receives once and feeds the rest of its group, as a chain or, when the group is wide
+//!   for the payload's chunks, as a binary tree ([`hang_orphans`]), so every group's
 //!   uplink carries the payload inbound exactly once. Leaders are taken in topology order
 //!   and laid out by recursive spans, so a leader's children are its neighbours (fewer
 //!   hops across super nodes and cabinets).
@@ -196,8 +196,8 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 /// - a group without its proxy borrows the proxy when it is idle and at least three of
 ///   its nodes are in the job (the paper: more than half), since a deputy would otherwise
 ///   feed two or more over one NIC; the remaining orphan groups get a deputy whose group
-///   hangs below it as a chain (one stream per NIC) or, beyond [`ORPHAN_CHAIN_MAX`] nodes,
-///   as a binary tree ([`hang_orphans`]);
+///   hangs below it as a chain (one stream per NIC) or, beyond 8 nodes (24 where the
+///   payload's chunks are large), as a binary tree ([`hang_orphans`]);
 /// - leaders are taken in topology order and laid out by recursive spans;
 /// - with link rates ([`crate::rates`]), the fan-outs come from them instead: a leader
 ///   feeds `port / node` slaves and `uplink / node` groups, the login node `login / node`
@@ -320,28 +320,47 @@ fn hang_deputies<'l>(
     }
 }
 
+/// Where a push's chunks are this large on average (stored bytes) or larger, links bound
+/// it; below, each chunk's CPU at every level does ([`hang_orphans`]). The reference node
+/// of the scale model (1.56 Gbit/s per core) receives a small chunk in about 170 µs of a
+/// core, the time its link takes for 33 KB; this is twice that.
+pub(crate) const LINK_BOUND_CHUNK: u64 = 64 << 10;
+
 /// Orphan groups of at most this many nodes (the deputy included) hang below their deputy
-/// as a chain, at most 23 levels; larger ones as a binary tree ([`hang_orphans`]).
+/// as a chain when the push is bound by its links: at most 23 levels.
 const ORPHAN_CHAIN_MAX: usize = 24;
+
+/// Orphan groups of at most this many nodes hang as a chain when each chunk's CPU bounds
+/// the push (or the payload is unknown): at most 7 levels.
+const ORPHAN_CHAIN_MAX_SMALL_CHUNKS: usize = 8;
 
 /// Hangs the rest of an orphan group below its `deputy`, which is the group's only entry.
 ///
 /// A member's NIC carries one stream at a node's rate, so a chain keeps every stream at
-/// that rate and every member uploads the payload once; each of its `n - 1` levels costs
-/// the urgent set one chunk's cut-through. A binary tree is `floor(log2 n)` levels deep,
-/// but each relaying member feeds two at half its rate and with twice its CPU, so a level
-/// of it costs far more. No tree entered once does both.
-///
-/// Measured in the scale-model lab (BENCHMARKS.md, "Fragmented allocations";
-/// `scripts/bench-fragmented.sh`), 250 KB chunks, the demo's 1.25 MB urgent set, 52 nodes
-/// against the same number in whole groups: a chain costs about 22 ms a level after the
-/// deputy's first (about 95 ms), a binary tree 60-350 ms a level. Orphan groups of 12 in
-/// groups of 14: the chain 0.93x the whole-group job, the tree 1.34x; an orphan group of 22
-/// in groups of 26: the chain 1.28x, the tree 1.30x, so the chain stops near there. For an
-/// urgent set of many chunks the chain's levels weigh less still (the payload's time is the
-/// same as a whole group's), the tree's halved rate more.
+/// that rate and every member uploads the payload once; but each of its `n - 1` levels
+/// costs the payload a level's latency. A binary tree is `floor(log2 n)` levels deep, but
+/// each relaying member feeds two at half its rate and with twice its CPU. No tree entered
+/// once does both, and which costs more depends on what bounds the push, so the shape
+/// follows the payload's mean chunk ([`LINK_BOUND_CHUNK`]):
+/// - **large chunks, bound by links**: a chain up to [`ORPHAN_CHAIN_MAX`] nodes. In the
+///   scale-model lab (BENCHMARKS.md, "Fragmented allocations"; `scripts/bench-fragmented.sh`),
+///   250 KB chunks, 12 orphans in groups of 14: the urgent set at 1.09x the whole-group
+///   job and the whole layer at 1.07x, against 1.34x and 1.66x as a binary tree (each of
+///   whose levels cost 60-350 ms against a chain's 22 ms); 22 orphans in groups of 26: the
+///   chain 1.28x, the tree 1.30x, so the chain stops near there;
+/// - **small chunks, bound by each chunk's CPU** (software layers: the demo's 14.8 KB mean):
+///   a chain up to [`ORPHAN_CHAIN_MAX_SMALL_CHUNKS`] nodes, a binary tree beyond. There every
+///   level delays the layer by seconds in the scale model (each node's CPU shared between
+///   receiving and sending): the demo layer's whole layer took 1.7x the whole-group job's
+///   along 12-member chains and 1.0x as binary trees; its urgent set 0.93x and 0.95x.
 fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
-    let fan = if rest.len() < ORPHAN_CHAIN_MAX { 1 } else { 2 };
+    let link_bound = b.opts.mean_chunk.is_some_and(|c| c >= LINK_BOUND_CHUNK);
+    let max = if link_bound {
+        ORPHAN_CHAIN_MAX
+    } else {
+        ORPHAN_CHAIN_MAX_SMALL_CHUNKS
+    };
+    let fan = if rest.len() < max { 1 } else { 2 };
     let fan = fan.min(b.width());
     hang_relays(b, deputy, fan, fan, rest);
 }

@@ -46,6 +46,10 @@ pub struct JobArgs {
     /// The store whose learned link rates the plan may use (set by the command).
     #[arg(skip)]
     pub rates_store: Option<PathBuf>,
+    /// The mean stored size of the pushed index's chunks (set by the command that has the
+    /// index): the planner shapes orphan groups by it.
+    #[arg(skip)]
+    pub mean_chunk: Option<u64>,
     /// The learned rates, once read.
     #[arg(skip)]
     pub learned: std::sync::OnceLock<Option<pushreport::rates::Learned>>,
@@ -191,6 +195,7 @@ impl JobArgs {
             login: self.login.clone(),
             storage: self.storage.clone(),
             availability: self.availability()?,
+            mean_chunk: self.mean_chunk,
         })
     }
 

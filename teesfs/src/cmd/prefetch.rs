@@ -233,6 +233,7 @@ fn job_args(
             .map_err(|e| anyhow::anyhow!("the site's [topology] links: {e}"))?,
         no_learned_rates: false,
         rates_store: None,
+        mean_chunk: None,
         learned: std::sync::OnceLock::new(),
         busy: None,
         idle: None,

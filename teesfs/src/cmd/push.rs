@@ -217,6 +217,7 @@ pub fn run(mut args: PushArgs) -> anyhow::Result<()> {
     let (index_id, signed_bytes, index) =
         util::open_trusted_index(&store, &args.index, &args.trust, util::Expired::Refuse)
             .context("nodes would refuse it")?;
+    args.job.mean_chunk = index.mean_stored_chunk();
     let (nodes, topology, mut plan) = args.job.plan()?;
     let rates = args.job.rates_used(&nodes)?;
     let job = match args.job_id {
