@@ -350,9 +350,11 @@ const ORPHAN_CHAIN_MAX_SMALL_CHUNKS: usize = 8;
 ///   chain 1.28x, the tree 1.30x, so the chain stops near there;
 /// - **small chunks, bound by each chunk's CPU** (software layers: the demo's 14.8 KB mean):
 ///   a chain up to [`ORPHAN_CHAIN_MAX_SMALL_CHUNKS`] nodes, a binary tree beyond. There every
-///   level delays the layer by seconds in the scale model (each node's CPU shared between
-///   receiving and sending): the demo layer's whole layer took 1.7x the whole-group job's
-///   along 12-member chains and 1.0x as binary trees; its urgent set 0.93x and 0.95x.
+///   level delays the layer by seconds in the scale model (a relay whose CPU quota its
+///   receiving spends forwards about one small chunk per child per period, its bulk pacer
+///   losing its place: BENCHMARKS.md): the demo layer's whole layer took 1.7x the
+///   whole-group job's along 12-member chains and 1.0x as binary trees; its urgent set
+///   0.93x and 0.95x.
 fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
     let link_bound = b.opts.mean_chunk.is_some_and(|c| c >= LINK_BOUND_CHUNK);
     let max = if link_bound {
