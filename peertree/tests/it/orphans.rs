@@ -70,6 +70,17 @@ fn depth_below(p: &Plan, deputy: NodeId, group: GroupId) -> u32 {
     deepest
 }
 
+/// No member of orphan group `g` feeds more than `feeds` others of its group.
+fn assert_feeds_at_most(p: &Plan, g: GroupId, members: &[NodeId], feeds: usize, what: &str) {
+    for m in members {
+        let kin = p.children[m.index()]
+            .iter()
+            .filter(|c| p.group[c.index()] == Some(g))
+            .count();
+        assert!(kin <= feeds, "{what}: {} feeds {kin}", p.host(*m));
+    }
+}
+
 /// The deepest an orphan group of `n` nodes may hang below its deputy, for a payload of
 /// `mean_chunk`.
 fn depth_bound(n: usize, width: usize, mean_chunk: Option<u64>) -> u32 {
@@ -145,13 +156,7 @@ fn a_fragmented_job_of_14_node_groups_hangs_orphans_by_the_payloads_chunks() {
                 assert_eq!(members.len(), 12);
                 let what = format!("rated {rated}, chunks {mean_chunk:?}: {g:?}");
                 assert_eq!(depth_below(&p, *deputy, *g), levels, "{what}");
-                for m in members {
-                    let kin = p.children[m.index()]
-                        .iter()
-                        .filter(|c| p.group[c.index()] == Some(*g))
-                        .count();
-                    assert!(kin <= feeds, "{what}: {} feeds {kin}", p.host(*m));
-                }
+                assert_feeds_at_most(&p, *g, members, feeds, &what);
             }
             assert!(
                 p.depth() <= w.depth().max(2) + deeper,
@@ -195,13 +200,7 @@ fn an_orphan_group_is_a_chain_up_to_its_limit_and_a_tree_beyond() {
                 "{expr}, {mean_chunk:?}"
             );
             let feeds = if chain { 1 } else { 2 };
-            for m in members {
-                let kin = p.children[m.index()]
-                    .iter()
-                    .filter(|c| p.group[c.index()] == Some(*g))
-                    .count();
-                assert!(kin <= feeds, "{expr}: {} feeds {kin}", p.host(*m));
-            }
+            assert_feeds_at_most(&p, *g, members, feeds, expr);
         }
     }
 }
