@@ -66,11 +66,18 @@ pub struct PlanArgs {
     /// Plan every strategy and print them side by side, as ratios to topo and the minimum.
     #[arg(long)]
     compare: bool,
+    /// The mean stored chunk of the layer to push (`teesfs inspect` gives its chunks and
+    /// stored bytes), as `teesfs push` tells the planner: from 64KiB a group without its
+    /// proxy hangs below its deputy as a chain of up to 24 nodes, else of up to 8 and as a
+    /// binary tree beyond. Default: unknown, planned as for small chunks.
+    #[arg(long, value_name = "SIZE", value_parser = super::util::parse_byte_size)]
+    chunk: Option<ByteSize>,
 }
 
 /// Runs `teesfs plan`.
 pub fn run(mut args: PlanArgs) -> anyhow::Result<()> {
     args.job.rates_store = args.store.clone();
+    args.job.mean_chunk = args.chunk.map(|c| c.as_u64());
     let nodes = args.job.job_nodes()?;
     let topology = args.job.topology(&nodes)?;
     let rates = args.job.rates_used(&nodes)?;

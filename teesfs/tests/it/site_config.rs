@@ -87,6 +87,40 @@ fn plan_shows_the_rate_each_edge_is_paced_at_when_it_knows_link_rates() {
     );
 }
 
+/// Issue 28 item 7: `plan --chunk` shapes a group without its proxy as `push` does for a
+/// layer of that mean chunk: 12 orphans (groups of 14, the second without its proxy) as a
+/// chain 12 levels below the login node's child with 256 KiB chunks, as a binary tree (4)
+/// with 16 KiB ones or none given.
+#[test]
+fn plan_shapes_orphan_groups_by_the_chunk_it_is_told() {
+    let ws = Workspace::new();
+    let site = ws.path().join("teesfs.toml");
+    std::fs::write(
+        &site,
+        "[topology]\ncluster = \"cn[01-56]\"\ngroup_size = 14\n",
+    )
+    .expect("write");
+    let depth = |extra: &[&str]| {
+        let mut args = vec!["plan", "--nodes", "cn[01-14,16-27]", "--format", "json"];
+        args.extend_from_slice(extra);
+        let out = teesfs_with_site(&site, &args);
+        assert!(out.status.success(), "{out:?}");
+        let p: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+        assert_eq!(p["orphans"].as_array().map(Vec::len), Some(12), "{p}");
+        p["metrics"]["depth"].as_u64().expect("depth")
+    };
+    let chain = depth(&["--chunk", "256KiB"]);
+    let tree = depth(&["--chunk", "16KiB"]);
+    assert_eq!(depth(&[]), tree);
+    assert!(chain >= 12 && tree <= 5, "chain {chain}, tree {tree}");
+    let out = teesfs_with_site(&site, &["plan", "--nodes", "cn[01-14]", "--chunk", "big"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--chunk"),
+        "{out:?}"
+    );
+}
+
 /// Issue 30 item 3: a mistake is contained to its key. An unknown key (a typo, a section
 /// the daemon's old help suggested, a key of a newer release) is a warning naming the file
 /// and line for every command; a bad value stops only the commands that use that key and
