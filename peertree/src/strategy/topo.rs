@@ -324,7 +324,7 @@ fn hang_deputies<'l>(
 /// it; below, each chunk's CPU at every level does ([`hang_orphans`]). The reference node
 /// of the scale model (1.56 Gbit/s per core) receives a small chunk in about 170 µs of a
 /// core, the time its link takes for 33 KB; this is twice that.
-pub(crate) const LINK_BOUND_CHUNK: u64 = 64 << 10;
+const LINK_BOUND_CHUNK: u64 = 64 << 10;
 
 /// Orphan groups of at most this many nodes (the deputy included) hang below their deputy
 /// as a chain when the push is bound by its links: at most 23 levels.

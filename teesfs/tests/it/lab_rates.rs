@@ -153,10 +153,10 @@ fn lab_health_rates_measures_the_shaped_links_and_the_next_push_plans_with_them(
         // port's streams split it as they go, so one may take more than an even share
         // (1.10x seen) while its siblings take less, never more than the child's own NIC.
         let most = match link {
-            "port" => spec.rates.slave as f64 / share(link) as f64,
+            "port" => 1.1 * spec.rates.slave as f64 / share(link) as f64,
             _ => 1.1,
         };
-        within(&what, bps, share(link), 0.4, most * 1.1);
+        within(&what, bps, share(link), 0.4, most);
         if link == "port" {
             *ports.entry(e["parent"].to_string()).or_default() += bps.unwrap_or(0);
         }
