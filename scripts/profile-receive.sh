@@ -6,7 +6,8 @@
 # and each daemon's CPU-s, and leaves OUT/perf.data for `perf report --children`.
 # Run as root. LAYER defaults to scripts/realistic-layer.sh's output in /var/tmp/rl (the
 # demo's small chunks: LAYER=/var/tmp/teesfs-lab-demo/layer); BIN to a release build;
-# PERF=0 measures without perf.
+# PERF=0 measures without perf; URGENT_LIST=FILE publishes the layer with that urgent set
+# (`publish --urgent-list`), so copies are made ahead of its files only.
 set -euo pipefail
 BIN=${BIN:-target/release/teesfs}
 LAYER=${LAYER:-/var/tmp/rl/layer}
@@ -33,7 +34,8 @@ n=$((CHILDREN + 1))
 last=$(printf 'n%02d' "$n")
 "$BIN" keygen --out "$work/pub.key" >/dev/null
 "$BIN" keygen --cluster "$work/cluster" --nodes "login,n[01-$(printf '%02d' "$n")]" >/dev/null
-idx=$("$BIN" publish "$LAYER" --store "$work/store" --key "$work/pub.key" --quiet --format json 2>/dev/null |
+idx=$("$BIN" publish "$LAYER" --store "$work/store" --key "$work/pub.key" --quiet --format json \
+    ${URGENT_LIST:+--urgent-list "$URGENT_LIST"} 2>/dev/null |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])')
 : >"$work/hosts"
 for i in $(seq "$n"); do

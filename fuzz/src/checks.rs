@@ -82,6 +82,25 @@ pub fn chunk(data: &[u8]) {
             assert_eq!(ChunkId::of(&plain), id);
         }
     }
+    // An index vouching for these very stored bytes (by their stored hash) gets them past
+    // the arrival check undecoded, but their plain bytes never come out under an id they
+    // do not hash to, and decoding stays within the claimed length.
+    let info = manifest::ChunkInfo {
+        id: nobody,
+        plain_len,
+        stored_len: stored.len() as u32,
+        stored_hash: Some(manifest::StoredHash::of(stored)),
+    };
+    if let Ok((checked, plain)) = manifest::check_chunk(stored.to_vec().into(), &info) {
+        assert!(
+            plain.is_none(),
+            "only an undecoded check can pass under this id"
+        );
+        assert!(
+            checked.plain().is_err(),
+            "a chunk's plain bytes came out under an id they do not hash to"
+        );
+    }
     let encoded = manifest::encode_chunk(stored, 1);
     let plain = manifest::decode_chunk(&encoded, &ChunkId::of(stored), stored.len() as u32)
         .expect("an encoded chunk decodes");

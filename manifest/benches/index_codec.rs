@@ -68,6 +68,7 @@ fn file_chunks(rng: &mut Rng, chunks: &mut Vec<ChunkInfo>, size: u64) -> Vec<Slo
                 id: ChunkId(id),
                 plain_len,
                 stored_len: plain_len / 3 + 1,
+                stored_hash: None,
             });
             Slot::chunk((chunks.len() - 1) as u32)
         })

@@ -6,22 +6,29 @@
 //! since version 2, the ordered urgent list (count, then entry positions); since version 3,
 //! the optional image section ([`crate::image`]: an OCI image's config).
 //!
+//! Version 4 adds, after each chunk's stored length, a presence byte and the blake3 of its
+//! stored form ([`ChunkInfo::stored_hash`], written for compressed chunks), and always has
+//! the image section (with its own presence byte).
+//!
 //! Version 1 (no urgent list) still decodes: its list is the flagged entries in entry
 //! order, which is what version 1 meant. Version 2 decodes with no image. The encoder
-//! writes version 3 only for an index with an image and version 2 otherwise, so indexes of
-//! plain layers keep their bytes (and ids) and stay readable by nodes that predate images.
+//! writes version 4 for an index with a stored hash, else version 3 for one with an image
+//! and version 2 otherwise, so an index built without stored hashes keeps its bytes (and
+//! id) and stays readable by older nodes.
 //! The decoder checks every field against [`Limits`] and the tree invariants before it
 //! returns, so consumers can index without further checks.
 
 use crate::Error;
-use crate::ids::ChunkId;
+use crate::ids::{ChunkId, StoredHash};
 use crate::index::{
     ChunkInfo, Entry, EntryFlags, EntryIdx, EntryKind, FileData, Index, Limits, Meta, Slot,
 };
 use crate::wire::{Reader, Writer};
 
 const MAGIC: &[u8; 7] = b"TEESIDX";
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
+/// The version before stored hashes: chunk records without them, the image section present.
+const VERSION_3: u8 = 3;
 /// The version without the image section (what the encoder writes for an index without one).
 const VERSION_2: u8 = 2;
 /// The first version, without the urgent list.
@@ -39,17 +46,29 @@ const DATA_CHUNKS: u8 = 1;
 pub(crate) fn encode(index: &Index) -> Vec<u8> {
     let mut w = Writer::with_capacity(64 + index.chunks.len() * 40 + index.entries.len() * 48);
     w.raw(MAGIC);
-    w.u8(if index.image.is_some() {
+    let version = if index.chunks.iter().any(|c| c.stored_hash.is_some()) {
         VERSION
+    } else if index.image.is_some() {
+        VERSION_3
     } else {
         VERSION_2
-    });
+    };
+    w.u8(version);
     w.varint(u64::from(index.chunk_size));
     w.varint(index.chunks.len() as u64);
     for c in &index.chunks {
         w.raw(&c.id.0);
         w.varint(u64::from(c.plain_len));
         w.varint(u64::from(c.stored_len));
+        if version == VERSION {
+            match &c.stored_hash {
+                Some(h) => {
+                    w.u8(1);
+                    w.raw(&h.0);
+                }
+                None => w.u8(0),
+            }
+        }
     }
     w.varint(index.entries.len() as u64);
     for e in &index.entries {
@@ -96,8 +115,8 @@ pub(crate) fn encode(index: &Index) -> Vec<u8> {
     for e in &index.urgent {
         w.varint(u64::from(e.0));
     }
-    if let Some(image) = &index.image {
-        crate::image::encode(&mut w, Some(image));
+    if version != VERSION_2 {
+        crate::image::encode(&mut w, index.image.as_ref());
     }
     w.buf
 }
@@ -221,7 +240,7 @@ fn check_unique_names(entries: &[Entry]) -> Result<(), Error> {
 pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
     let mut r = Reader::new(body);
     let (version, chunk_size) = decode_header(&mut r, limits)?;
-    let chunks = decode_chunk_table(&mut r, chunk_size, limits)?;
+    let chunks = decode_chunk_table(&mut r, chunk_size, version == VERSION, limits)?;
     let (entries, siblings_sorted) = decode_entries(&mut r, chunk_size, &chunks, limits)?;
     let urgent = if version == VERSION_1 {
         (0..entries.len() as u32)
@@ -231,7 +250,7 @@ pub(crate) fn decode(body: &[u8], limits: &Limits) -> Result<Index, Error> {
     } else {
         decode_urgent(&mut r, &entries, limits)?
     };
-    let image = if version == VERSION {
+    let image = if matches!(version, VERSION | VERSION_3) {
         crate::image::decode(&mut r, limits)?
     } else {
         None
@@ -257,7 +276,7 @@ fn decode_header(r: &mut Reader<'_>, limits: &Limits) -> Result<(u8, u32), Error
         return Err(Error::BadMagic { what: "index" });
     }
     let version = r.u8("version")?;
-    if !matches!(version, VERSION | VERSION_2 | VERSION_1) {
+    if !matches!(version, VERSION | VERSION_3 | VERSION_2 | VERSION_1) {
         return Err(Error::UnsupportedVersion {
             what: "index",
             version,
@@ -275,10 +294,11 @@ fn decode_header(r: &mut Reader<'_>, limits: &Limits) -> Result<(u8, u32), Error
 }
 
 /// Reads the chunk table: no chunk longer than the chunk size (plus the stored form's
-/// codec byte) and none empty.
+/// codec byte) and none empty; with `hashes` (version 4), each record's stored hash.
 fn decode_chunk_table(
     r: &mut Reader<'_>,
     chunk_size: u32,
+    hashes: bool,
     limits: &Limits,
 ) -> Result<Vec<ChunkInfo>, Error> {
     // Each chunk record takes at least 34 bytes, so a count larger than that allows is
@@ -298,10 +318,21 @@ fn decode_chunk_table(
                 reason: "zero length".into(),
             });
         }
+        let stored_hash = match hashes.then(|| r.u8("stored hash presence")).transpose()? {
+            None | Some(0) => None,
+            Some(1) => Some(StoredHash(r.array32("stored hash")?)),
+            Some(b) => {
+                return Err(Error::BadChunkTable {
+                    chunk: i,
+                    reason: format!("stored hash presence byte {b}"),
+                });
+            }
+        };
         chunks.push(ChunkInfo {
             id,
             plain_len,
             stored_len,
+            stored_hash,
         });
     }
     Ok(chunks)

@@ -1,4 +1,4 @@
-//! Content identities: [`ChunkId`] and [`IndexId`], both blake3 digests.
+//! Content identities: [`ChunkId`], [`IndexId`] and [`StoredHash`], all blake3 digests.
 
 use std::fmt;
 use std::str::FromStr;
@@ -64,6 +64,12 @@ digest_id!(
     /// signer; see [`crate::sign`]).
     IndexId,
     "index id"
+);
+digest_id!(
+    /// blake3 of a chunk's stored (encoded) bytes, codec byte included: what a node checks a
+    /// compressed chunk against on arrival, without decompressing it (index version 4).
+    StoredHash,
+    "stored hash"
 );
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! Entry 0 is the root directory. Hard links are entries that name an earlier regular file;
 //! they share its contents, metadata and inode.
 
-use crate::ids::ChunkId;
+use crate::ids::{ChunkId, StoredHash};
 use crate::image::ImageConfig;
 
 /// Position of an entry in [`Index::entries`]; 0 is the root directory.
@@ -49,6 +49,11 @@ pub struct ChunkInfo {
     pub plain_len: u32,
     /// Length of the stored (possibly compressed) form, header included.
     pub stored_len: u32,
+    /// blake3 of the stored form, for a compressed chunk (index version 4 on): a node
+    /// checks the chunk against it on arrival and decompresses it only when its bytes are
+    /// read. `None` for a raw chunk (checked where it lies, at no decoding cost) and in
+    /// older indexes (checked by decoding).
+    pub stored_hash: Option<StoredHash>,
 }
 
 /// Metadata common to every entry.

@@ -29,9 +29,11 @@ pub use build::{
     BuildOptions, BuildReport, CHUNKS_PER_LAYER, ChunkSink, MAX_AUTO_CHUNK, MIN_ADAPTIVE_CHUNK,
     Skipped, build, chunk_size_for, set_urgent_paths,
 };
-pub use chunk::{CheckedChunk, Verified, decode_chunk, encode_chunk, verify_chunk};
+pub use chunk::{
+    CheckedChunk, StoredForm, Verified, check_chunk, decode_chunk, encode_chunk, verify_chunk,
+};
 pub use error::Error;
-pub use ids::{ChunkId, IndexId};
+pub use ids::{ChunkId, IndexId, StoredHash};
 pub use image::ImageConfig;
 pub use index::{
     ChunkInfo, Entry, EntryFlags, EntryIdx, EntryKind, FileData, Index, Limits, Meta, Slot,

@@ -34,6 +34,7 @@ fn sample() -> Index {
             id: ChunkId::of(b"x"),
             plain_len: cs,
             stored_len: 100,
+            stored_hash: None,
         }],
         entries: vec![
             entry(0, b"", EntryKind::Dir),
@@ -174,11 +175,56 @@ fn version_1_bodies_decode_with_the_flagged_entries_as_the_list() {
     let back = crate::codec::decode(&body, &Limits::default()).expect("version 1 decodes");
     assert_eq!(back.urgent, [EntryIdx(2), EntryIdx(4), EntryIdx(6)]);
     assert_eq!(back.entries, index.entries);
-    body[7] = 4;
+    body[7] = 5;
     assert!(matches!(
         crate::codec::decode(&body, &Limits::default()),
-        Err(Error::UnsupportedVersion { version: 4, .. })
+        Err(Error::UnsupportedVersion { version: 5, .. })
     ));
+}
+
+/// Stored hashes round-trip in version 4, with or without an image; an index without them
+/// keeps the older version's bytes, so its id does not change and older nodes read it.
+#[test]
+fn stored_hashes_round_trip_in_version_4_and_indexes_without_them_keep_their_bytes() {
+    let plain = sample();
+    let before = crate::codec::encode(&plain);
+    assert_eq!(before[7], 2, "no image, no stored hash");
+    let mut hashed = plain.clone();
+    hashed.chunks[0].stored_hash = Some(crate::StoredHash::of(b"stored form"));
+    hashed.chunks.push(ChunkInfo {
+        id: ChunkId::of(b"raw"),
+        plain_len: 10,
+        stored_len: 11,
+        stored_hash: None,
+    });
+    let body = crate::codec::encode(&hashed);
+    assert_eq!(body[7], 4);
+    let back = crate::codec::decode(&body, &Limits::default()).expect("decodes");
+    assert_eq!(back.chunks, hashed.chunks);
+    assert_eq!(back.entries, hashed.entries);
+    assert_eq!(back.image, None);
+    // A presence byte other than 0 or 1 is refused, naming the chunk.
+    let at = body
+        .windows(32)
+        .position(|w| w == crate::StoredHash::of(b"stored form").0)
+        .expect("hash written")
+        - 1;
+    let mut bad = body.clone();
+    bad[at] = 2;
+    assert!(matches!(
+        crate::codec::decode(&bad, &Limits::default()),
+        Err(Error::BadChunkTable { chunk: 0, .. })
+    ));
+    let mut cut = hashed.clone();
+    for c in &mut cut.chunks {
+        c.stored_hash = None;
+    }
+    cut.chunks.pop();
+    assert_eq!(
+        crate::codec::encode(&cut),
+        before,
+        "the same bytes as before"
+    );
 }
 
 #[test]
@@ -417,6 +463,7 @@ fn the_mean_stored_chunk_is_over_the_unique_chunks() {
         id: ChunkId::of(b"another"),
         plain_len: 100,
         stored_len: one + 1000,
+        stored_hash: None,
     });
     assert_eq!(index.mean_stored_chunk(), Some(u64::from(one) + 500));
     index.chunks.clear();

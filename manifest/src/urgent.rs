@@ -110,7 +110,7 @@ mod tests {
     struct Discard;
 
     impl ChunkSink for Discard {
-        fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+        fn stored_form(&self, _id: &ChunkId, _plain_len: u32) -> Option<crate::StoredForm> {
             None
         }
         fn put(&self, _id: &ChunkId, _stored: &[u8]) -> std::io::Result<()> {

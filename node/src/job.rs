@@ -94,6 +94,11 @@ pub struct JobCounters {
     /// Chunks no source could give (their readers failed with EIO).
     #[serde(default)]
     pub unobtainable: u64,
+    /// Compressed chunks decoded as they arrived: for a waiting reader or a copy made
+    /// ahead, or to check them (an index without stored hashes, or another index's stored
+    /// form of the chunk). The others are decoded only if something reads them.
+    #[serde(default)]
+    pub decoded: u64,
 }
 
 /// What the job's task is told; every change to the relay goes through one of these.
@@ -211,8 +216,9 @@ pub struct JobCore {
     origin: std::sync::OnceLock<std::path::PathBuf>,
 }
 
-/// Told of each chunk that arrives at a job, verified: its number and plain bytes.
-pub(crate) type ArrivalHook = Arc<dyn Fn(ChunkNo, &Verified) + Send + Sync>;
+/// Told of each chunk that arrives at a job, verified: its number, and its plain bytes on
+/// demand.
+pub(crate) type ArrivalHook = Arc<dyn Fn(ChunkNo, &chunks::Arrived<'_>) + Send + Sync>;
 
 /// The listener to a job's arrivals, or the chunks that arrived before one listened.
 enum Arrivals {
@@ -767,7 +773,8 @@ fn fetched(stored: StoredChunk) -> Fetched {
     match stored {
         StoredChunk::Checked(c) => match c.plain() {
             Ok(plain) => Fetched::Verified(plain),
-            // Cannot happen to bytes that decoded once; the reader's own check decides.
+            // Bytes checked by a stored hash that do not decode to the id: the reader's own
+            // check refuses them.
             Err(_) => Fetched::Stored(c.stored().clone()),
         },
         StoredChunk::Unchecked(b) => Fetched::Stored(b),

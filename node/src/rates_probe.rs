@@ -46,7 +46,7 @@ impl seeder::ChunkStore for FillerChunks {
 }
 
 impl manifest::ChunkSink for FillerChunks {
-    fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+    fn stored_form(&self, _id: &ChunkId, _plain_len: u32) -> Option<manifest::StoredForm> {
         None
     }
     fn put(&self, _id: &ChunkId, _stored: &[u8]) -> std::io::Result<()> {
@@ -62,6 +62,7 @@ pub(crate) fn filler_index(filler: &Filler) -> (Arc<Index>, IndexId) {
         id: ChunkId([0; 32]),
         plain_len: filler.chunk_len,
         stored_len: filler.chunk_len,
+        stored_hash: None,
     };
     let index = Index {
         chunk_size: filler.chunk_len,

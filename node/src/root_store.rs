@@ -212,12 +212,10 @@ impl CheckedStore {
         if lock(&self.checked).get(&position) == Some(&stamp) {
             return Ok(StoredChunk::Unchecked(bytes.into()));
         }
-        let (checked, _) = manifest::verify_chunk(bytes.into(), &info.id, info.plain_len).map_err(
-            |e| match e {
-                manifest::Error::CorruptChunk { reason, .. } => bad(Problem::Damaged(reason)),
-                other => bad(Problem::Damaged(other.to_string())),
-            },
-        )?;
+        let (checked, _) = manifest::check_chunk(bytes.into(), &info).map_err(|e| match e {
+            manifest::Error::CorruptChunk { reason, .. } => bad(Problem::Damaged(reason)),
+            other => bad(Problem::Damaged(other.to_string())),
+        })?;
         lock(&self.checked).insert(position, stamp);
         Ok(StoredChunk::Checked(checked))
     }
@@ -268,8 +266,8 @@ impl ChunkStore for CheckedStore {
 }
 
 impl ChunkSink for CheckedStore {
-    fn stored_len(&self, id: &ChunkId, plain_len: u32) -> Option<u32> {
-        self.store.stored_len(id, plain_len)
+    fn stored_form(&self, id: &ChunkId, plain_len: u32) -> Option<manifest::StoredForm> {
+        self.store.stored_form(id, plain_len)
     }
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
         self.store.put(id, stored)
@@ -298,6 +296,7 @@ mod tests {
                 id,
                 plain_len: plain.len() as u32,
                 stored_len: stored.len() as u32,
+                stored_hash: None,
             });
         }
         let index = Index {

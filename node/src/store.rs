@@ -456,7 +456,7 @@ impl seeder::ChunkStore for NodeStore {
 
 impl ChunkSink for NodeStore {
     /// Chunks reach a node verified by the job; none is offered twice on purpose.
-    fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+    fn stored_form(&self, _id: &ChunkId, _plain_len: u32) -> Option<manifest::StoredForm> {
         None
     }
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {

@@ -67,11 +67,14 @@ fn indexes() -> Vec<(&'static str, Index)> {
             id: ChunkId::of(&a),
             plain_len: cs,
             stored_len: 20,
+            // A compressed chunk's stored hash: the corpus holds version 4 indexes.
+            stored_hash: Some(manifest::StoredHash::of(b"a, compressed")),
         },
         ChunkInfo {
             id: ChunkId::of(&b),
             plain_len: 4,
             stored_len: 5,
+            stored_hash: None,
         },
     ];
     let file = |slots: Vec<Slot>, size| EntryKind::File {

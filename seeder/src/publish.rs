@@ -4,7 +4,7 @@
 //! Nothing is signed that was not checked: a file that changed while it was read is read
 //! again (a few times, then the publish fails naming it), and every chunk the index lists
 //! was checked in the store before the index is signed: one already there counts only if
-//! it decodes to its id ([`manifest::ChunkSink::stored_len`]), a new one is written from
+//! it decodes to its id ([`manifest::ChunkSink::stored_form`]), a new one is written from
 //! the bytes just hashed. (Reading the new ones back as well doubled the publish time of a
 //! 50,000-file layer, for nothing an attacker who can write the store could not undo
 //! after the signature anyway: nodes verify every chunk.)

@@ -9,7 +9,7 @@
 //! half-written object and two publishers writing the same chunk do not conflict.
 //!
 //! A file's existence proves nothing (a truncated write, a planted object): a chunk already
-//! present counts as present only if it decodes to its id ([`ChunkSink::stored_len`]), and
+//! present counts as present only if it decodes to its id ([`ChunkSink::stored_form`]), and
 //! a bad one is replaced. Objects are read without following symlinks, only if regular
 //! files, and only up to the longest a valid object can be.
 
@@ -325,7 +325,7 @@ impl ChunkStore for DirStore {
 }
 
 impl ChunkSink for DirStore {
-    fn stored_len(&self, id: &ChunkId, plain_len: u32) -> Option<u32> {
+    fn stored_form(&self, id: &ChunkId, plain_len: u32) -> Option<manifest::StoredForm> {
         let stored = match self.get_chunk(id) {
             Ok(s) => s,
             Err(Error::MissingChunk(_)) => return None,
@@ -335,7 +335,7 @@ impl ChunkSink for DirStore {
             }
         };
         match manifest::decode_chunk(&stored, id, plain_len) {
-            Ok(_) => Some(stored.len() as u32),
+            Ok(_) => Some(manifest::StoredForm::of(&stored)),
             Err(e) => {
                 tracing::warn!(chunk = %id.short(), error = %e, "a chunk in the store is damaged or planted; replacing it");
                 None
@@ -412,7 +412,7 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", &p).expect("symlink");
         let err = s.get_chunk(&id).expect_err("a symlink");
         assert!(err.to_string().contains("symlink"), "{err}");
-        assert_eq!(s.stored_len(&id, 100_000), None, "not counted as present");
+        assert_eq!(s.stored_form(&id, 100_000), None, "not counted as present");
     }
 
     #[test]
@@ -426,7 +426,7 @@ mod tests {
         let err = within_10s(move || s2.get_chunk(&id)).expect_err("a FIFO");
         assert!(err.to_string().contains("FIFO"), "{err}");
         let s2 = s.clone();
-        assert_eq!(within_10s(move || s2.stored_len(&id, 99_995)), None);
+        assert_eq!(within_10s(move || s2.stored_form(&id, 99_995)), None);
         s.put(&id, &stored).expect("put replaces the FIFO");
         assert_eq!(s.get_chunk(&id).expect("chunk"), stored);
     }
@@ -456,13 +456,16 @@ mod tests {
         for bad in [&b""[..], &stored[..stored.len() / 2], &planted[..]] {
             std::fs::write(&p, bad).expect("write");
             assert_eq!(
-                s.stored_len(&id, plain_len),
+                s.stored_form(&id, plain_len),
                 None,
                 "{} bad bytes",
                 bad.len()
             );
             s.put(&id, &stored).expect("put");
-            assert_eq!(s.stored_len(&id, plain_len), Some(stored.len() as u32));
+            assert_eq!(
+                s.stored_form(&id, plain_len),
+                Some(manifest::StoredForm::of(&stored))
+            );
         }
     }
 

@@ -15,6 +15,8 @@ use crate::Error;
 use crate::ids::ChunkId;
 use crate::index::{EntryIdx, EntryKind, Index};
 
+pub use crate::chunk::StoredForm;
+
 mod read;
 mod walk;
 
@@ -24,10 +26,10 @@ use walk::Walk;
 /// Where new chunks go (the publisher's store). Must be safe to call from many threads and
 /// idempotent: the same chunk may be offered twice at once.
 pub trait ChunkSink: Sync {
-    /// Stored length of a chunk that is already present **and intact** (it decodes to
-    /// `plain_len` bytes hashing to `id`), or `None`: then the builder puts it again,
-    /// replacing whatever is there.
-    fn stored_len(&self, id: &ChunkId, plain_len: u32) -> Option<u32>;
+    /// The stored form of a chunk that is already present **and intact** (it decodes to
+    /// `plain_len` bytes hashing to `id`; [`StoredForm::of`] its bytes), or `None`: then
+    /// the builder puts it again, replacing whatever is there.
+    fn stored_form(&self, id: &ChunkId, plain_len: u32) -> Option<StoredForm>;
     /// Stores a chunk in its encoded form.
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()>;
 }

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use super::walk::Work;
 use super::{BuildOptions, BuildProgress, ChunkSink, changed, io_err};
 use crate::Error;
-use crate::chunk::encode_chunk;
-use crate::ids::ChunkId;
+use crate::chunk::{StoredForm, encode_chunk};
+use crate::ids::{ChunkId, StoredHash};
 
 /// What one read found.
 pub(super) enum Outcome {
@@ -22,6 +22,7 @@ pub(super) enum Outcome {
         id: ChunkId,
         plain_len: u32,
         stored_len: u32,
+        stored_hash: Option<StoredHash>,
         new: bool,
     },
 }
@@ -79,21 +80,24 @@ pub(super) fn process(
                         return Ok(Outcome::Hole);
                     }
                     let id = ChunkId::of(buf);
-                    if let Some(stored_len) = sink.stored_len(&id, len) {
+                    if let Some(form) = sink.stored_form(&id, len) {
                         return Ok(Outcome::Chunk {
                             id,
                             plain_len: len,
-                            stored_len,
+                            stored_len: form.len,
+                            stored_hash: form.hash,
                             new: false,
                         });
                     }
                     let stored = encode_chunk(buf, opts.zstd_level);
                     sink.put(&id, &stored)
                         .map_err(|source| Error::Sink { id, source })?;
+                    let form = StoredForm::of(&stored);
                     Ok::<_, Error>(Outcome::Chunk {
                         id,
                         plain_len: len,
-                        stored_len: stored.len() as u32,
+                        stored_len: form.len,
+                        stored_hash: form.hash,
                         new: true,
                     })
                 })?

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 struct Mem(Mutex<HashMap<ChunkId, Vec<u8>>>);
 
 impl ChunkSink for Mem {
-    fn stored_len(&self, id: &ChunkId, _plain_len: u32) -> Option<u32> {
+    fn stored_form(&self, id: &ChunkId, _plain_len: u32) -> Option<StoredForm> {
         let m = self.0.lock().expect("lock");
-        m.get(id).map(|b| b.len() as u32)
+        m.get(id).map(|b| StoredForm::of(b))
     }
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
         self.0.lock().expect("lock").insert(*id, stored.to_vec());

@@ -394,6 +394,7 @@ impl Walk {
                         id,
                         plain_len,
                         stored_len,
+                        stored_hash,
                         new,
                     },
                 ) => {
@@ -404,6 +405,7 @@ impl Walk {
                             id,
                             plain_len,
                             stored_len,
+                            stored_hash,
                         });
                         (chunks.len() - 1) as u32
                     });

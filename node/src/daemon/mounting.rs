@@ -233,8 +233,11 @@ fn keep(job: JobId, m: &Mounted, (k, dir): (&Keeper, &Path), from: String, start
 /// it, on the blocking pool.
 fn make_copies_ahead(core: &JobCore, data: &Arc<Data>) {
     let weak = Arc::downgrade(data);
-    let early = core.on_arrival(Arc::new(move |chunk, plain| {
-        if let Some(data) = weak.upgrade() {
+    let early = core.on_arrival(Arc::new(move |chunk, arrived| {
+        if let Some(data) = weak.upgrade()
+            && data.awaits(chunk)
+            && let Some(plain) = arrived.plain()
+        {
             data.arrived(chunk, plain.bytes());
         }
     }));

@@ -10,7 +10,7 @@ use manifest::{ChunkId, Index};
 struct Nowhere;
 
 impl ChunkSink for Nowhere {
-    fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+    fn stored_form(&self, _id: &ChunkId, _plain_len: u32) -> Option<manifest::StoredForm> {
         None
     }
     fn put(&self, _id: &ChunkId, _stored: &[u8]) -> std::io::Result<()> {

@@ -198,6 +198,14 @@ impl Data {
         }
     }
 
+    /// Whether a copy made ahead still waits for chunk `ci`: only then is an arriving
+    /// chunk's plain bytes worth decoding for it.
+    pub fn awaits(&self, ci: ChunkNo) -> bool {
+        self.ahead
+            .as_ref()
+            .is_some_and(|a| !self.ahead_off.load(Ordering::Relaxed) && a.awaits(ci))
+    }
+
     /// Chunks that arrived before the copies made ahead could be told of them (before the
     /// mount was up): read from the source, checked, and written as if arriving now.
     pub(crate) fn arrived_earlier(&self, chunks: &[ChunkNo]) {

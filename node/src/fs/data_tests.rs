@@ -10,7 +10,7 @@ use manifest::{ChunkId, ChunkInfo};
 struct Mem(Mutex<HashMap<ChunkId, Vec<u8>>>);
 
 impl ChunkSink for Mem {
-    fn stored_len(&self, _id: &ChunkId, _plain_len: u32) -> Option<u32> {
+    fn stored_form(&self, _id: &ChunkId, _plain_len: u32) -> Option<manifest::StoredForm> {
         None
     }
     fn put(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {

@@ -473,6 +473,7 @@ mod tests {
                 id: manifest::ChunkId([1; 32]),
                 plain_len: 4096,
                 stored_len: 4097,
+                stored_hash: None,
             }],
             entries: vec![e(0, "", EntryKind::Dir), e(0, "sparse", sparse)],
             urgent: vec![],

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use manifest::{ChunkId, Verified, verify_chunk};
+use manifest::{CheckedChunk, ChunkId, Verified, check_chunk};
 use peertree::NodeId;
 use peertree::relay::ChunkNo;
 use seeder::StoredChunk;
@@ -116,7 +116,7 @@ impl JobCore {
             let this = self.clone();
             move || this.tell(Input::Chunk { from, chunk, valid })
         };
-        let (checked, plain) = match verify_chunk(data, &info.id, info.plain_len) {
+        let (checked, plain) = match check_chunk(data, &info) {
             Ok(v) => v,
             Err(_) => {
                 lock(&self.counters).bad_chunks += 1;
@@ -125,6 +125,7 @@ impl JobCore {
                 return;
             }
         };
+        let plain = Arrived::new(&checked, plain);
         if let Err(e) = self.bytes.put_checked(&checked) {
             // Readers waiting for it still get it; the relay does not count it as held.
             self.wake(chunk, &plain);
@@ -149,6 +150,9 @@ impl JobCore {
         order.release(tell(true));
         self.wake(chunk, &plain);
         self.arrived(chunk, &plain);
+        if plain.decoded() {
+            lock(&self.counters).decoded += 1;
+        }
     }
 
     /// A rates probe's filler chunk: counted and told to the relay when it has the size the
@@ -172,7 +176,7 @@ impl JobCore {
 
     /// Tells the job's listener of a chunk that arrived ([`JobCore::on_arrival`]), or
     /// notes it until one listens.
-    pub(super) fn arrived(&self, chunk: ChunkNo, plain: &Verified) {
+    pub(super) fn arrived(&self, chunk: ChunkNo, plain: &Arrived<'_>) {
         let hook = match &mut *lock(&self.arrivals) {
             Arrivals::Hook(h) => h.clone(),
             Arrivals::Early(early) => {
@@ -192,12 +196,61 @@ impl JobCore {
         }
     }
 
-    /// Hands a verified chunk to the readers waiting for it.
-    pub(super) fn wake(&self, chunk: ChunkNo, plain: &Verified) {
-        if let Some(ws) = lock(&self.waiters).remove(&chunk) {
-            for w in ws {
-                let _ = w.send(Ok(plain.clone()));
-            }
+    /// Hands a verified chunk to the readers waiting for it (decoding it if none did).
+    pub(super) fn wake(&self, chunk: ChunkNo, plain: &Arrived<'_>) {
+        let Some(ws) = lock(&self.waiters).remove(&chunk) else {
+            return;
+        };
+        let got = plain.plain();
+        for w in ws {
+            let _ = w.send(got.cloned().ok_or_else(|| {
+                crate::Error::Manifest(manifest::Error::CorruptChunk {
+                    id: *plain.checked.id(),
+                    reason: "it matched its stored hash but does not decode to its id".into(),
+                })
+            }));
         }
+    }
+}
+
+/// A chunk that arrived checked, and its plain bytes as the arrival needs them: given when
+/// the check made them, else decoded at the first ask (a waiting reader, a copy made
+/// ahead) and at most once. A chunk checked by its stored hash that nothing reads now is
+/// never decoded here.
+pub(crate) struct Arrived<'a> {
+    checked: &'a CheckedChunk,
+    plain: std::cell::OnceCell<Option<Verified>>,
+}
+
+impl<'a> Arrived<'a> {
+    /// `checked`, with its plain bytes if the check made them.
+    pub(crate) fn new(checked: &'a CheckedChunk, plain: Option<Verified>) -> Self {
+        let cell = std::cell::OnceCell::new();
+        if let Some(p) = plain {
+            let _ = cell.set(Some(p));
+        }
+        Self {
+            checked,
+            plain: cell,
+        }
+    }
+
+    /// Whether a compressed chunk's plain bytes were made: by its check, or since.
+    pub(crate) fn decoded(&self) -> bool {
+        self.checked.compressed() && self.plain.get().is_some_and(Option::is_some)
+    }
+
+    /// The plain bytes, decoded now if need be; `None` (logged) if they do not decode to
+    /// the chunk's id, which only an index that lies about the chunk's stored form makes.
+    pub(crate) fn plain(&self) -> Option<&Verified> {
+        self.plain
+            .get_or_init(|| match self.checked.plain() {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::error!(chunk = %self.checked.id().short(), error = %e, "a chunk that matched its stored hash does not decode to its id: the index's publisher is broken; it is never read");
+                    None
+                }
+            })
+            .as_ref()
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use manifest::{ChunkInfo, verify_chunk};
+use manifest::{ChunkInfo, check_chunk};
 use peertree::relay::{ChunkNo, Source};
 
 use super::{Input, JobCore, lock};
@@ -51,7 +51,7 @@ impl JobCore {
                 return false;
             }
         };
-        let (checked, plain) = match verify_chunk(Bytes::from(data), &info.id, info.plain_len) {
+        let (checked, plain) = match check_chunk(Bytes::from(data), &info) {
             Ok(v) => v,
             Err(e) => {
                 lock(&self.counters).bad_chunks += 1;
@@ -61,6 +61,7 @@ impl JobCore {
         };
         // Readers get it even if the store cannot keep it.
         let kept = self.bytes.put_checked(&checked);
+        let plain = super::chunks::Arrived::new(&checked, plain);
         self.wake(chunk, &plain);
         if let Err(e) = kept {
             tracing::warn!(chunk = %info.id.short(), error = %e, "a chunk read from the origin store cannot be kept");
