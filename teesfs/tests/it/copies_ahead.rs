@@ -25,6 +25,20 @@ fn copies_in(dir: &Path) -> Vec<Vec<u8>> {
     out
 }
 
+/// Publishes `src` in 1 MiB chunks and pushes it to both nodes of `c`, waiting for all of it.
+fn publish_and_push_all(c: &Cluster, src: &Path) {
+    let id = c.ws.publish_mib_chunks(src);
+    let out = c
+        .push_cmd(&id, 2, &["--wait", "all"])
+        .output()
+        .expect("run push");
+    assert!(
+        out.status.success(),
+        "push failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_node_holding_the_whole_layer_has_its_large_files_as_copies_before_any_open() {
     if !can_mount() {
@@ -42,16 +56,7 @@ fn a_node_holding_the_whole_layer_has_its_large_files_as_copies_before_any_open(
     std::fs::write(src.join("lib/mid.so"), &mid).expect("write");
     std::fs::write(src.join("lib/shared.so"), &shared).expect("write");
     std::fs::write(src.join("small.py"), noise(3000, 3)).expect("write");
-    let id = c.ws.publish_mib_chunks(&src);
-    let out = c
-        .push_cmd(&id, 2, &["--wait", "all"])
-        .output()
-        .expect("run push");
-    assert!(
-        out.status.success(),
-        "push failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    publish_and_push_all(&c, &src);
     let mut want = vec![big.clone(), mid.clone(), shared.clone()];
     want.sort();
     for (i, node) in c.nodes.iter().enumerate() {
@@ -106,16 +111,7 @@ fn a_node_decodes_only_the_compressed_chunks_it_copies_ahead_and_reads_the_rest_
     for (i, s) in small.iter().enumerate() {
         std::fs::write(src.join(format!("py/m{i:02}.py")), s).expect("write");
     }
-    let id = c.ws.publish_mib_chunks(&src);
-    let out = c
-        .push_cmd(&id, 2, &["--wait", "all"])
-        .output()
-        .expect("run push");
-    assert!(
-        out.status.success(),
-        "push failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    publish_and_push_all(&c, &src);
     for (i, node) in c.nodes.iter().enumerate() {
         let counters = &c.status(i)["jobs"][0]["counters"];
         assert_eq!(counters["chunks_in"], 42, "{}: {counters}", node.host);
