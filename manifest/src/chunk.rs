@@ -34,6 +34,11 @@ pub fn encode_chunk(plain: &[u8], zstd_level: i32) -> Vec<u8> {
     out
 }
 
+/// Whether stored bytes are zstd-compressed (their codec byte).
+fn is_zstd(stored: &[u8]) -> bool {
+    stored.first() == Some(&CODEC_ZSTD)
+}
+
 /// A chunk's stored form as an index records it: its length, and for a compressed chunk
 /// the blake3 of its bytes (see [`check_chunk`]; a raw chunk is checked where it lies, so
 /// it needs none).
@@ -48,7 +53,7 @@ pub struct StoredForm {
 impl StoredForm {
     /// The form of these stored bytes.
     pub fn of(stored: &[u8]) -> Self {
-        let hash = (stored.first() == Some(&CODEC_ZSTD)).then(|| StoredHash::of(stored));
+        let hash = is_zstd(stored).then(|| StoredHash::of(stored));
         Self {
             len: stored.len() as u32,
             hash,
@@ -100,7 +105,7 @@ impl CheckedChunk {
 
     /// Whether the stored form is compressed (its plain bytes cost a decoding).
     pub fn compressed(&self) -> bool {
-        self.stored.first() == Some(&CODEC_ZSTD)
+        is_zstd(&self.stored)
     }
 
     /// The plain bytes. A raw chunk costs nothing (a slice); a compressed one is
@@ -217,7 +222,7 @@ pub fn check_chunk(
     info: &ChunkInfo,
 ) -> Result<(CheckedChunk, Option<Verified>), Error> {
     if let Some(want) = &info.stored_hash
-        && stored.first() == Some(&CODEC_ZSTD)
+        && is_zstd(&stored)
         && StoredHash::of(&stored) == *want
     {
         let checked = CheckedChunk {

@@ -225,14 +225,8 @@ pub(crate) struct Arrived<'a> {
 impl<'a> Arrived<'a> {
     /// `checked`, with its plain bytes if the check made them.
     pub(crate) fn new(checked: &'a CheckedChunk, plain: Option<Verified>) -> Self {
-        let cell = std::cell::OnceCell::new();
-        if let Some(p) = plain {
-            let _ = cell.set(Some(p));
-        }
-        Self {
-            checked,
-            plain: cell,
-        }
+        let plain = plain.map_or_else(std::cell::OnceCell::new, |p| Some(p).into());
+        Self { checked, plain }
     }
 
     /// Whether a compressed chunk's plain bytes were made: by its check, or since.
