@@ -30,6 +30,9 @@
 //! strategy = "auto"                # topo, topo-paper, random, hostlist, flat, storage, auto
 //! width = 15
 //! threshold = 512
+//! login_copies = 1                 # at most this many hosts fed by the login node: copies
+//!                                  # of the payload that leave it (default: what its link
+//!                                  # carries at a node's rate)
 //!
 //! [push]
 //! timeout = "30m"                  # how long push and prefetch wait for the nodes before
@@ -244,6 +247,8 @@ pub struct TreeSection {
     pub width: Option<usize>,
     /// `auto` uses shared storage at or below this many nodes.
     pub threshold: Option<usize>,
+    /// Hosts the login node feeds in a tree: copies of the payload that leave it.
+    pub login_copies: Option<usize>,
 }
 
 /// `[network]`.
@@ -317,7 +322,7 @@ impl SiteConfig {
             self.topology.file = None;
         }
         overlay_fields!(self.topology, topology, file, cluster, group_size, links);
-        overlay_fields!(self.tree, tree, strategy, width, threshold);
+        overlay_fields!(self.tree, tree, strategy, width, threshold, login_copies);
         overlay_fields!(self.network, network, identity, hosts, port, trust);
         overlay_fields!(self.reports, reports, keep, max_age);
         overlay_fields!(self.push, push, timeout);
@@ -459,6 +464,7 @@ mod tests {
     fn inconsistent_values_are_refused() {
         for (text, key) in [
             ("[tree]\nwidth = 0\n", "width"),
+            ("[tree]\nlogin_copies = 0\n", "login_copies"),
             ("[topology]\ncluster = \"cn[1-4]\"\n", "group_size"),
             (
                 "[topology]\nfile = \"t\"\ncluster = \"c\"\ngroup_size = 2\n",

@@ -12,7 +12,7 @@ const SECTIONS: [(&str, &[&str]); 9] = [
     ("store", &["path", "shared", "origin"]),
     ("root", &["host"]),
     ("topology", &["file", "cluster", "group_size", "links"]),
-    ("tree", &["strategy", "width", "threshold"]),
+    ("tree", &["strategy", "width", "threshold", "login_copies"]),
     ("network", &["identity", "hosts", "port", "trust"]),
     ("reports", &["keep", "max_age"]),
     ("push", &["timeout"]),
@@ -199,6 +199,14 @@ impl SiteConfig {
         if self.tree.width == Some(0) {
             bad("tree", "width", "must be at least 1");
             self.tree.width = None;
+        }
+        if self.tree.login_copies == Some(0) {
+            bad(
+                "tree",
+                "login_copies",
+                "must be at least 1: the login node sends the payload at least once",
+            );
+            self.tree.login_copies = None;
         }
         if let Some(t) = &self.push.timeout {
             match humantime::parse_duration(t) {

@@ -154,6 +154,32 @@ impl Relay {
         }
     }
 
+    /// The root starts `node` itself, alone and as its own child: it sat below a failed
+    /// edge for three deadlines without re-attaching, so it may never have had its `Start`
+    /// (its planned parent died before passing it on, and so did the ward of the ancestor
+    /// that restarted the parent's children, [`Relay::restart_orphans`]). Each such node is
+    /// started here, its planned children too when they are in the same state; one that is
+    /// running ignores the `Start` and re-attaches on its own. Seen in the simulator: with a
+    /// relaying node and its planned parent killed early, its five children were declared
+    /// unreachable while alive and never got the layer.
+    pub(super) fn restart_lost(&mut self, now: Instant, node: NodeId) {
+        if self.children.contains_key(&node) {
+            return;
+        }
+        let Some(info) = self.subtree.iter().find(|n| n.id == node).cloned() else {
+            return;
+        };
+        let mut start = self.start_for(vec![info.clone()]);
+        // Not a ward of a deputy: the root's own child.
+        start.kin.clear();
+        self.children
+            .insert(node, Child::pending(info, self.schedule.len(), now, true));
+        self.control.push_back(Transmit::Control {
+            to: node,
+            msg: Msg::Start(Box::new(start)),
+        });
+    }
+
     pub(super) fn lose_parent(&mut self, now: Instant) {
         if let Some(p) = self.parent {
             self.events.push_back(Event::ParentLost(p));

@@ -3,7 +3,9 @@
 //!
 //! A node counts as resolved for a phase when it completed it or is known to be lost. A node
 //! below a failed edge is "in limbo" until it re-attaches somewhere; if it does not within
-//! three deadlines it is declared unreachable, with the planned edge above it.
+//! three deadlines the root starts it itself, alone (it may never have had its `Start`:
+//! its planned parent and the node that was to pass the `Start` on both died); if it does
+//! not answer that either, it is declared unreachable, with the planned edge above it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -40,6 +42,8 @@ pub(super) struct RootState {
     failed: FixedBitSet,
     failed_count: usize,
     limbo: BTreeMap<NodeId, Instant>,
+    /// Nodes the root started itself after their time in limbo ran out.
+    restarted: FixedBitSet,
     complete: [bool; 2],
     grace: Duration,
 }
@@ -71,6 +75,7 @@ impl RootState {
             failed: FixedBitSet::with_capacity(cap),
             failed_count: 0,
             limbo: BTreeMap::new(),
+            restarted: FixedBitSet::with_capacity(cap),
             complete: [false, false],
             grace: Duration::ZERO,
         }
@@ -203,7 +208,15 @@ impl Relay {
                 continue;
             }
             if root.fail(child) {
-                self.events.push_back(Event::EdgeFailed(parent, child));
+                // A node the root started itself did not answer: it is lost below its
+                // planned edge, not below the root.
+                let event = if parent == root.me && root.restarted.contains(child.index()) {
+                    let planned = root.planned_parent.get(&child).copied();
+                    Event::Unreachable(planned.unwrap_or(parent), child)
+                } else {
+                    Event::EdgeFailed(parent, child)
+                };
+                self.events.push_back(event);
             }
             // Only the nodes still hanging below it wait to re-attach: one that already
             // moved to another parent (its own deadline ran out first) is not in limbo.
@@ -235,12 +248,26 @@ impl Relay {
             .filter(|&(_, &t)| t <= now)
             .map(|(&n, _)| n)
             .collect();
+        let mut restart = Vec::new();
         for n in expired {
+            // Once, and never in a probe (its report names the failed edge as it is).
+            if !self.probe && root.member(n) && !root.restarted.put(n.index()) {
+                root.current_parent.insert(n, root.me);
+                root.limbo.insert(n, now + root.grace);
+                restart.push(n);
+                continue;
+            }
             let parent = root.planned_parent.get(&n).copied().unwrap_or(root.me);
             if root.fail(n) {
                 self.events.push_back(Event::Unreachable(parent, n));
             }
         }
+        for n in restart {
+            self.restart_lost(now, n);
+        }
+        let Some(root) = self.root.as_mut() else {
+            return;
+        };
         for phase in Phase::BOTH {
             let i = phase.index();
             if !root.complete[i] && root.limbo.is_empty() && root.resolved(phase) == root.total {

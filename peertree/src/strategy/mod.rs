@@ -133,6 +133,20 @@ pub struct PlanOptions {
     /// large enough that links, not each chunk's CPU, bound the push ([`crate::strategy`]'s
     /// `hang_orphans`). `None`: unknown, planned as for small chunks.
     pub mean_chunk: Option<u64>,
+    /// Most hosts the login node feeds in a `topo` plan: how many copies of the payload
+    /// leave it (at least 1). `None`: as many as its link carries at a node's rate. A site
+    /// whose login node is shared (its users, other jobs' pushes) caps its egress with it;
+    /// the tree then carries the rest, at a cost in push time where the hosts it feeds
+    /// run out of CPU (BENCHMARKS.md, "The login node's copies").
+    pub login_copies: Option<usize>,
+}
+
+impl PlanOptions {
+    /// The most hosts the login node may feed: [`PlanOptions::login_copies`], unbounded
+    /// when unset.
+    pub(crate) fn login_cap(&self) -> usize {
+        self.login_copies.unwrap_or(usize::MAX)
+    }
 }
 
 impl Default for PlanOptions {
@@ -146,6 +160,7 @@ impl Default for PlanOptions {
             storage: "storage".into(),
             availability: Availability::AllIdle,
             mean_chunk: None,
+            login_copies: None,
         }
     }
 }
@@ -209,6 +224,12 @@ impl<'a> Builder<'a> {
     ) -> Result<Self> {
         if opts.width == 0 {
             return Err(Error::Request("tree width must be at least 1".into()));
+        }
+        if opts.login_copies == Some(0) {
+            return Err(Error::Request(
+                "login copies (--login-copies, [tree] login_copies) must be at least 1: the login node sends the payload at least once"
+                    .into(),
+            ));
         }
         if nodes.is_empty() {
             return Err(Error::Request("the job has no nodes".into()));

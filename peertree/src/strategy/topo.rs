@@ -388,7 +388,7 @@ impl Fanouts {
         match b.topology.links() {
             Some(r) => Fanouts {
                 width: w,
-                root: r.login_streams().min(w),
+                root: r.login_streams().min(w).min(b.opts.login_cap()),
                 uplink: r.uplink_streams().min(w),
                 port: r.port_streams(),
                 member: Some(r.member_streams().min(w)),
@@ -397,7 +397,7 @@ impl Fanouts {
                 let uplink = uplink_fanout(w, largest_group);
                 Fanouts {
                     width: w,
-                    root: uplink.min(w),
+                    root: uplink.min(w).min(b.opts.login_cap()),
                     uplink,
                     port: usize::MAX,
                     member: None,

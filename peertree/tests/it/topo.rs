@@ -364,6 +364,46 @@ fn every_edge_is_planned_at_its_share_of_the_senders_link() {
     assert!(unrated.rate.iter().all(Option::is_none));
 }
 
+/// A site caps the login node's egress with `login_copies`: the login node feeds at most
+/// that many hosts, never more than its link carries, and the tree still enters every group
+/// once with every stream within its links. Zero is refused, naming the setting.
+#[test]
+fn login_copies_cap_the_hosts_the_login_node_feeds() {
+    let nodes = hosts("cn[0001-0032]");
+    let rated = cluster(32, 8).with_links(Some(lab_links()));
+    for topology in [cluster(32, 8), rated] {
+        for (copies, fed) in [(None, 4), (Some(1), 1), (Some(2), 2), (Some(9), 4)] {
+            let opts = PlanOptions {
+                login_copies: copies,
+                ..PlanOptions::default()
+            };
+            let p = plan(&topology, &nodes, Strategy::Topo, &opts).expect("ok");
+            let rated = topology.links().is_some();
+            // Without rates the login node feeds the Tianhe shape's uplink fan-out.
+            let fed = if rated {
+                fed
+            } else {
+                copies.unwrap_or(9).min(8)
+            };
+            let what = format!("rated {rated}, copies {copies:?}");
+            assert_eq!(p.children[p.root.index()].len(), fed.min(4), "{what}");
+            assert_eq!(p.check(), Ok(()), "{what}");
+            assert_eq!(p.job_nodes().count(), 32, "{what}");
+            let m = measure(&p, &topology, MIB16);
+            assert_eq!(m.uplink_bytes, m.min_uplink_bytes, "{what}");
+            if let Some(r) = topology.links() {
+                assert_within_rates(&p, &topology, r);
+            }
+        }
+    }
+    let zero = PlanOptions {
+        login_copies: Some(0),
+        ..PlanOptions::default()
+    };
+    let err = plan(&cluster(32, 8), &nodes, Strategy::Topo, &zero).expect_err("refused");
+    assert!(err.to_string().contains("login copies"), "{err}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 

@@ -79,6 +79,12 @@ pub struct JobArgs {
     /// when there is a shared store (--shared-store); without one `auto` plans the tree.
     #[arg(long, default_value_t = 512)]
     pub threshold: usize,
+    /// Most hosts the login node feeds in a tree: how many copies of the payload leave it
+    /// (at least 1). Default: as many as its link carries at a node's rate. A shared login
+    /// node's egress can be capped with it; the tree then carries the copies, which costs
+    /// push time where the hosts it feeds are short of CPU.
+    #[arg(long, value_name = "N")]
+    pub login_copies: Option<usize>,
     /// Shared-storage mode: the store as the nodes see it (e.g. on a parallel file system).
     /// Nodes read chunks from it with `--strategy storage`, and `auto` picks that for jobs
     /// of at most --threshold nodes.
@@ -196,6 +202,7 @@ impl JobArgs {
             storage: self.storage.clone(),
             availability: self.availability()?,
             mean_chunk: self.mean_chunk,
+            login_copies: self.login_copies,
         })
     }
 

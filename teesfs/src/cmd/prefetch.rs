@@ -241,6 +241,7 @@ fn job_args(
         strategy,
         width: n.width.or(site.tree.width).unwrap_or(15),
         threshold: n.threshold.or(site.tree.threshold).unwrap_or(512),
+        login_copies: site.tree.login_copies,
         seed: 0,
         login: n
             .login

@@ -50,6 +50,10 @@ fn defaults(site: &SiteConfig, argv: &[OsString]) -> Vec<(&'static str, Vec<&'st
         "threshold",
         site.tree.threshold.map(|n| leak(n.to_string())),
     );
+    one(
+        "login_copies",
+        site.tree.login_copies.map(|n| leak(n.to_string())),
+    );
     one("identity", site.network.identity.as_deref().map(path));
     one("hosts", site.network.hosts.as_deref().map(path));
     one("port", site.network.port.map(|n| leak(n.to_string())));
@@ -82,6 +86,7 @@ fn arg_of(section: &str, key: &str) -> Option<&'static str> {
         ("tree", "strategy") => "strategy",
         ("tree", "width") => "width",
         ("tree", "threshold") => "threshold",
+        ("tree", "login_copies") => "login_copies",
         ("network", "identity") => "identity",
         ("network", "hosts") => "hosts",
         ("network", "port") => "port",
@@ -242,7 +247,7 @@ mod tests {
         use clap::CommandFactory;
         let s = site(
             "[root]\nhost = \"login7\"\n[topology]\ncluster = \"cn[1-64]\"\ngroup_size = 8\n\
-             [tree]\nwidth = 4\n[network]\nport = 9000\n",
+             [tree]\nwidth = 4\nlogin_copies = 1\n[network]\nport = 9000\n",
         );
         let argv: Vec<OsString> = ["teesfs", "plan", "--nodes", "cn[1-16]"]
             .iter()
@@ -252,6 +257,7 @@ mod tests {
         let m = cmd.clone().try_get_matches_from(&argv).expect("parses");
         let (_, sub) = m.subcommand().expect("plan");
         assert_eq!(sub.get_one::<usize>("width"), Some(&4));
+        assert_eq!(sub.get_one::<usize>("login_copies"), Some(&1));
         assert_eq!(
             sub.get_one::<String>("login").map(String::as_str),
             Some("login7")
