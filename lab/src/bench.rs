@@ -43,6 +43,10 @@ pub enum Method {
     /// is measured.
     #[serde(rename = "topo-learned")]
     TopoLearned,
+    /// teesfs, the topology-aware tree told the lab's rates, with the login node feeding as
+    /// many hosts as its link carries (`--login-copies 64`; `topo` sends one copy).
+    #[serde(rename = "topo-wide-login")]
+    TopoWideLogin,
     /// teesfs, the paper's Algorithm 1.
     #[serde(rename = "topo-paper")]
     TopoPaper,
@@ -63,10 +67,11 @@ pub enum Method {
 
 impl Method {
     /// Every method, in table order.
-    pub const ALL: [Method; 10] = [
+    pub const ALL: [Method; 11] = [
         Method::Topo,
         Method::TopoUnrated,
         Method::TopoLearned,
+        Method::TopoWideLogin,
         Method::TopoPaper,
         Method::Random,
         Method::Hostlist,
@@ -82,6 +87,7 @@ impl Method {
             Method::Topo => "topo",
             Method::TopoUnrated => "topo-unrated",
             Method::TopoLearned => "topo-learned",
+            Method::TopoWideLogin => "topo-wide-login",
             Method::TopoPaper => "topo-paper",
             Method::Random => "random",
             Method::Hostlist => "hostlist",
@@ -118,6 +124,10 @@ impl Method {
             Method::TopoLearned => {
                 o.strategy = "topo".into();
                 o.links = false;
+            }
+            Method::TopoWideLogin => {
+                o.strategy = "topo".into();
+                o.extra.extend(["--login-copies".into(), "64".into()]);
             }
             m => o.strategy = m.name().into(),
         }

@@ -128,6 +128,7 @@ impl LinkRates {
                 rate[c.index()] = Some((capacity / sharing).min(own));
             }
         }
+        relay_paced(parent, children, &mut rate);
         rate
     }
 
@@ -164,6 +165,32 @@ impl LinkRates {
             uplink: need(uplink, "uplink")?,
             login: need(login, "login")?,
         })
+    }
+}
+
+/// Paces a host that relays no faster than it passes the payload on: at most the fastest
+/// of its children's edges (children first, so a chain of relays is capped from below). A
+/// leaf keeps its share of its parent's link.
+///
+/// A relay's subtree cannot take the payload faster than its children's edges, so a
+/// faster inbound only makes the relay finish alone and early, and the burst costs it: in
+/// the scale-model lab a proxy fed alone by the login node at its uplink's 400 Mbit/s (4
+/// node streams) while it fed its members at 100 was throttled by its CPU quota for 2.08 s
+/// of a 2.88 s push, and its members completed at 2.5 s where those of proxies fed at 100
+/// did at 2.0 s (BENCHMARKS.md, "The login node's copies").
+fn relay_paced(parent: &[Option<NodeId>], children: &[Vec<NodeId>], rate: &mut [Option<u64>]) {
+    let root = parent.iter().position(Option::is_none);
+    let mut order: Vec<usize> = root.into_iter().collect();
+    let mut i = 0;
+    while i < order.len() {
+        order.extend(children[order[i]].iter().map(|c| c.index()));
+        i += 1;
+    }
+    for &n in order.iter().rev() {
+        let fastest = children[n].iter().filter_map(|c| rate[c.index()]).max();
+        if let (Some(own), Some(fastest)) = (rate[n], fastest) {
+            rate[n] = Some(own.min(fastest));
+        }
     }
 }
 

@@ -406,7 +406,9 @@ fn the_application_starts_after_the_mount_or_the_urgent_set_whichever_is_later()
 /// planning with the link rates lets members relay to members, so every member receives
 /// at its own link rate: much closer to the bound than the tree that assumes a port
 /// carries its whole group, with the same uplink traffic. A CPU per node, as on a real
-/// machine (the lab's own 2 shared cores are another limit).
+/// machine (the lab's own 2 shared cores are another limit). Both with the login node
+/// feeding every proxy (the unrated plan's shape), to compare the ports alone; the rated
+/// default, one copy from the login node, also stays within 1.3x of the bound.
 #[test]
 fn link_rates_let_members_relay_where_the_port_is_narrow() {
     let nodes: Vec<String> = (1..=32).map(|i| format!("cn{i:04}")).collect();
@@ -414,17 +416,30 @@ fn link_rates_let_members_relay_where_the_port_is_narrow() {
     let mut net = Network::lab();
     net.shared_cores = 0;
     let rated = bare.clone().with_links(net.link_rates());
-    let deploy = |topo: &Topology| {
-        let plan =
-            crate::plan(topo, &nodes, Strategy::Topo, &PlanOptions::default()).expect("plan");
+    let deploy = |topo: &Topology, login_copies| {
+        let opts = PlanOptions {
+            login_copies,
+            ..PlanOptions::default()
+        };
+        let plan = crate::plan(topo, &nodes, Strategy::Topo, &opts).expect("plan");
         run(
             &plan,
             Some(topo),
             SimConfig::new(net.clone(), 16 * MIB, MIB),
         )
     };
-    let (with, without) = (deploy(&rated), deploy(&bare));
+    let (with, without) = (deploy(&rated, Some(4)), deploy(&bare, Some(4)));
     assert_eq!(with.uplink_in, without.uplink_in);
+    let one = deploy(&rated, None);
+    let one_to_bound = one.deploy.as_secs_f64() / one.lower_bound.as_secs_f64();
+    assert!(
+        one_to_bound < 1.3,
+        "one copy {:?} against {:?} (four: {:?})",
+        one.deploy,
+        one.lower_bound,
+        with.deploy
+    );
+    assert_eq!(one.uplink_in, with.uplink_in);
     let gain = without.deploy.as_secs_f64() / with.deploy.as_secs_f64();
     let to_bound = with.deploy.as_secs_f64() / with.lower_bound.as_secs_f64();
     assert!(

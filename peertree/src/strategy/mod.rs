@@ -134,10 +134,9 @@ pub struct PlanOptions {
     /// `hang_orphans`). `None`: unknown, planned as for small chunks.
     pub mean_chunk: Option<u64>,
     /// Most hosts the login node feeds in a `topo` plan: how many copies of the payload
-    /// leave it (at least 1). `None`: as many as its link carries at a node's rate. A site
-    /// whose login node is shared (its users, other jobs' pushes) caps its egress with it;
-    /// the tree then carries the rest, at a cost in push time where the hosts it feeds
-    /// run out of CPU (BENCHMARKS.md, "The login node's copies").
+    /// leave it (at least 1; never more than its link carries at a node's rate). `None`:
+    /// one where the plan has link rates (the other groups then ride on members' spare
+    /// uploads), as many as the Tianhe shape's uplink fan-out without them.
     pub login_copies: Option<usize>,
 }
 

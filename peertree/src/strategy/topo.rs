@@ -11,8 +11,9 @@
 //! - `improved`: laid out so that every stream runs at a node's rate. A leader feeds its
 //!   slaves directly and at most [`uplink_fanout`] other groups (as does the login node);
 //!   when the topology carries link rates, a leader feeds as many slaves as its port
-//!   carries at a node's rate and those relay to the rest in chains, and the login node
-//!   and leaders feed as many hosts as their links carry;
+//!   carries at a node's rate and those relay to the rest in chains, the login node sends
+//!   one copy ([`RATED_LOGIN_COPIES`]), and the other groups hang below members with a
+//!   spare upload rather than on their leader's CPU ([`relieve_leaders`]);
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
 //!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
 //!   receives once and feeds the rest of its group, as a chain or, when the group is wide
@@ -200,9 +201,11 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 ///   payload's chunks are large), as a binary tree ([`hang_orphans`]);
 /// - leaders are taken in topology order and laid out by recursive spans;
 /// - with link rates ([`crate::rates`]), the fan-outs come from them instead: a leader
-///   feeds `port / node` slaves and `uplink / node` groups, the login node `login / node`
-///   hosts, and the rest of a group hangs below the directly fed slaves as pipelined chains,
-///   so a port narrower than its group no longer caps the push (members' uploads are used).
+///   feeds `port / node` slaves and `uplink / node` groups, the login node one host (at
+///   most `login / node`, [`PlanOptions::login_copies`](super::PlanOptions)), and the rest
+///   of a group hangs below the directly fed slaves as pipelined chains, so a port narrower
+///   than its group no longer caps the push (members' uploads are used); finally the other
+///   groups a leader feeds move below its members' spare uploads ([`relieve_leaders`]).
 pub(super) fn improved(b: &mut Builder<'_>) {
     let w = b.width();
     let mut buckets = buckets(b);
@@ -256,6 +259,134 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         .copied()
         .chain(orphan_groups.iter().map(|g| (g[0], &g[1..])));
     hang_deputies(b, &cap, &order, deputies);
+    if b.topology.links().is_some() {
+        relieve_leaders(b);
+    }
+}
+
+/// Hands each other group a leader feeds to a member of the leader's group, whose upload
+/// the tree otherwise leaves idle, so that a leader's CPU sends only to its own members.
+/// With link rates only.
+///
+/// Each member uploads to one host. The leader's direct members start chains that carry the
+/// rest of its group; a chain ends in a member with a spare upload or in another group. Of
+/// the arrangements that put `k` other groups (the tallest) right below direct members and
+/// the rest at the shallowest chain ends, with the group's own members spread evenly over
+/// the other chains, the one with the shallowest tree is taken ([`relief_depth`]); a group
+/// left over stays with the leader. Every stream still runs at a node's rate and every group
+/// is still entered once, from the same group, a level deeper. Measured in the scale-model
+/// lab: a proxy that fed its 4 members and 3 other groups (the login node feeding it alone)
+/// was throttled by its CPU quota for 2.29 s of a 2.65 s push, where each proxy feeding
+/// only its members was for 0.59-0.75 s of 2.01 s (BENCHMARKS.md, "The login node's
+/// copies"). In the reference machine too a proxy's CPU, not its port, bounds what it
+/// sends (1.56 Gbit/s per core).
+fn relieve_leaders(b: &mut Builder<'_>) {
+    let group_of = |b: &Builder<'_>, id: NodeId| b.topo[id.index()].map(|t| b.topology.group_of(t));
+    for leader in b.bfs() {
+        let Some(t) = b.topo[leader.index()].filter(|&t| b.topology.is_proxy(t)) else {
+            continue;
+        };
+        let g = Some(b.topology.group_of(t));
+        // The leader's own group below it, breadth first, and the other groups it feeds.
+        let (mut own, mut foreign) = (Vec::new(), Vec::new());
+        let mut queue = std::collections::VecDeque::from([leader]);
+        while let Some(n) = queue.pop_front() {
+            for &c in &b.children[n.index()] {
+                if group_of(b, c) == g {
+                    own.push(c);
+                    queue.push_back(c);
+                } else {
+                    foreign.push(c);
+                }
+            }
+        }
+        if foreign.is_empty() || own.is_empty() {
+            continue;
+        }
+        let direct: Vec<NodeId> = own
+            .iter()
+            .copied()
+            .filter(|&m| b.parent[m.index()] == Some(leader))
+            .collect();
+        let deeper: Vec<NodeId> = own.into_iter().filter(|m| !direct.contains(m)).collect();
+        let mut tall: Vec<(usize, NodeId)> = foreign.iter().map(|&f| (height(b, f), f)).collect();
+        tall.sort_by_key(|&(h, _)| std::cmp::Reverse(h));
+        let heights: Vec<usize> = tall.iter().map(|&(h, _)| h).collect();
+        let d1 = b.depth[leader.index()] as usize + 1;
+        let most = heights
+            .len()
+            .min(direct.len() - usize::from(!deeper.is_empty()));
+        let k = (0..=most)
+            .min_by_key(|&k| relief_depth(d1, direct.len(), deeper.len(), &heights, k))
+            .unwrap_or(0);
+        for &x in deeper.iter().chain(&foreign) {
+            detach(b, x);
+        }
+        for (&(_, f), &m) in tall.iter().zip(&direct[..k]) {
+            b.attach(m, f);
+        }
+        // The rest of the group in even chains below the other direct members.
+        let mut ends: Vec<NodeId> = direct[k..].to_vec();
+        for (i, &m) in deeper.iter().enumerate() {
+            let chain = i % ends.len();
+            b.attach(ends[chain], m);
+            ends[chain] = m;
+        }
+        ends.sort_by_key(|e| b.depth[e.index()]);
+        let mut ends = ends.into_iter();
+        for &(_, f) in &tall[k..] {
+            b.attach(ends.next().unwrap_or(leader), f);
+        }
+        redepth(b, leader);
+    }
+}
+
+/// The deepest level below a leader whose direct members are at depth `d1` when `k` of the
+/// other groups (of subtree `heights`, tallest first) hang right below `k` direct members,
+/// the group's other `deeper` members spread evenly over chains below the remaining
+/// `direct - k`, and the other groups at the shallowest chain ends (or, with none left, at
+/// the leader). Pure arithmetic for [`relieve_leaders`].
+fn relief_depth(d1: usize, direct: usize, deeper: usize, heights: &[usize], k: usize) -> usize {
+    let chains = direct - k;
+    let mut ends: Vec<usize> = (0..chains)
+        .map(|i| d1 + deeper / chains + usize::from(i < deeper % chains))
+        .collect();
+    ends.sort_unstable();
+    let own = ends.last().copied().unwrap_or(d1);
+    let placed = heights[..k].iter().map(|h| d1 + h);
+    let rest = heights[k..]
+        .iter()
+        .enumerate()
+        .map(|(i, h)| ends.get(i).map_or(d1 - 1 + h, |e| e + h));
+    placed.chain(rest).fold(own, usize::max)
+}
+
+/// Levels in the subtree of `n`, itself included.
+fn height(b: &Builder<'_>, n: NodeId) -> usize {
+    1 + b.children[n.index()]
+        .iter()
+        .map(|&c| height(b, c))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Takes `n` (with its subtree) off its parent.
+fn detach(b: &mut Builder<'_>, n: NodeId) {
+    if let Some(p) = b.parent[n.index()].take() {
+        b.children[p.index()].retain(|&c| c != n);
+    }
+}
+
+/// Recomputes the depth of every host below `n`.
+fn redepth(b: &mut Builder<'_>, n: NodeId) {
+    let mut stack = vec![n];
+    while let Some(x) = stack.pop() {
+        for i in 0..b.children[x.index()].len() {
+            let c = b.children[x.index()][i];
+            b.depth[c.index()] = b.depth[x.index()] + 1;
+            stack.push(c);
+        }
+    }
 }
 
 /// Deputies: receive-only leaders of orphan groups, each under the closest (fewest hops)
@@ -367,6 +498,13 @@ fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
     hang_relays(b, deputy, fan, fan, rest);
 }
 
+/// Hosts the login node feeds by default where the plan has link rates: one copy of the
+/// payload leaves it, and the other groups ride on members' spare uploads
+/// ([`relieve_leaders`]). In the scale-model lab (BENCHMARKS.md, "The login node's
+/// copies") one copy took 1.01-1.05x the time of four, with a quarter of the login node's
+/// egress; a login node is shared by its users and by every job's push.
+const RATED_LOGIN_COPIES: usize = 1;
+
 /// How many streams each kind of host feeds, from the link rates when the topology has
 /// them, else from the width and the Tianhe shape (a port that carries its whole group).
 struct Fanouts {
@@ -388,7 +526,10 @@ impl Fanouts {
         match b.topology.links() {
             Some(r) => Fanouts {
                 width: w,
-                root: r.login_streams().min(w).min(b.opts.login_cap()),
+                root: r
+                    .login_streams()
+                    .min(w)
+                    .min(b.opts.login_copies.unwrap_or(RATED_LOGIN_COPIES)),
                 uplink: r.uplink_streams().min(w),
                 port: r.port_streams(),
                 member: Some(r.member_streams().min(w)),
@@ -526,4 +667,27 @@ fn cut_points(b: &Builder<'_>, leads: &[Lead], k: usize) -> Vec<usize> {
         cuts.push(cut);
     }
     cuts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relief_depth;
+
+    /// The lab's 4 x 8 fed by one copy: a proxy at depth 1 with 4 direct members, 3 more
+    /// members and 3 other groups of 3 levels each. Each group right below a direct member,
+    /// the other 3 members in one chain, is the shallowest: 5 levels, against 6 with the
+    /// groups at the ends of even chains.
+    #[test]
+    fn relief_puts_tall_groups_high_and_keeps_a_chain_for_the_rest() {
+        let depth = |k| relief_depth(2, 4, 3, &[3, 3, 3], k);
+        assert_eq!(depth(3), 5);
+        assert_eq!(depth(0), 6);
+        assert_eq!((0..=3).min_by_key(|&k| depth(k)), Some(3));
+        // A group of 14 (4 direct, 9 more) feeding 3 others: one chain of 9 would be 11
+        // levels deep, so fewer groups go right below direct members.
+        let wide = |k| relief_depth(2, 4, 9, &[4, 4, 4], k);
+        assert!(wide(3) > wide(1), "{} {}", wide(3), wide(1));
+        // Nothing of the group below: every group right below a direct member.
+        assert_eq!(relief_depth(2, 4, 0, &[2, 2], 2), 4);
+    }
 }

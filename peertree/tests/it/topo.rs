@@ -229,7 +229,7 @@ fn lab_links() -> LinkRates {
 
 /// Asserts that no host feeds more streams than its links carry at a node's rate: a
 /// leader at most `port` members of its group and `uplink` other groups, the login node
-/// `login` hosts, a member one host of its own group.
+/// `login` hosts, a member one host.
 fn assert_within_rates(p: &Plan, topology: &Topology, r: &LinkRates) {
     assert!(p.children[p.root.index()].len() <= r.login_streams());
     for id in p.ids() {
@@ -254,12 +254,14 @@ fn assert_within_rates(p: &Plan, topology: &Topology, r: &LinkRates) {
                 foreign.len()
             );
         } else {
-            assert!(foreign.is_empty(), "{} feeds another group", p.host(id));
+            // A member's NIC carries one stream: a member of its group, or another group's
+            // entry where its leader would otherwise feed that group itself.
             assert!(
-                own.len() <= r.member_streams(),
-                "{} feeds {} members",
+                own.len() + foreign.len() <= r.member_streams(),
+                "{} feeds {} members and {} other groups",
                 p.host(id),
-                own.len()
+                own.len(),
+                foreign.len()
             );
         }
     }
@@ -283,7 +285,12 @@ fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_re
     assert_eq!(tianhe.children[proxy.index()].len(), 7);
 
     let topology = cluster(32, 8).with_links(Some(lab_links()));
-    let p = plan(&topology, &nodes, Strategy::Topo, &PlanOptions::default()).expect("ok");
+    // The login node feeding every proxy, so that the groups are alike.
+    let every_proxy = PlanOptions {
+        login_copies: Some(4),
+        ..PlanOptions::default()
+    };
+    let p = plan(&topology, &nodes, Strategy::Topo, &every_proxy).expect("ok");
     let kids = |host: &str| -> Vec<&str> {
         let id = p.find(host).expect("in job");
         p.children[id.index()].iter().map(|c| p.host(*c)).collect()
@@ -304,7 +311,7 @@ fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_re
         &topology,
         &hosts("cn[0001-0042]"),
         Strategy::Topo,
-        &PlanOptions::default(),
+        &every_proxy,
     )
     .expect("ok");
     assert_within_rates(&p, &topology, &lab_links());
@@ -314,9 +321,10 @@ fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_re
 }
 
 /// With link rates every edge carries its share of its sender's link, no more than its
-/// receiver's link: in the lab's 4 x 8 every stream runs at a node's 100 Mbit/s; the login
-/// node splits its 400 Mbit/s over as many children as it has; without rates nothing is
-/// paced.
+/// receiver's link, and a relay no faster than it passes the payload on: in the lab's
+/// 4 x 8 every stream runs at a node's 100 Mbit/s (the proxy the login node feeds alone
+/// too); the login node splits its 400 Mbit/s over as many children as it has; without
+/// rates nothing is paced.
 #[test]
 fn every_edge_is_planned_at_its_share_of_the_senders_link() {
     let mbit = 1_000_000u64;
@@ -334,19 +342,45 @@ fn every_edge_is_planned_at_its_share_of_the_senders_link() {
         );
     }
 
-    // Two groups: the login node's link carries two streams at 200 Mbit/s each, which
-    // the proxies' uplinks take; their members still get 100.
+    // Two groups, the login node feeding both: its link carries two streams at 200 Mbit/s
+    // each, which the proxies' uplinks take; but a proxy that relays to members at 100 is
+    // paced at 100, since its group cannot take the payload faster.
+    let copies = |n| PlanOptions {
+        login_copies: Some(n),
+        ..PlanOptions::default()
+    };
     let two = plan(
         &topology,
         &hosts("cn[0001-0016]"),
         Strategy::Topo,
-        &PlanOptions::default(),
+        &copies(2),
     )
     .expect("ok");
     let proxy = two.find("cn0001").expect("in job");
-    assert_eq!(two.rate[proxy.index()], Some(200 * mbit));
+    assert_eq!(two.rate[proxy.index()], Some(100 * mbit));
     let member = two.find("cn0002").expect("in job");
     assert_eq!(two.rate[member.index()], Some(100 * mbit));
+    // Two proxies alone (leaves): each takes its 200.
+    let leaves = plan(
+        &topology,
+        &hosts("cn[0001,0009]"),
+        Strategy::Topo,
+        &copies(2),
+    )
+    .expect("ok");
+    for (_, child) in leaves.edges() {
+        assert_eq!(leaves.rate[child.index()], Some(200 * mbit));
+    }
+    // Four copies, one to each proxy: every stream at a node's 100 Mbit/s.
+    let four = plan(&topology, &nodes, Strategy::Topo, &copies(4)).expect("ok");
+    for (_, child) in four.edges() {
+        assert_eq!(
+            four.rate[child.index()],
+            Some(100 * mbit),
+            "{}",
+            four.host(child)
+        );
+    }
 
     // Flat: 32 streams share the login node's 400 Mbit/s.
     let flat = plan(&topology, &nodes, Strategy::Flat, &PlanOptions::default()).expect("ok");
@@ -364,22 +398,55 @@ fn every_edge_is_planned_at_its_share_of_the_senders_link() {
     assert!(unrated.rate.iter().all(Option::is_none));
 }
 
+/// With link rates a proxy feeds another group only when no member of its group below it
+/// has a spare upload (is a leaf): the other groups ride on members' uploads, not on the
+/// proxy's CPU.
+fn assert_leaders_feed_their_own(p: &Plan, topology: &Topology, what: &str) {
+    let group = |id: NodeId| p.topo[id.index()].map(|t| topology.group_of(t));
+    for id in p.ids() {
+        let Some(t) = p.topo[id.index()].filter(|&t| topology.is_proxy(t)) else {
+            continue;
+        };
+        let g = Some(topology.group_of(t));
+        let feeds_other = p.children[id.index()].iter().any(|&c| group(c) != g);
+        if !feeds_other {
+            continue;
+        }
+        let mut stack: Vec<NodeId> = p.children[id.index()].clone();
+        while let Some(n) = stack.pop() {
+            if group(n) != g {
+                continue;
+            }
+            assert!(
+                !p.children[n.index()].is_empty(),
+                "{what}: {} feeds another group while {} of its group is idle",
+                p.host(id),
+                p.host(n)
+            );
+            stack.extend_from_slice(&p.children[n.index()]);
+        }
+    }
+}
+
 /// A site caps the login node's egress with `login_copies`: the login node feeds at most
 /// that many hosts, never more than its link carries, and the tree still enters every group
-/// once with every stream within its links. Zero is refused, naming the setting.
+/// once with every stream within its links. With rates the default is one copy, and a
+/// proxy feeds other groups only when no member below it has a spare upload. Zero is
+/// refused, naming the setting.
 #[test]
 fn login_copies_cap_the_hosts_the_login_node_feeds() {
     let nodes = hosts("cn[0001-0032]");
     let rated = cluster(32, 8).with_links(Some(lab_links()));
     for topology in [cluster(32, 8), rated] {
-        for (copies, fed) in [(None, 4), (Some(1), 1), (Some(2), 2), (Some(9), 4)] {
+        for (copies, fed) in [(None, 1), (Some(1), 1), (Some(2), 2), (Some(9), 4)] {
             let opts = PlanOptions {
                 login_copies: copies,
                 ..PlanOptions::default()
             };
             let p = plan(&topology, &nodes, Strategy::Topo, &opts).expect("ok");
             let rated = topology.links().is_some();
-            // Without rates the login node feeds the Tianhe shape's uplink fan-out.
+            // Without rates the login node feeds the Tianhe shape's uplink fan-out (one copy
+            // is the default only with rates, where members carry the other groups).
             let fed = if rated {
                 fed
             } else {
@@ -393,6 +460,7 @@ fn login_copies_cap_the_hosts_the_login_node_feeds() {
             assert_eq!(m.uplink_bytes, m.min_uplink_bytes, "{what}");
             if let Some(r) = topology.links() {
                 assert_within_rates(&p, &topology, r);
+                assert_leaders_feed_their_own(&p, &topology, &what);
             }
         }
     }

@@ -80,9 +80,9 @@ pub struct JobArgs {
     #[arg(long, default_value_t = 512)]
     pub threshold: usize,
     /// Most hosts the login node feeds in a tree: how many copies of the payload leave it
-    /// (at least 1). Default: as many as its link carries at a node's rate. A shared login
-    /// node's egress can be capped with it; the tree then carries the copies, which costs
-    /// push time where the hosts it feeds are short of CPU.
+    /// (at least 1; never more than its link carries at a node's rate). Default: 1 where
+    /// the plan has link rates (configured or learned; members' spare uploads carry the
+    /// other groups), the Tianhe shape's fan-out without them.
     #[arg(long, value_name = "N")]
     pub login_copies: Option<usize>,
     /// Shared-storage mode: the store as the nodes see it (e.g. on a parallel file system).

@@ -190,6 +190,9 @@ struct UpArgs {
     /// Strategy of that push.
     #[arg(long, default_value = "topo")]
     strategy: String,
+    /// The most hosts the login node feeds in that push (`teesfs push --login-copies`).
+    #[arg(long, value_name = "N")]
+    login_copies: Option<usize>,
     /// The push's urgent set, as globs of layer paths (repeatable); the report then gives
     /// when every node held it.
     #[arg(long, value_name = "GLOB")]
@@ -269,6 +272,9 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         o.strategy = a.strategy.clone();
         o.urgent = a.urgent.clone();
         o.nodes = a.nodes.clone();
+        if let Some(n) = a.login_copies {
+            o.extra = vec!["--login-copies".into(), n.to_string()];
+        }
         let run = lab.push(&o)?;
         let r = &run.report;
         if let Some(path) = &a.report {
