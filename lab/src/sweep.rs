@@ -169,12 +169,17 @@ impl Sweep {
     /// Plans and simulates one job of `n` contiguous nodes from the spec's first.
     pub fn run(&self, payload: u64, n: usize, strategy: Strategy) -> Result<Row> {
         let s = &self.spec;
+        let chunk = s.chunk.unwrap_or_else(|| {
+            u64::from(manifest::chunk_size_for(payload, manifest::MAX_AUTO_CHUNK))
+        });
         let opts = PlanOptions {
             width: s.width,
             threshold: s.threshold,
             seed: s.seed,
             // The modelled machines have a shared file system.
             shared_storage: true,
+            // As `teesfs push` tells the planner the pushed index's mean chunk.
+            mean_chunk: Some(chunk),
             ..PlanOptions::default()
         };
         let job = &self.hosts[s.first..s.first + n];
@@ -184,9 +189,6 @@ impl Sweep {
         };
         let plan =
             peertree::plan(&self.topology, job, strategy, &opts).map_err(sim_err("planning"))?;
-        let chunk = s.chunk.unwrap_or_else(|| {
-            u64::from(manifest::chunk_size_for(payload, manifest::MAX_AUTO_CHUNK))
-        });
         let mut cfg = SimConfig::new(self.network.clone(), payload, chunk);
         cfg.limit = Duration::from_secs(24 * 3600);
         cfg.urgent = s.urgent.map_or(payload, |u| u.min(payload));

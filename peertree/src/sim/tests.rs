@@ -419,6 +419,8 @@ fn link_rates_let_members_relay_where_the_port_is_narrow() {
     let deploy = |topo: &Topology, login_copies| {
         let opts = PlanOptions {
             login_copies,
+            // What `teesfs push` tells the planner: the payload's 1 MiB chunks.
+            mean_chunk: Some(MIB),
             ..PlanOptions::default()
         };
         let plan = crate::plan(topo, &nodes, Strategy::Topo, &opts).expect("plan");

@@ -12,8 +12,9 @@
 //!   slaves directly and at most [`uplink_fanout`] other groups (as does the login node);
 //!   when the topology carries link rates, a leader feeds as many slaves as its port
 //!   carries at a node's rate and those relay to the rest in chains, the login node sends
-//!   one copy ([`RATED_LOGIN_COPIES`]), and the other groups hang below members with a
-//!   spare upload rather than on their leader's CPU ([`relieve_leaders`]);
+//!   one copy ([`RATED_LOGIN_COPIES`]), and where links bound the push (large chunks) the
+//!   other groups hang below members with a spare upload rather than on their leader's
+//!   CPU ([`relieve_leaders`]);
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
 //!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
 //!   receives once and feeds the rest of its group, as a chain or, when the group is wide
@@ -204,8 +205,9 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 ///   feeds `port / node` slaves and `uplink / node` groups, the login node one host (at
 ///   most `login / node`, [`PlanOptions::login_copies`](super::PlanOptions)), and the rest
 ///   of a group hangs below the directly fed slaves as pipelined chains, so a port narrower
-///   than its group no longer caps the push (members' uploads are used); finally the other
-///   groups a leader feeds move below its members' spare uploads ([`relieve_leaders`]).
+///   than its group no longer caps the push (members' uploads are used); finally, for large
+///   chunks, the other groups a leader feeds move below its members' spare uploads
+///   ([`relieve_leaders`]).
 pub(super) fn improved(b: &mut Builder<'_>) {
     let w = b.width();
     let mut buckets = buckets(b);
@@ -259,14 +261,20 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         .copied()
         .chain(orphan_groups.iter().map(|g| (g[0], &g[1..])));
     hang_deputies(b, &cap, &order, deputies);
-    if b.topology.links().is_some() {
+    let link_bound = b.opts.mean_chunk.is_some_and(|c| c >= LINK_BOUND_CHUNK);
+    if b.topology.links().is_some() && link_bound {
         relieve_leaders(b);
     }
 }
 
 /// Hands each other group a leader feeds to a member of the leader's group, whose upload
 /// the tree otherwise leaves idle, so that a leader's CPU sends only to its own members.
-/// With link rates only.
+/// With link rates, and only where links bound the push (the payload's mean chunk at least
+/// [`LINK_BOUND_CHUNK`]): there a sender's CPU per byte is what a proxy runs out of. Where
+/// each chunk's CPU at every level bounds it (small chunks, or unknown), the levels this adds
+/// cost more than the sends it moves: the 32-node image of issue 34 (22 KiB chunks) had
+/// its urgent set on every node at 114.1 s relieved, against 86.6-98.1 s in the runs
+/// without (BENCHMARKS.md, "The login node's copies").
 ///
 /// Each member uploads to one host. The leader's direct members start chains that carry the
 /// rest of its group; a chain ends in a member with a spare upload or in another group. Of
@@ -501,7 +509,7 @@ fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
 /// Hosts the login node feeds by default where the plan has link rates: one copy of the
 /// payload leaves it, and the other groups ride on members' spare uploads
 /// ([`relieve_leaders`]). In the scale-model lab (BENCHMARKS.md, "The login node's
-/// copies") one copy took 1.01-1.05x the time of four, with a quarter of the login node's
+/// copies") one copy took 1.01-1.06x the time of four, with a quarter of the login node's
 /// egress; a login node is shared by its users and by every job's push.
 const RATED_LOGIN_COPIES: usize = 1;
 

@@ -322,15 +322,19 @@ fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_re
 
 /// With link rates every edge carries its share of its sender's link, no more than its
 /// receiver's link, and a relay no faster than it passes the payload on: in the lab's
-/// 4 x 8 every stream runs at a node's 100 Mbit/s (the proxy the login node feeds alone
-/// too); the login node splits its 400 Mbit/s over as many children as it has; without
+/// 4 x 8 with large chunks every stream runs at a node's 100 Mbit/s (the proxy the login
+/// node feeds alone too); the login node splits its 400 Mbit/s over as many children as it has; without
 /// rates nothing is paced.
 #[test]
 fn every_edge_is_planned_at_its_share_of_the_senders_link() {
     let mbit = 1_000_000u64;
     let topology = cluster(32, 8).with_links(Some(lab_links()));
     let nodes = hosts("cn[0001-0032]");
-    let p = plan(&topology, &nodes, Strategy::Topo, &PlanOptions::default()).expect("ok");
+    let large = PlanOptions {
+        mean_chunk: Some(1 << 20),
+        ..PlanOptions::default()
+    };
+    let p = plan(&topology, &nodes, Strategy::Topo, &large).expect("ok");
     assert_eq!(p.rate[p.root.index()], None);
     for (parent, child) in p.edges() {
         assert_eq!(
@@ -441,6 +445,8 @@ fn login_copies_cap_the_hosts_the_login_node_feeds() {
         for (copies, fed) in [(None, 1), (Some(1), 1), (Some(2), 2), (Some(9), 4)] {
             let opts = PlanOptions {
                 login_copies: copies,
+                // Chunks large enough that links bound the push.
+                mean_chunk: Some(1 << 20),
                 ..PlanOptions::default()
             };
             let p = plan(&topology, &nodes, Strategy::Topo, &opts).expect("ok");
@@ -461,6 +467,19 @@ fn login_copies_cap_the_hosts_the_login_node_feeds() {
             if let Some(r) = topology.links() {
                 assert_within_rates(&p, &topology, r);
                 assert_leaders_feed_their_own(&p, &topology, &what);
+                // Small chunks: each level costs every chunk its CPU, so no level is added;
+                // the proxy the login node feeds feeds the other groups itself.
+                let small = PlanOptions {
+                    mean_chunk: Some(16 << 10),
+                    ..opts.clone()
+                };
+                let s = plan(&topology, &nodes, Strategy::Topo, &small).expect("ok");
+                assert!(
+                    s.depth() < p.depth() || copies == Some(9),
+                    "{what}: {}",
+                    s.depth()
+                );
+                assert_within_rates(&s, &topology, r);
             }
         }
     }
