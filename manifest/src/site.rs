@@ -32,7 +32,7 @@
 //! threshold = 512
 //! login_copies = 1                 # at most this many hosts fed by the login node: copies
 //!                                  # of the payload that leave it (default with link
-//!                                  # rates: 1; the tree carries the rest)
+//!                                  # rates and large chunks: 1)
 //!
 //! [push]
 //! timeout = "30m"                  # how long push and prefetch wait for the nodes before

@@ -135,8 +135,9 @@ pub struct PlanOptions {
     pub mean_chunk: Option<u64>,
     /// Most hosts the login node feeds in a `topo` plan: how many copies of the payload
     /// leave it (at least 1; never more than its link carries at a node's rate). `None`:
-    /// one where the plan has link rates (the other groups then ride on members' spare
-    /// uploads), as many as the Tianhe shape's uplink fan-out without them.
+    /// one where the plan has link rates and the payload's chunks are large (the other
+    /// groups then ride on members' spare uploads); else what the login node's link
+    /// carries, or the Tianhe shape's uplink fan-out without rates.
     pub login_copies: Option<usize>,
 }
 

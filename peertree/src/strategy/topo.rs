@@ -506,11 +506,14 @@ fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
     hang_relays(b, deputy, fan, fan, rest);
 }
 
-/// Hosts the login node feeds by default where the plan has link rates: one copy of the
-/// payload leaves it, and the other groups ride on members' spare uploads
-/// ([`relieve_leaders`]). In the scale-model lab (BENCHMARKS.md, "The login node's
-/// copies") one copy took 1.01-1.06x the time of four, with a quarter of the login node's
-/// egress; a login node is shared by its users and by every job's push.
+/// Hosts the login node feeds by default where the plan has link rates and links bound the
+/// push (large chunks): one copy of the payload leaves it, and the other groups ride on
+/// members' spare uploads ([`relieve_leaders`]). In the scale-model lab (BENCHMARKS.md,
+/// "The login node's copies") one copy took 1.01-1.06x the time of four, with a quarter of
+/// the login node's egress; a login node is shared by its users and by every job's push.
+/// With small chunks (each level and each send costs every chunk CPU) the login node feeds
+/// what its link carries: the 32-node image (22 KiB chunks) started 1.16x later with one
+/// copy, its urgent set on every node 1.48x later, in back-to-back runs.
 const RATED_LOGIN_COPIES: usize = 1;
 
 /// How many streams each kind of host feeds, from the link rates when the topology has
@@ -534,10 +537,13 @@ impl Fanouts {
         match b.topology.links() {
             Some(r) => Fanouts {
                 width: w,
-                root: r
-                    .login_streams()
-                    .min(w)
-                    .min(b.opts.login_copies.unwrap_or(RATED_LOGIN_COPIES)),
+                root: r.login_streams().min(w).min(b.opts.login_copies.unwrap_or(
+                    if b.opts.mean_chunk.is_some_and(|c| c >= LINK_BOUND_CHUNK) {
+                        RATED_LOGIN_COPIES
+                    } else {
+                        usize::MAX
+                    },
+                )),
                 uplink: r.uplink_streams().min(w),
                 port: r.port_streams(),
                 member: Some(r.member_streams().min(w)),

@@ -81,8 +81,8 @@ pub struct JobArgs {
     pub threshold: usize,
     /// Most hosts the login node feeds in a tree: how many copies of the payload leave it
     /// (at least 1; never more than its link carries at a node's rate). Default: 1 where
-    /// the plan has link rates (configured or learned; members' spare uploads carry the
-    /// other groups), the Tianhe shape's fan-out without them.
+    /// the plan has link rates (configured or learned) and the layer's chunks are 64 KiB or
+    /// more (members' spare uploads carry the other groups); else what its link carries.
     #[arg(long, value_name = "N")]
     pub login_copies: Option<usize>,
     /// Shared-storage mode: the store as the nodes see it (e.g. on a parallel file system).
