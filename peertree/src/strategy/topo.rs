@@ -11,8 +11,8 @@
 //! - `improved`: laid out so that every stream runs at a node's rate. A leader feeds its
 //!   slaves directly and at most [`uplink_fanout`] other groups (as does the login node);
 //!   when the topology carries link rates, a leader feeds as many slaves as its port
-//!   carries at a node's rate and those relay to the rest in chains, the login node sends
-//!   one copy ([`RATED_LOGIN_COPIES`]), and where links bound the push (large chunks) the
+//!   carries at a node's rate and those relay to the rest in chains; where links bound the
+//!   push (large chunks) the login node sends one copy ([`RATED_LOGIN_COPIES`]) and the
 //!   other groups hang below members with a spare upload rather than on their leader's
 //!   CPU ([`relieve_leaders`]);
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
@@ -202,8 +202,8 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 ///   payload's chunks are large), as a binary tree ([`hang_orphans`]);
 /// - leaders are taken in topology order and laid out by recursive spans;
 /// - with link rates ([`crate::rates`]), the fan-outs come from them instead: a leader
-///   feeds `port / node` slaves and `uplink / node` groups, the login node one host (at
-///   most `login / node`, [`PlanOptions::login_copies`](super::PlanOptions)), and the rest
+///   feeds `port / node` slaves and `uplink / node` groups, the login node `login / node`
+///   hosts (one for large chunks, [`PlanOptions::login_copies`](super::PlanOptions)), and the rest
 ///   of a group hangs below the directly fed slaves as pipelined chains, so a port narrower
 ///   than its group no longer caps the push (members' uploads are used); finally, for large
 ///   chunks, the other groups a leader feeds move below its members' spare uploads
@@ -271,10 +271,11 @@ pub(super) fn improved(b: &mut Builder<'_>) {
 /// the tree otherwise leaves idle, so that a leader's CPU sends only to its own members.
 /// With link rates, and only where links bound the push (the payload's mean chunk at least
 /// [`LINK_BOUND_CHUNK`]): there a sender's CPU per byte is what a proxy runs out of. Where
-/// each chunk's CPU at every level bounds it (small chunks, or unknown), the levels this adds
-/// cost more than the sends it moves: the 32-node image of issue 34 (22 KiB chunks) had
-/// its urgent set on every node at 114.1 s relieved, against 86.6-98.1 s in the runs
-/// without (BENCHMARKS.md, "The login node's copies").
+/// each chunk's CPU at every level bounds it (small chunks, or unknown), every added level
+/// costs each chunk a receive (as for orphan groups, [`hang_orphans`]), so the shape is
+/// left as it is; the 32-node image of issue 34 (22 KiB chunks) had its urgent set on every
+/// node at 114.1 s relieved and 117.1 s not, both with one copy (BENCHMARKS.md, "The login
+/// node's copies").
 ///
 /// Each member uploads to one host. The leader's direct members start chains that carry the
 /// rest of its group; a chain ends in a member with a spare upload or in another group. Of
