@@ -407,8 +407,8 @@ fn the_application_starts_after_the_mount_or_the_urgent_set_whichever_is_later()
 /// at its own link rate: much closer to the bound than the tree that assumes a port
 /// carries its whole group, with the same uplink traffic. A CPU per node, as on a real
 /// machine (the lab's own 2 shared cores are another limit). Both with the login node
-/// feeding every proxy (the unrated plan's shape), to compare the ports alone; the rated
-/// default, one copy from the login node, also stays within 1.3x of the bound.
+/// feeding every proxy (the unrated plan's shape), to compare the ports alone; one copy
+/// from the login node (`login_copies = 1`) also stays within 1.3x of the bound.
 #[test]
 fn link_rates_let_members_relay_where_the_port_is_narrow() {
     let nodes: Vec<String> = (1..=32).map(|i| format!("cn{i:04}")).collect();
@@ -432,7 +432,7 @@ fn link_rates_let_members_relay_where_the_port_is_narrow() {
     };
     let (with, without) = (deploy(&rated, Some(4)), deploy(&bare, Some(4)));
     assert_eq!(with.uplink_in, without.uplink_in);
-    let one = deploy(&rated, None);
+    let one = deploy(&rated, Some(1));
     let one_to_bound = one.deploy.as_secs_f64() / one.lower_bound.as_secs_f64();
     assert!(
         one_to_bound < 1.3,

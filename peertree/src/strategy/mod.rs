@@ -135,9 +135,8 @@ pub struct PlanOptions {
     pub mean_chunk: Option<u64>,
     /// Most hosts the login node feeds in a `topo` plan: how many copies of the payload
     /// leave it (at least 1; never more than its link carries at a node's rate). `None`:
-    /// one where the plan has link rates and the payload's chunks are large (the other
-    /// groups then ride on members' spare uploads); else what the login node's link
-    /// carries, or the Tianhe shape's uplink fan-out without rates.
+    /// what the login node's link carries, or the Tianhe shape's uplink fan-out without
+    /// rates. Set, and with large chunks, the other groups ride on members' spare uploads.
     pub login_copies: Option<usize>,
 }
 

@@ -154,9 +154,9 @@ fn lab_push_crosses_uplinks_as_planned_and_cleans_up() {
         );
     }
 
-    // Issue 16: the login node's link is shared evenly, each proxy paced at its planned
-    // half (200 Mbit/s), so both groups fill at once. Unpaced, one proxy took the whole
-    // link and finished in half the other's time.
+    // Issue 16: the login node's link is shared evenly, each proxy paced within its planned
+    // half (at the 100 Mbit/s its members take), so both groups fill at once. Unpaced, one
+    // proxy took the whole link and finished in half the other's time.
     let proxies: Vec<f64> = r
         .per_node
         .iter()
