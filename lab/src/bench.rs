@@ -43,10 +43,10 @@ pub enum Method {
     /// is measured.
     #[serde(rename = "topo-learned")]
     TopoLearned,
-    /// teesfs, the topology-aware tree told the lab's rates, with the login node feeding as
-    /// many hosts as its link carries (`--login-copies 64`; `topo` sends one copy).
-    #[serde(rename = "topo-wide-login")]
-    TopoWideLogin,
+    /// teesfs, the topology-aware tree told the lab's rates, with the login node sending
+    /// one copy (`--login-copies 1`, a site capping a shared login node's egress).
+    #[serde(rename = "topo-one-copy")]
+    TopoOneCopy,
     /// teesfs, the paper's Algorithm 1.
     #[serde(rename = "topo-paper")]
     TopoPaper,
@@ -71,7 +71,7 @@ impl Method {
         Method::Topo,
         Method::TopoUnrated,
         Method::TopoLearned,
-        Method::TopoWideLogin,
+        Method::TopoOneCopy,
         Method::TopoPaper,
         Method::Random,
         Method::Hostlist,
@@ -87,7 +87,7 @@ impl Method {
             Method::Topo => "topo",
             Method::TopoUnrated => "topo-unrated",
             Method::TopoLearned => "topo-learned",
-            Method::TopoWideLogin => "topo-wide-login",
+            Method::TopoOneCopy => "topo-one-copy",
             Method::TopoPaper => "topo-paper",
             Method::Random => "random",
             Method::Hostlist => "hostlist",
@@ -125,9 +125,9 @@ impl Method {
                 o.strategy = "topo".into();
                 o.links = false;
             }
-            Method::TopoWideLogin => {
+            Method::TopoOneCopy => {
                 o.strategy = "topo".into();
-                o.extra.extend(["--login-copies".into(), "64".into()]);
+                o.extra.extend(["--login-copies".into(), "1".into()]);
             }
             m => o.strategy = m.name().into(),
         }
