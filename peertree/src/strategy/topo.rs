@@ -263,8 +263,7 @@ pub(super) fn improved(b: &mut Builder<'_>) {
     hang_deputies(b, &cap, &order, deputies);
     // Only where the site capped the login node's copies (the plans of the default,
     // measured under faults in the lab, are left as they were).
-    let link_bound = b.opts.mean_chunk.is_some_and(|c| c >= LINK_BOUND_CHUNK);
-    if b.topology.links().is_some() && link_bound && b.opts.login_copies.is_some() {
+    if b.topology.links().is_some() && link_bound(b) && b.opts.login_copies.is_some() {
         relieve_leaders(b);
     }
 }
@@ -471,6 +470,12 @@ fn hang_deputies<'l>(
 /// core, the time its link takes for 33 KB; this is twice that.
 const LINK_BOUND_CHUNK: u64 = 64 << 10;
 
+/// Whether links, not each chunk's CPU, bound the push: the payload's mean chunk is known
+/// and at least [`LINK_BOUND_CHUNK`].
+fn link_bound(b: &Builder<'_>) -> bool {
+    b.opts.mean_chunk.is_some_and(|c| c >= LINK_BOUND_CHUNK)
+}
+
 /// Orphan groups of at most this many nodes (the deputy included) hang below their deputy
 /// as a chain when the push is bound by its links: at most 23 levels.
 const ORPHAN_CHAIN_MAX: usize = 24;
@@ -501,8 +506,7 @@ const ORPHAN_CHAIN_MAX_SMALL_CHUNKS: usize = 8;
 ///   whole-group job's along 12-member chains and 1.0x as binary trees; its urgent set
 ///   0.93x and 0.95x.
 fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
-    let link_bound = b.opts.mean_chunk.is_some_and(|c| c >= LINK_BOUND_CHUNK);
-    let max = if link_bound {
+    let max = if link_bound(b) {
         ORPHAN_CHAIN_MAX
     } else {
         ORPHAN_CHAIN_MAX_SMALL_CHUNKS
