@@ -40,6 +40,7 @@ use seeder::{ChunkStore, StoredChunk};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 mod chunks;
+mod intake;
 mod knobs;
 mod liveness;
 mod origin;
@@ -203,6 +204,8 @@ pub struct JobCore {
     counters: Mutex<JobCounters>,
     rt: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
+    /// The parent's bulk stream is read late (`intake.rs`).
+    intake_held: watch::Sender<bool>,
     knobs: JobKnobs,
     /// Files opened and names looked up in this node's mount of the job (its recorder
     /// counts them): told to the relay as signs of applications starting.
@@ -280,6 +283,7 @@ impl JobCore {
             counters: Mutex::new(JobCounters::default()),
             rt: tokio::runtime::Handle::current(),
             closing: watch::Sender::new(false),
+            intake_held: watch::Sender::new(false),
             knobs,
             activity: Arc::new(AtomicU64::new(0)),
             store_failed: std::sync::atomic::AtomicBool::new(false),
@@ -497,6 +501,7 @@ impl JobCore {
                 }
             }
         }
+        self.update_intake(r);
         self.view.send_replace(JobView::of(r));
     }
 

@@ -46,18 +46,29 @@ impl Router for Shared {
                     prepare,
                 });
             }
-            Routed::Chunk { chunk, data, .. } => {
+            Routed::Chunk {
+                chunk,
+                data,
+                demand,
+            } => {
                 let core = self.running(job);
                 if core.is_none() {
                     tracing::debug!(%job, peer = %from_host, "chunk for an unknown job");
                 }
-                let taken = core.map_or(ChunkTaken::Refused, |j| {
-                    j.on_chunk_msg(from_host, chunk, data, order)
-                });
+                let Some(core) = core else {
+                    self.metrics.chunk_refused();
+                    return None;
+                };
+                let taken = core.on_chunk_msg(from_host, chunk, data, order);
                 if matches!(taken, ChunkTaken::Refused) {
                     self.metrics.chunk_refused();
                 }
-                return taken.pending();
+                // A pushed chunk's stream waits while this node runs ahead of its children.
+                return if demand {
+                    taken.pending()
+                } else {
+                    core.pushed_pending(taken.pending())
+                };
             }
             Routed::Relay(m) => {
                 match self.running(job) {

@@ -60,6 +60,7 @@ impl Relay {
             return;
         }
         self.have.set(i, false);
+        self.frontier = 0;
         self.count_held(chunk, false);
         self.stats.lost += 1;
         if self.root.is_some() {

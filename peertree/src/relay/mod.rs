@@ -208,6 +208,9 @@ pub struct Relay {
     urgent_have: usize,
     /// Held chunks that the push streams (the "all" phase counts these).
     pushed_have: usize,
+    /// Push-order positions before this are all held (see [`Relay::forward_lead`]; a lost
+    /// chunk sets it back to 0, to be found again).
+    frontier: usize,
     local_done: [bool; 2],
     /// My planned subtree, me first (for handing children their part).
     subtree: Vec<NodeInfo>,
@@ -444,6 +447,7 @@ impl Relay {
             schedule,
             index,
             have: FixedBitSet::with_capacity(n),
+            frontier: 0,
             have_count: 0,
             urgent_have: 0,
             pushed_have: 0,

@@ -22,6 +22,8 @@ pub struct Schedule {
     pub sizes: Vec<u32>,
     is_urgent: FixedBitSet,
     is_pushed: FixedBitSet,
+    /// Stored bytes of `order[..i]` at `i` ([`Schedule::bytes_between`]).
+    before: Vec<u64>,
 }
 
 impl Schedule {
@@ -51,12 +53,19 @@ impl Schedule {
                 is_urgent.insert(c);
             }
         }
+        let before = std::iter::once(0)
+            .chain(order.iter().scan(0u64, |sum, c| {
+                *sum += u64::from(sizes[c.index()]);
+                Some(*sum)
+            }))
+            .collect();
         Ok(Self {
             order,
             urgent,
             sizes,
             is_urgent,
             is_pushed: seen,
+            before,
         })
     }
 
@@ -78,6 +87,13 @@ impl Schedule {
     /// Whether the push streams a chunk.
     pub fn pushed_chunk(&self, chunk: ChunkNo) -> bool {
         self.is_pushed.contains(chunk.index())
+    }
+
+    /// Stored bytes of the chunks at push-order positions `from..to` (0 when `to <= from`;
+    /// positions past the order count as its end).
+    pub fn bytes_between(&self, from: usize, to: usize) -> u64 {
+        let at = |i: usize| self.before[i.min(self.order.len())];
+        at(to).saturating_sub(at(from))
     }
 
     /// Whether a chunk is in the urgent set.

@@ -289,6 +289,39 @@ impl Relay {
         Some(chunk)
     }
 
+    /// How far this node's taking in runs ahead of its passing on: the stored bytes of the
+    /// push order it holds from the start without a gap, beyond what it has handed out to
+    /// the ready child least behind. `None` at the root (nothing to take in) and with no
+    /// ready child (nothing to pass on).
+    ///
+    /// A node whose CPU bounds the push and that takes in all its parent sends spends that
+    /// CPU on receiving, and passes the payload on in a burst once its own copy is in: the
+    /// next level then takes that burst in at its own CPU's pace and passes it on later
+    /// still, and each level of the tree adds its lag (BENCHMARKS.md, "A relay takes in no
+    /// faster than it passes on"). So the node stops reading its parent's stream while
+    /// this exceeds a bound, and QUIC flow control holds the parent back. Only the
+    /// contiguous part counts: a chunk missing (lost, or refused and asked for again) keeps
+    /// the lead low and the stream open, as it must, since the chunk may come on it. The
+    /// least-behind child decides, so a child far behind (adopted after a failure, or
+    /// slow) does not stop the node while another keeps up.
+    pub fn forward_lead(&mut self) -> Option<u64> {
+        if self.root.is_some() {
+            return None;
+        }
+        let order = &self.schedule.order;
+        while let Some(c) = order.get(self.frontier)
+            && self.have.contains(c.index())
+        {
+            self.frontier += 1;
+        }
+        let f = self.frontier;
+        self.children
+            .values()
+            .filter(|c| c.ready)
+            .map(|c| self.schedule.bytes_between(c.cursor, f))
+            .min()
+    }
+
     /// Whether every ready child has been sent the whole urgent set, so hysteretic chunks
     /// may flow (remembered once true, until a child joins or re-attaches).
     pub fn urgent_gate_open(&mut self) -> bool {

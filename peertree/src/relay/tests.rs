@@ -12,6 +12,8 @@ use super::*;
 use crate::topology::Topology;
 use crate::{PlanOptions, Strategy};
 
+#[path = "lead_tests.rs"]
+mod lead;
 #[path = "seek_tests.rs"]
 mod seek;
 

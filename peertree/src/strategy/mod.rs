@@ -135,16 +135,29 @@ pub struct PlanOptions {
     pub mean_chunk: Option<u64>,
     /// Most hosts the login node feeds in a `topo` plan: how many copies of the payload
     /// leave it (at least 1; never more than its link carries at a node's rate). `None`:
-    /// what the login node's link carries, or the Tianhe shape's uplink fan-out without
-    /// rates. Set, and with large chunks, the other groups ride on members' spare uploads.
+    /// [`DEFAULT_LOGIN_COPIES`] where the plan has link rates (the other groups then ride
+    /// on members' spare uploads), the Tianhe shape's uplink fan-out without them.
     pub login_copies: Option<usize>,
 }
 
+/// Copies of the payload the login node sends where the plan knows its link rates and the
+/// site did not say (`[tree] login_copies`): one. A login node is shared by its users and
+/// by every job's push, and a tree passes the payload on at a node's rate anyway; the
+/// other groups take it from members of the groups before them. Measured in the lab
+/// (BENCHMARKS.md, "The login node's copies").
+pub const DEFAULT_LOGIN_COPIES: usize = 1;
+
 impl PlanOptions {
-    /// The most hosts the login node may feed: [`PlanOptions::login_copies`], unbounded
-    /// when unset.
+    /// The most hosts the login node may feed in a plan without link rates:
+    /// [`PlanOptions::login_copies`], unbounded when unset.
     pub(crate) fn login_cap(&self) -> usize {
         self.login_copies.unwrap_or(usize::MAX)
+    }
+
+    /// The most hosts the login node may feed in a plan with link rates:
+    /// [`PlanOptions::login_copies`], [`DEFAULT_LOGIN_COPIES`] when unset.
+    pub(crate) fn rated_login_cap(&self) -> usize {
+        self.login_copies.unwrap_or(DEFAULT_LOGIN_COPIES)
     }
 }
 

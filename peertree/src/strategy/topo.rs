@@ -12,9 +12,9 @@
 //!   slaves directly and at most [`uplink_fanout`] other groups (as does the login node);
 //!   when the topology carries link rates, a leader feeds as many slaves as its port
 //!   carries at a node's rate and those relay to the rest in chains, and the login node
-//!   feeds as many hosts as its link carries; where a site caps the login node's copies
-//!   and links bound the push (large chunks), the other groups hang below members with a
-//!   spare upload rather than on their leader's CPU ([`relieve_leaders`]);
+//!   feeds one host (a site's `login_copies`, at most what its link carries); the other
+//!   groups hang below members with a spare upload rather than on their leader's CPU
+//!   ([`relieve_leaders`]);
 //!   a group without its proxy borrows it whenever a deputy would otherwise feed two or
 //!   more nodes over one NIC, and a remaining orphan group elects a **deputy** that
 //!   receives once and feeds the rest of its group, as a chain or, when the group is wide
@@ -202,12 +202,12 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 ///   payload's chunks are large), as a binary tree ([`hang_orphans`]);
 /// - leaders are taken in topology order and laid out by recursive spans;
 /// - with link rates ([`crate::rates`]), the fan-outs come from them instead: a leader
-///   feeds `port / node` slaves and `uplink / node` groups, the login node `login / node`
-///   hosts (at most [`PlanOptions::login_copies`](super::PlanOptions)), and the rest
-///   of a group hangs below the directly fed slaves as pipelined chains, so a port narrower
-///   than its group no longer caps the push (members' uploads are used); finally, with the
-///   login node's copies capped and large chunks, the other groups a leader feeds move
-///   below its members' spare uploads ([`relieve_leaders`]).
+///   feeds `port / node` slaves and `uplink / node` groups, the login node one host (or
+///   [`PlanOptions::login_copies`](super::PlanOptions), at most `login / node`), and the
+///   rest of a group hangs below the directly fed slaves as pipelined chains, so a port
+///   narrower than its group no longer caps the push (members' uploads are used); finally
+///   the other groups a leader feeds move below its members' spare uploads
+///   ([`relieve_leaders`]).
 pub(super) fn improved(b: &mut Builder<'_>) {
     let w = b.width();
     let mut buckets = buckets(b);
@@ -261,9 +261,7 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         .copied()
         .chain(orphan_groups.iter().map(|g| (g[0], &g[1..])));
     hang_deputies(b, &cap, &order, deputies);
-    // Only where the site capped the login node's copies (the plans of the default,
-    // measured under faults in the lab, are left as they were).
-    if b.topology.links().is_some() && link_bound(b) && b.opts.login_copies.is_some() {
+    if b.topology.links().is_some() {
         relieve_leaders(b);
     }
 }
@@ -537,7 +535,7 @@ impl Fanouts {
         match b.topology.links() {
             Some(r) => Fanouts {
                 width: w,
-                root: r.login_streams().min(w).min(b.opts.login_cap()),
+                root: r.login_streams().min(w).min(b.opts.rated_login_cap()),
                 uplink: r.uplink_streams().min(w),
                 port: r.port_streams(),
                 member: Some(r.member_streams().min(w)),

@@ -80,9 +80,10 @@ pub struct JobArgs {
     #[arg(long, default_value_t = 512)]
     pub threshold: usize,
     /// Most hosts the login node feeds in a tree: how many copies of the payload leave it
-    /// (at least 1; never more than its link carries at a node's rate). Default: what its
-    /// link carries. Capped, with link rates and chunks of 64 KiB or more, members' spare
-    /// uploads carry the other groups; e.g. --login-copies 1 for a shared login node.
+    /// (at least 1; never more than its link carries at a node's rate). Default with link
+    /// rates: 1, the other groups taking the payload from members of the groups before them
+    /// (without rates: the Tianhe shape's fan-out). E.g. --login-copies 4 for a login node
+    /// that pushes alone over a link four nodes wide: a shallower tree, 4 times the egress.
     #[arg(long, value_name = "N")]
     pub login_copies: Option<usize>,
     /// Shared-storage mode: the store as the nodes see it (e.g. on a parallel file system).

@@ -154,9 +154,29 @@ fn lab_push_crosses_uplinks_as_planned_and_cleans_up() {
         );
     }
 
-    // Issue 16: the login node's link is shared evenly, each proxy paced within its planned
-    // half (at the 100 Mbit/s its members take), so both groups fill at once. Unpaced, one
-    // proxy took the whole link and finished in half the other's time.
+    // By default the login node sends one copy: the second group's proxy takes the layer
+    // from a member of the first.
+    let fed: Vec<&str> = r
+        .per_node
+        .iter()
+        .filter(|n| n.parent == "login")
+        .map(|n| n.host.as_str())
+        .collect();
+    assert_eq!(fed, ["n01"], "the login node feeds one proxy: {r:?}");
+    let n05 = r.per_node.iter().find(|n| n.host == "n05").expect("n05");
+    assert!(
+        ["n02", "n03", "n04"].contains(&n05.parent.as_str()),
+        "n05 hangs below a member of the first group: {r:?}"
+    );
+
+    // Issue 16: where a site lets the login node send two copies, its link is shared evenly,
+    // each proxy paced within its planned half (at the 100 Mbit/s its members take), so both
+    // groups fill at once. Unpaced, one proxy took the whole link and finished in half the
+    // other's time.
+    o.extra = vec!["--login-copies".into(), "2".into()];
+    let two = lab.push(&o).expect("push with two copies");
+    let r = &two.report;
+    assert!(r.failures.is_empty(), "failures: {:?}", r.failures);
     let proxies: Vec<f64> = r
         .per_node
         .iter()

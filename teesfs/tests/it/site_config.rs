@@ -53,7 +53,9 @@ fn plan_takes_its_defaults_from_the_site_configuration_and_flags_override_it() {
 /// With link rates the plan says what each edge is paced at (issue 16): 16 nodes in two
 /// groups of 8 under a 400 Mbit/s login link, so each proxy could take 200 Mbit/s, but a
 /// relay is paced no faster than it passes the payload on: the proxies and every member
-/// 100. Two proxies alone (leaves) take their 200. Without rates nothing is paced.
+/// 100. Two proxies alone (leaves) fed by the login node (`--login-copies 2`; by default
+/// it sends one copy, so one feeds the other at 100) take their 200. Without rates nothing
+/// is paced.
 #[test]
 fn plan_shows_the_rate_each_edge_is_paced_at_when_it_knows_link_rates() {
     let ws = Workspace::new();
@@ -81,7 +83,11 @@ fn plan_shows_the_rate_each_edge_is_paced_at_when_it_knows_link_rates() {
         text.contains("paced 100 Mbit/s") && !text.contains("paced 200 Mbit/s"),
         "{text}"
     );
-    let out = teesfs_with_site(&site, &["plan", "--nodes", "cn[01,09]", "--links", links]);
+    let two = ["plan", "--nodes", "cn[01,09]", "--links", links];
+    let out = teesfs_with_site(&site, &two);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("paced 200 Mbit/s"), "one copy: {text}");
+    let out = teesfs_with_site(&site, &[&two[..], &["--login-copies", "2"]].concat());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("paced 200 Mbit/s"), "{text}");
 }
