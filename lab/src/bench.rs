@@ -43,10 +43,11 @@ pub enum Method {
     /// is measured.
     #[serde(rename = "topo-learned")]
     TopoLearned,
-    /// teesfs, the topology-aware tree told the lab's rates, with the login node sending
-    /// one copy (`--login-copies 1`, a site capping a shared login node's egress).
-    #[serde(rename = "topo-one-copy")]
-    TopoOneCopy,
+    /// teesfs, the topology-aware tree told the lab's rates, with the login node feeding
+    /// as many hosts as its link carries (`--login-copies 64`, a site's wide login link;
+    /// `topo` sends one copy).
+    #[serde(rename = "topo-wide-login")]
+    TopoWideLogin,
     /// teesfs, the paper's Algorithm 1.
     #[serde(rename = "topo-paper")]
     TopoPaper,
@@ -71,7 +72,7 @@ impl Method {
         Method::Topo,
         Method::TopoUnrated,
         Method::TopoLearned,
-        Method::TopoOneCopy,
+        Method::TopoWideLogin,
         Method::TopoPaper,
         Method::Random,
         Method::Hostlist,
@@ -87,7 +88,7 @@ impl Method {
             Method::Topo => "topo",
             Method::TopoUnrated => "topo-unrated",
             Method::TopoLearned => "topo-learned",
-            Method::TopoOneCopy => "topo-one-copy",
+            Method::TopoWideLogin => "topo-wide-login",
             Method::TopoPaper => "topo-paper",
             Method::Random => "random",
             Method::Hostlist => "hostlist",
@@ -125,9 +126,9 @@ impl Method {
                 o.strategy = "topo".into();
                 o.links = false;
             }
-            Method::TopoOneCopy => {
+            Method::TopoWideLogin => {
                 o.strategy = "topo".into();
-                o.extra.extend(["--login-copies".into(), "1".into()]);
+                o.extra.extend(["--login-copies".into(), "64".into()]);
             }
             m => o.strategy = m.name().into(),
         }

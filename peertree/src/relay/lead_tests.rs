@@ -75,6 +75,36 @@ fn a_relays_lead_is_what_it_holds_in_order_beyond_its_least_behind_child() {
     assert_eq!(r.forward_lead(), Some(s.bytes_between(3, 7)));
 }
 
+/// Children that kept the layer from an earlier job are never behind: a node whose children
+/// hold everything takes in at full speed (their pumps, with nothing to send, never ask, so
+/// their places must be found here; counted from 0 they held the node's intake for ever).
+#[test]
+fn children_that_hold_the_layer_already_are_never_behind() {
+    let p = plan(1, 4, Strategy::Topo);
+    let proxy = p
+        .ids()
+        .skip(1)
+        .find(|id| p.children[id.index()].len() >= 2)
+        .expect("a relay with two children");
+    let mut net = Net::new(&p, 12, 0);
+    net.rate = 0;
+    for &k in &p.children[proxy.index()] {
+        net.held.insert(k, (0..12).map(ChunkNo).collect());
+    }
+    let nodes = p.ids().count();
+    net.run_until(2_000, |n| n.relays.len() == nodes);
+    for _ in 0..200 {
+        net.step();
+    }
+    let (now, order) = (net.now, net.schedule.order.clone());
+    let parent = p.parent[proxy.index()].expect("a parent");
+    let r = net.relays.get_mut(&proxy).expect("proxy");
+    for &c in &order {
+        r.handle_chunk(now, parent, c, true);
+    }
+    assert_eq!(r.forward_lead(), Some(0));
+}
+
 #[test]
 fn bytes_between_counts_stored_sizes_in_push_order() {
     let s = Schedule::new(

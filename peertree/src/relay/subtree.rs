@@ -314,11 +314,16 @@ impl Relay {
         {
             self.frontier += 1;
         }
-        let f = self.frontier;
+        let (f, schedule) = (self.frontier, &self.schedule);
+        // A child's place skips what it holds already: a child that kept the layer from an
+        // earlier job is never behind, and its pump, with nothing to send, never asks.
         self.children
-            .values()
+            .values_mut()
             .filter(|c| c.ready)
-            .map(|c| self.schedule.bytes_between(c.cursor, f))
+            .map(|c| {
+                c.cursor = c.next_unsent(&schedule.order);
+                schedule.bytes_between(c.cursor, f)
+            })
             .min()
     }
 

@@ -268,16 +268,15 @@ pub(super) fn improved(b: &mut Builder<'_>) {
 
 /// Hands each other group a leader feeds to a member of the leader's group, whose upload
 /// the tree otherwise leaves idle, so that a leader's CPU sends only to its own members.
-/// With link rates and the login node's copies capped (`login_copies`), and only where links
-/// bound the push (the payload's mean chunk at least [`LINK_BOUND_CHUNK`]): there a
-/// sender's CPU per byte is what a proxy runs out of. Not yet by default: the lab's fault
-/// tests were written for the shapes without it, and one copy with it by default made
-/// four of them fail (not investigated: out of time). Where
-/// each chunk's CPU at every level bounds it (small chunks, or unknown), every added level
-/// costs each chunk a receive (as for orphan groups, [`hang_orphans`]), so the shape is
-/// left as it is; the 32-node image of issue 34 (22 KiB chunks) had its urgent set on every
-/// node at 114.1 s relieved and 117.1 s not, both with one copy (BENCHMARKS.md, "The login
-/// node's copies").
+/// With link rates, for every chunk size: with the login node sending one copy (the
+/// default) a proxy would otherwise feed every other group itself. A deeper tree costs
+/// little now that a relay takes in no faster than it passes on (the daemon's intake,
+/// [`crate::relay::Relay::forward_lead`]): in the scale-model lab, 32 nodes, 46.8 MiB of
+/// small chunks, one copy took 46 s against four copies' 34 s, where before that each
+/// level of the tree added its lag and one copy took 130-134 s against 66-71 s
+/// (BENCHMARKS.md, "A relay takes in no faster than it passes on"). The members' uploads
+/// to other groups still cross their proxy, which routes them: in the lab that costs the
+/// proxy's CPU (the fed proxy was throttled 12.5 s longer with one copy).
 ///
 /// Each member uploads to one host. The leader's direct members start chains that carry the
 /// rest of its group; a chain ends in a member with a spare upload or in another group. Of

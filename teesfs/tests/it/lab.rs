@@ -81,9 +81,14 @@ fn daemon_pids(lab: &Lab) -> Vec<u32> {
 
 /// A layer of incompressible data, so stored bytes equal wire payload.
 pub(crate) fn random_layer(dir: &Path, mib: usize) -> PathBuf {
+    random_layer_seeded(dir, mib, 0x9e37_79b9_7f4a_7c15)
+}
+
+/// [`random_layer`] from `seed` (not 0): another seed shares no chunk with it.
+fn random_layer_seeded(dir: &Path, mib: usize, seed: u64) -> PathBuf {
     let layer = dir.join("layer");
     std::fs::create_dir_all(layer.join("bin")).expect("layer dir");
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut state = seed;
     let mut data = vec![0u8; mib << 20];
     for chunk in data.chunks_mut(8) {
         state ^= state << 13;
@@ -173,6 +178,11 @@ fn lab_push_crosses_uplinks_as_planned_and_cleans_up() {
     // each proxy paced within its planned half (at the 100 Mbit/s its members take), so both
     // groups fill at once. Unpaced, one proxy took the whole link and finished in half the
     // other's time.
+    // Another layer, or the nodes would hold it already.
+    let other = tempfile::tempdir().expect("tempdir");
+    let layer = random_layer_seeded(other.path(), 8, 0x2545_f491_4f6c_dd1d);
+    let mut o = PushOptions::new(&lab.publish(&layer).expect("publish"));
+    o.timeout = Duration::from_secs(120);
     o.extra = vec!["--login-copies".into(), "2".into()];
     let two = lab.push(&o).expect("push with two copies");
     let r = &two.report;
