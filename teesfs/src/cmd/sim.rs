@@ -274,7 +274,8 @@ mod tests {
             assert_eq!(r[14], (4 * payload).to_string(), "minimum uplink: 4 groups");
         }
         let topo = &rows[0];
-        assert_eq!((topo[3], topo[4]), ("topo", "3"));
+        // Depth 5: the login node feeds one proxy, whose members feed the other proxies.
+        assert_eq!((topo[3], topo[4]), ("topo", "5"));
         assert_eq!(
             topo[11],
             (4 * payload).to_string(),

@@ -428,3 +428,68 @@ fn lab_health_names_a_cut_off_group_and_sees_it_again_after_link_up() {
     assert!(ok, "{r:#}");
     lab_down(s);
 }
+
+/// A relay takes in no faster than it passes on (`teesfs_node` `job/intake.rs`): a member
+/// whose only child (the next group's proxy, by default) is stopped stops reading its
+/// parent's stream a few MiB later (its lead bound and the child's stream window), while
+/// the rest of the tree completes; once the child is continued, every node completes and
+/// nothing failed. Without the bound the member took the whole layer in with its siblings.
+#[test]
+fn lab_a_relay_whose_only_child_is_stopped_takes_in_no_more_than_a_window_ahead() {
+    let _turn = crate::lab::lab_turn();
+    if !can_lab() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let layer = random_layer(tmp.path(), 48);
+    let spec = LabSpec {
+        groups: 2,
+        group_size: 4,
+        ..LabSpec::default()
+    };
+    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
+    let index = lab.publish(&layer).expect("publish");
+    // A deadline longer than the stop: the child is slow, not dead.
+    let mut o = PushOptions::new(&index);
+    o.timeout = Duration::from_secs(120);
+    o.extra = vec!["--deadline".into(), "60s".into()];
+    let push = lab.push_background(&o).expect("push");
+    wait_mid_push(&lab, "n05");
+    let status = |h: &str| lab.status(h).expect("status").jobs.first().cloned();
+    let parent = status("n05").expect("n05's job").parent;
+    assert_ne!(
+        parent, "login",
+        "by default the login node feeds one proxy, n01"
+    );
+    lab.pause_daemon("n05").expect("SIGSTOP n05");
+    // Every node outside the stopped subtree and its parent completes.
+    let others: Vec<String> = ["n01", "n02", "n03", "n04"]
+        .into_iter()
+        .filter(|h| *h != parent)
+        .map(String::from)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !others
+        .iter()
+        .all(|h| status(h).is_some_and(|j| j.have == j.chunks))
+    {
+        assert!(Instant::now() < deadline, "{others:?} never completed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let held = status(&parent).expect("parent's job");
+    lab.resume_daemon("n05").expect("SIGCONT n05");
+    eprintln!(
+        "{parent} held {} of {} chunks when {others:?} had all",
+        held.have, held.chunks
+    );
+    assert!(
+        held.have * 4 <= held.chunks * 3,
+        "{parent}, whose only child was stopped, took in {} of {} chunks",
+        held.have,
+        held.chunks
+    );
+    let end = push.wait(Duration::from_secs(120)).expect("push ends");
+    assert!(end.success, "{:?}", end.report.failures);
+    assert!(end.report.per_node.iter().all(|n| n.all_s.is_some()));
+    lab.down().expect("lab down");
+}
