@@ -26,8 +26,13 @@ struct Scene {
 }
 
 fn scene() -> Scene {
+    scene_with(8)
+}
+
+/// [`scene`] with a layer of `mib` MiB.
+fn scene_with(mib: usize) -> Scene {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let layer = random_layer(tmp.path(), 8);
+    let layer = random_layer(tmp.path(), mib);
     let spec = LabSpec {
         groups: 2,
         group_size: 4,
@@ -440,21 +445,14 @@ fn lab_a_relay_whose_only_child_is_stopped_takes_in_no_more_than_a_window_ahead(
     if !can_lab() {
         return;
     }
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let layer = random_layer(tmp.path(), 48);
-    let spec = LabSpec {
-        groups: 2,
-        group_size: 4,
-        ..LabSpec::default()
-    };
-    let lab = Lab::up(&spec, &LabOptions::new(teesfs_bin())).expect("lab up");
-    let index = lab.publish(&layer).expect("publish");
+    let s = scene_with(48);
+    let lab = &s.lab;
     // A deadline longer than the stop: the child is slow, not dead.
-    let mut o = PushOptions::new(&index);
+    let mut o = PushOptions::new(&s.index);
     o.timeout = Duration::from_secs(120);
     o.extra = vec!["--deadline".into(), "60s".into()];
     let push = lab.push_background(&o).expect("push");
-    wait_mid_push(&lab, "n05");
+    wait_mid_push(lab, "n05");
     let status = |h: &str| lab.status(h).expect("status").jobs.first().cloned();
     let parent = status("n05").expect("n05's job").parent;
     assert_ne!(
@@ -491,5 +489,5 @@ fn lab_a_relay_whose_only_child_is_stopped_takes_in_no_more_than_a_window_ahead(
     let end = push.wait(Duration::from_secs(120)).expect("push ends");
     assert!(end.success, "{:?}", end.report.failures);
     assert!(end.report.per_node.iter().all(|n| n.all_s.is_some()));
-    lab.down().expect("lab down");
+    lab_down(s);
 }
