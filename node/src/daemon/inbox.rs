@@ -51,11 +51,8 @@ impl Router for Shared {
                 data,
                 demand,
             } => {
-                let core = self.running(job);
-                if core.is_none() {
+                let Some(core) = self.running(job) else {
                     tracing::debug!(%job, peer = %from_host, "chunk for an unknown job");
-                }
-                let Some(core) = core else {
                     self.metrics.chunk_refused();
                     return None;
                 };

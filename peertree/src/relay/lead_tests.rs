@@ -5,10 +5,14 @@
 use super::*;
 
 /// A push of 12 chunks, no urgent set, with every node started and every child ready,
-/// but no chunk sent: the hand-driven tests below move chunks themselves.
-fn started(p: &crate::Plan) -> Net {
+/// but no chunk sent: the hand-driven tests below move chunks themselves. The nodes in
+/// `holding` kept the whole layer from an earlier job.
+fn started(p: &crate::Plan, holding: &[NodeId]) -> Net {
     let mut net = Net::new(p, 12, 0);
     net.rate = 0;
+    for &k in holding {
+        net.held.insert(k, (0..12).map(ChunkNo).collect());
+    }
     let nodes = p.ids().count();
     net.run_until(2_000, |n| n.relays.len() == nodes);
     for _ in 0..200 {
@@ -20,7 +24,7 @@ fn started(p: &crate::Plan) -> Net {
 #[test]
 fn a_relays_lead_is_what_it_holds_in_order_beyond_its_least_behind_child() {
     let p = plan(1, 4, Strategy::Topo);
-    let mut net = started(&p);
+    let mut net = started(&p, &[]);
     let root = net.root_id;
     let (proxy, kids) = p
         .ids()
@@ -86,16 +90,7 @@ fn children_that_hold_the_layer_already_are_never_behind() {
         .skip(1)
         .find(|id| p.children[id.index()].len() >= 2)
         .expect("a relay with two children");
-    let mut net = Net::new(&p, 12, 0);
-    net.rate = 0;
-    for &k in &p.children[proxy.index()] {
-        net.held.insert(k, (0..12).map(ChunkNo).collect());
-    }
-    let nodes = p.ids().count();
-    net.run_until(2_000, |n| n.relays.len() == nodes);
-    for _ in 0..200 {
-        net.step();
-    }
+    let mut net = started(&p, &p.children[proxy.index()]);
     let (now, order) = (net.now, net.schedule.order.clone());
     let parent = p.parent[proxy.index()].expect("a parent");
     let r = net.relays.get_mut(&proxy).expect("proxy");

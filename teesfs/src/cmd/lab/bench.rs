@@ -25,8 +25,9 @@ pub struct BenchArgs {
     /// Methods, comma-separated: topo (told the lab's link rates), topo-unrated (the
     /// same planner without them, nor any it learned), topo-learned (the second push of a
     /// lab told no rates: with the rates its first push learned), topo-wide-login (topo
-    /// with the login node feeding what its link carries, --login-copies 64), topo-paper (the paper's Algorithm 1), random,
-    /// hostlist, flat, storage (teesfs plans), bittorrent (aria2c + mktorrent + the lab's tracker), sbcast (real Slurm in the lab).
+    /// with the login node feeding what its link carries, --login-copies 64), topo-paper
+    /// (the paper's Algorithm 1), random, hostlist, flat, storage (teesfs plans),
+    /// bittorrent (aria2c + mktorrent + the lab's tracker), sbcast (real Slurm in the lab).
     /// Default: all; a baseline whose programs are not installed is then skipped with a
     /// warning (named explicitly, it is an error).
     #[arg(long, value_delimiter = ',')]
