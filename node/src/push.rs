@@ -244,6 +244,7 @@ pub async fn push(
         .shared_store
         .is_some()
         .then(|| scan_store(checked.clone(), &schedule_order, spec.index.chunks.len()));
+    let (recheck_store, root) = (Some(checked.clone()), spec.nodes.first().map(|n| n.id));
     let job = RootJob {
         index: spec.index,
         index_id: spec.index_id,
@@ -272,6 +273,8 @@ pub async fn push(
         scan,
         store: store_dir,
         index: index_id,
+        checked: recheck_store,
+        root,
     };
     let progress = Progress {
         nodes: nodes.saturating_sub(1),
@@ -328,6 +331,25 @@ struct StoreWatch {
     store: std::path::PathBuf,
     /// The index pushed.
     index: IndexId,
+    /// The store, until a node refuses a chunk the root sent: then it is checked again,
+    /// marks not trusted, in the background, and its bad chunks come as `faults`.
+    checked: Option<Arc<CheckedStore>>,
+    /// The root.
+    root: Option<NodeId>,
+}
+
+impl StoreWatch {
+    /// Watches `ev`: a node that calls the root a liar starts a check of the whole store
+    /// (once a push), which names the chunks a mark hid ([`CheckedStore::recheck`]).
+    fn saw(&mut self, ev: &Event) {
+        if let Event::Liar(p, _) = ev
+            && Some(*p) == self.root
+            && let Some(store) = self.checked.take()
+        {
+            tracing::warn!("a node refused a chunk the root sent: checking the root's store again");
+            tokio::task::spawn_blocking(move || store.recheck());
+        }
+    }
 }
 
 /// Follows the root's events until `wait` completes for every reachable node, the store
@@ -370,6 +392,7 @@ async fn follow(
                     Event::JobPhaseDone(p) => nodes_done[p.index()] = Some(t),
                     _ => {}
                 }
+                watch.saw(&ev);
                 out.events.push((t, ev));
             }
             Step::Bad(bad) | Step::Scanned(_, bad) if !bad.is_empty() => {
@@ -437,7 +460,10 @@ async fn serve_demand(
     loop {
         tokio::select! {
             e = session.next_event(until) => match e {
-                Some(e) => out.events.push(e),
+                Some(e) => {
+                    watch.saw(&e.1);
+                    out.events.push(e);
+                }
                 None => break,
             },
             Some(bad) = watch.faults.recv() => {
@@ -544,6 +570,8 @@ fn tally(plan: &Plan, out: &Outcome) -> Tally {
                 cause: None,
             }),
             Event::EdgeFailed(_, c) if refused.contains(&c) => {}
+            // The root's damaged store, named once as the store's failure below.
+            Event::Liar(p, _) if p == plan.root && out.store_fault.is_some() => {}
             Event::NodeDone(n, Phase::Urgent) => times.entry(n).or_default().0 = Some(*t),
             Event::NodeDone(n, Phase::All) => times.entry(n).or_default().1 = Some(*t),
             Event::EdgeBytes(p, c, b) => {

@@ -12,6 +12,8 @@
 //! - [`verify`](mod@verify): checking indexes and every chunk they reference, as a typed
 //!   report for `teesfs verify` to print.
 //!
+//! - [`mark`]: a chunk file's mark that it was written or checked whole, so the push root
+//!   hashes each chunk once rather than at every push.
 //! - [`files`]: bounded reads of files named by users or found in stores.
 //! - [`deps`]: dependency analysis, the files a command needs to start (its urgent set).
 //! - [`learned`]: the urgent set a layer's jobs taught (their nodes' records merged), kept
@@ -29,6 +31,7 @@ mod holders;
 pub mod layout;
 pub mod learned;
 pub mod lock;
+pub mod mark;
 pub mod publish;
 pub mod rates;
 pub mod shared;

@@ -7,7 +7,8 @@
 //! it decodes to its id ([`manifest::ChunkSink::stored_form`]), a new one is written from
 //! the bytes just hashed. (Reading the new ones back as well doubled the publish time of a
 //! 50,000-file layer, for nothing an attacker who can write the store could not undo
-//! after the signature anyway: nodes verify every chunk.)
+//! after the signature anyway: nodes verify every chunk.) The new ones are marked as written
+//! whole ([`crate::mark`]), so the push root does not hash them again at every push.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,6 +17,18 @@ use manifest::build::BuildProgress;
 use manifest::{BuildOptions, BuildReport, Index, IndexId, SecretKey, SignedIndex};
 
 use crate::{DirStore, Error, TagName};
+
+/// The publisher's sink: the store, marking each chunk file it writes.
+struct Marking<'a>(&'a DirStore);
+
+impl manifest::ChunkSink for Marking<'_> {
+    fn stored_form(&self, id: &manifest::ChunkId, plain_len: u32) -> Option<manifest::StoredForm> {
+        manifest::ChunkSink::stored_form(self.0, id, plain_len)
+    }
+    fn put(&self, id: &manifest::ChunkId, stored: &[u8]) -> std::io::Result<()> {
+        self.0.put_marked(id, stored)
+    }
+}
 
 /// How often a layer is read before a file that keeps changing fails the publish.
 const PUBLISH_ATTEMPTS: u32 = 3;
@@ -105,7 +118,7 @@ pub fn publish_adjusted(
     let _lock = store.lock_shared()?;
     let mut attempt = 1;
     let (mut index, report) = loop {
-        match manifest::build(layer, opts, store, progress) {
+        match manifest::build(layer, opts, &Marking(store), progress) {
             Err(manifest::Error::FileChanged { path }) if attempt < PUBLISH_ATTEMPTS => {
                 tracing::warn!(path = %path.display(), attempt, "a file changed while it was published; reading the layer again");
                 attempt += 1;

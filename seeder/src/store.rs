@@ -167,6 +167,17 @@ impl DirStore {
     }
 
     pub(crate) fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_atomic_then(dest, bytes, |_| {})
+    }
+
+    /// [`Self::write_atomic`], calling `written` with the file once its bytes are in and
+    /// before it is renamed into place.
+    fn write_atomic_then(
+        &self,
+        dest: &Path,
+        bytes: &[u8],
+        written: impl FnOnce(&std::fs::File),
+    ) -> std::io::Result<()> {
         let dir = dest.parent().expect("store paths always have a parent");
         // Objects are content-addressed and the index is signed: readable by whoever may
         // enter the store's directory (the Slurm prolog runs as the Slurm user, not as the
@@ -186,8 +197,18 @@ impl DirStore {
             Err(e) => return Err(e),
         };
         tmp.write_all(bytes)?;
+        written(tmp.as_file());
         tmp.persist(dest).map_err(|e| e.error)?;
         Ok(())
+    }
+
+    /// Writes `id`'s stored form, as the publisher just encoded it, and marks the file as
+    /// holding it ([`crate::mark`]), so the push root need not hash it at every push.
+    pub(crate) fn put_marked(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+        let hash = manifest::StoredForm::of(stored).hash;
+        self.write_atomic_then(&self.chunk_path(id), stored, |f| {
+            crate::mark::mark(f, id, hash);
+        })
     }
 
     /// Stores a signed index; returns its id. An existing file of that id that is not

@@ -158,6 +158,43 @@ fn a_damaged_chunk_in_the_root_store_is_named_as_damaged() {
     );
 }
 
+/// Damage the root's marks cannot see (the disk's, or a write that put the file's time
+/// back): the publisher marked the chunk file checked, so the root sends it without
+/// hashing it; the node refuses it, and the root then checks its whole store, names the
+/// chunk as damaged and fails the push, as if it had hashed the chunk first.
+#[test]
+fn damage_that_keeps_a_chunk_files_mark_is_named_once_a_node_refuses_it() {
+    if !can_mount() {
+        return;
+    }
+    let (all, _, rep) = push_over_a_spoiled_store(|p| {
+        let mark = xattr::get(p, seeder::mark::MARK_XATTR).expect("getxattr");
+        assert!(mark.is_some(), "the publisher marked {}", p.display());
+        let modified = std::fs::metadata(p).expect("md").modified().expect("mtime");
+        let mut bytes = std::fs::read(p).expect("read");
+        let mid = bytes.len() / 3;
+        bytes[mid] ^= 0x40;
+        std::fs::write(p, bytes).expect("damage");
+        let f = std::fs::File::options().write(true).open(p).expect("open");
+        f.set_times(std::fs::FileTimes::new().set_modified(modified))
+            .expect("put the time back");
+    });
+    assert!(
+        all.contains("damaged on disk") && all.contains("refused a chunk the root sent"),
+        "the root sent it, then named it: {all}"
+    );
+    let liars = rep["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .filter(|f| f["kind"] == "liar")
+        .count();
+    assert_eq!(
+        liars, 0,
+        "the store is named, not the root as a liar: {rep}"
+    );
+}
+
 /// A tmpfs of one page mounted over a directory: writing a chunk there fails with ENOSPC.
 /// Detached on drop.
 struct FullDisk(PathBuf);
