@@ -239,11 +239,14 @@ impl CheckedStore {
             .metadata()
             .map_err(|e| bad(Problem::Unreadable(e.to_string())))?;
         let stamp = Stamp::of(&md);
+        // Only what this root hashed is remembered: a scan (`Trust::Memory`) never takes a
+        // mark for a check.
+        let hashed = lock(&self.checked).get(&position) == Some(&stamp);
         let known = match trust {
             Trust::Nothing => false,
-            Trust::Memory => lock(&self.checked).get(&position) == Some(&stamp),
+            Trust::Memory => hashed,
             Trust::Marks => {
-                lock(&self.checked).get(&position) == Some(&stamp)
+                hashed
                     || (md.len() == u64::from(info.stored_len)
                         && seeder::mark::is_marked(&file, &md, &info.id, info.stored_hash))
             }
@@ -257,7 +260,6 @@ impl CheckedStore {
         if known {
             let bytes = read(file)?;
             if bytes.len() as u64 == md.len() {
-                lock(&self.checked).insert(position, stamp);
                 return Ok(StoredChunk::Unchecked(bytes));
             }
             // Changed while read: checked below as any other.
@@ -520,6 +522,11 @@ mod tests {
         assert!(
             matches!(again.read(ChunkNo(0)), Ok(StoredChunk::Unchecked(_))),
             "the mark hides this damage"
+        );
+        assert_eq!(
+            again.check([ChunkNo(0)]).len(),
+            1,
+            "a storage-mode scan never takes a mark for a check"
         );
         let bad = again.recheck();
         assert_eq!(bad.len(), 1, "{bad:?}");
