@@ -251,34 +251,21 @@ impl CheckedStore {
                         && seeder::mark::is_marked(&file, &md, &info.id, info.stored_hash))
             }
         };
-        let read = |file| {
-            self.bytes_of(file, &md).map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidData => bad(Problem::Damaged(e.to_string())),
-                _ => bad(Problem::Unreadable(e.to_string())),
-            })
-        };
-        if known {
-            let bytes = read(file)?;
-            if bytes.len() as u64 == md.len() {
-                return Ok(StoredChunk::Unchecked(bytes));
-            }
-            // Changed while read: checked below as any other.
-            let (checked, _) = manifest::check_chunk(bytes, &info)
-                .map_err(|e| bad(Problem::Damaged(e.to_string())))?;
-            return Ok(StoredChunk::Checked(checked));
+        let bytes = self.bytes_of(&file, &md).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => bad(Problem::Damaged(e.to_string())),
+            _ => bad(Problem::Unreadable(e.to_string())),
+        })?;
+        // A file that changed while it was read is checked as any other.
+        if known && bytes.len() as u64 == md.len() {
+            return Ok(StoredChunk::Unchecked(bytes));
         }
-        let bytes = read(
-            file.try_clone()
-                .map_err(|e| bad(Problem::Unreadable(e.to_string())))?,
-        )?;
-        let checked = manifest::check_chunk(bytes, &info).map_err(|e| {
+        let (checked, _) = manifest::check_chunk(bytes, &info).map_err(|e| {
             seeder::mark::unmark(&file);
             match e {
                 manifest::Error::CorruptChunk { reason, .. } => bad(Problem::Damaged(reason)),
                 other => bad(Problem::Damaged(other.to_string())),
             }
-        });
-        let (checked, _) = checked?;
+        })?;
         // Marked for the next push; the mark changes the file's change time, so the
         // stamp is taken after it.
         let stamp = match seeder::mark::mark(&file, &info.id, info.stored_hash) {
@@ -293,7 +280,7 @@ impl CheckedStore {
     /// on a local file system and the chunk is large (the root sends them from the page
     /// cache, without a copy), else read.
     #[allow(unsafe_code)] // A file map has no safe constructor; see SAFETY below.
-    fn bytes_of(&self, file: std::fs::File, md: &std::fs::Metadata) -> std::io::Result<Bytes> {
+    fn bytes_of(&self, file: &std::fs::File, md: &std::fs::Metadata) -> std::io::Result<Bytes> {
         if !self.mapped || md.len() < MAP_AT_LEAST || md.len() > seeder::store::MAX_STORED_CHUNK {
             let bytes = seeder::files::read_file_limited(file, seeder::store::MAX_STORED_CHUNK)?;
             return Ok(bytes.into());
@@ -313,7 +300,7 @@ impl CheckedStore {
             memmap2::MmapOptions::new()
                 .len(md.len() as usize)
                 .populate()
-                .map(&file)?
+                .map(file)?
         };
         Ok(Bytes::from_owner(map))
     }
@@ -329,8 +316,8 @@ impl CheckedStore {
     /// Checks every chunk of the index, trusting neither marks nor earlier checks: a node
     /// refused a chunk the root sent, and the root names the damaged ones (damage that
     /// left a file's mark standing: the disk's, or a write that restored its time).
-    /// Damaged files lose their marks.
-    /// Each is also sent to the receiver [`CheckedStore::new`] returned.
+    /// Damaged files lose their marks, and each is also sent to the receiver
+    /// [`CheckedStore::new`] returned.
     pub fn recheck(&self) -> Vec<BadChunk> {
         let all = (0..self.index.chunks.len())
             .filter_map(ChunkNo::at)

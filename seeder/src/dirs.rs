@@ -126,7 +126,7 @@ impl Dir {
                 e.into()
             }
         })?;
-        crate::files::read_file_limited(std::fs::File::from(fd), max)
+        crate::files::read_file_limited(&std::fs::File::from(fd), max)
     }
 
     /// Removes the entry `name` (a file or a link, never a directory); a missing one is

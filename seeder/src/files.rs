@@ -51,12 +51,12 @@ pub fn read_limited(path: &Path, max: u64, symlinks: Symlinks) -> std::io::Resul
                 e
             }
         })?;
-    read_file_limited(file, max)
+    read_file_limited(&file, max)
 }
 
 /// [`read_limited`] of a file already opened (e.g. `openat` relative to a directory's fd):
 /// only a regular file is read, and at most `max` bytes of it.
-pub fn read_file_limited(file: std::fs::File, max: u64) -> std::io::Result<Vec<u8>> {
+pub fn read_file_limited(file: &std::fs::File, max: u64) -> std::io::Result<Vec<u8>> {
     let md = file.metadata()?;
     if !md.file_type().is_file() {
         return Err(std::io::Error::new(
