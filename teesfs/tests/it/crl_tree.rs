@@ -85,13 +85,16 @@ fn a_crl_revoked_on_the_login_node_only_reaches_every_node_with_the_next_push() 
         });
     }
     // The root dials its children and, ahead of their `Start`s, its grandchildren: n03
-    // is further down and has the list from a node that passed it on.
+    // is further down and has the list from a node that passed it on. The daemon logs the
+    // install after it wrote crl.pem, so the line is waited for, not read at once.
+    let installed = "installed a newer revocation list from a peer";
+    wait_for("n03's log of the install", || {
+        log_of(&c, 2).contains(installed)
+    });
     let log = log_of(&c, 2);
     assert!(
-        log.lines().any(
-            |l| l.contains("installed a newer revocation list from a peer")
-                && (l.contains("peer=n01") || l.contains("peer=n02"))
-        ),
+        log.lines()
+            .any(|l| l.contains(installed) && (l.contains("peer=n01") || l.contains("peer=n02"))),
         "{log}"
     );
 
