@@ -22,12 +22,14 @@
 //!   it, and a login link taken as those two streams planned every later push with two
 //!   (the third group behind a proxy: 1.2-1.38x the plan with the lab's rates).
 //! - The receiving end's link carried the edge's rate (a lower bound): a proxy entered from
-//!   another group receives through its uplink. Every stream into any compute node is also taken as a
-//!   lower bound of a node's rate: compute nodes are alike, and a first push planned without
-//!   rates often has no unshared stream into a member (its proxy feeds the whole group), so
-//!   the login node's streams to the proxies are what shows a node's rate. Where proxies'
-//!   uplinks are much faster than the nodes' NICs and the login node feeds few of them, that
-//!   overstates a node's rate; configured rates override learned ones.
+//!   another group receives through its uplink. A node's rate is the fastest stream into a
+//!   node through its NIC (compute nodes are alike); streams into proxies through their
+//!   uplinks count only when no stream into a member was measured. A proxy's way in may be
+//!   wider than a NIC: in the lab the login node's stream into a proxy ran at 95 Mbit/s
+//!   over NICs of 76, and a node's rate taken from it made the port 3 streams instead of 4
+//!   (BENCHMARKS.md, "Link rates the tree learns"). A push planned without rates leaves one
+//!   member of each wide group to another member for this (`peertree`'s topo strategy):
+//!   that stream is held back by nothing but two NICs.
 //!
 //! One push's figure per class is the largest of its lower bounds; [`Observed`] keeps the
 //! measured figures apart from the bounds. [`LearnedRates`] keeps
@@ -253,14 +255,21 @@ pub fn observe(rep: &PushReport) -> Observed {
     let mut out = Observed::default();
     // Per sender and link: its children's streams.
     let mut sent: HashMap<(&str, LinkClass), Vec<u64>> = HashMap::new();
+    // The fastest stream into a node through its NIC, and into a proxy through its uplink.
+    let (mut nic, mut uplink) = (None::<u64>, None::<u64>);
     for e in &edges {
         let Some(bps) = e.bps else { continue };
         sent.entry((e.parent.as_str(), e.link))
             .or_default()
             .push(bps);
-        if e.into_uplink {
-            out.at_least.at_least(LinkClass::Uplink, bps);
-        }
+        let way_in = if e.into_uplink { &mut uplink } else { &mut nic };
+        *way_in = Some(way_in.map_or(bps, |v| v.max(bps)));
+    }
+    if let Some(bps) = uplink {
+        out.at_least.at_least(LinkClass::Uplink, bps);
+    }
+    // A node's rate: streams into proxies show it only when no stream into a member did.
+    if let Some(bps) = nic.or(uplink) {
         out.figures.at_least(LinkClass::Node, bps);
     }
     // The fastest single stream: what a stream reached where nothing else held it back.

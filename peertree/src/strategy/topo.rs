@@ -191,7 +191,9 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 ///
 /// The layout follows from the shape the planner assumes (a proxy's port and uplink each
 /// carry its whole group, a node's NIC one stream):
-/// - a leader feeds all its slaves directly (up to `width - 1`), as in the paper;
+/// - a leader feeds all its slaves directly (up to `width - 1`), as in the paper, but for
+///   one in groups of three or more slaves, which hangs below a directly fed slave (see
+///   [`Fanouts::direct`]: without rates a push must show a node's own rate to learn it);
 /// - a leader and the login node feed at most [`uplink_fanout`] other groups (the width
 ///   less a full group's slaves: 8 for groups of 8 and width 15), so no uplink is shared
 ///   by more streams than it carries at full rate;
@@ -526,6 +528,8 @@ struct Fanouts {
     /// Children of a member that relays to members; `None` without rates (members
     /// relay only when a group is wider than the tree).
     member: Option<usize>,
+    /// Planned without rates: a leader leaves one member of a wide group to another.
+    unrated: bool,
 }
 
 impl Fanouts {
@@ -538,6 +542,7 @@ impl Fanouts {
                 uplink: r.uplink_streams().min(w),
                 port: r.port_streams(),
                 member: Some(r.member_streams().min(w)),
+                unrated: false,
             },
             None => {
                 let uplink = uplink_fanout(w, largest_group);
@@ -547,15 +552,31 @@ impl Fanouts {
                     uplink,
                     port: usize::MAX,
                     member: None,
+                    unrated: true,
                 }
             }
         }
     }
 
     /// Slaves a leader of `n` slaves feeds itself.
+    ///
+    /// Without rates, a leader that would feed all of three or more slaves feeds all but
+    /// one, which hangs below a directly fed slave. That stream, member to member, is the
+    /// one in the push that nothing but two NICs holds back, so the learned rates
+    /// (`pushreport::rates`) see a node's own rate. Without it every stream into a member
+    /// shares its proxy's port, and the fastest stream of the push is the login node's
+    /// into a proxy, whose way in is its group's uplink: in the lab that stream ran at 95
+    /// Mbit/s over NICs of 76, the port of 315 counted as 3 node streams instead of 4 and
+    /// the second push took 1.32x the push with the lab's rates (BENCHMARKS.md, "Link
+    /// rates the tree learns"). The last member's stream runs at a node's rate instead of
+    /// its share of the port, so the first push is no slower; the port's other streams
+    /// still share it, so the sum measures it.
     fn direct(&self, n: usize) -> usize {
         let w = self.width;
         let by_width = if w > 1 { n.min(w - 1) } else { n.min(w) };
+        if self.unrated && by_width == n && n >= 3 {
+            return n - 1;
+        }
         by_width.min(self.port)
     }
 }
