@@ -191,9 +191,9 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 ///
 /// The layout follows from the shape the planner assumes (a proxy's port and uplink each
 /// carry its whole group, a node's NIC one stream):
-/// - a leader feeds all its slaves directly (up to `width - 1`), as in the paper, but for
-///   one in groups of three or more slaves, which hangs below a directly fed slave (see
-///   [`Fanouts::direct`]: without rates a push must show a node's own rate to learn it);
+/// - a leader feeds at most [`UNRATED_DIRECT`] of its slaves directly and the rest of its
+///   group hangs below them as chains (without rates a push must show a node's own rate
+///   for the next plan to learn it; the paper's leader feeds all of them);
 /// - a leader and the login node feed at most [`uplink_fanout`] other groups (the width
 ///   less a full group's slaves: 8 for groups of 8 and width 15), so no uplink is shared
 ///   by more streams than it carries at full rate;
@@ -248,6 +248,9 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         let direct = fan.direct(lead.slaves.len());
         match fan.member {
             Some(per_member) => hang_relays(b, lead.leader, direct, per_member, &lead.slaves),
+            None if fan.chains(lead.slaves.len()) => {
+                hang_relays(b, lead.leader, direct, 1, &lead.slaves)
+            }
             None => hang_slaves(b, lead.leader, direct, &lead.slaves),
         }
     }
@@ -515,6 +518,20 @@ fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
     hang_relays(b, deputy, fan, fan, rest);
 }
 
+/// Members a leader feeds itself without rates, the rest of its group hanging below them
+/// as chains. A push planned without rates is what teaches the next plan the machine's
+/// rates (`pushreport::rates`), and a node's rate shows only in a stream into a member
+/// that its proxy's port does not hold back: with the whole group fed from the port, every
+/// member's stream is its share of the port, the fastest stream of the push is the login
+/// node's into a proxy (whose way in is its group's uplink, wider than a NIC), and in the
+/// lab a node's rate taken from it (95 Mbit/s over NICs of 76) counted the port as 3
+/// streams instead of 4: the second push took 1.32x the push with the lab's rates
+/// (BENCHMARKS.md, "Link rates the tree learns"). Three streams fit a port of at least
+/// three nodes' rate (the lab's carry 4, Tianhe's 8), and every chained member receives
+/// from a member that receives at a node's rate; the port is then known from below and
+/// each later plan gives it one stream more until a push shows it shared.
+const UNRATED_DIRECT: usize = 3;
+
 /// How many streams each kind of host feeds, from the link rates when the topology has
 /// them, else from the width and the Tianhe shape (a port that carries its whole group).
 struct Fanouts {
@@ -560,24 +577,22 @@ impl Fanouts {
 
     /// Slaves a leader of `n` slaves feeds itself.
     ///
-    /// Without rates, a leader that would feed all of three or more slaves feeds all but
-    /// one, which hangs below a directly fed slave. That stream, member to member, is the
-    /// one in the push that nothing but two NICs holds back, so the learned rates
-    /// (`pushreport::rates`) see a node's own rate. Without it every stream into a member
-    /// shares its proxy's port, and the fastest stream of the push is the login node's
-    /// into a proxy, whose way in is its group's uplink: in the lab that stream ran at 95
-    /// Mbit/s over NICs of 76, the port of 315 counted as 3 node streams instead of 4 and
-    /// the second push took 1.32x the push with the lab's rates (BENCHMARKS.md, "Link
-    /// rates the tree learns"). The last member's stream runs at a node's rate instead of
-    /// its share of the port, so the first push is no slower; the port's other streams
-    /// still share it, so the sum measures it.
+    /// Without rates, a leader feeds at most [`UNRATED_DIRECT`] of a group that fits the
+    /// width, and the rest hang below them as chains ([`Fanouts::chains`]).
     fn direct(&self, n: usize) -> usize {
         let w = self.width;
         let by_width = if w > 1 { n.min(w - 1) } else { n.min(w) };
-        if self.unrated && by_width == n && n >= 3 {
-            return n - 1;
+        if self.chains(n) {
+            return UNRATED_DIRECT;
         }
         by_width.min(self.port)
+    }
+
+    /// Whether a leader of `n` slaves feeds [`UNRATED_DIRECT`] of them and the rest hang
+    /// below those as chains: planned without rates, a group wider than that and within
+    /// the width.
+    fn chains(&self, n: usize) -> bool {
+        self.unrated && n > UNRATED_DIRECT && n < self.width
     }
 }
 

@@ -74,11 +74,14 @@ fn lab_unrated_pushes_learn_the_link_rates_and_the_next_plan_uses_them() {
     assert_eq!(used.source, Source::Learned, "{used:?}");
     assert_eq!(used.pushes, Some(1), "{used:?}");
     let r = spec.rates;
-    // A node's rate comes from the login node's streams to the proxies (400 Mbit/s over 4
-    // proxies): a lower bound that may run high. Every figure is what the push achieved:
-    // on the project's 2 cores, shared with builds, a push is CPU-bound well below the
-    // links (a first push measured half of them with a compiler running beside it).
-    within("node", used.links.node, r.slave, 0.25, 2.5);
+    // A node's rate comes from streams into members through their NICs (the unrated plan
+    // hangs one member of each group below another), never above the NIC's shaping (plus
+    // the quarter the plan adds): not from a stream into a proxy, whose way in is its
+    // group's uplink. Every figure is what the push achieved: on the project's 2 cores,
+    // shared with builds, a push is CPU-bound well below the links (a first push measured
+    // half of them with a compiler running beside it).
+    let most = pushreport::rates::HEADROOM * 1.1;
+    within("node", used.links.node, r.slave, 0.25, most);
     within("port", used.links.port, r.proxy_group, 0.25, 1.5);
     // The first push's login streams ran as fast as any: a lower bound of the login link,
     // planned one node's stream wider (5 of the lab's 4), a quarter above.
