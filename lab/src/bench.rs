@@ -33,8 +33,8 @@ use crate::slurm::{JobId, Slurm};
 pub enum Method {
     /// teesfs, topology-aware tree, told the lab's link rates (as a site configures).
     Topo,
-    /// teesfs, the topology-aware tree without link rates: the Tianhe assumption that a
-    /// proxy's port carries its whole group.
+    /// teesfs, the topology-aware tree without link rates (nor learned ones): a proxy
+    /// feeds 3 members and chains the rest.
     #[serde(rename = "topo-unrated")]
     TopoUnrated,
     /// teesfs, the topology-aware tree with the link rates its first push learned (issue

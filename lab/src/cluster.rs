@@ -109,7 +109,7 @@ pub struct PushOptions {
     /// SIGTERM, finishes the job on every node and writes its report).
     pub stop: Option<Arc<AtomicBool>>,
     /// Tell the planner the lab's link rates (`--links`), as a site's configuration
-    /// would; without them it assumes a port that carries a whole group (Tianhe).
+    /// would; without them (and learned rates) a proxy feeds 3 members, the rest chained.
     pub links: bool,
 }
 

@@ -70,8 +70,8 @@ pub struct SweepSpec {
     pub urgent: Option<u64>,
     /// The application's own start on one node from local data (0: no application).
     pub app_start: Duration,
-    /// Plan without the machine's link rates (the Tianhe assumption that a proxy's port
-    /// carries its whole group), as `teesfs push` does without `--links`.
+    /// Plan without the machine's link rates (a proxy feeds 3 members and chains the rest),
+    /// as `teesfs push` does without `--links` or learned rates.
     pub unrated: bool,
     /// Keep each simulation as a push report ([`Row::push`]), as `teesfs push --report`
     /// writes it, for `teesfs report` to draw.

@@ -32,15 +32,15 @@ pub struct JobArgs {
     /// port toward its group, a group's uplink, the login node's link), e.g.
     /// `node=100gbit,port=400gbit,uplink=400gbit,login=200gbit`. Where a proxy's port
     /// carries fewer streams than its group has members, members relay to members.
-    /// Overrides the topology file's [links]; without either the planner assumes a port
-    /// and an uplink that carry a whole group (Tianhe).
+    /// Overrides the topology file's [links]; without either (or learned rates) a proxy
+    /// feeds 3 members and chains the rest, and an uplink carries a whole group (Tianhe).
     /// Without rates here or in the topology file, the planner uses the rates earlier
     /// pushes from the store measured (STORE/learned/rates.json, see --no-learned-rates).
     #[arg(long, value_name = "SPEC", value_parser = parse_links)]
     pub links: Option<LinkRates>,
     /// Plan without the link rates earlier pushes measured (kept in
-    /// STORE/learned/rates.json, used when no rates are configured): the planner then
-    /// assumes a port that carries a whole group. Pushes still record what they measure.
+    /// STORE/learned/rates.json, used when no rates are configured): a proxy then feeds 3
+    /// members and chains the rest. Pushes still record what they measure.
     #[arg(long)]
     pub no_learned_rates: bool,
     /// The store whose learned link rates the plan may use (set by the command).

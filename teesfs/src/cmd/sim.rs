@@ -101,9 +101,10 @@ pub struct SimArgs {
     /// adds it to the later of each node's mount and urgent set.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = humantime::parse_duration)]
     app_start: Duration,
-    /// Plan without the machine's link rates, as `teesfs push` does without `--links`: the
-    /// planner then assumes a proxy's port carries its whole group (true on `tianhe`, not
-    /// on `lab`, whose port carries 4 of its 7 members' streams).
+    /// Plan without the machine's link rates, as `teesfs push` does without `--links` or
+    /// learned rates: a proxy then feeds 3 of its members and the rest hang below them as
+    /// chains (so that the push shows a node's rate), and an uplink is taken to carry a
+    /// whole group (Tianhe).
     #[arg(long)]
     unrated: bool,
     /// Mirror `teesfs lab bench`'s reference lab: the `lab` machine (or `lab-model`, if

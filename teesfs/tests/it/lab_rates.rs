@@ -120,10 +120,10 @@ fn health_rates(lab: &Lab) -> serde_json::Value {
 
 /// Issue 33, the explicit measurement: on the lab with no link rates configured,
 /// `teesfs health --rates` sends 8 MiB of filler to every node down the unrated tree (the
-/// login node feeds the 4 proxies, each proxy its 7 members). Each edge's rate is its
-/// shaped share within a sane factor (a login edge 400/4 = 100 Mbit/s, a port edge 400/7
-/// = 57 Mbit/s; never above it), the figures are kept in the store, and the next push plans
-/// with them.
+/// login node feeds the 4 proxies, each proxy 3 of its members, and the other 4 hang below
+/// those). Each edge's rate is its shaped share within a sane factor (a login edge 400/4
+/// = 100 Mbit/s, a port edge 400/3 held to its member's NIC of 100, a member's edge 100;
+/// never above it), the figures are kept in the store, and the next push plans with them.
 #[test]
 fn lab_health_rates_measures_the_shaped_links_and_the_next_push_plans_with_them() {
     let _turn = lab_turn();
@@ -138,39 +138,52 @@ fn lab_health_rates_measures_the_shaped_links_and_the_next_push_plans_with_them(
     lab::bench::write_payload(&layer, 16 << 20, 3).expect("layer");
     let index = lab.publish(&layer).expect("publish");
     let r = health_rates(&lab);
-    let members = spec.group_size as u64 - 1;
-    let share = |link: &str| match link {
-        "login" => spec.rates.login / spec.groups as u64,
-        "port" => spec.rates.proxy_group / members,
-        other => panic!("an unrated plan of the lab has no {other} edge: {r:#}"),
-    };
     let edges = r["edges"].as_array().expect("edges");
     assert_eq!(edges.len(), spec.groups * spec.group_size, "{r:#}");
-    let mut ports: std::collections::BTreeMap<String, u64> = Default::default();
+    // Each proxy's streams on its port.
+    let mut ports: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for e in edges.iter().filter(|e| e["link"] == "port") {
+        let port = ports.entry(e["parent"].to_string()).or_default();
+        port.0 += 1;
+        port.1 += e["bps"].as_u64().unwrap_or(0);
+    }
+    let share = |link: &str, parent: &str| match link {
+        "login" => spec.rates.login / spec.groups as u64,
+        "port" => (spec.rates.proxy_group / ports[parent].0).min(spec.rates.slave),
+        "node" => spec.rates.slave,
+        other => panic!("an unrated plan of the lab has no {other} edge: {r:#}"),
+    };
+    let mut member_edges = 0;
     for e in edges {
-        let link = e["link"].as_str().expect("link");
-        let what = format!("{} -> {} ({link})", e["parent"], e["child"]);
+        let (link, parent) = (e["link"].as_str().expect("link"), e["parent"].to_string());
+        let what = format!("{parent} -> {} ({link})", e["child"]);
         let bps = e["bps"].as_u64();
+        let share = share(link, &parent);
         // Below the share by what the 2 cores shared by 33 daemons and the builds beside
-        // them hold back (0.5-0.8x measured). Above it only where the link is shared: a
-        // port's streams split it as they go, so one may take more than an even share
-        // (1.10x seen) while its siblings take less, never more than the child's own NIC.
+        // them hold back: a debug build's streams into members ran at 0.41-0.55x of their
+        // NICs on a quiet machine (2026-12-07), so 0.25x is the floor. Above it only
+        // where the link is shared: a port's streams split it as they go, so one may take
+        // more than an even share (1.10x seen) while its siblings take less, never more
+        // than the child's own NIC.
         let most = match link {
-            "port" => 1.1 * spec.rates.slave as f64 / share(link) as f64,
+            "port" => 1.1 * spec.rates.slave as f64 / share as f64,
             _ => 1.1,
         };
-        within(&what, bps, share(link), 0.4, most);
-        if link == "port" {
-            *ports.entry(e["parent"].to_string()).or_default() += bps.unwrap_or(0);
-        }
+        within(&what, bps, share, 0.25, most);
+        member_edges += usize::from(link == "node");
     }
-    // What a port's streams took together is never above the port's shaping.
-    for (proxy, sum) in &ports {
+    assert!(
+        member_edges > 0,
+        "members feed members without rates: {r:#}"
+    );
+    // What a port's streams took together is never above the port's shaping, nor above
+    // its members' NICs.
+    for (proxy, (streams, sum)) in &ports {
         within(
-            &format!("{proxy}'s port, all its streams"),
+            &format!("{proxy}'s port, all its {streams} streams"),
             Some(*sum),
-            spec.rates.proxy_group,
-            0.4,
+            spec.rates.proxy_group.min(streams * spec.rates.slave),
+            0.25,
             1.1,
         );
     }
@@ -181,14 +194,15 @@ fn lab_health_rates_measures_the_shaped_links_and_the_next_push_plans_with_them(
     let file = pushreport::rates::LearnedRates::from_json(&file).expect("a learned-rates file");
     assert_eq!(file.pushes.len(), 1, "{file:?}");
     let f = &file.pushes[0];
-    // A node's rate is its fastest stream: a login edge, as fast as a node's NIC.
-    within("learned node", f.figures.node, spec.rates.slave, 0.4, 1.1);
-    // A proxy's port: its 7 streams shared it.
+    // A node's rate is the fastest stream into a member: never above a NIC.
+    within("learned node", f.figures.node, spec.rates.slave, 0.25, 1.1);
+    // A proxy's port carried its 3 streams: measured if they shared it, else known from
+    // below; either way 3 NICs' worth at most.
     within(
         "learned port",
-        f.figures.port,
-        spec.rates.proxy_group,
-        0.5,
+        f.figures.port.or(f.at_least.port),
+        3 * spec.rates.slave,
+        0.25,
         1.1,
     );
 
