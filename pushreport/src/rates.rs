@@ -443,7 +443,7 @@ pub enum Source {
     Configured,
     /// Learned from earlier pushes.
     Learned,
-    /// None: the planner assumed a port that carries a whole group.
+    /// None: the planner's plan without rates (a proxy feeds 3 members, chains the rest).
     None,
 }
 
@@ -481,8 +481,8 @@ impl RatesUsed {
     /// node=100mbit port=400mbit uplink=400mbit login=400mbit`.
     pub fn describe(&self) -> String {
         let Some(r) = self.rates() else {
-            return "none (the planner assumes a proxy's port carries its whole group; \
-                    pushes teach rates, see teesfs.toml(5) [topology] links)"
+            return "none (a proxy feeds 3 members and the rest follow as chains, so that \
+                    this push teaches the next its rates; see teesfs.toml(5) [topology] links)"
                 .into();
         };
         let rates = format!(

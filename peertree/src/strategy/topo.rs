@@ -533,7 +533,8 @@ fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
 const UNRATED_DIRECT: usize = 3;
 
 /// How many streams each kind of host feeds, from the link rates when the topology has
-/// them, else from the width and the Tianhe shape (a port that carries its whole group).
+/// them, else from the width and the Tianhe shape (an uplink that carries its whole group;
+/// a port that feeds [`UNRATED_DIRECT`] members, the rest chained).
 struct Fanouts {
     width: usize,
     /// Hosts the login node feeds.
