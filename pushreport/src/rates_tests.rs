@@ -71,6 +71,31 @@ fn chains(rep: &mut PushReport, nic_bps: u64) {
     }
 }
 
+/// A file holding one push's figures, `o`, ended at `at`.
+fn learned(o: &Observed, at: u64) -> LearnedRates {
+    let mut file = LearnedRates::default();
+    file.fold(
+        PushFigures {
+            at,
+            job: "1".into(),
+            figures: o.figures,
+            at_least: o.at_least,
+        },
+        at,
+    );
+    file
+}
+
+/// `host`'s stream in `rep` ran at `bps` (from 0.3 s in).
+fn runs_at(rep: &mut PushReport, host: &str, bps: u64) {
+    let n = rep
+        .per_node
+        .iter_mut()
+        .find(|n| n.host == host)
+        .expect("host");
+    n.all_s = Some(0.3 + SIZE as f64 * 8.0 / bps as f64);
+}
+
 fn near(got: Option<u64>, want: u64) -> bool {
     got.is_some_and(|g| (g as f64 / want as f64 - 1.0).abs() < 0.01)
 }
@@ -95,17 +120,9 @@ fn an_unrated_push_of_the_lab_shows_its_ports_login_link_and_a_nodes_rate() {
         near(o.at_least.uplink, 100 * MBIT),
         "a lower bound only: {o:?}"
     );
-    let mut file = LearnedRates::default();
-    file.fold(
-        PushFigures {
-            at: 1000,
-            job: "1".into(),
-            figures: f,
-            at_least: o.at_least,
-        },
-        1000,
-    );
-    let l = file.estimate(1000).expect("a node's rate was measured");
+    let l = learned(&o, 1000)
+        .estimate(1000)
+        .expect("a node's rate was measured");
     assert_eq!((l.pushes, l.last), (1, 1000));
     assert_eq!(
         (
@@ -121,10 +138,10 @@ fn an_unrated_push_of_the_lab_shows_its_ports_login_link_and_a_nodes_rate() {
 /// The lab's first push without rates on 3 x 14 (the figures of a release run, 59 Mbit/s
 /// slave links, ports and login 238): the unrated plan feeds two proxies from the login
 /// node (54 Mbit/s each, as fast as they took it), the third group behind the first proxy
-/// (34), 3 members from their proxy and the rest below those (54 each). Taken as measured, the login link was two
-/// streams wide and every later plan fed two proxies; as a lower bound it is planned three
-/// wide, and the next plan feeds all three groups from the login node as the lab's rates
-/// do, each port four members.
+/// (34), 3 members from their proxy and the rest below those (54 each). Taken as
+/// measured, the login link was two streams wide and every later plan fed two proxies; as
+/// a lower bound it is planned three wide, and the next plan feeds all three groups from
+/// the login node as the lab's rates do, each port four members.
 #[test]
 fn a_link_whose_streams_ran_as_fast_as_any_is_bounded_not_measured() {
     let mut rep = push(3, 14, 54 * MBIT, 54 * MBIT);
@@ -143,16 +160,7 @@ fn a_link_whose_streams_ran_as_fast_as_any_is_bounded_not_measured() {
     assert_eq!(o.figures.login, None, "{o:?}");
     assert!(near(o.at_least.login, 108 * MBIT), "{o:?}");
     assert!(near(o.at_least.uplink, 54 * MBIT), "{o:?}");
-    let mut file = LearnedRates::default();
-    file.fold(
-        PushFigures {
-            at: 1,
-            job: "1".into(),
-            figures: o.figures,
-            at_least: o.at_least,
-        },
-        1,
-    );
+    let mut file = learned(&o, 1);
     let first = file.estimate(1).expect("rates").rates;
     assert_eq!(
         (first.login_streams(), first.port_streams()),
@@ -526,31 +534,16 @@ fn the_rates_used_read_and_write_the_json_of_before_the_shared_figures() {
 fn a_nodes_rate_comes_from_a_stream_into_a_member_not_into_a_proxy() {
     let mut rep = push(4, 8, 72 * MBIT, 76 * MBIT);
     chains(&mut rep, 76 * MBIT);
-    let proxy = rep
-        .per_node
-        .iter()
-        .position(|n| n.host == "g3n0")
-        .expect("g3n0");
-    rep.per_node[proxy].all_s = Some(0.3 + SIZE as f64 * 8.0 / (95 * MBIT) as f64);
+    runs_at(&mut rep, "g3n0", 95 * MBIT);
     let o = observe(&rep);
     assert!(near(o.figures.node, 76 * MBIT), "{o:?}");
     assert!(near(o.at_least.uplink, 95 * MBIT), "{o:?}");
     assert!(near(o.at_least.port, 3 * 76 * MBIT), "{o:?}");
-    let mut file = LearnedRates::default();
-    file.fold(
-        PushFigures {
-            at: 1,
-            job: "1".into(),
-            figures: o.figures,
-            at_least: o.at_least,
-        },
-        1,
-    );
-    let l = file.estimate(1).expect("rates");
+    let l = learned(&o, 1).estimate(1).expect("rates");
     assert_eq!(l.rates.port_streams(), 4, "{l:?}");
     // Without a measured stream into a member, the proxies' streams still give a node's
     // rate (a push of proxies alone).
     let mut proxies = push(4, 1, 72 * MBIT, 0);
-    proxies.per_node[3].all_s = Some(0.3 + SIZE as f64 * 8.0 / (95 * MBIT) as f64);
+    runs_at(&mut proxies, "g3n0", 95 * MBIT);
     assert!(near(observe(&proxies).figures.node, 95 * MBIT));
 }

@@ -59,15 +59,16 @@ impl JobCore {
                 return false;
             }
         };
-        // Readers get it even if the store cannot keep it.
+        // Readers get it even if the store cannot keep it; said before they wake, so that
+        // what a reader saw is in the log by the time its read returns.
         let kept = self.bytes.put_checked(&checked);
+        tracing::info!(chunk = %info.id.short(), origin = %origin.display(), "read a chunk no node gave from the origin store");
         let plain = super::chunks::Arrived::new(&checked, plain);
         self.wake(chunk, &plain);
         if let Err(e) = kept {
             tracing::warn!(chunk = %info.id.short(), error = %e, "a chunk read from the origin store cannot be kept");
             return false;
         }
-        tracing::info!(chunk = %info.id.short(), origin = %origin.display(), "read a chunk no node gave from the origin store");
         self.arrived(chunk, &plain);
         true
     }

@@ -78,19 +78,20 @@ fn a_crl_revoked_on_the_login_node_only_reaches_every_node_with_the_next_push() 
         .expect("push");
     assert!(out.status.success(), "push: {out:?}");
 
-    for n in &c.nodes {
+    // A node writes crl.pem, then reloads its transport with it, then logs the install:
+    // the line, not the file, says the node refuses revoked peers now.
+    let installed = "installed a newer revocation list from a peer";
+    for (i, n) in c.nodes.iter().enumerate() {
         let path = n.identity.join("crl.pem");
         wait_for(&format!("{}'s crl.pem", n.host), || {
             std::fs::read(&path).is_ok_and(|b| b == crl)
         });
+        wait_for(&format!("{}'s log of the install", n.host), || {
+            log_of(&c, i).contains(installed)
+        });
     }
     // The root dials its children and, ahead of their `Start`s, its grandchildren: n03
-    // is further down and has the list from a node that passed it on. The daemon logs the
-    // install after it wrote crl.pem, so the line is waited for, not read at once.
-    let installed = "installed a newer revocation list from a peer";
-    wait_for("n03's log of the install", || {
-        log_of(&c, 2).contains(installed)
-    });
+    // is further down and has the list from a node that passed it on.
     let log = log_of(&c, 2);
     assert!(
         log.lines()

@@ -53,6 +53,17 @@ impl KeeperGuard {
             .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse")))
             .count()
     }
+
+    /// Whether a live keeper holds a FUSE connection.
+    fn holds_any(&self) -> bool {
+        self.pid().is_some_and(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|e| {
+                    std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse"))
+                })
+            })
+        })
+    }
 }
 
 impl Drop for KeeperGuard {
@@ -84,11 +95,12 @@ fn push(c: &Cluster, id: &str, job: &str) {
 }
 
 /// Waits until node 0 keeps job `job`: its record written, which the daemon does just
-/// after the mount appears (a kill before that loses the job, as with no keeper).
-fn wait_kept(c: &Cluster, job: &str) {
+/// after the mount appears, and then its connection handed to `keeper` (a kill before
+/// either loses the job, as with no keeper). Each caller's job is the only one mounted.
+fn wait_kept(c: &Cluster, keeper: &KeeperGuard, job: &str) {
     let record = c.nodes[0].dir.join(format!("state/kept/{job}.job"));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !record.exists() {
+    while !(record.exists() && keeper.holds_any()) {
         assert!(
             Instant::now() < deadline,
             "job {job} was never kept: {}",
@@ -229,7 +241,7 @@ fn a_reader_sees_only_right_bytes_while_the_daemon_is_killed_and_restarted() {
     let id = c.ws.publish(&src);
     push(&c, &id, "301");
     let mp = c.mount_of(0);
-    wait_kept(&c, "301");
+    wait_kept(&c, &keeper, "301");
     let deadline = Instant::now() + Duration::from_secs(30);
     while keeper.held() != 1 {
         assert!(
@@ -307,13 +319,13 @@ fn a_read_in_flight_when_the_daemon_is_killed_completes_after_the_restart() {
     .chain([origin.display().to_string()])
     .collect();
     let mut c = Cluster::start(1, |_| args.clone());
-    let _keeper = KeeperGuard::of(&c);
+    let keeper = KeeperGuard::of(&c);
     let (src, files) = layer(&c);
     let id = c.ws.publish(&src);
     std::os::unix::fs::symlink(c.ws.store(), &origin).expect("link the origin");
     push(&c, &id, "302");
     let mp = c.mount_of(0);
-    wait_kept(&c, "302");
+    wait_kept(&c, &keeper, "302");
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let slow: Vec<&str> = argv
         .iter()
@@ -399,14 +411,14 @@ fn a_job_that_cannot_be_taken_up_is_detached_and_the_log_says_why() {
     // The keeper dies with the daemon.
     push(&c, &id, "303");
     let mp = c.mount_of(0);
-    wait_kept(&c, "303");
+    wait_kept(&c, &keeper, "303");
     c.kill(0);
     keeper.kill();
     detached(&mut c, &KEEP, "FUSE connection is gone", &mp);
     // The record is changed.
     push(&c, &id, "304");
     let mp = c.mount_of(0);
-    wait_kept(&c, "304");
+    wait_kept(&c, &keeper, "304");
     c.kill(0);
     let record = c.nodes[0].dir.join("state/kept/304.job");
     let mut bytes = std::fs::read(&record).expect("the job's record");
@@ -422,7 +434,7 @@ fn a_job_that_cannot_be_taken_up_is_detached_and_the_log_says_why() {
     // The index is revoked while the daemon is down.
     push(&c, &id, "305");
     let mp = c.mount_of(0);
-    wait_kept(&c, "305");
+    wait_kept(&c, &keeper, "305");
     c.kill(0);
     let revoked = c.ws.path().join("revoked");
     std::fs::write(&revoked, format!("{id}\n")).expect("revoke");
