@@ -547,3 +547,62 @@ fn a_nodes_rate_comes_from_a_stream_into_a_member_not_into_a_proxy() {
     runs_at(&mut proxies, "g3n0", 95 * MBIT);
     assert!(near(observe(&proxies).figures.node, 95 * MBIT));
 }
+
+/// Group `g` of `rep` fed as the unrated plan's probe: its proxy feeds 2 members and each
+/// later member hangs below the member 2 before it, every stream at `bps`.
+fn probe(rep: &mut PushReport, g: usize, bps: u64) {
+    let prefix = format!("g{g}n");
+    for i in 0..rep.per_node.len() {
+        let Some(m) = rep.per_node[i].host.strip_prefix(&prefix) else {
+            continue;
+        };
+        let m: usize = m.parse().expect("member");
+        if m == 0 {
+            continue;
+        }
+        let parent = if m <= 2 {
+            format!("g{g}n0")
+        } else {
+            format!("g{g}n{}", m - 2)
+        };
+        rep.per_node[i].parent = parent.clone();
+        rep.edges[i].parent = parent;
+        let host = rep.per_node[i].host.clone();
+        runs_at(rep, &host, bps);
+    }
+}
+
+/// A port of 2 nodes' rate (the lab with `--proxy-group-rate 200mbit`, scaled: NICs 76,
+/// ports 152): the 3 streams of each port ran at 51 and every chain below them too, so
+/// without the probe nothing showed a node's rate and the port was planned 4 wide. The
+/// probe group's 2 streams run at the NICs' 76: the other ports' streams are below it,
+/// shared, and the port is measured at 2 streams.
+#[test]
+fn the_probe_group_shows_a_port_narrower_than_three_streams() {
+    let mut rep = push(4, 8, 90 * MBIT, 152 * MBIT / 3);
+    chains(&mut rep, 152 * MBIT / 3);
+    let blind = observe(&rep);
+    assert!(near(blind.figures.node, 152 * MBIT / 3), "{blind:?}");
+    assert_eq!(
+        blind.figures.port, None,
+        "nothing to compare with: {blind:?}"
+    );
+    probe(&mut rep, 0, 76 * MBIT);
+    let o = observe(&rep);
+    assert!(near(o.figures.node, 76 * MBIT), "{o:?}");
+    assert!(
+        near(o.figures.port, 152 * MBIT),
+        "measured, not bounded: {o:?}"
+    );
+    let l = learned(&o, 1).estimate(1).expect("rates");
+    assert_eq!(l.rates.port_streams(), 2, "{l:?}");
+    // The lab's port of 4 nodes' rate: the other ports' 3 streams at the NICs' rate too,
+    // bounded from below and planned 4 wide.
+    let mut lab = push(4, 8, 90 * MBIT, 74 * MBIT);
+    chains(&mut lab, 74 * MBIT);
+    probe(&mut lab, 0, 76 * MBIT);
+    let o = observe(&lab);
+    assert_eq!(o.figures.port, None, "{o:?}");
+    let l = learned(&o, 1).estimate(1).expect("rates");
+    assert_eq!(l.rates.port_streams(), 4, "{l:?}");
+}

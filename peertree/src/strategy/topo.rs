@@ -219,14 +219,15 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         .map(|bk| b.topology.group(bk.group).members.len())
         .max()
         .unwrap_or(1);
-    let fan = Fanouts::new(b, largest);
+    let mut fan = Fanouts::new(b, largest);
     let (leads, orphan_groups) = classify(b, buckets, true);
+    fan.pick_probe(&leads);
     // Children a host may have: the root `fan.root`, a leader its direct slaves plus
     // `fan.uplink` leaders or deputies, anyone else one (its NIC carries one stream).
     let mut cap = vec![1usize; b.hosts.len()];
     cap[b.root().index()] = fan.root;
     for lead in &leads {
-        let d = fan.direct(lead.slaves.len());
+        let d = fan.direct_of(lead);
         cap[lead.leader.index()] = d + (w - d).min(fan.uplink);
     }
 
@@ -245,7 +246,7 @@ pub(super) fn improved(b: &mut Builder<'_>) {
         if b.depth[lead.leader.index()] == u32::MAX {
             continue;
         }
-        let direct = fan.direct(lead.slaves.len());
+        let direct = fan.direct_of(lead);
         match fan.member {
             Some(per_member) => hang_relays(b, lead.leader, direct, per_member, &lead.slaves),
             None if fan.chains(lead.slaves.len()) => {
@@ -532,6 +533,11 @@ fn hang_orphans(b: &mut Builder<'_>, deputy: NodeId, rest: &[NodeId]) {
 /// each later plan gives it one stream more until a push shows it shared.
 const UNRATED_DIRECT: usize = 3;
 
+/// Members the leader of the probe group feeds itself without rates
+/// ([`Fanouts::pick_probe`]): fewer than [`UNRATED_DIRECT`], so that a port that holds 3
+/// streams back does not hold these.
+const PROBE_DIRECT: usize = 2;
+
 /// How many streams each kind of host feeds, from the link rates when the topology has
 /// them, else from the width and the Tianhe shape (an uplink that carries its whole group;
 /// a port that feeds [`UNRATED_DIRECT`] members, the rest chained).
@@ -546,8 +552,11 @@ struct Fanouts {
     /// Children of a member that relays to members; `None` without rates (members
     /// relay only when a group is wider than the tree).
     member: Option<usize>,
-    /// Planned without rates: a leader leaves one member of a wide group to another.
+    /// Planned without rates: a leader feeds [`UNRATED_DIRECT`] members and chains the rest.
     unrated: bool,
+    /// Planned without rates: the leader that feeds its group as one chain
+    /// ([`Fanouts::pick_probe`]).
+    probe: Option<NodeId>,
 }
 
 impl Fanouts {
@@ -561,6 +570,7 @@ impl Fanouts {
                 port: r.port_streams(),
                 member: Some(r.member_streams().min(w)),
                 unrated: false,
+                probe: None,
             },
             None => {
                 let uplink = uplink_fanout(w, largest_group);
@@ -571,6 +581,7 @@ impl Fanouts {
                     port: usize::MAX,
                     member: None,
                     unrated: true,
+                    probe: None,
                 }
             }
         }
@@ -587,6 +598,32 @@ impl Fanouts {
             return UNRATED_DIRECT;
         }
         by_width.min(self.port)
+    }
+
+    /// Without rates, and with two or more groups that are chained
+    /// ([`Fanouts::chains`]), the first of them is fed as [`PROBE_DIRECT`] chains from its
+    /// leader: its leader's port carries 2 streams, so they show a node's own rate unless
+    /// the port is narrower than 2 NICs. The other groups' 3 streams then show whether
+    /// their ports held them back (below that rate: the port is measured) or not (the port
+    /// is known from below). Without the probe, 3 streams on a port of 2 nodes' rate ran
+    /// at two thirds of a NIC each, as did every chain below them, nothing showed a node's
+    /// rate, and the port was taken as 4 streams: in the lab (`--proxy-group-rate
+    /// 200mbit`) the second push took 1.92x the push with the lab's rates.
+    fn pick_probe(&mut self, leads: &[Lead]) {
+        let mut chained = leads.iter().filter(|l| self.chains(l.slaves.len()));
+        if let (Some(first), Some(_)) = (chained.next(), chained.next()) {
+            self.probe = Some(first.leader);
+        }
+    }
+
+    /// Slaves `lead` feeds itself: [`PROBE_DIRECT`] for the probe
+    /// ([`Fanouts::pick_probe`]), else [`Fanouts::direct`].
+    fn direct_of(&self, lead: &Lead) -> usize {
+        if self.probe == Some(lead.leader) {
+            PROBE_DIRECT
+        } else {
+            self.direct(lead.slaves.len())
+        }
     }
 
     /// Whether a leader of `n` slaves feeds [`UNRATED_DIRECT`] of them and the rest hang
@@ -665,7 +702,7 @@ fn spans<'l>(
         start = end;
         let head = &span[0];
         b.attach(parent, head.leader);
-        let own = cap[head.leader.index()].saturating_sub(fan.direct(head.slaves.len()));
+        let own = cap[head.leader.index()].saturating_sub(fan.direct_of(head));
         spans(b, head.leader, own, cap, fan, &span[1..], stranded);
     }
 }

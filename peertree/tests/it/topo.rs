@@ -210,9 +210,9 @@ fn topo_never_shares_a_link_beyond_its_rate() {
             parent.is_some_and(|q| p.topo[q.index()].is_some_and(|t| !topology.is_proxy(t)))
         })
         .count();
-    // 134 whole groups, 4 of 7 members each; the first group 1 of its 4; the last (a proxy
-    // and 3) none.
-    assert_eq!(fed_by_members, 134 * 4 + 1);
+    // 134 whole groups, 4 of 7 members each; the first group (the probe: its proxy feeds
+    // 2) 2 of its 4; the last (a proxy and 3) none.
+    assert_eq!(fed_by_members, 134 * 4 + 2);
     // 136 groups, 8 + 64 reachable at depths 1-2: leaders down to depth 3, members fed by
     // them 4, chains of up to 2 below those.
     assert_eq!(p.depth(), 6);
@@ -291,8 +291,8 @@ fn assert_within_rates(p: &Plan, topology: &Topology, r: &LinkRates) {
 /// Issue 16: in the lab a proxy's port carries 4 members' streams, not 7. With the rates
 /// the proxy feeds 4 members and 3 of them relay to the other 3, so every member receives
 /// at its own link rate; the group is still entered once. Without rates the proxy feeds 3
-/// and the rest hang below them as chains (no port narrower than 3 nodes' rate holds a
-/// stream back, so the push shows the learned rates a node's rate).
+/// and the rest hang below them as chains, and the first group's (the probe's) 2: so that
+/// the push shows the learned rates a node's rate and whether a port held 3 streams back.
 #[test]
 fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_rest() {
     let nodes = hosts("cn[0001-0032]");
@@ -310,10 +310,20 @@ fn a_port_narrower_than_its_group_feeds_what_it_carries_and_members_relay_the_re
             .map(|c| tianhe.host(*c))
             .collect()
     };
-    assert_eq!(children("cn0001"), ["cn0002", "cn0003", "cn0004"]);
-    assert_eq!(children("cn0002"), ["cn0005"]);
-    assert_eq!(children("cn0005"), ["cn0008"]);
-    assert_eq!(children("cn0004"), ["cn0007"]);
+    // The first group is the probe: 2 streams on its port, two chains below them.
+    assert_eq!(children("cn0001"), ["cn0002", "cn0003"]);
+    assert_eq!(children("cn0002"), ["cn0004"]);
+    assert_eq!(children("cn0004"), ["cn0006"]);
+    assert_eq!(children("cn0006"), ["cn0008"]);
+    assert_eq!(children("cn0003"), ["cn0005"]);
+    // The others: 3 streams on the port, chains below them.
+    let members: Vec<&str> = children("cn0009")
+        .into_iter()
+        .filter(|&h| h > "cn0009" && h < "cn0017")
+        .collect();
+    assert_eq!(members, ["cn0010", "cn0011", "cn0012"]);
+    assert_eq!(children("cn0010"), ["cn0013"]);
+    assert_eq!(children("cn0013"), ["cn0016"]);
 
     let topology = cluster(32, 8).with_links(Some(lab_links()));
     // The login node feeding every proxy, so that the groups are alike.
