@@ -120,8 +120,8 @@ fn health_rates(lab: &Lab) -> serde_json::Value {
 
 /// Issue 33, the explicit measurement: on the lab with no link rates configured,
 /// `teesfs health --rates` sends 8 MiB of filler to every node down the unrated tree (the
-/// login node feeds the 4 proxies, each proxy 3 of its members, and the other 4 hang below
-/// those). Each edge's rate is its shaped share within a sane factor (a login edge 400/4
+/// login node feeds the 4 proxies, each proxy 3 of its members (the first group, the
+/// probe, 2), and the others hang below those). Each edge's rate is its shaped share within a sane factor (a login edge 400/4
 /// = 100 Mbit/s, a port edge 400/3 held to its member's NIC of 100, a member's edge 100;
 /// never above it), the figures are kept in the store, and the next push plans with them.
 #[test]
