@@ -27,9 +27,9 @@
 //!   uplinks count only when no stream into a member was measured. A proxy's way in may be
 //!   wider than a NIC: in the lab the login node's stream into a proxy ran at 95 Mbit/s
 //!   over NICs of 76, and a node's rate taken from it made the port 3 streams instead of 4
-//!   (BENCHMARKS.md, "Link rates the tree learns"). A push planned without rates leaves one
-//!   member of each wide group to another member for this (`peertree`'s topo strategy):
-//!   that stream is held back by nothing but two NICs.
+//!   (BENCHMARKS.md, "Link rates the tree learns"). A push planned without rates feeds 3
+//!   members from each port (2 in its probe group) and chains the rest (`peertree`'s topo
+//!   strategy), so that some member's stream is held back by nothing but NICs.
 //!
 //! One push's figure per class is the largest of its lower bounds; [`Observed`] keeps the
 //! measured figures apart from the bounds. [`LearnedRates`] keeps

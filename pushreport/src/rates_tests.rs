@@ -52,22 +52,31 @@ fn push(groups: usize, size: usize, proxy_bps: u64, member_bps: u64) -> PushRepo
 }
 
 /// The unrated plan's shape (`peertree`'s topo strategy): a proxy feeds its first 3
-/// members and each later member hangs below the member 3 before it, its stream at
-/// `nic_bps`.
+/// members and each later member hangs below the member 3 before it, every member's
+/// stream at `nic_bps`.
 fn chains(rep: &mut PushReport, nic_bps: u64) {
+    hang(rep, None, 3, nic_bps);
+}
+
+/// Members of group `only` (of every group with `None`): the first `direct` fed by their
+/// proxy, each later one below the member `direct` before it, every stream at `bps`.
+fn hang(rep: &mut PushReport, only: Option<usize>, direct: usize, bps: u64) {
     for i in 0..rep.per_node.len() {
-        let n = &rep.per_node[i];
-        let (g, m) = n.host[1..]
+        let (g, m) = rep.per_node[i].host[1..]
             .split_once('n')
-            .map(|(g, m)| (g.to_owned(), m.parse::<usize>().expect("member")))
+            .map(|(g, m)| {
+                let num = |s: &str| s.parse::<usize>().expect("gGnM");
+                (num(g), num(m))
+            })
             .expect("gGnM");
-        if m <= 3 {
+        if m == 0 || only.is_some_and(|o| o != g) {
             continue;
         }
-        let parent = format!("g{g}n{}", m - 3);
+        let parent = format!("g{g}n{}", m.saturating_sub(direct));
         rep.per_node[i].parent = parent.clone();
-        rep.per_node[i].all_s = Some(0.3 + SIZE as f64 * 8.0 / nic_bps as f64);
         rep.edges[i].parent = parent;
+        let host = rep.per_node[i].host.clone();
+        runs_at(rep, &host, bps);
     }
 }
 
@@ -551,25 +560,7 @@ fn a_nodes_rate_comes_from_a_stream_into_a_member_not_into_a_proxy() {
 /// Group `g` of `rep` fed as the unrated plan's probe: its proxy feeds 2 members and each
 /// later member hangs below the member 2 before it, every stream at `bps`.
 fn probe(rep: &mut PushReport, g: usize, bps: u64) {
-    let prefix = format!("g{g}n");
-    for i in 0..rep.per_node.len() {
-        let Some(m) = rep.per_node[i].host.strip_prefix(&prefix) else {
-            continue;
-        };
-        let m: usize = m.parse().expect("member");
-        if m == 0 {
-            continue;
-        }
-        let parent = if m <= 2 {
-            format!("g{g}n0")
-        } else {
-            format!("g{g}n{}", m - 2)
-        };
-        rep.per_node[i].parent = parent.clone();
-        rep.edges[i].parent = parent;
-        let host = rep.per_node[i].host.clone();
-        runs_at(rep, &host, bps);
-    }
+    hang(rep, Some(g), 2, bps);
 }
 
 /// A port of 2 nodes' rate (the lab with `--proxy-group-rate 200mbit`, scaled: NICs 76,

@@ -189,8 +189,8 @@ pub(super) fn paper(b: &mut Builder<'_>) {
 /// The improved variant: one entry per group, laid out so that every edge can run at a
 /// node's full rate.
 ///
-/// The layout follows from the shape the planner assumes (a proxy's port and uplink each
-/// carry its whole group, a node's NIC one stream):
+/// The layout follows from the shape the planner assumes (a proxy's uplink carries its
+/// whole group, its port at least 3 streams, a node's NIC one stream):
 /// - a leader feeds at most [`UNRATED_DIRECT`] of its slaves directly and the rest of its
 ///   group hangs below them as chains (without rates a push must show a node's own rate
 ///   for the next plan to learn it; the paper's leader feeds all of them);
@@ -554,8 +554,8 @@ struct Fanouts {
     member: Option<usize>,
     /// Planned without rates: a leader feeds [`UNRATED_DIRECT`] members and chains the rest.
     unrated: bool,
-    /// Planned without rates: the leader that feeds its group as one chain
-    /// ([`Fanouts::pick_probe`]).
+    /// Planned without rates: the leader that feeds [`PROBE_DIRECT`] members and chains
+    /// the rest ([`Fanouts::pick_probe`]).
     probe: Option<NodeId>,
 }
 

@@ -44,25 +44,24 @@ impl KeeperGuard {
         }
     }
 
+    /// How many FUSE connections the keeper holds now; `None` without a live keeper.
+    fn fuse_fds(&self) -> Option<usize> {
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", self.pid()?)).ok()?;
+        Some(
+            fds.flatten()
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse")))
+                .count(),
+        )
+    }
+
     /// How many FUSE connections the keeper holds now.
     fn held(&self) -> usize {
-        let pid = self.pid().expect("the keeper runs");
-        std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .expect("the keeper's fds")
-            .flatten()
-            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse")))
-            .count()
+        self.fuse_fds().expect("the keeper runs")
     }
 
     /// Whether a live keeper holds a FUSE connection.
     fn holds_any(&self) -> bool {
-        self.pid().is_some_and(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.flatten().any(|e| {
-                    std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse"))
-                })
-            })
-        })
+        self.fuse_fds().is_some_and(|n| n > 0)
     }
 }
 
