@@ -34,6 +34,19 @@ pub fn encode_chunk(plain: &[u8], zstd_level: i32) -> Vec<u8> {
     out
 }
 
+/// The stored form of a raw chunk of `plain_len` bytes, its plain bytes put in place by
+/// `fill` (from wherever the caller keeps them): how a store that keeps a raw chunk's plain
+/// bytes without their codec byte hands the chunk out. Unverified, like any stored bytes.
+pub fn raw_stored(
+    plain_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
+) -> std::io::Result<Vec<u8>> {
+    let mut out = vec![0u8; plain_len + 1];
+    out[0] = CODEC_RAW;
+    fill(&mut out[1..])?;
+    Ok(out)
+}
+
 /// Whether stored bytes are zstd-compressed (their codec byte).
 fn is_zstd(stored: &[u8]) -> bool {
     stored.first() == Some(&CODEC_ZSTD)
@@ -276,6 +289,19 @@ mod tests {
         let stored = encode_chunk(&plain, 1);
         assert_eq!(stored[0], CODEC_RAW);
         assert_eq!(stored.len(), plain.len() + 1);
+    }
+
+    #[test]
+    fn a_raw_chunk_rebuilt_from_its_plain_bytes_is_its_stored_form() {
+        let plain = incompressible(5000);
+        let rebuilt = raw_stored(plain.len(), |out| {
+            out.copy_from_slice(&plain);
+            Ok(())
+        })
+        .expect("filled");
+        assert_eq!(rebuilt, encode_chunk(&plain, 1));
+        let failed = raw_stored(3, |_| Err(std::io::Error::other("short read")));
+        assert!(failed.is_err());
     }
 
     fn incompressible(len: usize) -> Vec<u8> {

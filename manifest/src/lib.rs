@@ -30,7 +30,8 @@ pub use build::{
     Skipped, build, chunk_size_for, set_urgent_paths,
 };
 pub use chunk::{
-    CheckedChunk, StoredForm, Verified, check_chunk, decode_chunk, encode_chunk, verify_chunk,
+    CheckedChunk, StoredForm, Verified, check_chunk, decode_chunk, encode_chunk, raw_stored,
+    verify_chunk,
 };
 pub use error::Error;
 pub use ids::{ChunkId, IndexId, StoredHash};

@@ -238,6 +238,10 @@ pub struct Status {
     /// Bytes held that no running job pins (kept from earlier jobs, evicted first).
     #[serde(default)]
     pub store_cached: u64,
+    /// Of the chunks in the store, the raw ones kept where a passthrough copy made ahead
+    /// wrote them (linked, not written twice); absent from daemons before they were.
+    #[serde(default)]
+    pub store_placed: usize,
     /// This node's wall clock minus the login node's, in milliseconds, as measured when the
     /// last job arrived (the job's `Start` carries the root's clock; its transit time is
     /// included, so a few milliseconds to a second are no skew). `null` before any job.

@@ -53,6 +53,7 @@ use liveness::TransportSeen;
 
 use super::peers::{Peers, chunk_head, frame};
 use crate::Error;
+use crate::fs::ahead::Placement;
 use crate::net::StreamKind;
 use crate::source::Fetched;
 use crate::sync::lock;
@@ -220,8 +221,10 @@ pub struct JobCore {
 }
 
 /// Told of each chunk that arrives at a job, verified: its number, and its plain bytes on
-/// demand.
-pub(crate) type ArrivalHook = Arc<dyn Fn(ChunkNo, &chunks::Arrived<'_>) + Send + Sync>;
+/// demand. Answers where it wrote a raw chunk's plain bytes, if it did, for the store to
+/// keep the chunk there.
+pub(crate) type ArrivalHook =
+    Arc<dyn Fn(ChunkNo, &chunks::Arrived<'_>) -> Option<Placement> + Send + Sync>;
 
 /// The listener to a job's arrivals, or the chunks that arrived before one listened.
 enum Arrivals {

@@ -12,7 +12,8 @@
 //!   - [`crls`]: the cluster's revocation list passed on to every peer a process connects
 //!     to, and installed by daemons when it is newer than theirs.
 //!   - [`job`]: one job's relay plus the glue that turns its decisions into traffic.
-//!   - [`store`]: the node's budgeted, content-addressed chunk store.
+//!   - [`store`]: the node's budgeted, content-addressed chunk store; `placed`: its raw
+//!     chunks kept where a copy made ahead wrote them.
 //!   - [`admit`]: whether a node takes a job a parent offers (pure checks of the `Start`).
 //!   - [`keeper`] (its own crate, re-exported): `teesfs keep-fds`, which holds the jobs'
 //!     FUSE connections while a daemon restarts, and the serving of a live connection.
@@ -58,6 +59,7 @@ pub mod learn;
 pub mod metrics;
 pub mod net;
 pub mod peers;
+pub(crate) mod placed;
 pub mod push;
 pub mod rates_probe;
 pub mod reorder;

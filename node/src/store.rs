@@ -22,9 +22,13 @@
 //! store's directory is only as trustworthy as its permissions, and files from an earlier
 //! run were never checked by this process. A chunk leaves memory in the same step as it
 //! leaves the store, so nothing is served from memory once its loss is announced.
+//!
+//! A raw chunk that a copy made ahead already wrote is kept there: the store links the
+//! copy's file instead of writing the bytes again ([`NodeStore::put_placed`],
+//! [`crate::placed`]).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -33,6 +37,7 @@ use manifest::{CheckedChunk, ChunkId, ChunkSink, Index};
 use seeder::{DirStore, StoredChunk};
 
 use crate::Error;
+use crate::placed::{self, Packs, Place};
 use crate::sync::lock;
 
 /// What the store holds; one lock, so a chunk leaves the files' list and the memory of
@@ -54,6 +59,8 @@ struct Lru {
     recent: lru::LruCache<ChunkId, CheckedChunk>,
     /// Their total.
     recent_bytes: u64,
+    /// Held chunks kept at their place in a copy's file, not in a file of their own.
+    placed: Packs,
 }
 
 impl Lru {
@@ -64,13 +71,21 @@ impl Lru {
         }
     }
 
-    /// Drops a chunk from the store's list (and from memory); its stored size if it was
-    /// held.
-    fn drop_chunk(&mut self, id: &ChunkId) -> Option<u64> {
+    /// Drops a chunk from the store's list (and from memory); where it was kept if it was
+    /// held. A placed chunk's bytes stay charged while its pack has other links.
+    fn drop_chunk(&mut self, id: &ChunkId) -> Option<Kept> {
         self.forget_recent(id);
         let len = self.map.pop(id).or_else(|| self.pinned_held.remove(id))?;
-        self.bytes -= len;
-        Some(len)
+        match self.placed.forget(id, len) {
+            Some((place, freed)) => {
+                self.bytes -= freed;
+                Some(Kept::Placed(place))
+            }
+            None => {
+                self.bytes -= len;
+                Some(Kept::File)
+            }
+        }
     }
 
     /// Whether a chunk is held.
@@ -90,6 +105,12 @@ impl Lru {
             self.bytes += len;
         }
     }
+}
+
+/// Where a dropped chunk was kept: the file to remove.
+enum Kept {
+    File,
+    Placed(Place),
 }
 
 /// The chunks one running job pins ([`NodeStore::pin`]); unpinned by [`Pin::release`] or
@@ -147,6 +168,8 @@ impl std::fmt::Display for NoRoom {
 /// A budgeted chunk store.
 pub struct NodeStore {
     dir: DirStore,
+    /// Where placed chunks' links are ([`crate::placed::dir`]).
+    placed_dir: PathBuf,
     budget: u64,
     recent_budget: u64,
     lru: Mutex<Lru>,
@@ -171,13 +194,25 @@ impl NodeStore {
             pinned_bytes: 0,
             recent: lru::LruCache::unbounded(),
             recent_bytes: 0,
+            placed: Packs::default(),
         };
         for (id, len) in store.stored_chunks() {
             lru.bytes += len;
             lru.map.put(id, len);
         }
+        let placed_dir = placed::dir(dir);
+        for (id, place) in placed::scan(&placed_dir) {
+            if lru.holds(&id) {
+                // Kept twice by a run that died between the two: the chunk file stays.
+                let _ = std::fs::remove_file(placed::path(&placed_dir, &id, &place));
+                continue;
+            }
+            lru.hold(id, u64::from(place.len) + 1);
+            lru.placed.add(id, place);
+        }
         let s = Self {
             dir: store,
+            placed_dir,
             budget,
             recent_budget: recent,
             lru: Mutex::new(lru),
@@ -196,13 +231,18 @@ impl NodeStore {
         self
     }
 
-    /// Writes a chunk's file (slowly, under fault injection). An error names the file.
-    fn write(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+    /// Under fault injection, the slow disk: every write to the store takes this long more.
+    fn slow_disk(&self) {
         #[cfg(feature = "fault-injection")]
         if !self.write_delay.is_zero() {
             // The injected fault itself: this thread is the slow disk.
             std::thread::sleep(self.write_delay);
         }
+    }
+
+    /// Writes a chunk's file (slowly, under fault injection). An error names the file.
+    fn write(&self, id: &ChunkId, stored: &[u8]) -> std::io::Result<()> {
+        self.slow_disk();
         self.dir.put(id, stored).map_err(|e| {
             let path = self.dir.chunk_path(id);
             std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
@@ -339,21 +379,58 @@ impl NodeStore {
         if let Some(c) = self.get_cached(id) {
             return Some(c);
         }
-        if !self.contains(id) {
-            return None;
+        let place = {
+            let l = lock(&self.lru);
+            if !l.holds(id) {
+                return None;
+            }
+            l.placed.get(id).copied()
+        };
+        // A place is checked as it is read: it shares its bytes with a copy, which nothing
+        // stops root from changing, and a bad one is then dropped and fetched again like a
+        // lost file, not served as unchecked bytes that every later read refuses.
+        let mut read = self.read_kept(id, place.as_ref());
+        if read.is_err() && place.is_none() {
+            // Its file may have just made way for a place ([`NodeStore::keep_placed`]).
+            if let Some(p) = lock(&self.lru).placed.get(id).copied() {
+                read = self.read_kept(id, Some(&p));
+            }
         }
-        match self.dir.get_chunk(id) {
-            Ok(bytes) => Some(StoredChunk::Unchecked(bytes.into())),
+        match read {
+            Ok(chunk) => Some(chunk),
             Err(e) => {
                 tracing::warn!(chunk = %id.short(), error = %e, "a stored chunk cannot be read; dropping it so that it is fetched again");
-                let dropped = lock(&self.lru).drop_chunk(id).is_some();
-                if dropped {
-                    let _ = std::fs::remove_file(self.dir.chunk_path(id));
+                let dropped = lock(&self.lru).drop_chunk(id);
+                if let Some(kept) = dropped {
+                    self.remove(id, &kept);
                     self.announce(&[*id]);
                 }
                 None
             }
         }
+    }
+
+    /// A held chunk read from its place, or from its file.
+    fn read_kept(&self, id: &ChunkId, place: Option<&Place>) -> std::io::Result<StoredChunk> {
+        match place {
+            Some(p) => placed::read(&self.placed_dir, id, p).map(StoredChunk::Checked),
+            None => (self.dir.get_chunk(id))
+                .map(|b| StoredChunk::Unchecked(b.into()))
+                .map_err(std::io::Error::other),
+        }
+    }
+
+    /// Removes a dropped chunk's file or link.
+    fn remove(&self, id: &ChunkId, kept: &Kept) {
+        let _ = std::fs::remove_file(match kept {
+            Kept::File => self.dir.chunk_path(id),
+            Kept::Placed(p) => placed::path(&self.placed_dir, id, p),
+        });
+    }
+
+    /// Chunks kept at their place in a copy's file ([`NodeStore::put_placed`]).
+    pub fn placed(&self) -> usize {
+        lock(&self.lru).placed.len()
     }
 
     /// Every chunk the store drops from now on (evicted or lost) is sent here. A watcher
@@ -394,6 +471,77 @@ impl NodeStore {
         Ok(())
     }
 
+    /// Stores a raw chunk checked on arrival whose plain bytes the caller wrote at `at` in
+    /// `file` (a copy made ahead): links that file as the chunk's place instead of writing
+    /// the bytes again. A compressed chunk, one held already, or one that cannot be linked
+    /// (the copy lost its name, another file system) is stored as by
+    /// [`NodeStore::put_checked`].
+    pub fn put_placed(
+        &self,
+        chunk: &CheckedChunk,
+        file: &std::fs::File,
+        at: u64,
+    ) -> std::io::Result<()> {
+        let id = chunk.id();
+        let len = chunk.stored().len() as u64;
+        if chunk.compressed() || self.contains(id) {
+            return self.put_checked(chunk);
+        }
+        self.slow_disk();
+        let place = match placed::link(&self.placed_dir, file, id, at, (len - 1) as u32) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(chunk = %id.short(), error = %e, "cannot keep a chunk in its copy; writing it");
+                return self.put_checked(chunk);
+            }
+        };
+        let twice = {
+            let mut l = lock(&self.lru);
+            let twice = l.holds(id);
+            if !twice {
+                l.placed.add(*id, place);
+            }
+            twice
+        };
+        if twice {
+            // Another thread stored it meanwhile: its keeping stands.
+            let _ = std::fs::remove_file(placed::path(&self.placed_dir, id, &place));
+        }
+        self.list(id, len, Some(chunk));
+        Ok(())
+    }
+
+    /// A raw chunk held in a file of its own whose `plain_len` plain bytes the caller has
+    /// since written at `at` in `file` (a copy made ahead of chunks that arrived before its
+    /// mount): keeps the chunk there instead and removes its file, giving its memory back.
+    /// Nothing changes for a compressed chunk, one placed already, or one that cannot be
+    /// linked.
+    pub fn keep_placed(&self, id: &ChunkId, plain_len: u32, file: &std::fs::File, at: u64) {
+        let own = self.dir.chunk_path(id);
+        let raw = std::fs::metadata(&own).is_ok_and(|m| m.len() == u64::from(plain_len) + 1);
+        let listed = |l: &Lru| l.holds(id) && l.placed.get(id).is_none();
+        if !raw || !listed(&lock(&self.lru)) {
+            return;
+        }
+        let Ok(place) = placed::link(&self.placed_dir, file, id, at, plain_len) else {
+            return;
+        };
+        let moved = {
+            let mut l = lock(&self.lru);
+            let moved = listed(&l);
+            if moved {
+                l.placed.add(*id, place);
+            }
+            moved
+        };
+        // A reader that chose the file just before finds its place instead (`get`).
+        let _ = std::fs::remove_file(if moved {
+            own
+        } else {
+            placed::path(&self.placed_dir, id, &place)
+        });
+    }
+
     /// Lists a chunk whose file is written, with its bytes in memory if given, then keeps
     /// both within their budgets.
     fn list(&self, id: &ChunkId, len: u64, chunk: Option<&CheckedChunk>) {
@@ -425,9 +573,11 @@ impl NodeStore {
                 let Some(id) = l.map.peek_lru().map(|(id, _)| *id) else {
                     break;
                 };
-                l.drop_chunk(&id);
+                let kept = l.drop_chunk(&id);
                 tracing::debug!(chunk = %id.short(), "evicting chunk over the store budget");
-                let _ = std::fs::remove_file(self.dir.chunk_path(&id));
+                if let Some(kept) = &kept {
+                    self.remove(&id, kept);
+                }
                 gone.push(id);
             }
         }
@@ -452,6 +602,17 @@ impl seeder::ChunkStore for NodeStore {
     fn put_checked(&self, chunk: &CheckedChunk) -> std::io::Result<()> {
         NodeStore::put_checked(self, chunk)
     }
+    fn put_placed(
+        &self,
+        chunk: &CheckedChunk,
+        file: &std::fs::File,
+        at: u64,
+    ) -> std::io::Result<()> {
+        NodeStore::put_placed(self, chunk, file, at)
+    }
+    fn keep_placed(&self, id: &ChunkId, plain_len: u32, file: &std::fs::File, at: u64) {
+        NodeStore::keep_placed(self, id, plain_len, file, at);
+    }
 }
 
 impl ChunkSink for NodeStore {
@@ -465,12 +626,16 @@ impl ChunkSink for NodeStore {
 }
 
 #[cfg(test)]
+#[path = "store_placed_tests.rs"]
+mod placed_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use manifest::{encode_chunk, verify_chunk};
 
     /// A checked chunk of `len` incompressible bytes made from `seed`.
-    fn chunk(seed: u8, len: usize) -> CheckedChunk {
+    pub(super) fn chunk(seed: u8, len: usize) -> CheckedChunk {
         let mut plain = vec![0u8; len];
         blake3::Hasher::new()
             .update(&[seed])

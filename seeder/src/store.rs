@@ -332,6 +332,21 @@ pub trait ChunkStore: ChunkSink + Send + Sync + 'static {
     fn put_checked(&self, chunk: &CheckedChunk) -> std::io::Result<()> {
         self.put(chunk.id(), chunk.stored())
     }
+    /// Keeps a raw chunk checked on arrival whose plain bytes the caller has written at
+    /// `at` in `file` (a node's copy made ahead, never written there again): a store that
+    /// can keep the chunk in that file need not write its bytes a second time.
+    fn put_placed(
+        &self,
+        chunk: &CheckedChunk,
+        _file: &std::fs::File,
+        _at: u64,
+    ) -> std::io::Result<()> {
+        self.put_checked(chunk)
+    }
+    /// A raw chunk held already whose plain bytes (`plain_len` of them) the caller has
+    /// since written at `at` in `file`, as for [`ChunkStore::put_placed`]: a store that can
+    /// keep the chunk there may give up its own copy of the bytes.
+    fn keep_placed(&self, _id: &ChunkId, _plain_len: u32, _file: &std::fs::File, _at: u64) {}
 }
 
 impl ChunkStore for DirStore {

@@ -286,6 +286,7 @@ impl Shared {
             store_budget: self.cfg.store_budget,
             store_pinned: self.store.pinned_bytes(),
             store_cached: self.store.cached_bytes(),
+            store_placed: self.store.placed(),
             clock_skew_ms: view.clock_skew_ms,
             metrics: view.metrics_addr.map(|a| format!("http://{a}/metrics")),
             cpu_quota_cores,

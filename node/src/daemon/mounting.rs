@@ -231,19 +231,19 @@ fn keep(job: JobId, m: &Mounted, (k, dir): (&Keeper, &Path), from: String, start
 /// From now on the job's chunks are written into its mount's passthrough copies as they
 /// arrive; those that arrived while the mount was made are read back from the store for
 /// it, on the blocking pool.
-fn make_copies_ahead(core: &JobCore, data: &Arc<Data>) {
+fn make_copies_ahead(core: &Arc<JobCore>, data: &Arc<Data>) {
     let weak = Arc::downgrade(data);
     let early = core.on_arrival(Arc::new(move |chunk, arrived| {
-        if let Some(data) = weak.upgrade()
-            && data.awaits(chunk)
-            && let Some(plain) = arrived.plain()
-        {
-            data.arrived(chunk, plain.bytes());
-        }
+        let data = weak.upgrade().filter(|d| d.awaits(chunk))?;
+        data.arrived(chunk, arrived.plain()?.bytes())
     }));
     if early.is_empty() {
         return;
     }
-    let data = data.clone();
-    tokio::task::spawn_blocking(move || data.arrived_earlier(&early));
+    let (data, core) = (data.clone(), core.clone());
+    tokio::task::spawn_blocking(move || {
+        for (chunk, place) in data.arrived_earlier(&early) {
+            core.keep_placed(chunk, &place);
+        }
+    });
 }

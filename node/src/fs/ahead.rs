@@ -7,6 +7,10 @@
 //! time (the daemon decoded them once to verify them) and writes the copy while the
 //! application waits.
 //!
+//! A raw chunk's plain bytes are its stored bytes, so where they were written into a copy
+//! of a file of raw chunks only, the store keeps the chunk there rather than writing it a
+//! second time ([`Placement`], `crate::placed`).
+//!
 //! Must not:
 //! - write a byte that was not verified (callers hand over [`manifest::Verified`] bytes);
 //! - evict anything: room comes from the free part of the copies budget
@@ -38,6 +42,22 @@ struct Partial {
     file: Option<(Arc<File>, TempPath)>,
     /// Not made ahead (no room, a failed write, or the copy exists already).
     dropped: bool,
+    /// Every chunk of the file is stored raw (by the index): its places may keep them.
+    raw: bool,
+}
+
+/// Where an arriving raw chunk's plain bytes were written: a copy's file, open, and the
+/// offset. The file is written nowhere else at that place and never truncated.
+pub(crate) struct Placement {
+    pub file: Arc<File>,
+    pub at: u64,
+}
+
+/// What a chunk's arrival did: the copies it completed, and a place that keeps it.
+#[derive(Default)]
+pub(crate) struct Arrival {
+    pub made: Vec<String>,
+    pub placed: Option<Placement>,
 }
 
 struct State {
@@ -96,10 +116,13 @@ impl Ahead {
                 continue;
             }
             let mut left = 0u32;
+            let mut raw = true;
             for (pos, slot) in slots.iter().enumerate() {
                 if let Some(ci) = slot.chunk_index().and_then(ChunkNo::at) {
                     wanted.entry(ci).or_default().push((file, pos as u64 * cs));
                     left += 1;
+                    let c = &index.chunks[ci.index()];
+                    raw &= c.stored_len == c.plain_len.saturating_add(1);
                 }
             }
             if left == 0 {
@@ -116,6 +139,7 @@ impl Ahead {
                 left,
                 file: None,
                 dropped: false,
+                raw,
             };
             files.insert(file, partial);
         }
@@ -128,39 +152,42 @@ impl Ahead {
 
     /// Chunk number `ci` arrived, verified, with the plain bytes `plain`: writes it into
     /// the copies it belongs to. Returns the names of the copies it completed (made, in
-    /// place, and recorded in the copies' budget for this mount). A chunk seen before is
-    /// ignored.
-    pub fn arrived(&self, ci: ChunkNo, plain: &[u8]) -> Vec<String> {
+    /// place, and recorded in the copies' budget for this mount), and a place written in a
+    /// copy of raw chunks only. A chunk seen before is ignored.
+    pub fn arrived(&self, ci: ChunkNo, plain: &[u8]) -> Arrival {
         let Some(places) = lock(&self.state).wanted.remove(&ci) else {
-            return Vec::new();
+            return Arrival::default();
         };
-        let mut done = Vec::new();
+        let mut done = Arrival::default();
         for (file, at) in places {
-            let Some(out) = self.begin(file) else {
+            let Some((out, raw)) = self.begin(file) else {
                 continue;
             };
             let wrote = out.write_all_at(plain, at);
-            drop(out);
             if let Err(e) = &wrote {
                 tracing::debug!(error = %e, "a copy made ahead could not be written; it will be made at its first open");
             }
+            if raw && wrote.is_ok() && done.placed.is_none() {
+                done.placed = Some(Placement { file: out, at });
+            }
             if let Some(name) = self.placed(file, wrote.is_ok()) {
-                done.push(name);
+                done.made.push(name);
             }
         }
         done
     }
 
-    /// The file a copy is written to, created (with room held) at its first chunk; `None`
-    /// if the copy is not made ahead.
-    fn begin(&self, file: EntryIdx) -> Option<Arc<File>> {
+    /// The file a copy is written to, created (with room held) at its first chunk, and
+    /// whether its chunks are all raw; `None` if the copy is not made ahead.
+    fn begin(&self, file: EntryIdx) -> Option<(Arc<File>, bool)> {
         let mut st = lock(&self.state);
         let p = st.files.get_mut(&file)?;
         if p.dropped {
             return None;
         }
+        let raw = p.raw;
         if let Some((f, _)) = &p.file {
-            return Some(f.clone());
+            return Some((f.clone(), raw));
         }
         if self.copies.contains(&p.name) || !self.copies.hold(p.cost) {
             p.dropped = true;
@@ -174,7 +201,7 @@ impl Ahead {
             Ok((f, path)) => {
                 let f = Arc::new(f);
                 p.file = Some((f.clone(), path));
-                Some(f)
+                Some((f, raw))
             }
             Err(e) => {
                 tracing::debug!(error = %e, "cannot start a copy ahead; it will be made at its first open");

@@ -127,7 +127,9 @@ fn a_file_is_a_verified_copy_once_its_last_chunk_arrives_in_any_order() {
     let mut made = Vec::new();
     for (n, &ci) in order.iter().enumerate() {
         assert!(made.is_empty(), "made after {n} of {} chunks", order.len());
-        made = ahead.arrived(ChunkNo(ci as u32), &plain_of(&index, &files, ci));
+        made = ahead
+            .arrived(ChunkNo(ci as u32), &plain_of(&index, &files, ci))
+            .made;
     }
     assert_eq!(
         made,
@@ -155,9 +157,9 @@ fn a_chunk_shared_by_files_and_repeated_in_one_fills_every_place_once() {
     let mut made = Vec::new();
     for ci in 0..index.chunks.len() {
         let plain = plain_of(&index, &files, ci);
-        made.extend(ahead.arrived(ChunkNo(ci as u32), &plain));
+        made.extend(ahead.arrived(ChunkNo(ci as u32), &plain).made);
         assert!(
-            ahead.arrived(ChunkNo(ci as u32), &plain).is_empty(),
+            ahead.arrived(ChunkNo(ci as u32), &plain).made.is_empty(),
             "a chunk seen before is ignored"
         );
     }
@@ -196,6 +198,7 @@ fn copies_made_ahead_never_evict_and_give_back_their_room_when_left_unfinished()
         assert!(
             ahead
                 .arrived(ChunkNo(ci as u32), &plain_of(&index, &files, ci))
+                .made
                 .is_empty()
         );
     }
@@ -223,14 +226,14 @@ fn a_copy_that_exists_already_is_not_made_again() {
     for ci in 0..n {
         let plain = plain_of(&index, &files, ci);
         assert_eq!(
-            first.arrived(ChunkNo(ci as u32), &plain).len(),
+            first.arrived(ChunkNo(ci as u32), &plain).made.len(),
             usize::from(ci == n - 1)
         );
     }
     // A later mount of the same file (another job of the same layer) finds its copy.
     for ci in 0..n {
         let plain = plain_of(&index, &files, ci);
-        assert!(second.arrived(ChunkNo(ci as u32), &plain).is_empty());
+        assert!(second.arrived(ChunkNo(ci as u32), &plain).made.is_empty());
     }
     assert_eq!(copies.len(), 1);
     assert!(copies.reserve(1 << 29), "no room is left held");
@@ -240,7 +243,11 @@ fn a_copy_that_exists_already_is_not_made_again() {
 fn arrive_all(ahead: &Ahead, index: &Index, files: &[(&str, Vec<u8>)]) -> Vec<String> {
     let mut made = Vec::new();
     for ci in 0..index.chunks.len() {
-        made.extend(ahead.arrived(ChunkNo(ci as u32), &plain_of(index, files, ci)));
+        made.extend(
+            ahead
+                .arrived(ChunkNo(ci as u32), &plain_of(index, files, ci))
+                .made,
+        );
     }
     made
 }
@@ -286,4 +293,41 @@ fn a_push_that_streams_nothing_copies_nothing_ahead() {
     let ahead = Ahead::plan(&index, &demand_only, 1, copies.clone(), CopyUser(5));
     assert!(arrive_all(&ahead, &index, &files).is_empty());
     assert_eq!(copies.len(), 0, "made at its first open instead");
+}
+
+/// A raw chunk written into a copy of raw chunks only is handed back as a place the store
+/// may keep it in: the copy's open file, at the chunk's offset, holding its plain bytes. A
+/// file with a compressed chunk offers none (the copy's bytes are not the stored ones).
+#[test]
+fn a_raw_chunk_written_into_a_copy_of_raw_chunks_is_offered_as_its_place() {
+    let mut mixed = pattern(CS, 4);
+    mixed.extend(vec![7u8; CS]);
+    let files = [("raw", pattern(2 * CS + 10, 3)), ("mixed", mixed)];
+    let index = layer(&files);
+    let raw = |name: &str| {
+        copy_of(&index, name).2.iter().flatten().all(|id| {
+            let c = index.chunks.iter().find(|c| c.id == *id).expect("chunk");
+            c.stored_len == c.plain_len + 1
+        })
+    };
+    assert!(raw("raw") && !raw("mixed"), "the layer is as meant");
+    let (_t, copies) = copies(1 << 30);
+    let ahead = Ahead::plan(&index, &streamed(&index), 1, copies, CopyUser(1));
+    let (_, _, raw_pieces) = copy_of(&index, "raw");
+    let (_, _, mixed_pieces) = copy_of(&index, "mixed");
+    for ci in 0..index.chunks.len() {
+        let id = index.chunks[ci].id;
+        let plain = plain_of(&index, &files, ci);
+        let got = ahead.arrived(ChunkNo(ci as u32), &plain);
+        if let Some(pos) = raw_pieces.iter().position(|p| *p == Some(id)) {
+            let p = got.placed.expect("a raw file's chunk has a place");
+            assert_eq!(p.at, (pos * CS) as u64);
+            let mut back = vec![0u8; plain.len()];
+            p.file.read_exact_at(&mut back, p.at).expect("read");
+            assert!(back == plain, "the place holds the chunk's bytes");
+        } else {
+            assert!(mixed_pieces.contains(&Some(id)));
+            assert!(got.placed.is_none(), "a mixed file's chunk has no place");
+        }
+    }
 }

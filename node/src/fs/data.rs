@@ -31,7 +31,7 @@ use peertree::relay::{ChunkNo, Schedule};
 use tokio::sync::OnceCell;
 
 use super::FsError;
-use super::ahead::Ahead;
+use super::ahead::{Ahead, Placement};
 use super::copies::{Copies, CopyUser, Lease, copy_name, verify_copy};
 use super::tree::Tree;
 use crate::source::{ChunkSource, Fetched};
@@ -184,18 +184,18 @@ impl Data {
     /// Chunk number `ci` arrived at this node, verified, with the plain bytes `plain`:
     /// written into the copies made ahead that need it. Its caller already paid for the
     /// decoding, so a file whose chunks all arrived is a copy before its first open.
-    pub fn arrived(&self, ci: ChunkNo, plain: &[u8]) {
-        let Some(ahead) = &self.ahead else {
-            return;
-        };
+    /// Returns where a raw chunk's bytes were written, for the store to keep it there.
+    pub(crate) fn arrived(&self, ci: ChunkNo, plain: &[u8]) -> Option<Placement> {
+        let ahead = self.ahead.as_ref()?;
         if self.ahead_off.load(Ordering::Relaxed) {
-            return;
+            return None;
         }
-        let made = ahead.arrived(ci, plain);
-        if !made.is_empty() {
+        let done = ahead.arrived(ci, plain);
+        if !done.made.is_empty() {
             // Written by this mount from verified bytes: no check before its first use.
-            lock(&self.verified).extend(made);
+            lock(&self.verified).extend(done.made);
         }
+        done.placed
     }
 
     /// Whether a copy made ahead still waits for chunk `ci`: only then is an arriving
@@ -208,18 +208,23 @@ impl Data {
 
     /// Chunks that arrived before the copies made ahead could be told of them (before the
     /// mount was up): read from the source, checked, and written as if arriving now.
-    pub(crate) fn arrived_earlier(&self, chunks: &[ChunkNo]) {
+    /// Returns where raw ones were written, for the store to keep them there.
+    pub(crate) fn arrived_earlier(&self, chunks: &[ChunkNo]) -> Vec<(ChunkNo, Placement)> {
         let Some(ahead) = &self.ahead else {
-            return;
+            return Vec::new();
         };
+        let mut placed = Vec::new();
         for &ci in chunks {
             if !ahead.awaits(ci) {
                 continue;
             }
-            if let Some(Ok(plain)) = self.plain_now(ci) {
-                self.arrived(ci, &plain);
+            if let Some(Ok(plain)) = self.plain_now(ci)
+                && let Some(p) = self.arrived(ci, &plain)
+            {
+                placed.push((ci, p));
             }
         }
+        placed
     }
 
     /// Remembers a chunk whose fetch timed out for `t` instead of [`FAILURE_MEMORY`].

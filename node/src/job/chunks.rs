@@ -11,6 +11,7 @@ use peertree::relay::ChunkNo;
 use seeder::StoredChunk;
 
 use super::{ArrivalHook, Arrivals, Input, JobCore, lock};
+use crate::fs::ahead::Placement;
 use crate::peers::Ticket;
 
 /// Chunks of at most this many stored bytes are verified and kept (or read from a node's
@@ -126,9 +127,15 @@ impl JobCore {
             }
         };
         let plain = Arrived::new(&checked, plain);
-        if let Err(e) = self.bytes.put_checked(&checked) {
-            // Readers waiting for it still get it; the relay does not count it as held.
-            self.wake(chunk, &plain);
+        self.wake(chunk, &plain);
+        // Into the copies made ahead first: a raw chunk written there is kept there.
+        let placed = self.arrived(chunk, &plain);
+        let kept = match &placed {
+            Some(p) => self.bytes.put_placed(&checked, &p.file, p.at),
+            None => self.bytes.put_checked(&checked),
+        };
+        if let Err(e) = kept {
+            // Readers waiting for it got it; the relay does not count it as held.
             if !self
                 .store_failed
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -148,8 +155,6 @@ impl JobCore {
             c.bytes_in += len;
         }
         order.release(tell(true));
-        self.wake(chunk, &plain);
-        self.arrived(chunk, &plain);
         if plain.decoded() {
             lock(&self.counters).decoded += 1;
         }
@@ -176,15 +181,24 @@ impl JobCore {
 
     /// Tells the job's listener of a chunk that arrived ([`JobCore::on_arrival`]), or
     /// notes it until one listens.
-    pub(super) fn arrived(&self, chunk: ChunkNo, plain: &Arrived<'_>) {
+    /// Answers where the listener wrote a raw chunk's bytes (see [`ArrivalHook`]).
+    pub(super) fn arrived(&self, chunk: ChunkNo, plain: &Arrived<'_>) -> Option<Placement> {
         let hook = match &mut *lock(&self.arrivals) {
             Arrivals::Hook(h) => h.clone(),
             Arrivals::Early(early) => {
                 early.push(chunk);
-                return;
+                return None;
             }
         };
-        hook(chunk, plain);
+        hook(chunk, plain)
+    }
+
+    /// A chunk that arrived before the mount listened was since written at `place` in a
+    /// copy made ahead: the store may keep it there ([`seeder::ChunkStore::keep_placed`]).
+    pub(crate) fn keep_placed(&self, chunk: ChunkNo, place: &Placement) {
+        if let Some(info) = self.index.chunks.get(chunk.index()) {
+            (self.bytes).keep_placed(&info.id, info.plain_len, &place.file, place.at);
+        }
     }
 
     /// From now on `hook` hears of each chunk that arrives verified. Returns the chunks

@@ -31,7 +31,7 @@ pub struct StatusArgs {
     control: PathBuf,
     /// What to print: `text`, or `json`: the daemon's answer, `{"version": 1, "host",
     /// "listen", "store_bytes", "store_chunks", "store_budget", "store_pinned", "store_cached",
-    /// "cpu_quota_cores", "bulk_yielded_s", "jobs": [JOB]}`, or with a job
+    /// "store_placed", "cpu_quota_cores", "bulk_yielded_s", "jobs": [JOB]}`, or with a job
     /// JOB alone: `{"version": 1, "job" (a Slurm job id in decimal, else 16 hex digits), "index", "parent", "children",
     /// "have", "chunks", "urgent_s", "all_s", "mountpoint", "finished", "owner", "counters":
     /// {"chunks_in", "bytes_in", "bad_chunks", "chunks_out", "bytes_out", ...}}`; with --stop

@@ -4,6 +4,8 @@
 //! daemon stops writing arriving chunks into copies (the copies directory is then empty
 //! until the first open), or writes wrong bytes into one.
 
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -129,5 +131,111 @@ fn a_node_decodes_only_the_compressed_chunks_it_copies_ahead_and_reads_the_rest_
             assert!(&got == s, "{}: py/m{n:02}.py reads back wrong", node.host);
         }
         assert!(std::fs::read(mp.join("big.txt")).expect("read") == big);
+    }
+}
+
+/// The chunk files under a node's store (`chunks/<xx>/<id>`), and the links of the chunks it
+/// keeps in its copies (`chunks/placed`).
+fn store_files(node_dir: &Path) -> (usize, usize) {
+    let chunks = node_dir.join("state/store/chunks");
+    let mut files = 0;
+    let mut placed = 0;
+    for e in walkdir::WalkDir::new(&chunks).into_iter().flatten() {
+        if e.file_type().is_file() {
+            match e.path().parent().and_then(Path::file_name) {
+                Some(p) if p == "placed" => placed += 1,
+                _ => files += 1,
+            }
+        }
+    }
+    (files, placed)
+}
+
+/// The memory a node's state directory holds: every file's allocated bytes, each file
+/// counted once however many names it has.
+fn allocated(node_dir: &Path) -> u64 {
+    let mut seen = HashSet::new();
+    walkdir::WalkDir::new(node_dir.join("state"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file() && seen.insert((m.dev(), m.ino())))
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
+/// Raw chunks are written once (issue 33): a node keeps the raw chunks of a copy made ahead
+/// in the copy itself, linked into its store, not in chunk files of their own. With no
+/// memory of recent chunks, n01 sends them on to n02 from those links, and a restarted
+/// daemon takes them up. It fails if a node writes such chunks a second time (chunk files,
+/// or its state directory holding twice the layer), or if a chunk kept in a copy is sent
+/// on, taken up or read back wrong.
+#[test]
+fn raw_chunks_of_a_copy_made_ahead_are_written_once_and_kept_in_it() {
+    if !can_mount() {
+        return;
+    }
+    let mut c = Cluster::start(2, |_| vec!["--recent".into(), "0".into()]);
+    let src = c.ws.path().join("layer");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    // Four chunks and two chunks (copied ahead, all raw), and a file under the copies'
+    // 64 KiB minimum, whose chunk has a file of its own.
+    let big = noise((3 << 20) + 4321, 21);
+    let mid = noise((1 << 20) + 77, 22);
+    let small = noise(3000, 23);
+    for (name, data) in [("big.bin", &big), ("mid.bin", &mid), ("small.bin", &small)] {
+        std::fs::write(src.join(name), data).expect("write");
+    }
+    let id = c.ws.publish_mib_chunks(&src);
+    // A chain: login -> n01 -> n02, so n01 sends every chunk on from its store; paced, so
+    // that the chunks arrive after the mounts are up and go into their copies.
+    let push = |c: &Cluster, job: &str| {
+        let args = [
+            "--width",
+            "1",
+            "--wait",
+            "all",
+            "--job",
+            job,
+            "--rate-limit",
+            "4MiB",
+        ];
+        let out = (c.push_cmd(&id, 2, &args)).output().expect("push");
+        assert!(out.status.success(), "push: {out:?}");
+    };
+    push(&c, "41");
+    let layer = (big.len() + mid.len() + small.len()) as u64;
+    for (i, node) in c.nodes.iter().enumerate() {
+        let st = c.status(i);
+        assert_eq!(st["store_chunks"], 7, "{}: {st}", node.host);
+        assert_eq!(st["store_placed"], 6, "{}: kept in copies: {st}", node.host);
+        assert_eq!(store_files(&node.dir), (1, 6), "{}", node.host);
+        let held = allocated(&node.dir);
+        assert!(
+            held < layer + layer / 4,
+            "{}: its state holds {held} bytes for a layer of {layer}",
+            node.host
+        );
+        let mp = c.mount_of(i);
+        for (name, data) in [("big.bin", &big), ("mid.bin", &mid), ("small.bin", &small)] {
+            let got = std::fs::read(mp.join(name)).expect("read");
+            assert!(got == *data, "{}: {name} reads back wrong", node.host);
+        }
+    }
+    // n02 restarts (its job ends with it) and is pushed the layer again: it holds it all.
+    c.restart_in_place_with(1, &["--recent", "0"]);
+    let st = c.status(1);
+    assert_eq!(
+        (st["store_chunks"].as_u64(), st["store_placed"].as_u64()),
+        (Some(7), Some(6)),
+        "taken up at start: {st}"
+    );
+    push(&c, "42");
+    let st = c.status(1);
+    assert_eq!(st["jobs"][0]["counters"]["chunks_in"], 0, "{st}");
+    let mp = c.mount_of(1);
+    for (name, data) in [("big.bin", &big), ("mid.bin", &mid)] {
+        let got = std::fs::read(mp.join(name)).expect("read after the restart");
+        assert!(got == *data, "{name} reads back wrong after the restart");
     }
 }

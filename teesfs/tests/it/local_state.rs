@@ -212,6 +212,7 @@ fn lose_every_chunk(c: &Cluster, i: usize) {
     {
         std::fs::remove_file(f.path()).expect("rm copy");
     }
+    // Shards of chunk files, and `placed`: the links of raw chunks kept in their copies.
     let chunks = c.nodes[i].dir.join("state/store/chunks");
     for shard in std::fs::read_dir(&chunks).expect("store").flatten() {
         for f in std::fs::read_dir(shard.path()).expect("shard").flatten() {
@@ -414,16 +415,29 @@ fn copy_holding(c: &Cluster, data: &[u8]) -> PathBuf {
 /// and again after a daemon restart. Now a copy is checked before each job's first use
 /// (and made again when it fails), copies from an earlier run are removed at start, and a
 /// job's copies go when it is released.
+///
+/// The store keeps the raw chunks of a copy made ahead in the copy itself, so the flip
+/// damages the stored chunk too: it is found bad when the copy is made again, dropped, and
+/// read from the origin store (no node has it any more, and the push has ended). It fails
+/// if the damaged chunk is served, or is not read again.
 #[test]
 fn a_tampered_passthrough_copy_is_never_served_to_a_new_job_or_after_a_restart() {
     if !can_mount() {
         return;
     }
-    let mut c = Cluster::start(1, |_| vec![]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let link = dir.path().join("origin");
+    // No memory of recent chunks, which would serve the intact bytes.
+    let origin: Vec<String> = ["--recent", "0", "--origin", link.to_str().expect("utf8")]
+        .map(String::from)
+        .to_vec();
+    let mut c = Cluster::start(1, |_| origin.clone());
+    std::os::unix::fs::symlink(c.ws.store(), &link).expect("link the origin");
     let (_, files) = layer(&c);
     let id = c.ws.publish(&c.ws.path().join("layer"));
     let (name, data) = &files[0];
-    push_all(&c, &id, &["--job-id", "101"]);
+    // Paced, so that the chunks arrive after the mount is up and go into its copies.
+    push_all(&c, &id, &["--job-id", "101", "--rate-limit", "4MiB"]);
     let mp = c.mount_of(0);
     assert!(read_within(&mp.join(name), Duration::from_secs(30)).expect("read") == *data);
     let dir = copies_dir(&c, 0);
@@ -463,9 +477,14 @@ fn a_tampered_passthrough_copy_is_never_served_to_a_new_job_or_after_a_restart()
     }
     let got = read_within(&mp2.join(name), Duration::from_secs(30)).expect("read job 102");
     assert!(got == *data, "the new job got the tampered copy's bytes");
+    let log = daemon_log(&c, 0);
     assert!(
-        daemon_log(&c, 0).contains("does not match the index"),
+        log.contains("does not match the index"),
         "the bad copy is reported"
+    );
+    assert!(
+        log.contains("a stored chunk cannot be read") && log.contains("from the origin store"),
+        "the chunk kept in the copy is dropped and read again: {log}"
     );
     // Tamper again, restart the daemon: the copy is gone before anything can serve it.
     flip(&copy_holding(&c, data));
