@@ -127,15 +127,17 @@ impl JobCore {
             }
         };
         let plain = Arrived::new(&checked, plain);
-        self.wake(chunk, &plain);
-        // Into the copies made ahead first: a raw chunk written there is kept there.
-        let placed = self.arrived(chunk, &plain);
-        let kept = match &placed {
+        // Into the copies made ahead first, if the mount listens: a raw chunk written there
+        // is kept there. Before it listens, the chunk is noted only once stored, since the
+        // notes are read back from the store.
+        let heard = self.listener().map(|hook| hook(chunk, &plain));
+        let kept = match heard.as_ref().and_then(Option::as_ref) {
             Some(p) => self.bytes.put_placed(&checked, &p.file, p.at),
             None => self.bytes.put_checked(&checked),
         };
         if let Err(e) = kept {
-            // Readers waiting for it got it; the relay does not count it as held.
+            // Readers waiting for it still get it; the relay does not count it as held.
+            self.wake(chunk, &plain);
             if !self
                 .store_failed
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -155,6 +157,11 @@ impl JobCore {
             c.bytes_in += len;
         }
         order.release(tell(true));
+        // Woken once stored: a reader that found it missing before registered to wait.
+        self.wake(chunk, &plain);
+        if heard.is_none() {
+            self.arrived(chunk, &plain);
+        }
         if plain.decoded() {
             lock(&self.counters).decoded += 1;
         }
@@ -179,18 +186,28 @@ impl JobCore {
         });
     }
 
-    /// Tells the job's listener of a chunk that arrived ([`JobCore::on_arrival`]), or
-    /// notes it until one listens.
-    /// Answers where the listener wrote a raw chunk's bytes (see [`ArrivalHook`]).
-    pub(super) fn arrived(&self, chunk: ChunkNo, plain: &Arrived<'_>) -> Option<Placement> {
+    /// The job's listener to arrivals, once there is one ([`JobCore::on_arrival`]).
+    fn listener(&self) -> Option<ArrivalHook> {
+        match &*lock(&self.arrivals) {
+            Arrivals::Hook(h) => Some(h.clone()),
+            Arrivals::Early(_) => None,
+        }
+    }
+
+    /// Tells the job's listener of a stored chunk that arrived ([`JobCore::on_arrival`]),
+    /// or notes it until one listens. A raw chunk the listener writes into a copy moves
+    /// there ([`JobCore::keep_placed`]).
+    pub(super) fn arrived(&self, chunk: ChunkNo, plain: &Arrived<'_>) {
         let hook = match &mut *lock(&self.arrivals) {
             Arrivals::Hook(h) => h.clone(),
             Arrivals::Early(early) => {
                 early.push(chunk);
-                return None;
+                return;
             }
         };
-        hook(chunk, plain)
+        if let Some(place) = hook(chunk, plain) {
+            self.keep_placed(chunk, &place);
+        }
     }
 
     /// A chunk that arrived before the mount listened was since written at `place` in a
