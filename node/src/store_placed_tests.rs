@@ -28,6 +28,13 @@ fn copy_of(path: &Path, chunks: &[&CheckedChunk]) -> (File, Vec<u64>) {
     (f, places)
 }
 
+/// How many links the store at `root` holds for placed chunks.
+fn links(root: &Path) -> usize {
+    std::fs::read_dir(crate::placed::dir(root))
+        .expect("placed dir")
+        .count()
+}
+
 /// The stored bytes `s` hands out for `c` (from its place or its file: the stores in these
 /// tests keep nothing in memory), checked against its id.
 fn read_back(s: &NodeStore, c: &CheckedChunk) -> Bytes {
@@ -107,10 +114,11 @@ fn a_packs_bytes_stay_charged_until_its_last_chunk_goes() {
     let mut want = vec![*a.id(), *b.id()];
     want.sort();
     assert_eq!(announced, want);
-    let links = std::fs::read_dir(crate::placed::dir(&tmp.path().join("store")))
-        .expect("placed dir")
-        .count();
-    assert_eq!(links, 0, "their links are removed");
+    assert_eq!(
+        links(&tmp.path().join("store")),
+        0,
+        "their links are removed"
+    );
 }
 
 /// A copy changed behind the store's back (root can) changes the chunks placed in it: such
@@ -130,10 +138,7 @@ fn a_place_changed_behind_the_stores_back_is_dropped_not_served() {
     assert!(s.get(a.id()).is_none(), "a changed place is not served");
     assert!(!s.contains(a.id()));
     assert_eq!(gone.try_recv().ok(), Some(*a.id()), "its loss is announced");
-    let links = std::fs::read_dir(crate::placed::dir(&root))
-        .expect("placed dir")
-        .count();
-    assert_eq!(links, 0, "its link is removed");
+    assert_eq!(links(&root), 0, "its link is removed");
 }
 
 /// A raw chunk that came before its copy was being made is written to a file of its own;
