@@ -40,6 +40,15 @@ pub(crate) struct PackKey {
     ino: u64,
 }
 
+impl PackKey {
+    fn of(md: &std::fs::Metadata) -> Self {
+        Self {
+            dev: md.dev(),
+            ino: md.ino(),
+        }
+    }
+}
+
 /// Where a placed chunk's plain bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Place {
@@ -89,10 +98,7 @@ pub(crate) fn link(
         ));
     }
     let place = Place {
-        pack: PackKey {
-            dev: md.dev(),
-            ino: md.ino(),
-        },
+        pack: PackKey::of(&md),
         at,
         len,
     };
@@ -146,10 +152,7 @@ pub(crate) fn scan(dir: &Path) -> Vec<(ChunkId, Place)> {
         let found = name.to_str().and_then(parse).and_then(|(id, at, len)| {
             let md = std::fs::symlink_metadata(e.path()).ok()?;
             let fits = md.is_file() && md.len() >= at + u64::from(len);
-            let pack = PackKey {
-                dev: md.dev(),
-                ino: md.ino(),
-            };
+            let pack = PackKey::of(&md);
             fits.then_some((id, Place { pack, at, len }))
         });
         match found {

@@ -88,6 +88,14 @@ impl Lru {
         }
     }
 
+    /// A held chunk's stored size.
+    fn stored_len(&self, id: &ChunkId) -> Option<u64> {
+        self.map
+            .peek(id)
+            .or_else(|| self.pinned_held.get(id))
+            .copied()
+    }
+
     /// Whether a chunk is held.
     fn holds(&self, id: &ChunkId) -> bool {
         self.map.contains(id) || self.pinned_held.contains_key(id)
@@ -370,7 +378,7 @@ impl NodeStore {
     }
 
     /// A chunk's stored bytes (touching it in the LRU), or `None`: from memory if it
-    /// arrived recently, else read from its file. A listed chunk that cannot be read
+    /// arrived recently, else read from its file or its place. A listed chunk that cannot be read
     /// (deleted behind the store's back, I/O error, out of file descriptors) is dropped
     /// from the store and announced as lost, so that it is fetched again instead of being
     /// believed held.
@@ -495,20 +503,27 @@ impl NodeStore {
                 return self.put_checked(chunk);
             }
         };
-        let twice = {
-            let mut l = lock(&self.lru);
-            let twice = l.holds(id);
-            if !twice {
-                l.placed.add(*id, place);
-            }
-            twice
-        };
-        if twice {
-            // Another thread stored it meanwhile: its keeping stands.
-            let _ = std::fs::remove_file(placed::path(&self.placed_dir, id, &place));
-        }
+        // Unless another thread stored it meanwhile: its keeping stands.
+        self.record_place(id, place, |l| !l.holds(id));
         self.list(id, len, Some(chunk));
         Ok(())
+    }
+
+    /// Records chunk `id` at its linked `place` if `take` holds of the store under its lock,
+    /// else removes the link; whether it did.
+    fn record_place(&self, id: &ChunkId, place: Place, take: impl Fn(&Lru) -> bool) -> bool {
+        let taken = {
+            let mut l = lock(&self.lru);
+            let taken = take(&l);
+            if taken {
+                l.placed.add(*id, place);
+            }
+            taken
+        };
+        if !taken {
+            let _ = std::fs::remove_file(placed::path(&self.placed_dir, id, &place));
+        }
+        taken
     }
 
     /// A raw chunk held in a file of its own whose `plain_len` plain bytes the caller has
@@ -517,29 +532,20 @@ impl NodeStore {
     /// Nothing changes for a compressed chunk, one placed already, or one that cannot be
     /// linked.
     pub fn keep_placed(&self, id: &ChunkId, plain_len: u32, file: &std::fs::File, at: u64) {
-        let own = self.dir.chunk_path(id);
-        let raw = std::fs::metadata(&own).is_ok_and(|m| m.len() == u64::from(plain_len) + 1);
-        let listed = |l: &Lru| l.holds(id) && l.placed.get(id).is_none();
-        if !raw || !listed(&lock(&self.lru)) {
+        // Held in a file of its own, raw (a compressed chunk's stored form is shorter).
+        let in_file = |l: &Lru| {
+            l.placed.get(id).is_none() && l.stored_len(id) == Some(u64::from(plain_len) + 1)
+        };
+        if !in_file(&lock(&self.lru)) {
             return;
         }
         let Ok(place) = placed::link(&self.placed_dir, file, id, at, plain_len) else {
             return;
         };
-        let moved = {
-            let mut l = lock(&self.lru);
-            let moved = listed(&l);
-            if moved {
-                l.placed.add(*id, place);
-            }
-            moved
-        };
-        // A reader that chose the file just before finds its place instead (`get`).
-        let _ = std::fs::remove_file(if moved {
-            own
-        } else {
-            placed::path(&self.placed_dir, id, &place)
-        });
+        if self.record_place(id, place, in_file) {
+            // A reader that chose the file just before finds its place instead (`get`).
+            let _ = std::fs::remove_file(self.dir.chunk_path(id));
+        }
     }
 
     /// Lists a chunk whose file is written, with its bytes in memory if given, then keeps
