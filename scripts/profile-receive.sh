@@ -7,7 +7,9 @@
 # Run as root. LAYER defaults to scripts/realistic-layer.sh's output in /var/tmp/rl (the
 # demo's small chunks: LAYER=/var/tmp/teesfs-lab-demo/layer); BIN to a release build;
 # PERF=0 measures without perf; URGENT_LIST=FILE publishes the layer with that urgent set
-# (`publish --urgent-list`), so copies are made ahead of its files only.
+# (`publish --urgent-list`), so copies are made ahead of its files only. DAEMON_ARGS: more
+# options for every daemon, split on spaces (`--rate-limit 9500KB` paces each child's
+# stream as the lab's 76 Mbit/s links do, `--workers 1`).
 set -euo pipefail
 BIN=${BIN:-target/release/teesfs}
 LAYER=${LAYER:-/var/tmp/rl/layer}
@@ -43,7 +45,7 @@ for i in $(seq "$n"); do
     mkdir -p "$work/$h"
     TEESFS_LOG=teesfs=warn "$BIN" daemon --host "$h" --listen 127.0.0.1:0 --identity "$work/cluster" \
         --state-dir "$work/$h/state" --mount-root "$work/$h/jobs" --control "$work/$h/sock" \
-        --trust "$work/pub.pub" >"$work/$h/out" 2>"$work/$h/log" &
+        --trust "$work/pub.pub" ${DAEMON_ARGS:-} >"$work/$h/out" 2>"$work/$h/log" &
     pids+=("$!")
     st=""
     for _ in $(seq 300); do st=$("$BIN" status --format json --control "$work/$h/sock" 2>/dev/null) && break; sleep 0.1; done

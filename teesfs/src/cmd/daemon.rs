@@ -112,11 +112,14 @@ pub struct DaemonArgs {
     /// Only `teesfs release` ends a job then. The packaged systemd unit sets it.
     #[arg(long)]
     keep_jobs: bool,
-    /// Threads that run the network, the relay and FUSE answers. Two keep a node's
-    /// pushes and reads apart; one costs less CPU per byte where many daemons share few
-    /// cores (the lab's 32 nodes on one machine).
-    #[arg(long, env = "TEESFS_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
-    workers: u16,
+    /// Threads that run the network, the relay and FUSE answers. Default: 2, which keep a
+    /// node's pushes and reads apart; 1 where the daemon may use less than 2 cores (its
+    /// cgroup's CPU quota, e.g. systemd's CPUQuota=, or its CPU affinity). There a second
+    /// thread adds no CPU, only wake-ups from one thread to the other: a push into a daemon
+    /// held to a twentieth of a core cost 17% more CPU with 2 (BENCHMARKS.md, "The lab's
+    /// push on a slower machine").
+    #[arg(long, env = "TEESFS_WORKERS", value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: Option<u16>,
     /// Cap on bulk bytes per second to each child (demand traffic is never capped).
     #[arg(long, value_name = "SIZE", value_parser = util::parse_size)]
     rate_limit: Option<u64>,
@@ -139,8 +142,13 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
             .into_owned(),
     };
     let cfg = config(&args, &host)?;
+    let workers = workers(args.workers, std::thread::available_parallelism().ok());
+    tracing::info!(
+        workers,
+        "runtime threads for the network, the relay and FUSE answers"
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(usize::from(args.workers))
+        .worker_threads(workers)
         .thread_name("teesfs-daemon")
         .enable_all()
         .build()?;
@@ -159,6 +167,16 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<()> {
     }
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     Ok(())
+}
+
+/// The runtime's thread count: `asked` (`--workers`), else 2, or 1 where the daemon may
+/// use less than 2 cores (`cores`: what the kernel lets this process run on, its cgroup's
+/// quota included, as `std::thread::available_parallelism` reads it).
+fn workers(asked: Option<u16>, cores: Option<std::num::NonZeroUsize>) -> usize {
+    match asked {
+        Some(n) => usize::from(n),
+        None => cores.map_or(2, |c| c.get().clamp(1, 2)),
+    }
 }
 
 /// The daemon's configuration from its flags: where it reads what it trusts, its metrics
@@ -263,5 +281,21 @@ impl Fault {
                 ),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroUsize;
+
+    #[test]
+    fn a_daemon_held_to_less_than_two_cores_runs_one_worker_unless_told() {
+        let cores = |n| NonZeroUsize::new(n);
+        assert_eq!(super::workers(None, cores(1)), 1, "a quota under 2 cores");
+        assert_eq!(super::workers(None, cores(2)), 2);
+        assert_eq!(super::workers(None, cores(64)), 2, "more cores: still 2");
+        assert_eq!(super::workers(None, None), 2, "unknown: the default");
+        assert_eq!(super::workers(Some(4), cores(1)), 4, "--workers wins");
+        assert_eq!(super::workers(Some(1), cores(64)), 1);
     }
 }

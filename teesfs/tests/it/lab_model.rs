@@ -116,6 +116,14 @@ fn lab_model_caps_a_spinning_node_at_its_quota_and_leaves_the_others_alone() {
         .filter_map(|n| lab::cgroup::dir_of(&n.netns))
         .collect();
     assert!(dirs.iter().all(|d| d.is_dir()), "{dirs:?}");
+    // A daemon held to a tenth of a core runs one runtime thread: a second adds no CPU,
+    // only wake-ups from one thread to the other.
+    let log = std::fs::read_to_string(lab.work().join("n01").join("daemon.log")).expect("log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("runtime threads") && l.trim_end().ends_with("workers=1")),
+        "n01's daemon, under a quota of {NODE_CPU} cores, did not start with 1 worker:\n{log}"
+    );
 
     // Alone, the work takes its CPU time over the quota.
     let (alone, cpu) = work(&lab, "n03");
