@@ -10,10 +10,10 @@
 //! { "version": 1, "groups": 4, "group_size": 8, "payload_bytes": N, "stored_bytes": N, "chunk_bytes": N,
 //!   "reps": 3, "lower_bound_s": 1.34, "min_uplink_bytes": N,
 //!   "runs": [ { "method": "topo", "rep": 0, "all_s": 1.9, "wall_s": 2.2,
-//!               "uplink_in_bytes": N, "root_out_bytes": N, "cpu_s": 3.1 } ],
+//!               "uplink_in_bytes": N, "root_out_bytes": N, "cpu_s": 3.1, "throttled_s": 12.0 } ],
 //!   "summary": [ { "method": "topo", "all_s": 1.9, "vs_topo": 1.0, "vs_lower_bound": 1.4,
 //!                  "uplink_in_bytes": N, "uplink_vs_min": 1.03, "uplink_vs_random": 0.25,
-//!                  "cpu_s": 3.1 } ] }
+//!                  "cpu_s": 3.1, "throttled_per_node_s": 0.4 } ] }
 //! ```
 //! Summary figures are medians over the repetitions.
 
@@ -153,6 +153,9 @@ pub struct Run {
     pub root_out_bytes: u64,
     /// CPU seconds of all daemons and the push.
     pub cpu_s: f64,
+    /// Seconds the compute nodes spent throttled by their CPU quotas during the run, summed
+    /// over the nodes (`None` when pooled).
+    pub throttled_s: Option<f64>,
 }
 
 /// Medians for one method.
@@ -174,7 +177,27 @@ pub struct Summary {
     pub uplink_vs_random: f64,
     /// Median CPU seconds.
     pub cpu_s: f64,
+    /// Median over the runs of the seconds a compute node spent throttled by its CPU quota,
+    /// on average over the nodes (`None` when pooled).
+    pub throttled_per_node_s: Option<f64>,
 }
+
+impl Summary {
+    /// Under the scale model, the share of this method's time that a node spent held by its
+    /// CPU quota, on average: near 0 the links bound the run, near 1 the nodes' CPU did.
+    pub fn held_share(&self) -> Option<f64> {
+        self.throttled_per_node_s
+            .map(|t| t / self.all_s)
+            .filter(|r| r.is_finite())
+    }
+}
+
+/// A held share ([`Summary::held_share`]) above which the bench says that the run measured
+/// the nodes' CPU quotas rather than the links. A node held back holds its children with
+/// it, so a small share already costs much: on a 2-core machine whose nodes were short of
+/// CPU, topo was held 13% of its time (0.55 s a node of 4.07 s) and took 2.3x the link
+/// bound, against 1.30x pooled (BENCHMARKS.md, "The lab's push on a slower machine").
+pub const HELD_BY_CPU: f64 = 0.10;
 
 /// The whole benchmark.
 #[derive(Debug, Clone, Serialize)]
@@ -250,10 +273,12 @@ fn sbcast_run(
     let up_before = lab.net().uplinks()?;
     let root_before = lab.net().counters("login", "eth0")?;
     let cpu_before = slurm.cpu_seconds() + crate::proc::children_cpu_seconds();
+    let held_before = lab.throttled_s();
     let t0 = Instant::now();
     slurm.sbcast(job, file, &name, &[])?;
     let all_s = t0.elapsed().as_secs_f64();
     let cpu_s = slurm.cpu_seconds() + crate::proc::children_cpu_seconds() - cpu_before;
+    let throttled_s = held_since(lab, held_before);
     let up_after = lab.net().uplinks()?;
     let root_after = lab.net().counters("login", "eth0")?;
     for h in slurm.hosts() {
@@ -279,7 +304,15 @@ fn sbcast_run(
             .sum(),
         root_out_bytes: root_after.since(root_before).tx,
         cpu_s: cpu_s.max(0.0),
+        throttled_s,
     })
+}
+
+/// Throttled node-seconds since `before` ([`Lab::throttled_s`]).
+fn held_since(lab: &Lab, before: Option<f64>) -> Option<f64> {
+    lab.throttled_s()
+        .zip(before)
+        .map(|(now, was)| (now - was).max(0.0))
 }
 
 /// Runs every method in `methods` `reps` times (order rotated each repetition) with a
@@ -357,6 +390,7 @@ fn one_run(
     file: &Path,
 ) -> Result<(Run, Option<u64>)> {
     if m == Method::Torrent {
+        let held_before = lab.throttled_s();
         let tr = crate::torrent::distribute(lab, file, BASELINE_TIMEOUT, false)?;
         let run = Run {
             method: m,
@@ -366,6 +400,7 @@ fn one_run(
             uplink_in_bytes: tr.uplink_in(),
             root_out_bytes: tr.root_link.tx,
             cpu_s: tr.cpu_s,
+            throttled_s: held_since(lab, held_before),
         };
         return Ok((run, None));
     }
@@ -383,7 +418,9 @@ fn one_run(
         lab.push(&m.push_options(&index))?;
         lab.fresh_nodes()?;
     }
+    let held_before = lab.throttled_s();
     let pr = lab.push(&m.push_options(&index))?;
+    let throttled_s = held_since(lab, held_before);
     let run = Run {
         method: m,
         rep,
@@ -392,6 +429,7 @@ fn one_run(
         uplink_in_bytes: pr.uplink_in(),
         root_out_bytes: pr.root_link.tx,
         cpu_s: pr.cpu_s,
+        throttled_s,
     };
     lab.unpublish_all()?;
     lab.fresh_nodes()?;
@@ -415,6 +453,7 @@ fn report(
         median(runs.iter().filter(|r| r.method == m).map(f).collect())
     };
     let topo_s = med(Method::Topo, &|r| r.all_s);
+    let nodes = l.compute().count().max(1) as f64;
     let random_up = med(Method::Random, &|r| r.uplink_in_bytes as f64);
     let summary = methods
         .iter()
@@ -430,6 +469,9 @@ fn report(
                 uplink_vs_min: up / min_up as f64,
                 uplink_vs_random: up / random_up,
                 cpu_s: med(m, &|r| r.cpu_s),
+                throttled_per_node_s: lab
+                    .model()
+                    .map(|_| med(m, &|r| r.throttled_s.map_or(f64::NAN, |t| t / nodes))),
             }
         })
         .collect();
@@ -454,6 +496,32 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_held_by_the_nodes_quotas_is_told_from_one_bound_by_its_links() {
+        let summary = |all_s, held: Option<f64>| Summary {
+            method: Method::Topo,
+            all_s,
+            vs_topo: 1.0,
+            vs_lower_bound: all_s / 1.77,
+            uplink_in_bytes: 64 << 20,
+            uplink_vs_min: 1.0,
+            uplink_vs_random: f64::NAN,
+            cpu_s: 4.0,
+            throttled_per_node_s: held,
+        };
+        // This machine's 16 MiB push under the model: 1.6 s of 4 s held.
+        let held = summary(4.0, Some(1.6)).held_share().expect("a share");
+        assert!((held - 0.4).abs() < 1e-9 && held > HELD_BY_CPU, "{held}");
+        let free = summary(2.0, Some(0.1)).held_share().expect("a share");
+        assert!(free < HELD_BY_CPU, "{free}");
+        assert_eq!(summary(2.0, None).held_share(), None, "pooled: no quotas");
+        assert_eq!(
+            summary(2.0, Some(f64::NAN)).held_share(),
+            None,
+            "no run counted"
+        );
+    }
 
     #[test]
     fn medians_and_names() {

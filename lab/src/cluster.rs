@@ -259,6 +259,13 @@ impl Lab {
         self.cgroups.as_ref()
     }
 
+    /// Seconds the compute nodes' cgroups have spent throttled by their CPU quotas so far,
+    /// summed (`None` when pooled): differences tell how long the model held them back.
+    pub fn throttled_s(&self) -> Option<f64> {
+        let hosts = self.layout().compute().map(|n| n.host.as_str());
+        self.cgroups().map(|c| c.throttled_s(hosts))
+    }
+
     /// The network (for counters).
     pub fn net(&self) -> &Network {
         &self.net

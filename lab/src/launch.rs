@@ -488,10 +488,9 @@ struct Spent {
 impl Spent {
     /// The counters now.
     fn now(lab: &Lab) -> Self {
-        let hosts = || lab.layout().compute().map(|n| n.host.as_str());
         Self {
             cpu_s: lab.cpu_seconds(),
-            throttled_s: lab.cgroups().map(|c| c.throttled_s(hosts())),
+            throttled_s: lab.throttled_s(),
         }
     }
 

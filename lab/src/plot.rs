@@ -343,6 +343,7 @@ mod tests {
                 uplink_in_bytes: (64 + 100 * i as u64) << 20,
                 root_out_bytes: 64 << 20,
                 cpu_s: 1.0,
+                throttled_s: None,
             })
             .collect();
         let summary = runs
@@ -356,6 +357,7 @@ mod tests {
                 uplink_vs_min: 1.0,
                 uplink_vs_random: f64::NAN,
                 cpu_s: r.cpu_s,
+                throttled_per_node_s: None,
             })
             .collect();
         let rep = BenchReport {

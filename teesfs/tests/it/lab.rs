@@ -265,6 +265,18 @@ fn lab_bench_unpublishes_each_teesfs_run_and_empties_the_node_stores() {
     )
     .expect("bench");
     assert_eq!(report.runs.len(), 4, "{seen:?}");
+    // Under the scale model every run says how long its nodes waited on their quotas.
+    assert!(
+        lab.model().is_some(),
+        "the bench's lab runs under the model"
+    );
+    for r in &report.runs {
+        let held = r.throttled_s.expect("throttled seconds under the model");
+        assert!(held.is_finite() && held >= 0.0, "{r:?}");
+    }
+    for s in &report.summary {
+        assert!(s.throttled_per_node_s.is_some_and(f64::is_finite), "{s:?}");
+    }
     let mut pids = vec![before];
     for (method, all_s, daemons, chunks, published) in &seen {
         assert!(

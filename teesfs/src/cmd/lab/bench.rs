@@ -133,7 +133,7 @@ fn print_table(r: &BenchReport) {
     );
     outln!("{}", r.model_text);
     outln!(
-        "{:<16} {:>8} {:>8} {:>9} {:>11} {:>8} {:>9} {:>7}",
+        "{:<16} {:>8} {:>8} {:>9} {:>11} {:>8} {:>9} {:>7} {:>9}",
         "method",
         "all (s)",
         "vs topo",
@@ -141,11 +141,16 @@ fn print_table(r: &BenchReport) {
         "uplink in",
         "vs min",
         "vs random",
-        "cpu (s)"
+        "cpu (s)",
+        "held/node"
     );
     for s in &r.summary {
+        let held = match s.throttled_per_node_s {
+            Some(t) if t.is_finite() => format!("{t:.2} s"),
+            _ => "-".into(),
+        };
         outln!(
-            "{:<16} {:>8.2} {:>8.2} {:>9.2} {:>11} {:>8.2} {:>9.2} {:>7.1}",
+            "{:<16} {:>8.2} {:>8.2} {:>9.2} {:>11} {:>8.2} {:>9.2} {:>7.1} {:>9}",
             label(s.method),
             s.all_s,
             s.vs_topo,
@@ -153,7 +158,19 @@ fn print_table(r: &BenchReport) {
             util::bytes(s.uplink_in_bytes),
             s.uplink_vs_min,
             s.uplink_vs_random,
-            s.cpu_s
+            s.cpu_s,
+            held
         );
+    }
+    for s in &r.summary {
+        if let Some(share) = s.held_share().filter(|&h| h > lab::bench::HELD_BY_CPU) {
+            outln!(
+                "note: under the scale model a node spent {:.0}% of {}'s time held by its CPU \
+                 quota: the run measured the nodes' CPU per byte more than the links \
+                 (--node-cpu pooled runs the same tree without quotas; docs/lab.md)",
+                share * 100.0,
+                s.method.name()
+            );
+        }
     }
 }
