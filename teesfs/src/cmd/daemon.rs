@@ -116,7 +116,7 @@ pub struct DaemonArgs {
     /// node's pushes and reads apart; 1 where the daemon may use less than 2 cores (its
     /// cgroup's CPU quota, e.g. systemd's CPUQuota=, or its CPU affinity). There a second
     /// thread adds no CPU, only wake-ups from one thread to the other: a push into a daemon
-    /// held to a twentieth of a core cost 17% more CPU with 2 (BENCHMARKS.md, "The lab's
+    /// held to a twentieth of a core cost 7-17% more CPU with 2 (BENCHMARKS.md, "The lab's
     /// push on a slower machine").
     #[arg(long, env = "TEESFS_WORKERS", value_parser = clap::value_parser!(u16).range(1..=64))]
     workers: Option<u16>,
