@@ -10,13 +10,23 @@
 # (`publish --urgent-list`), so copies are made ahead of its files only. DAEMON_ARGS: more
 # options for every daemon, split on spaces (`--rate-limit 9500KB` paces each child's
 # stream as the lab's 76 Mbit/s links do, `--workers 1`).
+# LAYER may name several directories (separated by spaces): each is published as a layer of
+# its own and pushed in turn into the same daemons, each job released after it as a Slurm
+# epilog does, with SETTLE seconds (default 0) of idling between, as a node between jobs.
+# Per push it prints the CPU-s and n01's minor page faults and RSS: a fresh daemon's first
+# push touches fresh memory (windows, frames, recent chunks), the next ones reuse it. E.g.
+#   for d in a b c; do mkdir -p /dev/shm/w$d; for i in $(seq 0 127); do
+#     head -c 1M /dev/urandom > /dev/shm/w$d/f$i; done; done
+#   PERF=0 LAYER="/dev/shm/wa /dev/shm/wb /dev/shm/wc" bash scripts/profile-receive.sh
 set -euo pipefail
 BIN=${BIN:-target/release/teesfs}
 LAYER=${LAYER:-/var/tmp/rl/layer}
 OUT=${OUT:-/var/tmp/teesfs-profile-receive}
 CHILDREN=${CHILDREN:-0}
 PERF=${PERF:-1}
-[ -d "$LAYER" ] || { echo "profile-receive: no layer at $LAYER (run scripts/realistic-layer.sh /var/tmp/rl, or set LAYER)" >&2; exit 1; }
+for l in $LAYER; do
+    [ -d "$l" ] || { echo "profile-receive: no layer at $l (run scripts/realistic-layer.sh /var/tmp/rl, or set LAYER)" >&2; exit 1; }
+done
 case "$CHILDREN" in '' | *[!0-9]*) echo "profile-receive: CHILDREN=$CHILDREN is not a count of nodes (0-98)" >&2; exit 1 ;; esac
 [ "$CHILDREN" -le 98 ] || { echo "profile-receive: CHILDREN=$CHILDREN: at most 98" >&2; exit 1; }
 mkdir -p "$OUT"
@@ -36,9 +46,12 @@ n=$((CHILDREN + 1))
 last=$(printf 'n%02d' "$n")
 "$BIN" keygen --out "$work/pub.key" >/dev/null
 "$BIN" keygen --cluster "$work/cluster" --nodes "login,n[01-$(printf '%02d' "$n")]" >/dev/null
-idx=$("$BIN" publish "$LAYER" --store "$work/store" --key "$work/pub.key" --quiet --format json \
-    ${URGENT_LIST:+--urgent-list "$URGENT_LIST"} 2>/dev/null |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])')
+idx=()
+for l in $LAYER; do
+    idx+=("$("$BIN" publish "$l" --store "$work/store" --key "$work/pub.key" --quiet --format json \
+        ${URGENT_LIST:+--urgent-list "$URGENT_LIST"} 2>/dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])')")
+done
 : >"$work/hosts"
 for i in $(seq "$n"); do
     h=$(printf 'n%02d' "$i")
@@ -53,24 +66,43 @@ for i in $(seq "$n"); do
     echo "$h $(python3 -c 'import json, sys; print(json.load(sys.stdin)["listen"])' <<<"$st")" >>"$work/hosts"
 done
 cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
-before=()
-for p in "${pids[@]}"; do before+=("$(cpu_of "$p")"); done
+faults_of() { awk '{print $10}' "/proc/$1/stat"; }
 ppid=""
 if [ "$PERF" = 1 ]; then
     perf record -F 2000 -g -p "${pids[0]}" -o "$OUT/perf.data" 2>/dev/null &
     ppid=$!
     sleep 0.5
 fi
-/usr/bin/time -f "%e %U %S" -o "$work/time" "$BIN" push --quiet --store "$work/store" --index "$idx" \
-    --nodes "n[01-$(printf '%02d' "$n")]" --group-size "$n" --identity "$work/cluster" --hosts "$work/hosts" \
-    --listen 127.0.0.1:0 --trust "$work/pub.pub" --wait all --no-learned-rates >/dev/null 2>&1
-if [ -n "$ppid" ]; then kill -INT "$ppid"; wait "$ppid" || true; fi
-read -r wall user sys <"$work/time"
-echo "push to n01..$last: wall $wall s, the root's CPU $(awk -v u="$user" -v s="$sys" 'BEGIN {print u + s}') s"
-for i in "${!pids[@]}"; do
-    h=$(printf 'n%02d' $((i + 1)))
-    role=member
-    [ "$i" = 0 ] && role=$([ "$CHILDREN" = 0 ] && echo receiver || echo "proxy of $CHILDREN")
-    echo "$h ($role): $(awk -v a="${before[$i]}" -v b="$(cpu_of "${pids[$i]}")" 'BEGIN {printf "%.2f", b - a}') CPU-s"
+k=0
+for i in "${idx[@]}"; do
+    k=$((k + 1))
+    label=""
+    [ "${#idx[@]}" -gt 1 ] && label=" $k of ${#idx[@]} (${i:0:12})"
+    before=()
+    for p in "${pids[@]}"; do before+=("$(cpu_of "$p")"); done
+    f0=$(faults_of "${pids[0]}")
+    /usr/bin/time -f "%e %U %S" -o "$work/time" "$BIN" push --quiet --store "$work/store" --index "$i" \
+        --nodes "n[01-$(printf '%02d' "$n")]" --group-size "$n" --identity "$work/cluster" --hosts "$work/hosts" \
+        --listen 127.0.0.1:0 --trust "$work/pub.pub" --wait all --no-learned-rates >/dev/null 2>&1
+    read -r wall user sys <"$work/time"
+    echo "push$label to n01..$last: wall $wall s, the root's CPU $(awk -v u="$user" -v s="$sys" 'BEGIN {print u + s}') s"
+    for j in "${!pids[@]}"; do
+        h=$(printf 'n%02d' $((j + 1)))
+        role=member
+        [ "$j" = 0 ] && role=$([ "$CHILDREN" = 0 ] && echo receiver || echo "proxy of $CHILDREN")
+        echo "$h ($role): $(awk -v a="${before[$j]}" -v b="$(cpu_of "${pids[$j]}")" 'BEGIN {printf "%.2f", b - a}') CPU-s"
+    done
+    echo "n01: $(($(faults_of "${pids[0]}") - f0)) minor faults, RSS $(awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/${pids[0]}/status") MiB"
+    [ "$k" -lt "${#idx[@]}" ] || break
+    # Each job released, as a Slurm epilog does, before the next.
+    for j in "${!pids[@]}"; do
+        sock="$work/$(printf 'n%02d' $((j + 1)))/sock"
+        for job in $("$BIN" status --format json --control "$sock" |
+            python3 -c 'import json, sys; print(" ".join(j["job"] for j in json.load(sys.stdin).get("jobs", [])))'); do
+            "$BIN" release --job "$job" --control "$sock" >/dev/null
+        done
+    done
+    sleep "${SETTLE:-0}"
 done
-[ "$PERF" = 1 ] && echo "profile of n01: perf report -i $OUT/perf.data --children --sort symbol"
+if [ -n "$ppid" ]; then kill -INT "$ppid"; wait "$ppid" || true; fi
+if [ "$PERF" = 1 ]; then echo "profile of n01: perf report -i $OUT/perf.data --children --sort symbol"; fi
