@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Where a receiving daemon's CPU goes on a real layer (issue 33): `teesfs daemon`s on
 # loopback receive LAYER by `teesfs push --wait all` (no urgent set, so copies are made
-# ahead of every file). n01 runs under `perf record -g`; with CHILDREN=N it is a proxy
-# that relays to N members (n02...), as a group's proxy does. Prints the push's wall time
+# ahead of every file). n01 runs under `perf record -g` (PERF_NODE=K: the K-th daemon,
+# nK, instead); with CHILDREN=N n01 is a proxy that relays to N members (n02...), as a
+# group's proxy does. Prints the push's wall time
 # and each daemon's CPU-s, and leaves OUT/perf.data for `perf report --children`.
 # Run as root. LAYER defaults to scripts/realistic-layer.sh's output in /var/tmp/rl (the
 # demo's small chunks: LAYER=/var/tmp/teesfs-lab-demo/layer); BIN to a release build;
 # PERF=0 measures without perf; URGENT_LIST=FILE publishes the layer with that urgent set
-# (`publish --urgent-list`), so copies are made ahead of its files only. DAEMON_ARGS: more
+# (`publish --urgent-list`), so copies are made ahead of its files only; PUBLISH_ARGS: more
+# options for `publish`, split on spaces (`--chunk-size 64KiB`). DAEMON_ARGS: more
 # options for every daemon, split on spaces (`--rate-limit 9500KB` paces each child's
 # stream as the lab's 76 Mbit/s links do, `--workers 1`).
 # LAYER may name several directories (separated by spaces): each is published as a layer of
@@ -29,6 +31,10 @@ for l in $LAYER; do
 done
 case "$CHILDREN" in '' | *[!0-9]*) echo "profile-receive: CHILDREN=$CHILDREN is not a count of nodes (0-98)" >&2; exit 1 ;; esac
 [ "$CHILDREN" -le 98 ] || { echo "profile-receive: CHILDREN=$CHILDREN: at most 98" >&2; exit 1; }
+PERF_NODE=${PERF_NODE:-1}
+case "$PERF_NODE" in '' | *[!0-9]*) echo "profile-receive: PERF_NODE=$PERF_NODE is not a daemon's number (1 for n01)" >&2; exit 1 ;; esac
+[ "$PERF_NODE" -ge 1 ] && [ "$PERF_NODE" -le $((CHILDREN + 1)) ] ||
+    { echo "profile-receive: PERF_NODE=$PERF_NODE: there are daemons n01..n$(printf '%02d' $((CHILDREN + 1))) (set CHILDREN)" >&2; exit 1; }
 mkdir -p "$OUT"
 work=$(mktemp -d /dev/shm/teesfs-prof.XXXXXX)
 pids=()
@@ -49,7 +55,7 @@ last=$(printf 'n%02d' "$n")
 idx=()
 for l in $LAYER; do
     idx+=("$("$BIN" publish "$l" --store "$work/store" --key "$work/pub.key" --quiet --format json \
-        ${URGENT_LIST:+--urgent-list "$URGENT_LIST"} 2>/dev/null |
+        ${URGENT_LIST:+--urgent-list "$URGENT_LIST"} ${PUBLISH_ARGS:-} 2>/dev/null |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["index"])')")
 done
 : >"$work/hosts"
@@ -69,7 +75,7 @@ cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
 faults_of() { awk '{print $10}' "/proc/$1/stat"; }
 ppid=""
 if [ "$PERF" = 1 ]; then
-    perf record -F 2000 -g -p "${pids[0]}" -o "$OUT/perf.data" 2>/dev/null &
+    perf record -F 2000 -g -p "${pids[$((PERF_NODE - 1))]}" -o "$OUT/perf.data" 2>/dev/null &
     ppid=$!
     sleep 0.5
 fi
@@ -105,4 +111,4 @@ for i in "${idx[@]}"; do
     sleep "${SETTLE:-0}"
 done
 if [ -n "$ppid" ]; then kill -INT "$ppid"; wait "$ppid" || true; fi
-if [ "$PERF" = 1 ]; then echo "profile of n01: perf report -i $OUT/perf.data --children --sort symbol"; fi
+if [ "$PERF" = 1 ]; then echo "profile of $(printf 'n%02d' "$PERF_NODE"): perf report -i $OUT/perf.data --children --sort symbol"; fi
