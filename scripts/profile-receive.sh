@@ -3,8 +3,8 @@
 # loopback receive LAYER by `teesfs push --wait all` (no urgent set, so copies are made
 # ahead of every file). n01 runs under `perf record -g` (PERF_NODE=K: the K-th daemon,
 # nK, instead); with CHILDREN=N n01 is a proxy that relays to N members (n02...), as a
-# group's proxy does. Prints the push's wall time
-# and each daemon's CPU-s, and leaves OUT/perf.data for `perf report --children`.
+# group's proxy does. Prints the push's wall time and each daemon's CPU-s, and leaves
+# OUT/perf.data for `perf report --children`.
 # Run as root. LAYER defaults to scripts/realistic-layer.sh's output in /var/tmp/rl (the
 # demo's small chunks: LAYER=/var/tmp/teesfs-lab-demo/layer); BIN to a release build;
 # PERF=0 measures without perf; URGENT_LIST=FILE publishes the layer with that urgent set
